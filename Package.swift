@@ -1,0 +1,88 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+/// Hot loops (metering, focus scores, stabilisation, the sim camera's renderer) vectorise only when the
+/// target CPU allows vector instructions. x86-64-v3 (AVX2, FMA) keeps binaries portable across the
+/// machines this project runs on, where `native` would not.
+let hotLoopFlags: [SwiftSetting] = [
+    .unsafeFlags(["-target-cpu", "x86-64-v3"], .when(platforms: [.linux], configuration: .release)),
+]
+
+let package = Package(
+    name: "Viewfinder",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Viewfinder", targets: ["Viewfinder"]),
+        .library(name: "ViewfinderKit", targets: ["ViewfinderKit"]),
+        .executable(name: "viewfinder", targets: ["ViewfinderCLI"]),
+        .plugin(name: "StageRegistryPlugin", targets: ["StageRegistryPlugin"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        // C libraries, through pkg-config, with the Debian packages that provide them.
+        .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev"])]),
+        .systemLibrary(name: "CTurboJPEG", pkgConfig: "libturbojpeg", providers: [.apt(["libturbojpeg0-dev"])]),
+        .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
+        .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
+
+        // The engine: frames, pool, ring, stages, flow, the sim camera and the capture session.
+        .target(
+            name: "Viewfinder",
+            dependencies: ["CTurboJPEG", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: hotLoopFlags
+        ),
+        // Built-in stages, registered by the build-tool plugin.
+        .target(
+            name: "ViewfinderStages",
+            dependencies: ["Viewfinder"],
+            swiftSettings: hotLoopFlags,
+            plugins: ["StageRegistryPlugin"]
+        ),
+        // Real cameras through V4L2.
+        .target(
+            name: "ViewfinderV4L2",
+            dependencies: ["Viewfinder", "CV4L2", "CTurboJPEG"],
+            swiftSettings: hotLoopFlags
+        ),
+        // Sinks: JPEG stills, movie files, LZ4 raw dumps.
+        .target(
+            name: "ViewfinderSinks",
+            dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4"],
+            swiftSettings: hotLoopFlags
+        ),
+        // Sound capture through ALSA.
+        .target(
+            name: "ViewfinderAudio",
+            dependencies: ["Viewfinder", "CALSA"]
+        ),
+        // Everything together: device discovery over sim, V4L2 and dumps; the built-in stage registry.
+        .target(
+            name: "ViewfinderKit",
+            dependencies: ["Viewfinder", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks", "ViewfinderAudio"]
+        ),
+        .executableTarget(
+            name: "ViewfinderCLI",
+            dependencies: [
+                "ViewfinderKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+
+        // Static stage registration: the plugin scans a target's sources for stage types and the
+        // generator writes the registry.
+        .executableTarget(name: "StageRegistryGenerator"),
+        .plugin(
+            name: "StageRegistryPlugin",
+            capability: .buildTool(),
+            dependencies: ["StageRegistryGenerator"]
+        ),
+
+        .testTarget(
+            name: "ViewfinderTests",
+            dependencies: ["Viewfinder", "ViewfinderKit", "ViewfinderStages", "ViewfinderSinks", "ViewfinderV4L2"]
+        ),
+    ]
+)

@@ -1,0 +1,7 @@
+// LZ4 block and frame APIs.
+#ifndef VIEWFINDER_CLZ4_SHIM_H
+#define VIEWFINDER_CLZ4_SHIM_H
+#include <lz4.h>
+#include <lz4frame.h>
+#include <lz4hc.h>
+#endif

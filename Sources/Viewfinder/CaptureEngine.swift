@@ -1,0 +1,346 @@
+import Synchronization
+import Logging
+
+/// Something at the end of the pipeline: a video data output, a file writer, a null sink.
+///
+/// Each consumer gets its own ring and thread: a slow one drops (live sources) or applies
+/// back-pressure (non-live sources) on its own path without stalling capture or the others.
+public protocol FrameConsumer: AnyObject, Sendable {
+    var consumerName: String { get }
+    /// Ring capacity toward this consumer (a power of two).
+    var ringCapacity: Int { get }
+    /// What happens when the consumer falls behind a live source.
+    var overflowPolicy: OverflowPolicy { get }
+    /// Whether to skip frames that are stale when the consumer gets to them (keep latest).
+    var discardsLateFrames: Bool { get }
+    /// Called on the consumer's thread before the first frame.
+    func start(configuration: StreamConfiguration) throws
+    /// Called on the consumer's thread for each frame. The frame is released after the call;
+    /// retain it to keep it longer.
+    func consume(_ frame: Frame)
+    /// Called on the consumer's thread after the last frame; `error` is the session's runtime
+    /// error, if the stream ended with one.
+    func finish(error: (any Error)?)
+}
+
+extension FrameConsumer {
+    public var ringCapacity: Int { 8 }
+    public var overflowPolicy: OverflowPolicy { .dropOldest }
+    public var discardsLateFrames: Bool { false }
+    public func start(configuration: StreamConfiguration) throws {}
+    public func finish(error: (any Error)?) {}
+}
+
+/// Limits and sizes of a run.
+public struct EngineOptions: Sendable {
+    /// Stop after this many frames have been captured (nil: until stopped).
+    public var frameLimit: UInt64?
+    /// Stop after this many seconds (nil: until stopped).
+    public var durationSeconds: Double?
+    /// Capacity of the ring from the capture thread to the stage thread.
+    public var stageRingCapacity: Int = 8
+    /// What the capture thread does when the stage thread falls behind a live source.
+    public var livePolicy: OverflowPolicy = .dropOldest
+    /// No frame for this long is a stall (the source may restart itself before this).
+    public var stallTimeoutSeconds: Double = 5
+    public init(frameLimit: UInt64? = nil, durationSeconds: Double? = nil) {
+        self.frameLimit = frameLimit
+        self.durationSeconds = durationSeconds
+    }
+}
+
+/// Counts of one consumer's path.
+public final class ConsumerStatistics: Sendable {
+    public let name: String
+    public let drops = DropCounters()
+    public let latency = LatencyHistogram()
+    private let consumedCount = Atomic<UInt64>(0)
+    public init(name: String) { self.name = name }
+    public var consumed: UInt64 { consumedCount.load(ordering: .relaxed) }
+    func countConsumed() { consumedCount.add(1, ordering: .relaxed) }
+}
+
+/// Everything the engine counts. Safe to read from any thread while running.
+public final class EngineStatistics: Sendable {
+    private let capturedCount = Atomic<UInt64>(0)
+    private let deliveredCount = Atomic<UInt64>(0)
+    /// Drops between the source and the end of the stage chain, by reason.
+    public let drops = DropCounters()
+    /// Capture-to-end-of-chain latency.
+    public let latency = LatencyHistogram()
+    public let consumers: [ConsumerStatistics]
+    public let stageNames: [String]
+    private let stageTimes: LockedBox<[Double]>
+    private let startTime = Atomic<UInt64>(0)
+    private let endTime = Atomic<UInt64>(0)
+
+    init(stageNames: [String], consumerNames: [String]) {
+        self.stageNames = stageNames
+        self.consumers = consumerNames.map(ConsumerStatistics.init)
+        self.stageTimes = LockedBox(Array(repeating: 0, count: stageNames.count))
+    }
+
+    /// Frames the source produced, including those it lost (sequence gaps, no buffer, corrupt).
+    public var captured: UInt64 { capturedCount.load(ordering: .relaxed) }
+    /// Frames that left the end of the stage chain.
+    public var delivered: UInt64 { deliveredCount.load(ordering: .relaxed) }
+    /// Mean time per frame in each stage, µs.
+    public var stageMeanMicroseconds: [Double] { stageTimes.withLock { $0 } }
+
+    /// Seconds since the start (to the end, once finished).
+    public var elapsedSeconds: Double {
+        let s = startTime.load(ordering: .relaxed)
+        guard s > 0 else { return 0 }
+        let e = endTime.load(ordering: .relaxed)
+        return Double((e > 0 ? e : monotonicNanoseconds()) - s) / 1e9
+    }
+
+    func countCaptured(_ n: UInt64 = 1) { capturedCount.add(n, ordering: .relaxed) }
+    func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
+    func markStart() { startTime.store(monotonicNanoseconds(), ordering: .relaxed) }
+    func markEnd() { endTime.store(monotonicNanoseconds(), ordering: .relaxed) }
+    func publishStageTimes(_ chain: StageChain) {
+        let m = chain.meanMicroseconds
+        stageTimes.withLock { t in for i in t.indices { t[i] = m[i] } }
+    }
+}
+
+/// Runs a source through a stage chain into consumers on dedicated threads:
+///
+/// ```text
+/// capture thread ──ring──▶ stage thread (chain) ──ring──▶ consumer thread 1
+///                                               └─ring──▶ consumer thread 2 …
+/// ```
+///
+/// Live sources are never slowed: when a ring is full the frame is dropped and counted. Non-live
+/// sources (files, dumps, the sim camera unpaced) get back-pressure instead. Every frame is
+/// accounted for: `captured == delivered + drops.total` once the run has finished.
+public final class CaptureEngine: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is confined — `chain` to the stage thread, each channel's
+    // producer side to the stage thread — or guarded (`state`, `runtimeError`).
+    public let source: any CaptureSource
+    public let chain: StageChain
+    public let consumers: [any FrameConsumer]
+    public let options: EngineOptions
+    public let statistics: EngineStatistics
+    public private(set) var configuration: StreamConfiguration
+    private let logger: Logger
+
+    private let stageChannel: FrameChannel
+    private let consumerChannels: [FrameChannel]
+    private var threads: [EngineThread] = []
+    private let stopRequested = Atomic<Bool>(false)
+    private let consumersLeft: Atomic<Int>
+    private let finished = Atomic<Bool>(false)
+    private let errorBox = LockedBox<(any Error)?>(nil)
+    private let doneLock = ConditionLock()
+    private var done = false
+    /// Called once, from an engine thread, when the stream ends with an error.
+    public var onRuntimeError: (@Sendable (any Error) -> Void)?
+    /// Called once, from an engine thread, when every thread has finished.
+    public var onFinish: (@Sendable () -> Void)?
+
+    public init(source: any CaptureSource, configuration: StreamConfiguration, stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions = EngineOptions(), logger: Logger = Logger(label: "viewfinder.engine")) {
+        self.source = source
+        self.configuration = configuration
+        self.consumers = consumers
+        self.consumersLeft = Atomic(consumers.count)
+        self.options = options
+        self.logger = logger
+        self.statistics = EngineStatistics(stageNames: stages.map { type(of: $0).name }, consumerNames: consumers.map(\.consumerName))
+        self.chain = StageChain(stages: stages, drops: statistics.drops)
+        let live = source.isLive
+        self.stageChannel = FrameChannel(name: "stages", capacity: options.stageRingCapacity, policy: live ? options.livePolicy : .wait, drops: statistics.drops)
+        self.consumerChannels = zip(consumers, statistics.consumers).map { c, s in
+            FrameChannel(name: c.consumerName, capacity: c.ringCapacity, policy: live ? c.overflowPolicy : .wait, drops: s.drops)
+        }
+    }
+
+    /// The error the run ended with, if any.
+    public var runtimeError: (any Error)? { errorBox.withLock { $0 } }
+
+    /// Prepares the stages and consumers and starts the threads.
+    public func start() throws {
+        let context = StageContext(format: configuration.format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls, isLive: source.isLive)
+        let channels = consumerChannels
+        let stats = statistics
+        try chain.prepare(format: configuration.format, context: context) { frame in
+            stats.countDelivered()
+            stats.latency.record(nanoseconds: CaptureEngine.age(of: frame))
+            let n = channels.count
+            if n == 0 { frame.release(); return }
+            frame.retain(n)
+            for ch in channels { ch.send(frame) }
+            frame.release()
+        }
+        statistics.markStart()
+        try source.start()
+
+        for (i, c) in consumers.enumerated() {
+            let ch = consumerChannels[i]
+            let st = statistics.consumers[i]
+            let cfg = configuration
+            threads.append(EngineThread(name: "vf-out-\(c.consumerName)") { [self] in
+                self.consumerLoop(c, channel: ch, stats: st, configuration: cfg)
+            })
+        }
+        threads.append(EngineThread(name: "vf-stages") { [self] in self.stageLoop() })
+        threads.append(EngineThread(name: "vf-capture") { [self] in self.captureLoop() })
+    }
+
+    /// Asks the engine to stop; frames already captured still go through to the consumers.
+    public func stop() { stopRequested.store(true, ordering: .relaxed) }
+
+    public var isFinished: Bool { finished.load(ordering: .acquiring) }
+
+    /// Waits until every thread has finished (after `stop()`, a frame/duration limit, the end of
+    /// the source, or a runtime error).
+    public func waitUntilFinished() {
+        doneLock.lock()
+        while !done { doneLock.wait() }
+        doneLock.unlock()
+        for t in threads { t.join() }
+    }
+
+    /// Waits up to `seconds`; returns whether the run finished.
+    public func waitUntilFinished(timeoutSeconds seconds: Double) -> Bool {
+        let deadline = monotonicNanoseconds() &+ UInt64(seconds * 1e9)
+        doneLock.lock()
+        while !done { if !doneLock.wait(untilMonotonicNanoseconds: deadline) { break } }
+        let d = done
+        doneLock.unlock()
+        if d { for t in threads { t.join() } }
+        return d
+    }
+
+    /// Age of a frame now: from its capture timestamp when that is on CLOCK_MONOTONIC, else from
+    /// when the engine received it.
+    @inline(__always)
+    public static func age(of frame: Frame) -> UInt64 {
+        let now = monotonicNanoseconds()
+        let t = frame.timestamp.clock == .monotonic && frame.timestamp.nanoseconds > 0 ? frame.timestamp.nanoseconds : frame.receiveTime
+        return now > t ? now - t : 0
+    }
+
+    private func fail(_ error: any Error) {
+        let first = errorBox.withLock { e -> Bool in
+            if e == nil { e = error; return true }
+            return false
+        }
+        if first {
+            logger.error("runtime error: \(error)")
+            onRuntimeError?(error)
+        }
+    }
+
+    // MARK: Threads
+
+    private func captureLoop() {
+        let limit = options.frameLimit
+        let deadline = options.durationSeconds.map { monotonicNanoseconds() &+ UInt64($0 * 1e9) }
+        let stallNs = UInt64(options.stallTimeoutSeconds * 1e9)
+        var lastFrameAt = monotonicNanoseconds()
+        var lastSequence: UInt64? = nil
+        captureLoop: while !stopRequested.load(ordering: .relaxed) {
+            if let limit, statistics.captured >= limit { break }
+            if let deadline, monotonicNanoseconds() >= deadline { break }
+            let event: SourceEvent
+            do {
+                event = try source.next(timeoutNanoseconds: 200_000_000)
+            } catch {
+                fail(error)
+                break
+            }
+            switch event {
+            case .frame(let f):
+                if f.receiveTime == 0 { f.receiveTime = monotonicNanoseconds() }
+                lastFrameAt = f.receiveTime
+                if let last = lastSequence, f.sequence > last &+ 1 {
+                    // A gap the source did not report itself.
+                    let gap = f.sequence - last - 1
+                    statistics.countCaptured(gap)
+                    statistics.drops.count(.driverGap, gap)
+                    f.metadata.droppedBefore &+= UInt32(truncatingIfNeeded: gap)
+                }
+                lastSequence = f.sequence
+                statistics.countCaptured()
+                stageChannel.send(f)
+            case .lost(let reason, let n):
+                statistics.countCaptured(UInt64(n))
+                statistics.drops.count(reason, UInt64(n))
+                if reason == .driverGap, let last = lastSequence { lastSequence = last &+ UInt64(n) }
+            case .timeout:
+                stageChannel.flush()
+                if monotonicNanoseconds() &- lastFrameAt > stallNs {
+                    fail(DeviceError.stalled(device: source.info.id, seconds: options.stallTimeoutSeconds))
+                    break captureLoop
+                }
+            case .endOfStream:
+                break captureLoop
+            }
+        }
+        source.stop()
+        stageChannel.close()
+    }
+
+    private func stageLoop() {
+        var n = 0
+        loop: while true {
+            switch stageChannel.receive(timeoutNanoseconds: 100_000_000) {
+            case .frame(let f):
+                chain.run(f)
+                n &+= 1
+                if n & 15 == 0 { statistics.publishStageTimes(chain) }
+            case .timeout:
+                for ch in consumerChannels { ch.flush() }
+            case .closed:
+                break loop
+            }
+        }
+        chain.finish()
+        statistics.publishStageTimes(chain)
+        for ch in consumerChannels { ch.close() }
+        if consumers.isEmpty { allDone() }
+    }
+
+
+    private func consumerLoop(_ consumer: any FrameConsumer, channel: FrameChannel, stats: ConsumerStatistics, configuration: StreamConfiguration) {
+        var startError: (any Error)?
+        do { try consumer.start(configuration: configuration) } catch { startError = error; fail(error) }
+        loop: while true {
+            switch channel.receive(timeoutNanoseconds: 100_000_000) {
+            case .frame(var f):
+                if startError != nil { f.release(); stats.drops.count(.stage); continue }
+                if consumer.discardsLateFrames {
+                    // Keep latest: anything newer already queued supersedes this frame.
+                    while channel.count > 0, case .frame(let newer) = channel.receive(timeoutNanoseconds: 0) {
+                        f.release()
+                        stats.drops.count(.late)
+                        newer.metadata.droppedBefore &+= 1
+                        f = newer
+                    }
+                }
+                stats.latency.record(nanoseconds: CaptureEngine.age(of: f))
+                consumer.consume(f)
+                stats.countConsumed()
+                f.release()
+            case .timeout:
+                continue
+            case .closed:
+                break loop
+            }
+        }
+        consumer.finish(error: runtimeError)
+        if consumersLeft.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { allDone() }
+    }
+
+    private func allDone() {
+        statistics.markEnd()
+        finished.store(true, ordering: .releasing)
+        doneLock.withLock {
+            done = true
+            doneLock.broadcast()
+        }
+        onFinish?()
+    }
+}

@@ -1,0 +1,208 @@
+import Synchronization
+
+/// What a producer does when the ring toward a consumer is full.
+public enum OverflowPolicy: String, Sendable, Codable, CaseIterable, OptionChoice {
+    /// Drop the frame being sent (counted as ``DropReason/ringFull``).
+    case dropNewest = "drop_newest"
+    /// Drop the oldest queued frame to make room for the new one (counted as ``DropReason/ringFull``).
+    case dropOldest = "drop_oldest"
+    /// Block the producer until there is room: back-pressure, for non-live sources.
+    case wait
+}
+
+/// The result of a receive.
+public enum ChannelReceive {
+    case frame(Frame)
+    case timeout
+    /// The producer closed the channel and it is drained.
+    case closed
+}
+
+/// A bounded frame carrier between two threads: an ``SPSCRing`` plus the overflow policy, drop
+/// counting, and sleeping/waking so that an idle consumer does not spin.
+///
+/// One thread sends, one thread receives. The fast path is the ring's lock-free push/pop; the
+/// condition lock is touched only when a side has announced that it sleeps.
+///
+/// `.dropOldest` needs the oldest frame removed, but only the consumer may pop. The producer
+/// therefore keeps the new frame in a one-frame holding slot of its own and asks the consumer
+/// (through `evictions`) to discard the oldest queued frame; the held frame goes in at the
+/// producer's next send or ``flush()``. Order is kept: the held frame is newer than everything
+/// queued and is pushed before anything newer.
+public final class FrameChannel: @unchecked Sendable {
+    // @unchecked Sendable: `held` is touched only by the producer thread; everything shared is in
+    // the ring, atomics, or under `lock`.
+    public let ring: SPSCRing<Frame>
+    public let policy: OverflowPolicy
+    public let drops: DropCounters
+    public let name: String
+
+    private let lock = ConditionLock()
+    private let consumerSleeping = Atomic<Bool>(false)
+    private let producerSleeping = Atomic<Bool>(false)
+    private let closedFlag = Atomic<Bool>(false)
+    private let evictions = Atomic<Int>(0)
+    private var held: Frame?
+    private let sentCount = Atomic<UInt64>(0)
+
+    public init(name: String, capacity: Int, policy: OverflowPolicy, drops: DropCounters) {
+        self.name = name
+        self.ring = SPSCRing(capacity: capacity)
+        self.policy = policy
+        self.drops = drops
+    }
+
+    deinit {
+        held?.release()
+        while let f = ring.pop() { f.release() }
+    }
+
+    public var isClosed: Bool { closedFlag.load(ordering: .acquiring) }
+
+    /// Frames accepted into the channel.
+    public var sent: UInt64 { sentCount.load(ordering: .relaxed) }
+
+    // MARK: Producer
+
+    /// Sends `frame` (whose reference passes to the channel). Returns false if it was dropped.
+    @discardableResult
+    public func send(_ frame: Frame) -> Bool {
+        if let h = held {
+            // A frame is waiting for room that the consumer is making.
+            if let back = ring.push(h) {
+                _ = back
+                // Still no room: the held frame is superseded by the newer one.
+                h.release()
+                drops.count(.ringFull)
+                held = frame
+                evictions.add(1, ordering: .relaxed)
+                wakeConsumer()
+                return true
+            }
+            held = nil
+            sentCount.add(1, ordering: .relaxed)
+        }
+        guard let back = ring.push(frame) else {
+            sentCount.add(1, ordering: .relaxed)
+            wakeConsumer()
+            return true
+        }
+        switch policy {
+        case .dropNewest:
+            back.release()
+            drops.count(.ringFull)
+            return false
+        case .dropOldest:
+            held = back
+            evictions.add(1, ordering: .relaxed)
+            wakeConsumer()
+            return true
+        case .wait:
+            var pending = back
+            while true {
+                lock.lock()
+                producerSleeping.store(true, ordering: .sequentiallyConsistent)
+                // Re-check after announcing; pairs with the consumer's fence after its pop.
+                if let again = ring.push(pending) {
+                    pending = again
+                    if isClosed { producerSleeping.store(false, ordering: .relaxed); lock.unlock(); pending.release(); drops.count(.ringFull); return false }
+                    lock.wait(untilMonotonicNanoseconds: monotonicNanoseconds() &+ 20_000_000)
+                    producerSleeping.store(false, ordering: .relaxed)
+                    lock.unlock()
+                } else {
+                    producerSleeping.store(false, ordering: .relaxed)
+                    lock.unlock()
+                    sentCount.add(1, ordering: .relaxed)
+                    wakeConsumer()
+                    return true
+                }
+            }
+        }
+    }
+
+    /// Pushes a held frame if there is room now (producer side).
+    public func flush() {
+        if let h = held, ring.push(h) == nil {
+            held = nil
+            sentCount.add(1, ordering: .relaxed)
+            wakeConsumer()
+        }
+    }
+
+    /// No more frames will be sent. The consumer drains what is queued, then sees `.closed`.
+    public func close() {
+        if let h = held {
+            // Give the consumer a moment to make room; otherwise the held frame is dropped.
+            var tries = 0
+            while ring.push(h) != nil {
+                tries += 1
+                if tries > 200 { h.release(); drops.count(.ringFull); break }
+                wakeConsumer()
+                sleepUntil(monotonicNanoseconds: monotonicNanoseconds() &+ 1_000_000)
+            }
+            held = nil
+        }
+        closedFlag.store(true, ordering: .releasing)
+        lock.withLock { lock.broadcast() }
+    }
+
+    @inline(__always)
+    private func wakeConsumer() {
+        // Pairs with the consumer's store of `consumerSleeping` followed by its re-check of the
+        // ring: either it sees our push, or we see that it sleeps (Dekker with full fences).
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        if consumerSleeping.load(ordering: .relaxed) {
+            lock.withLock { lock.broadcast() }
+        }
+    }
+
+    // MARK: Consumer
+
+    /// Takes the next frame, waiting up to `timeoutNanoseconds`.
+    public func receive(timeoutNanoseconds: UInt64) -> ChannelReceive {
+        if let f = popEvicting() { return .frame(f) }
+        // Brief spin: frames often arrive within microseconds of each other under load.
+        for _ in 0..<64 {
+            if let f = popEvicting() { return .frame(f) }
+        }
+        let deadline = monotonicNanoseconds() &+ timeoutNanoseconds
+        lock.lock()
+        defer { lock.unlock() }
+        while true {
+            consumerSleeping.store(true, ordering: .sequentiallyConsistent)
+            if let f = popEvicting(lockHeld: true) { consumerSleeping.store(false, ordering: .relaxed); return .frame(f) }
+            if isClosed {
+                consumerSleeping.store(false, ordering: .relaxed)
+                if let f = popEvicting(lockHeld: true) { return .frame(f) }
+                return .closed
+            }
+            let now = monotonicNanoseconds()
+            if now >= deadline { consumerSleeping.store(false, ordering: .relaxed); return .timeout }
+            // A bounded wait also covers any wake-up missed through a bug elsewhere.
+            lock.wait(untilMonotonicNanoseconds: min(deadline, now &+ 50_000_000))
+        }
+    }
+
+    /// Pops, first discarding the oldest frames the producer asked to evict.
+    @inline(__always)
+    private func popEvicting(lockHeld: Bool = false) -> Frame? {
+        if evictions.load(ordering: .relaxed) > 0 {
+            var n = evictions.exchange(0, ordering: .relaxed)
+            // Keep at least one frame to deliver.
+            while n > 0, ring.count > 1, let old = ring.pop() {
+                old.release()
+                drops.count(.ringFull)
+                n -= 1
+            }
+        }
+        guard let f = ring.pop() else { return nil }
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        if producerSleeping.load(ordering: .relaxed) {
+            if lockHeld { lock.broadcast() } else { lock.withLock { lock.broadcast() } }
+        }
+        return f
+    }
+
+    /// Frames queued now.
+    public var count: Int { ring.count }
+}

@@ -1,0 +1,54 @@
+import Foundation
+
+/// A JSON value, as stage options and pipeline files carry them.
+public enum JSONValue: Sendable, Equatable, Codable, CustomStringConvertible {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let d = try? c.decode(Double.self) { self = .number(d) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .null: try c.encodeNil()
+        case .bool(let b): try c.encode(b)
+        case .number(let d): try c.encode(d)
+        case .string(let s): try c.encode(s)
+        case .array(let a): try c.encode(a)
+        case .object(let o): try c.encode(o)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .null: return "null"
+        case .bool(let b): return String(b)
+        case .number(let d): return d == d.rounded() && abs(d) < 1e15 ? String(Int64(d)) : String(d)
+        case .string(let s): return s
+        case .array(let a): return "[" + a.map(\.description).joined(separator: ",") + "]"
+        case .object(let o): return "{" + o.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }.joined(separator: ",") + "}"
+        }
+    }
+
+    /// Interprets a command-line word: `true`/`false`, a number, a list `a/b`, else a string.
+    public init(commandLine word: String) {
+        if word == "true" { self = .bool(true) }
+        else if word == "false" { self = .bool(false) }
+        else if let d = Double(word) { self = .number(d) }
+        else if word.contains("/") {
+            self = .array(word.split(separator: "/", omittingEmptySubsequences: false).map { JSONValue(commandLine: String($0)) })
+        } else { self = .string(word) }
+    }
+}

@@ -1,0 +1,2 @@
+import Viewfinder
+import CALSA

@@ -1,0 +1,2 @@
+import ViewfinderKit
+print(StageRegistry.builtIn.names)
