@@ -1,0 +1,19 @@
+/// Finds and opens devices by their string: `sim[:options]`, `/dev/videoN`, `dump:FILE`, …
+///
+/// The core knows the sim camera; `ViewfinderKit` adds V4L2 and dump replay (`DeviceDirectory.standard`).
+public struct DeviceDirectory: Sendable {
+    public var providers: [any DeviceProvider]
+
+    public init(providers: [any DeviceProvider]) { self.providers = providers }
+
+    /// Opens `device`, or throws ``DeviceError/unknownDevice(_:reason:)`` naming it.
+    public func open(_ device: String) throws -> any CaptureSource {
+        guard let p = providers.first(where: { $0.handles(device) }) else {
+            throw DeviceError.unknownDevice(device, reason: "not a known kind of device (expected sim[:options], /dev/videoN or dump:FILE)")
+        }
+        return try p.open(device)
+    }
+
+    /// Every device present now.
+    public func discover() -> [DeviceInfo] { providers.flatMap { $0.discover() } }
+}
