@@ -43,6 +43,8 @@ public final class FrameChannel: @unchecked Sendable {
     private let closedFlag = Atomic<Bool>(false)
     private let evictions = Atomic<Int>(0)
     private var held: Frame?
+    /// The held frame at close time when the ring had no room; guarded by `lock`.
+    private var closingFrame: Frame?
     private let sentCount = Atomic<UInt64>(0)
 
     public init(name: String, capacity: Int, policy: OverflowPolicy, drops: DropCounters) {
@@ -54,6 +56,7 @@ public final class FrameChannel: @unchecked Sendable {
 
     deinit {
         held?.release()
+        closingFrame?.release()
         while let f = ring.pop() { f.release() }
     }
 
@@ -129,18 +132,17 @@ public final class FrameChannel: @unchecked Sendable {
         }
     }
 
-    /// No more frames will be sent. The consumer drains what is queued, then sees `.closed`.
+    /// No more frames will be sent. The consumer drains what is queued (and a frame still held
+    /// for `.dropOldest`), then sees `.closed`.
     public func close() {
         if let h = held {
-            // Give the consumer a moment to make room; otherwise the held frame is dropped.
-            var tries = 0
-            while ring.push(h) != nil {
-                tries += 1
-                if tries > 200 { h.release(); drops.count(.ringFull); break }
-                wakeConsumer()
-                sleepUntil(monotonicNanoseconds: monotonicNanoseconds() &+ 1_000_000)
-            }
             held = nil
+            if ring.push(h) == nil {
+                sentCount.add(1, ordering: .relaxed)
+            } else {
+                // No room yet: hand it over through the lock; the consumer takes it after the ring.
+                lock.withLock { closingFrame = h }
+            }
         }
         closedFlag.store(true, ordering: .releasing)
         lock.withLock { lock.broadcast() }
@@ -174,6 +176,7 @@ public final class FrameChannel: @unchecked Sendable {
             if isClosed {
                 consumerSleeping.store(false, ordering: .relaxed)
                 if let f = popEvicting(lockHeld: true) { return .frame(f) }
+                if let f = closingFrame { closingFrame = nil; sentCount.add(1, ordering: .relaxed); return .frame(f) }
                 return .closed
             }
             let now = monotonicNanoseconds()
