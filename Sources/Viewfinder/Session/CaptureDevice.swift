@@ -1,0 +1,227 @@
+import Synchronization
+
+/// Exposure modes (AVFoundation's `AVCaptureDevice.ExposureMode`).
+public enum ExposureMode: String, Sendable, Codable, CaseIterable, OptionChoice {
+    /// Keep the current exposure.
+    case locked
+    /// Converge once, then lock.
+    case auto
+    /// Keep adjusting as the scene changes.
+    case continuous
+    /// Exposure time and gain given by the user.
+    case custom
+}
+
+/// Focus modes (AVFoundation's `AVCaptureDevice.FocusMode`).
+public enum FocusMode: String, Sendable, Codable, CaseIterable, OptionChoice {
+    case locked, auto, continuous
+}
+
+/// White balance modes.
+public enum WhiteBalanceMode: String, Sendable, Codable, CaseIterable {
+    case locked, continuous
+}
+
+/// The part of a device's configuration the session turns into the control stages it runs:
+/// modes, points of interest (in user-facing picture coordinates) and manual values.
+public struct DeviceSettings: Sendable, Equatable {
+    public var exposureMode: ExposureMode = .continuous
+    public var focusMode: FocusMode = .continuous
+    public var whiteBalanceMode: WhiteBalanceMode = .continuous
+    /// Where to meter, in the picture as the user sees it (0,0 top-left … 1,1 bottom-right); nil: whole frame.
+    public var exposurePointOfInterest: NormalizedPoint?
+    /// Where to focus, user-facing coordinates; nil: centre.
+    public var focusPointOfInterest: NormalizedPoint?
+    /// Exposure bias, EV.
+    public var exposureTargetBias: Double = 0
+    /// Custom exposure: duration µs and gain (1 = unity).
+    public var customExposureDuration: Double?
+    public var customGain: Double?
+    /// Locked focus: lens position in device units.
+    public var lensPosition: Double?
+    /// The format the device should stream when the session preset is `inputPriority`.
+    public var activeFormat: StreamRequest?
+    public init() {}
+}
+
+/// A camera (AVFoundation's `AVCaptureDevice`): discovery, formats, and configuration under an
+/// exclusive lock. Changes made while locked are staged and applied together — between frames —
+/// when the lock is released.
+public final class CaptureDevice: @unchecked Sendable {
+    // @unchecked Sendable: `settings`, `staged` and `lockOwner` are guarded by `state`.
+    public let source: any CaptureSource
+    public var uniqueID: String { source.info.id }
+    public var localizedName: String { source.info.name }
+    public var formats: [FormatDescription] { source.info.formats }
+    public var controls: (any DeviceControlling)? { source.controls }
+
+    private struct State { var settings = DeviceSettings(); var staged: DeviceSettings?; var generation = 0 }
+    private let state = LockedBox(State())
+    private let configurationLock = Atomic<Bool>(false)
+    /// Called (with the new settings) when a configuration is committed; the session uses it to
+    /// reconfigure the control stages between frames.
+    var onSettingsChange: (@Sendable (DeviceSettings) -> Void)? {
+        get { observer.withLock { $0 } }
+        set { observer.withLock { $0 = newValue } }
+    }
+    private let observer = LockedBox<(@Sendable (DeviceSettings) -> Void)?>(nil)
+
+    public init(source: any CaptureSource) { self.source = source }
+
+    /// Opens a device by its string (`sim`, `/dev/video0`, `dump:FILE`).
+    public static func open(_ id: String, directory: DeviceDirectory) throws -> CaptureDevice {
+        CaptureDevice(source: try directory.open(id))
+    }
+
+    /// The default video device: the first V4L2 camera if one is present, else the sim camera.
+    public static func defaultDevice(directory: DeviceDirectory) throws -> CaptureDevice {
+        let found = directory.discover()
+        let pick = found.first(where: { $0.id.hasPrefix("/dev/") }) ?? found.first(where: { $0.id == "sim" })
+        return try open(pick?.id ?? "sim", directory: directory)
+    }
+
+    /// The settings in force.
+    public var settings: DeviceSettings { state.withLock { $0.settings } }
+
+    // MARK: The configuration lock
+
+    /// Takes the exclusive configuration lock; throws if another client holds it.
+    public func lockForConfiguration() throws {
+        guard configurationLock.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else {
+            throw SessionError.lockedByAnotherClient(device: uniqueID)
+        }
+        state.withLock { $0.staged = $0.settings }
+    }
+
+    /// Applies the staged changes together and releases the lock.
+    public func unlockForConfiguration() {
+        let applied: DeviceSettings? = state.withLock { s in
+            guard let staged = s.staged else { return nil }
+            s.staged = nil
+            if staged == s.settings { return nil }
+            s.settings = staged
+            s.generation += 1
+            return staged
+        }
+        configurationLock.store(false, ordering: .releasing)
+        if let applied { onSettingsChange?(applied) }
+    }
+
+    public var isLockedForConfiguration: Bool { configurationLock.load(ordering: .relaxed) }
+
+    /// Locks, runs `body` on the staged settings, and applies them — or discards them if `body` throws.
+    public func configure(_ body: (inout DeviceSettings) throws -> Void) throws {
+        try lockForConfiguration()
+        do {
+            var staged = state.withLock { $0.staged! }
+            try body(&staged)
+            try validate(staged)
+            state.withLock { $0.staged = staged }
+        } catch {
+            state.withLock { $0.staged = nil }
+            configurationLock.store(false, ordering: .releasing)
+            throw error
+        }
+        unlockForConfiguration()
+    }
+
+    private func stage(_ change: (inout DeviceSettings) -> Void) throws {
+        guard isLockedForConfiguration else { throw SessionError.notLockedForConfiguration(device: uniqueID) }
+        state.withLock { s in if s.staged != nil { change(&s.staged!) } }
+    }
+
+    // MARK: Capabilities and setters (staged; require the lock)
+
+    public func isExposureModeSupported(_ mode: ExposureMode) -> Bool {
+        guard let c = controls else { return mode == .locked }
+        switch mode {
+        case .locked: return true
+        case .auto, .continuous, .custom: return c.supports(.exposureTime) || c.supports(.gain)
+        }
+    }
+
+    public func isFocusModeSupported(_ mode: FocusMode) -> Bool {
+        guard let c = controls else { return mode == .locked }
+        return mode == .locked || c.supports(.focusAbsolute)
+    }
+
+    public var isExposurePointOfInterestSupported: Bool { isExposureModeSupported(.continuous) }
+    public var isFocusPointOfInterestSupported: Bool { isFocusModeSupported(.continuous) }
+
+    public func setExposureMode(_ mode: ExposureMode) throws {
+        guard isExposureModeSupported(mode) else {
+            throw SessionError.unsupportedMode(device: uniqueID, mode: "exposure mode \(mode.rawValue)", reason: "it has no exposure time or gain control")
+        }
+        try stage { $0.exposureMode = mode }
+    }
+
+    public func setFocusMode(_ mode: FocusMode) throws {
+        guard isFocusModeSupported(mode) else {
+            throw SessionError.unsupportedMode(device: uniqueID, mode: "focus mode \(mode.rawValue)", reason: "it has no focus control")
+        }
+        try stage { $0.focusMode = mode }
+    }
+
+    /// Point of interest for metering, in user-facing picture coordinates.
+    public func setExposurePointOfInterest(_ p: NormalizedPoint) throws {
+        try Self.checkPoint(p)
+        try stage { $0.exposurePointOfInterest = p }
+    }
+
+    /// Point of interest for focus, in user-facing picture coordinates.
+    public func setFocusPointOfInterest(_ p: NormalizedPoint) throws {
+        try Self.checkPoint(p)
+        try stage { $0.focusPointOfInterest = p }
+    }
+
+    public func setExposureTargetBias(_ ev: Double) throws {
+        guard (-4...4).contains(ev) else { throw SessionError.invalidConfiguration(reason: "exposure bias \(ev) EV is outside -4...4") }
+        try stage { $0.exposureTargetBias = ev }
+    }
+
+    /// Custom exposure: duration in µs and gain (1 = unity); sets the mode to `.custom`.
+    public func setExposureModeCustom(durationMicroseconds: Double, gain: Double) throws {
+        guard isExposureModeSupported(.custom) else {
+            throw SessionError.unsupportedMode(device: uniqueID, mode: "custom exposure", reason: "it has no exposure time or gain control")
+        }
+        guard durationMicroseconds > 0, gain >= 1 else { throw SessionError.invalidConfiguration(reason: "custom exposure needs a positive duration and a gain ≥ 1") }
+        try stage { $0.exposureMode = .custom; $0.customExposureDuration = durationMicroseconds; $0.customGain = gain }
+    }
+
+    /// Locks the lens at `position` (device units).
+    public func setFocusModeLocked(lensPosition: Double) throws {
+        guard let d = controls?.descriptor(.focusAbsolute) else {
+            throw SessionError.unsupportedMode(device: uniqueID, mode: "locked focus at a lens position", reason: "it has no focus control")
+        }
+        guard Double(d.minimum)...Double(d.maximum) ~= lensPosition else {
+            throw SessionError.invalidConfiguration(reason: "lens position \(lensPosition) is outside \(d.minimum)...\(d.maximum)")
+        }
+        try stage { $0.focusMode = .locked; $0.lensPosition = lensPosition }
+    }
+
+    /// The format to stream when the session preset is `inputPriority`.
+    public func setActiveFormat(_ request: StreamRequest) throws {
+        try stage { $0.activeFormat = request }
+    }
+
+    private static func checkPoint(_ p: NormalizedPoint) throws {
+        guard (0...1).contains(p.x), (0...1).contains(p.y) else {
+            throw SessionError.invalidConfiguration(reason: "point of interest (\(p.x), \(p.y)) is outside 0...1")
+        }
+    }
+
+    private func validate(_ s: DeviceSettings) throws {
+        if s.exposureMode == .custom && (s.customExposureDuration == nil || s.customGain == nil) {
+            throw SessionError.invalidConfiguration(reason: "custom exposure needs a duration and a gain (setExposureModeCustom)")
+        }
+    }
+}
+
+/// An input that takes media from a device (AVFoundation's `AVCaptureDeviceInput`).
+public final class CaptureDeviceInput: CaptureInput, @unchecked Sendable {
+    public let device: CaptureDevice
+    public init(device: CaptureDevice) {
+        self.device = device
+        super.init(mediaType: .video)
+    }
+}
