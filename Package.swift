@@ -80,7 +80,8 @@ let package = Package(
             dependencies: ["StageRegistryGenerator"]
         ),
 
-        .testTarget(name: "ViewfinderTests", dependencies: ["Viewfinder", "ViewfinderKit"]),
+        .testTarget(name: "ViewfinderTests", dependencies: ["Viewfinder"]),
+        .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit"]),
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderStages"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "CV4L2"]),
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSinks", "CTurboJPEG", "CLZ4"]),

@@ -1,0 +1,87 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Frame {
+    /// The frame's metadata as one JSON object (no trailing newline).
+    public func metadataJSON() -> String {
+        var s = "{\"sequence\":\(sequence),\"timestamp_ns\":\(timestamp.nanoseconds),\"clock\":\"\(timestamp.clock.rawValue)\",\"receive_ns\":\(receiveTime)"
+        s += ",\"format\":\"\(format.pixelFormat.rawValue)\",\"width\":\(format.width),\"height\":\(format.height),\"bytes\":\(bytesUsed)"
+        let m = metadata
+        func num(_ k: String, _ v: Double?) { if let v, v.isFinite { s += ",\"\(k)\":\(v)" } }
+        num("exposure_us", m.exposureTime)
+        num("gain", m.gain)
+        num("lens_position", m.lensPosition)
+        num("white_balance_k", m.whiteBalance)
+        if let f = m.focus { s += ",\"focus\":{\"laplacian_variance\":\(f.laplacianVariance),\"tenengrad\":\(f.tenengrad)}" }
+        if let st = m.focusState { s += ",\"focus_state\":\"\(st.rawValue)\"" }
+        if let st = m.exposureState { s += ",\"exposure_state\":\"\(st.rawValue)\"" }
+        num("metered_luma", m.meteredLuma)
+        num("exposure_error_ev", m.exposureError)
+        func motion(_ k: String, _ v: MotionEstimate?) {
+            if let v { s += ",\"\(k)\":{\"dx\":\(v.dx),\"dy\":\(v.dy),\"angle\":\(v.angle),\"scale\":\(v.scale),\"confidence\":\(v.confidence)}" }
+        }
+        motion("motion", m.motion)
+        motion("correction", m.correction)
+        if let t = m.truth {
+            s += ",\"truth\":{\"shake_x\":\(t.shakeX),\"shake_y\":\(t.shakeY),\"shake_angle\":\(t.shakeAngle),\"in_focus_lens_position\":\(t.inFocusLensPosition),\"scene_luminance\":\(t.sceneLuminance),\"exposure_us\":\(t.appliedExposure),\"gain\":\(t.appliedGain),\"lens_position\":\(t.appliedLensPosition),\"defocus_blur\":\(t.defocusBlur),\"mean_luma\":\(t.renderedMeanLuma)}"
+        }
+        if m.droppedBefore > 0 { s += ",\"dropped_before\":\(m.droppedBefore)" }
+        s += ",\"stage_ns\":\(m.stageNanoseconds)"
+        for (k, v) in m.custom.entries where v.isFinite { s += ",\"\(k.description)\":\(v)" }
+        s += "}"
+        return s
+    }
+}
+
+/// Writes one JSON line of metadata per frame (`--metadata frames.jsonl`). Runs on its own
+/// thread like any output; a full disk ends the writing with a logged error, not the capture.
+public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: `file` and `failure` are touched only on the consumer thread (start,
+    // consume, finish), then read after the engine has joined that thread.
+    public let consumerName = "metadata"
+    public let path: String
+    public var ringCapacity: Int { 64 }
+    public var overflowPolicy: OverflowPolicy { .dropNewest }
+    private var file: UnsafeMutablePointer<FILE>?
+    public private(set) var failure: String?
+    public private(set) var lines = 0
+
+    public init(path: String) { self.path = path }
+
+    public func start(configuration: StreamConfiguration) throws {
+        guard let f = fopen(path, "w") else {
+            throw DeviceError.io(device: path, operation: "open for writing", errno: errno, message: String(cString: strerror(errno)))
+        }
+        file = f
+    }
+
+    public func consume(_ frame: Frame) {
+        guard let f = file, failure == nil else { return }
+        let line = frame.metadataJSON() + "\n"
+        if fputs(line, f) < 0 { failure = String(cString: strerror(errno)) } else { lines += 1 }
+    }
+
+    public func finish(error: (any Error)?) {
+        if let f = file {
+            if fflush(f) != 0 && failure == nil { failure = String(cString: strerror(errno)) }
+            fclose(f)
+            file = nil
+        }
+    }
+}
+
+/// Discards frames (a sink that measures the engine).
+public final class NullConsumer: FrameConsumer, Sendable {
+    public let consumerName: String
+    public init(name: String = "null") { consumerName = name }
+    public func consume(_ frame: Frame) {}
+}
+
+extension MetadataWriter: CaptureOutput {
+    public var acceptedMediaTypes: Set<MediaType> { [.video] }
+}
+
+extension NullConsumer: CaptureOutput {
+    public var acceptedMediaTypes: Set<MediaType> { [.video] }
+}

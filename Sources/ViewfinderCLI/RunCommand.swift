@@ -1,0 +1,219 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import ViewfinderKit
+
+/// Options shared by the commands that open a device.
+struct DeviceOptions: ParsableArguments {
+    @Option(name: .long, help: "Device: sim[:options], /dev/videoN, dump:FILE, pattern[:options]. Default: the pipeline file's device, else sim.")
+    var device: String?
+    @Option(help: "Session preset: \(SessionPreset.allCases.map(\.rawValue).joined(separator: ", ")). Default: inputPriority (the device's own format).")
+    var preset: String?
+    @Option(help: "Pixel format to request (yuyv, nv12, mjpeg, …).") var format: String?
+    @Option(help: "Width to request, pixels.") var width: Int?
+    @Option(help: "Height to request, pixels.") var height: Int?
+    @Option(help: "Frame rate to request, frames per second.") var fps: Double?
+
+    /// Opens the device and makes a session with it as the input.
+    func makeSession(defaultDevice: String?, registry: StageRegistry) throws -> (CaptureSession, CaptureDevice) {
+        let id = device ?? defaultDevice ?? "sim"
+        let dev = try CaptureDevice.open(id, directory: .standard)
+        let session = CaptureSession(registry: registry)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: dev))
+        let presetValue: SessionPreset
+        if let p = preset {
+            guard let v = SessionPreset(rawValue: p) else {
+                throw ValidationError("unknown preset '\(p)' (known: \(SessionPreset.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            presetValue = v
+        } else { presetValue = .inputPriority }
+        if format != nil || width != nil || height != nil || fps != nil {
+            let active = dev.source.activeConfiguration
+            var pf = active?.format.pixelFormat ?? .yuyv
+            if let f = format {
+                guard let p = PixelFormat(name: f) else { throw ValidationError("unknown pixel format '\(f)' (known: \(PixelFormat.allCases.map(\.rawValue).joined(separator: ", ")))") }
+                pf = p
+            }
+            let req = StreamRequest(pixelFormat: pf, width: width ?? active?.format.width ?? 1280, height: height ?? active?.format.height ?? 720, fps: fps ?? active?.interval.fps)
+            try dev.configure { s in
+                s.activeFormat = req
+                s.exposureMode = .locked
+                s.focusMode = .locked
+            }
+            try session.setSessionPreset(.inputPriority)
+        } else {
+            try dev.configure { s in s.exposureMode = .locked; s.focusMode = .locked }
+            try session.setSessionPreset(presetValue)
+        }
+        try session.commitConfiguration()
+        return (session, dev)
+    }
+}
+
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Capture from a device through stages; print a live status line and a summary.")
+
+    @OptionGroup var deviceOptions: DeviceOptions
+    @Option(help: "Stages, e.g. exposure:mode=continuous,focus,deadline:max_age_ms=50.") var stages: String?
+    @Option(help: "A pipeline file (JSON: {\"device\": ..., \"stages\": [{\"name\": ..., \"options\": {...}}]}).") var config: String?
+    @Option(help: "Stop after this many frames have been captured.") var frames: UInt64?
+    @Option(help: "Stop after this many seconds.") var duration: Double?
+    @Flag(help: "Print the summary as one JSON object.") var json = false
+    @Option(help: "Write one JSON line of metadata per frame to this file.") var metadata: String?
+
+    func validate() throws {
+        if stages != nil && config != nil { throw ValidationError("give --stages or --config, not both") }
+        if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
+        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+    }
+
+    func run() throws {
+        do {
+            try runPipeline()
+        } catch let e as ExitCode {
+            throw e
+        } catch {
+            throw fail(error)
+        }
+    }
+
+    func runPipeline() throws {
+        var specs: [StageSpec] = []
+        var fileDevice: String?
+        if let config {
+            let p = try PipelineConfiguration.load(path: config)
+            specs = p.stages
+            fileDevice = p.device
+        } else if let stages {
+            specs = try StageSpec.parseList(stages)
+        }
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: fileDevice, registry: .builtIn)
+        session.beginConfiguration()
+        try session.setStages(specs)
+        var options = EngineOptions(frameLimit: frames, durationSeconds: duration)
+        if !dev.source.isLive { options.stallTimeoutSeconds = 30 }
+        try session.setEngineOptions(options)
+        let null = NullConsumer(name: "null")
+        try session.addOutput(null)
+        var writer: MetadataWriter?
+        if let metadata {
+            let w = MetadataWriter(path: metadata)
+            writer = w
+            try session.addOutput(w)
+        }
+        try session.commitConfiguration()
+
+        let errors = LockedBox<[String]>([])
+        session.onEvent { e in if case .runtimeError(let m) = e { errors.withLock { $0.append(m) } } }
+
+        // Ctrl-C stops capture; what was captured still flows out.
+        signal(SIGINT, SIG_IGN)
+        let sigint = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        sigint.setEventHandler { session.stopRunning() }
+        sigint.resume()
+
+        try session.startRunning()
+        let showStatus = !json && isatty(STDERR_FILENO) != 0
+        let status = showStatus ? StatusLine(session: session) : nil
+        session.waitUntilFinished()
+        status?.stop()
+        session.stopRunning()
+
+        guard let stats = session.statistics ?? nil else { return }
+        let cfg = session.streamConfiguration
+        let summary = Summary(device: dev.uniqueID, configuration: cfg, stats: stats, errors: errors.withLock { $0 }, metadataLines: writer?.lines, metadataPath: metadata)
+        if json { print(summary.json) } else { print(summary.text) }
+        if let w = writer, let f = w.failure { throw fail(DeviceError.io(device: w.path, operation: "write metadata", errno: 0, message: f)) }
+        if let e = errors.withLock({ $0.first }) { throw fail(RuntimeFailure(message: e)) }
+    }
+}
+
+struct RuntimeFailure: Error, CustomStringConvertible { let message: String; var description: String { message } }
+
+/// The live status line on a terminal: fps, drops by reason, per-stage time, latency.
+final class StatusLine: @unchecked Sendable {
+    // @unchecked Sendable: `thread` is only touched by the creating thread.
+    private let stopFlag = LockedBox(false)
+    private var thread: EngineThread?
+
+    init(session: CaptureSession) {
+        let stopFlag = self.stopFlag
+        thread = EngineThread(name: "vf-status") {
+            var lastCount: UInt64 = 0
+            var lastTime = monotonicNanoseconds()
+            while !stopFlag.withLock({ $0 }) {
+                sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 500_000_000)
+                guard let s = session.statistics else { continue }
+                let now = monotonicNanoseconds()
+                let n = s.captured
+                let fps = Double(n - lastCount) / (Double(now - lastTime) / 1e9)
+                lastCount = n; lastTime = now
+                var line = String(format: "\r%6.1f fps  captured %llu  delivered %llu", fps, n, s.delivered)
+                let drops = s.drops.byName
+                if !drops.isEmpty { line += "  dropped " + drops.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
+                for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) { line += String(format: "  %@ %.0fµs", name, us) }
+                line += String(format: "  latency p50 %.1f p99 %.1f ms  ", Double(s.latency.quantile(0.5)) / 1e6, Double(s.latency.quantile(0.99)) / 1e6)
+                FileHandle.standardError.write(Data(line.utf8))
+            }
+            FileHandle.standardError.write(Data("\n".utf8))
+        }
+    }
+
+    func stop() {
+        stopFlag.withLock { $0 = true }
+        thread?.join()
+    }
+}
+
+/// The end-of-run summary.
+struct Summary {
+    let device: String
+    let configuration: StreamConfiguration?
+    let stats: EngineStatistics
+    let errors: [String]
+    let metadataLines: Int?
+    let metadataPath: String?
+
+    var dictionary: [String: Any] {
+        var d: [String: Any] = [
+            "device": device,
+            "captured": stats.captured,
+            "delivered": stats.delivered,
+            "dropped": stats.drops.byName,
+            "dropped_total": stats.drops.total,
+            "seconds": stats.elapsedSeconds,
+            "fps": stats.elapsedSeconds > 0 ? Double(stats.captured) / stats.elapsedSeconds : 0,
+            "latency_ms": ["p50": Double(stats.latency.quantile(0.5)) / 1e6, "p99": Double(stats.latency.quantile(0.99)) / 1e6],
+            "stages": zip(stats.stageNames, stats.stageMeanMicroseconds).map { ["name": $0.0, "mean_us": $0.1] },
+            "outputs": stats.consumers.map { ["name": $0.name, "consumed": $0.consumed, "dropped": $0.drops.byName] as [String: Any] },
+        ]
+        if let c = configuration {
+            d["format"] = ["pixel_format": c.format.pixelFormat.rawValue, "width": c.format.width, "height": c.format.height, "fps": c.interval.fps]
+        }
+        if !errors.isEmpty { d["errors"] = errors }
+        if let metadataPath { d["metadata"] = ["path": metadataPath, "lines": metadataLines ?? 0] }
+        return d
+    }
+
+    var json: String { jsonString(dictionary) }
+
+    var text: String {
+        var s = "\(device)"
+        if let c = configuration { s += ": \(c.format) at \(c.interval)" }
+        s += "\n  captured \(stats.captured), delivered \(stats.delivered), dropped \(stats.drops.total)"
+        let drops = stats.drops.byName
+        if !drops.isEmpty { s += " (" + drops.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")" }
+        s += String(format: "\n  %.2f s, %.1f fps, latency p50 %.2f ms, p99 %.2f ms", stats.elapsedSeconds, stats.elapsedSeconds > 0 ? Double(stats.captured) / stats.elapsedSeconds : 0, Double(stats.latency.quantile(0.5)) / 1e6, Double(stats.latency.quantile(0.99)) / 1e6)
+        for (n, us) in zip(stats.stageNames, stats.stageMeanMicroseconds) { s += String(format: "\n  stage %@: %.1f µs/frame", n, us) }
+        for c in stats.consumers where c.name != "null" {
+            s += "\n  output \(c.name): \(c.consumed) frames"
+            if c.drops.total > 0 { s += ", dropped \(c.drops.byName)" }
+        }
+        if let metadataPath { s += "\n  metadata: \(metadataLines ?? 0) lines in \(metadataPath)" }
+        for e in errors { s += "\n  error: \(e)" }
+        return s
+    }
+}

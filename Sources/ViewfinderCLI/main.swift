@@ -1,2 +1,0 @@
-import ViewfinderKit
-print(StageRegistry.builtIn.names)

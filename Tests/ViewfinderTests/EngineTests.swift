@@ -1,0 +1,186 @@
+import Testing
+import Foundation
+import Synchronization
+@testable import Viewfinder
+
+/// Test stages, defined here and used by name through a registry built in code.
+final class DropEveryOther: Stage {
+    static let name = "drop_every_other"
+    static let summary = "Drops odd sequence numbers."
+    struct Options: StageOptions {
+        var phase = 1
+        init() {}
+        static var fields: [OptionField<Options>] { [.int("phase", \.phase, range: 0...1, "which parity to drop")] }
+    }
+    let phase: UInt64
+    init(options: Options) { phase = UInt64(options.phase) }
+    func process(_ frame: Frame) -> StageVerdict { frame.sequence % 2 == phase ? .drop(.stage) : .forward }
+}
+
+/// Holds frames for `delay` frames, then hands them on in order (a look-ahead stage).
+final class DelayStage: Stage {
+    static let name = "delay"
+    static let summary = "Delays frames."
+    struct Options: StageOptions {
+        var frames = 3
+        init() {}
+        static var fields: [OptionField<Options>] { [.int("frames", \.frames, range: 0...30, unit: "frames", "look-ahead")] }
+    }
+    let delay: Int
+    var held: [Frame] = []
+    var finishing = false
+    init(options: Options) { delay = options.frames; held.reserveCapacity(options.frames + 1) }
+    var delayFrames: Int { delay }
+    func process(_ frame: Frame) -> StageVerdict { held.append(frame); return .hold }
+    func nextReady() -> Frame? {
+        if held.count > delay || (finishing && !held.isEmpty) { return held.removeFirst() }
+        return nil
+    }
+    func finish() { finishing = true }
+}
+
+final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
+    let consumerName: String
+    let delayNs: UInt64
+    let policy: OverflowPolicy
+    let discardLate: Bool
+    private let box = LockedBox<[UInt64]>([])
+    private let finishedWith = LockedBox<String?>(nil)
+    init(name: String = "collect", delayNs: UInt64 = 0, policy: OverflowPolicy = .dropOldest, discardLate: Bool = false) {
+        consumerName = name; self.delayNs = delayNs; self.policy = policy; self.discardLate = discardLate
+    }
+    var overflowPolicy: OverflowPolicy { policy }
+    var discardsLateFrames: Bool { discardLate }
+    func consume(_ frame: Frame) {
+        box.withLock { $0.append(frame.sequence) }
+        if delayNs > 0 { sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + delayNs) }
+    }
+    func finish(error: (any Error)?) { finishedWith.withLock { $0 = error.map { "\($0)" } ?? "ok" } }
+    var sequences: [UInt64] { box.withLock { $0 } }
+    var finishReason: String? { finishedWith.withLock { $0 } }
+}
+
+@Suite struct EngineTests {
+    func source(_ s: String) throws -> PatternSource { try PatternSource(deviceString: s) }
+
+    func run(_ src: PatternSource, stages: [any Stage] = [], consumers: [any FrameConsumer], options: EngineOptions = EngineOptions()) throws -> CaptureEngine {
+        let cfg = try src.configure(StreamRequest(pixelFormat: src.options.format, width: src.options.width, height: src.options.height, fps: src.options.fps, bufferCount: src.options.poolSize))
+        let e = CaptureEngine(source: src, configuration: cfg, stages: stages, consumers: consumers, options: options)
+        try e.start()
+        #expect(e.waitUntilFinished(timeoutSeconds: 30))
+        return e
+    }
+
+    @Test func nonLiveSourceLosesNothingToASlowConsumer() throws {
+        let src = try source("pattern:width=64,height=32,frames=200,buffers=8")
+        let slow = CollectingConsumer(delayNs: 200_000)
+        let e = try run(src, consumers: [slow])
+        #expect(e.statistics.captured == 200)
+        #expect(e.statistics.delivered == 200)
+        #expect(e.statistics.drops.total == 0)
+        #expect(slow.sequences == Array(0..<200))
+        #expect(slow.finishReason == "ok")
+    }
+
+    @Test func liveSourceNeverStallsAndTheBooksBalance() throws {
+        // 500 fps paced source, a consumer 2x slower than capture.
+        let src = try source("pattern:width=64,height=32,fps=500,paced=true,frames=400,buffers=16")
+        let slow = CollectingConsumer(delayNs: 4_000_000)
+        let fast = CollectingConsumer(name: "fast")
+        let e = try run(src, consumers: [slow, fast])
+        let s = e.statistics
+        #expect(s.captured == 400)
+        #expect(s.captured == s.delivered + s.drops.total)
+        // The fast consumer is not held back by the slow one.
+        #expect(fast.sequences.count + Int(s.consumers[1].drops.total) == Int(s.delivered))
+        #expect(fast.sequences.count > slow.sequences.count)
+        // The slow one got what it could and every other frame is counted as dropped on its path.
+        #expect(UInt64(slow.sequences.count) + s.consumers[0].drops.total == s.delivered)
+        #expect(slow.sequences == slow.sequences.sorted())
+        // Capture kept pace: 400 frames at 500 fps take about 0.8 s, not 1.6 s.
+        #expect(s.elapsedSeconds < 1.5)
+    }
+
+    @Test func stageDropsAreCountedWithTheirReason() throws {
+        let src = try source("pattern:width=64,height=32,frames=100")
+        let c = CollectingConsumer()
+        let e = try run(src, stages: [DropEveryOther(options: .init())], consumers: [c])
+        #expect(e.statistics.drops[.stage] == 50)
+        #expect(e.statistics.delivered == 50)
+        #expect(c.sequences == stride(from: 0, to: 100, by: 2).map(UInt64.init))
+    }
+
+    @Test func lookAheadStageKeepsOrderAndFlushesAtTheEnd() throws {
+        let src = try source("pattern:width=64,height=32,frames=50")
+        let c = CollectingConsumer()
+        let e = try run(src, stages: [DelayStage(options: .init()), DropEveryOther(options: .init())], consumers: [c])
+        #expect(e.statistics.delivered == 25)
+        #expect(c.sequences == stride(from: 0, to: 50, by: 2).map(UInt64.init))
+    }
+
+    @Test func discardingLateFramesKeepsTheNewest() throws {
+        let src = try source("pattern:width=64,height=32,fps=400,paced=true,frames=200")
+        let c = CollectingConsumer(delayNs: 10_000_000, policy: .dropOldest, discardLate: true)
+        let e = try run(src, consumers: [c])
+        let cs = e.statistics.consumers[0]
+        #expect(cs.drops[.late] > 0)
+        #expect(UInt64(c.sequences.count) + cs.drops.total == e.statistics.delivered)
+        #expect(c.sequences.last == 199)
+    }
+
+    @Test func poolFramesAllComeBack() throws {
+        let src = try source("pattern:width=64,height=32,frames=300,buffers=6")
+        let e = try run(src, stages: [DelayStage(options: .init())], consumers: [CollectingConsumer(), CollectingConsumer(name: "b", delayNs: 100_000)])
+        #expect(e.statistics.delivered == 300)
+    }
+}
+
+@Suite struct StageOptionTests {
+    let registry = StageRegistry([DropEveryOther.self, DelayStage.self])
+
+    @Test func unknownStageNamesItAndTheKnownOnes() {
+        #expect(throws: ConfigurationError.unknownStage("blur", known: ["delay", "drop_every_other"])) {
+            try registry.makeStage(StageSpec(name: "blur"))
+        }
+    }
+
+    @Test func unknownOptionNamesIt() {
+        #expect(throws: ConfigurationError.unknownOption(stage: "delay", option: "frame", known: ["frames"])) {
+            try registry.makeStage(StageSpec(name: "delay", options: ["frame": .number(3)]))
+        }
+    }
+
+    @Test func outOfRangeAndWrongTypeAreRejected() throws {
+        #expect(throws: ConfigurationError.self) { try registry.makeStage(StageSpec(name: "delay", options: ["frames": .number(31)])) }
+        #expect(throws: ConfigurationError.self) { try registry.makeStage(StageSpec(name: "delay", options: ["frames": .string("many")])) }
+        #expect(throws: ConfigurationError.self) { try registry.makeStage(StageSpec(name: "delay", options: ["frames": .number(2.5)])) }
+        let s = try registry.makeStage(StageSpec(name: "delay", options: ["frames": .number(7)]))
+        #expect(s.delayFrames == 7)
+    }
+
+    @Test func commandLineListParses() throws {
+        let specs = try StageSpec.parseList("delay:frames=4,drop_every_other:phase=0")
+        #expect(specs == [StageSpec(name: "delay", options: ["frames": .number(4)]), StageSpec(name: "drop_every_other", options: ["phase": .number(0)])])
+        #expect(throws: ConfigurationError.self) { try StageSpec.parseList("delay:frames") }
+    }
+
+    @Test func defaultsAreDocumented() {
+        let doc = DelayStage.optionDocumentation
+        #expect(doc == [OptionDocumentation(name: "frames", type: "integer", defaultValue: "3", range: "0...30", unit: "frames", summary: "look-ahead")])
+    }
+
+    @Test func pipelineFilesAreValidated() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vf-\(UUID())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        func write(_ s: String) -> String { let p = dir.appendingPathComponent("\(UUID()).json").path; FileManager.default.createFile(atPath: p, contents: Data(s.utf8)); return p }
+        let good = try PipelineConfiguration.load(path: write(#"{"device":"sim","stages":[{"name":"delay","options":{"frames":2}},{"name":"drop_every_other","enabled":false}]}"#))
+        #expect(good.device == "sim")
+        #expect(good.stages.count == 2 && good.stages[1].enabled == false)
+        for bad in [#"{"stages":[{"name":"delay"}"#, #"[1,2]"#, #"{"stagez":[]}"#, #"{"stages":[{"options":{}}]}"#, #"{"stages":[{"name":"delay","option":{}}]}"#, #"{"stages":"delay"}"#] {
+            let p = write(bad)
+            #expect(throws: ConfigurationError.self, "\(bad)") { try PipelineConfiguration.load(path: p) }
+        }
+        #expect(throws: ConfigurationError.invalidConfigFile(path: "/nonexistent.json", reason: "cannot read the file")) { try PipelineConfiguration.load(path: "/nonexistent.json") }
+    }
+}
