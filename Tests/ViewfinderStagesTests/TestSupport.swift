@@ -1,2 +1,3 @@
 import Testing
+import Viewfinder
 @testable import ViewfinderStages
