@@ -1,0 +1,210 @@
+import Foundation
+import CTurboJPEG
+import Viewfinder
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// EXIF orientation (TIFF tag 0x0112): how the stored image must be turned to display upright.
+public enum ExifOrientation: UInt16, Sendable, Codable, CaseIterable {
+    case up = 1, upMirrored = 2, down = 3, downMirrored = 4
+    case leftMirrored = 5, right = 6, rightMirrored = 7, left = 8
+
+    /// The orientation for a connection's video rotation angle in degrees (0, 90, 180, 270),
+    /// as AVCaptureConnection's `videoRotationAngle` means it (clockwise).
+    public init(rotationDegrees: Int) {
+        switch ((rotationDegrees % 360) + 360) % 360 {
+        case 90: self = .right
+        case 180: self = .down
+        case 270: self = .left
+        default: self = .up
+        }
+    }
+}
+
+/// The few EXIF fields a still carries: capture time, exposure time, ISO (from gain), orientation.
+public struct ExifInfo: Sendable, Equatable {
+    /// Wall-clock time of capture.
+    public var dateTimeOriginal: Date?
+    /// Exposure time in seconds.
+    public var exposureTime: Double?
+    /// ISO speed: gain 1.0 is ISO 100.
+    public var iso: Int?
+    public var orientation: ExifOrientation
+    public init(dateTimeOriginal: Date? = nil, exposureTime: Double? = nil, iso: Int? = nil, orientation: ExifOrientation = .up) {
+        self.dateTimeOriginal = dateTimeOriginal; self.exposureTime = exposureTime; self.iso = iso; self.orientation = orientation
+    }
+
+    /// ISO from an analogue gain (1.0 = ISO 100), clamped to the SHORT range.
+    public static func iso(fromGain gain: Double) -> Int { Int(max(1, min(65535, (gain * 100).rounded()))) }
+
+    /// "YYYY:MM:DD HH:MM:SS" in local time, as EXIF wants it.
+    static func exifDate(_ d: Date) -> String {
+        var t = time_t(d.timeIntervalSince1970)
+        var tmv = tm()
+        localtime_r(&t, &tmv)
+        func p(_ v: Int32, _ n: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s }
+        return "\(p(tmv.tm_year + 1900, 4)):\(p(tmv.tm_mon + 1, 2)):\(p(tmv.tm_mday, 2)) \(p(tmv.tm_hour, 2)):\(p(tmv.tm_min, 2)):\(p(tmv.tm_sec, 2))"
+    }
+
+    /// The APP1 segment (marker FFE1, length, "Exif\0\0", a little-endian TIFF with IFD0 and the Exif IFD).
+    public func app1Segment() -> [UInt8] {
+        var tiff = [UInt8]()
+        func u16(_ v: UInt16) { tiff.append(UInt8(v & 0xFF)); tiff.append(UInt8(v >> 8)) }
+        func u32(_ v: UInt32) { for i in 0..<4 { tiff.append(UInt8((v >> (8 * UInt32(i))) & 0xFF)) } }
+        // Header: II, 42, offset of IFD0.
+        tiff += [0x49, 0x49]; u16(42); u32(8)
+
+        // Exif IFD entries (sorted by tag), with out-of-line data placed after the IFD.
+        struct Entry { var tag: UInt16; var type: UInt16; var count: UInt32; var inline: [UInt8]; var data: [UInt8] }
+        var exif: [Entry] = []
+        if let t = exposureTime, t > 0 {
+            // RATIONAL: 1/N for short exposures, N/1000000 otherwise.
+            let (num, den): (UInt32, UInt32) = t < 1 && (1 / t).rounded() * t > 0.999 && (1 / t).rounded() * t < 1.001
+                ? (1, UInt32((1 / t).rounded())) : (UInt32(min(4e9, (t * 1_000_000).rounded())), 1_000_000)
+            var d = [UInt8](); for v in [num, den] { for i in 0..<4 { d.append(UInt8((v >> (8 * UInt32(i))) & 0xFF)) } }
+            exif.append(Entry(tag: 0x829A, type: 5, count: 1, inline: [], data: d))
+        }
+        if let iso {
+            let v = UInt16(clamping: iso)
+            exif.append(Entry(tag: 0x8827, type: 3, count: 1, inline: [UInt8(v & 0xFF), UInt8(v >> 8), 0, 0], data: []))
+        }
+        exif.append(Entry(tag: 0x9000, type: 7, count: 4, inline: Array("0230".utf8), data: []))
+        if let date = dateTimeOriginal {
+            let s = Array(ExifInfo.exifDate(date).utf8) + [0]
+            exif.append(Entry(tag: 0x9003, type: 2, count: UInt32(s.count), inline: [], data: s))
+        }
+
+        // IFD0: orientation and the pointer to the Exif IFD.
+        let ifd0Offset = 8
+        let ifd0Size = 2 + 2 * 12 + 4
+        let exifOffset = ifd0Offset + ifd0Size
+        u16(2)
+        u16(0x0112); u16(3); u32(1); u16(orientation.rawValue); u16(0)
+        u16(0x8769); u16(4); u32(1); u32(UInt32(exifOffset))
+        u32(0)
+
+        let exifSize = 2 + exif.count * 12 + 4
+        var dataOffset = exifOffset + exifSize
+        var trailing = [UInt8]()
+        u16(UInt16(exif.count))
+        for e in exif {
+            u16(e.tag); u16(e.type); u32(e.count)
+            if e.data.isEmpty {
+                tiff += e.inline + [UInt8](repeating: 0, count: 4 - e.inline.count)
+            } else {
+                u32(UInt32(dataOffset))
+                trailing += e.data
+                if e.data.count % 2 == 1 { trailing.append(0) }
+                dataOffset = exifOffset + exifSize + trailing.count
+            }
+        }
+        u32(0)
+        tiff += trailing
+
+        let payload = Array("Exif".utf8) + [0, 0] + tiff
+        let length = payload.count + 2
+        return [0xFF, 0xE1, UInt8(length >> 8), UInt8(length & 0xFF)] + payload
+    }
+}
+
+/// Small surgery on JPEG marker streams: EXIF insertion and the Huffman tables that MJPEG cameras
+/// leave out.
+public enum JPEGMarkers {
+    /// Whether the data starts with SOI and a marker follows.
+    public static func looksLikeJPEG(_ b: UnsafeRawBufferPointer) -> Bool {
+        b.count >= 4 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF
+    }
+
+    /// Offsets of the header segments: (marker, offset of 0xFF, total length including the marker).
+    /// Stops at SOS. Throws on a malformed stream.
+    static func segments(_ b: UnsafeRawBufferPointer) throws -> [(marker: UInt8, offset: Int, length: Int)] {
+        guard looksLikeJPEG(b) else { throw SinkError.corruptData("not a JPEG (no SOI marker)") }
+        var out: [(UInt8, Int, Int)] = []
+        var i = 2
+        while i + 4 <= b.count {
+            guard b[i] == 0xFF else { throw SinkError.corruptData("JPEG marker expected at byte \(i)") }
+            let m = b[i + 1]
+            if m == 0xFF { i += 1; continue }
+            let len = Int(b[i + 2]) << 8 | Int(b[i + 3])
+            guard len >= 2, i + 2 + len <= b.count else { throw SinkError.corruptData("JPEG segment at byte \(i) runs past the end") }
+            out.append((m, i, len + 2))
+            if m == 0xDA { return out }
+            i += 2 + len
+        }
+        throw SinkError.corruptData("JPEG without a start-of-scan")
+    }
+
+    /// The standard Huffman tables (ITU T.81 K.3) as one DHT segment, taken from TurboJPEG's own
+    /// output (it uses them unless asked to optimise).
+    static let standardDHT: [UInt8] = {
+        guard let enc = try? JPEGEncoder() else { return [] }
+        var px = [UInt8](repeating: 128, count: 16 * 16 * 2)
+        let fmt = FrameFormatShim.yuyv16
+        guard let jpeg = try? px.withUnsafeMutableBytes({ p -> [UInt8] in
+            Array(try enc.encode(UnsafeRawPointer(p.baseAddress!), byteCount: p.count, format: fmt, quality: 90))
+        }) else { return [] }
+        guard let segs = try? jpeg.withUnsafeBytes({ try segments($0) }) else { return [] }
+        var dht = [UInt8]()
+        for s in segs where s.marker == 0xC4 { dht += jpeg[s.offset..<(s.offset + s.length)] }
+        return dht
+    }()
+
+    /// Returns a standalone JPEG: `exif` inserted right after SOI (replacing a JFIF APP0 or an
+    /// existing EXIF APP1 there) and, when the stream has no DHT (UVC MJPEG), the standard tables
+    /// inserted before SOS.
+    public static func makeStandalone(_ b: UnsafeRawBufferPointer, exif: [UInt8]?) throws -> [UInt8] {
+        let segs = try segments(b)
+        let hasDHT = segs.contains { $0.marker == 0xC4 }
+        var out = [UInt8]()
+        out.reserveCapacity(b.count + (exif?.count ?? 0) + (hasDHT ? 0 : 500))
+        out += [0xFF, 0xD8]
+        if let exif { out += exif }
+        for s in segs {
+            let isJFIF = s.marker == 0xE0 && s.length >= 9 && b[s.offset + 4] == 0x4A && b[s.offset + 5] == 0x46
+            let isExif = s.marker == 0xE1 && s.length >= 10 && b[s.offset + 4] == 0x45 && b[s.offset + 5] == 0x78
+            if exif != nil && (isJFIF || isExif) { continue }
+            if s.marker == 0xDA && !hasDHT { out += standardDHT }
+            if s.marker == 0xDA {
+                out += UnsafeRawBufferPointer(rebasing: b[s.offset..<b.count])
+            } else {
+                out += UnsafeRawBufferPointer(rebasing: b[s.offset..<(s.offset + s.length)])
+            }
+        }
+        return out
+    }
+
+    /// Reads back the EXIF APP1 fields this module writes (for tests and `viewfinder` inspection).
+    public static func readExif(_ b: UnsafeRawBufferPointer) throws -> (orientation: UInt16?, iso: UInt16?, exposure: Double?, date: String?) {
+        let segs = try segments(b)
+        guard let app1 = segs.first(where: { $0.marker == 0xE1 }) else { return (nil, nil, nil, nil) }
+        let t = app1.offset + 10
+        guard b[t] == 0x49 && b[t + 1] == 0x49 else { throw SinkError.corruptData("EXIF is not little-endian TIFF") }
+        func u16(_ o: Int) -> UInt16 { UInt16(b[t + o]) | UInt16(b[t + o + 1]) << 8 }
+        func u32(_ o: Int) -> UInt32 { UInt32(u16(o)) | UInt32(u16(o + 2)) << 16 }
+        var orientation: UInt16?, iso: UInt16?, exposure: Double?, date: String?
+        func walk(_ ifd: Int) {
+            let n = Int(u16(ifd))
+            for k in 0..<n {
+                let e = ifd + 2 + 12 * k
+                let tag = u16(e), count = Int(u32(e + 4))
+                switch tag {
+                case 0x0112: orientation = u16(e + 8)
+                case 0x8827: iso = u16(e + 8)
+                case 0x829A: let o = Int(u32(e + 8)); exposure = Double(u32(o)) / Double(max(1, u32(o + 4)))
+                case 0x9003:
+                    let o = Int(u32(e + 8))
+                    date = String(decoding: (0..<max(0, count - 1)).map { b[t + o + $0] }, as: UTF8.self)
+                case 0x8769: walk(Int(u32(e + 8)))
+                default: break
+                }
+            }
+        }
+        walk(Int(u32(4)))
+        return (orientation, iso, exposure, date)
+    }
+}
+
+enum FrameFormatShim {
+    static let yuyv16 = FrameFormat(.yuyv, width: 16, height: 16)
+}

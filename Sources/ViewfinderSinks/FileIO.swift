@@ -1,0 +1,136 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// A file descriptor opened for writing, with full-write loops and typed errors.
+///
+/// Not shared between threads: each writer owns its file.
+final class OutputFile {
+    let path: String
+    let fd: Int32
+    /// Bytes written so far (the end of the last complete write).
+    private(set) var offset: UInt64 = 0
+
+    /// Opens `path` for writing. `exclusive` fails when the file exists (O_EXCL).
+    init(path: String, exclusive: Bool, truncate: Bool = true) throws {
+        self.path = path
+        var flags = O_WRONLY | O_CREAT | O_CLOEXEC
+        if exclusive { flags |= O_EXCL }
+        if truncate { flags |= O_TRUNC }
+        let fd = open(path, flags, 0o644)
+        if fd < 0 {
+            if errno == EEXIST { throw SinkError.fileExists(path: path) }
+            throw SinkError.fromErrno(path: path, operation: "open")
+        }
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+
+    /// Writes all of `buffer` at the current end. On failure the file is cut back to where it was,
+    /// so that it never ends in a half-written record.
+    func write(_ buffer: UnsafeRawBufferPointer) throws {
+        try writev([buffer])
+    }
+
+    /// Writes the buffers in order, as one logical record: all of them or (after a failure and
+    /// truncation back) none.
+    func writev(_ buffers: [UnsafeRawBufferPointer]) throws {
+        let start = offset
+        var done: UInt64 = 0
+        for b in buffers where b.count > 0 {
+            var p = b.baseAddress!
+            var left = b.count
+            while left > 0 {
+                let n = Glibc.write(fd, p, left)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    let e = errno
+                    _ = ftruncate(fd, off_t(start))
+                    _ = lseek(fd, off_t(start), SEEK_SET)
+                    throw SinkError.fromErrno(path: path, operation: "write", errno: e)
+                }
+                p += n; left -= n; done += UInt64(n)
+            }
+        }
+        offset = start + done
+    }
+
+    /// Overwrites bytes at an absolute offset (patching a header) without moving the end.
+    func pwrite(_ buffer: UnsafeRawBufferPointer, at position: UInt64) throws {
+        var p = buffer.baseAddress!
+        var left = buffer.count
+        var pos = off_t(position)
+        while left > 0 {
+            let n = Glibc.pwrite(fd, p, left, pos)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw SinkError.fromErrno(path: path, operation: "pwrite")
+            }
+            p += n; left -= n; pos += off_t(n)
+        }
+    }
+
+    func sync() throws {
+        if fdatasync(fd) != 0 { throw SinkError.fromErrno(path: path, operation: "fdatasync") }
+    }
+}
+
+/// Writes files atomically: the data goes to a temporary file in the same directory, is flushed,
+/// and is then renamed into place. Readers never see a half-written file, and a crash leaves either
+/// the old state or the whole new file (plus, at worst, a stray `.tmp`).
+public enum AtomicFile {
+    /// Writes `bytes` to `path`. Without `overwrite`, an existing file is an error
+    /// (``SinkError/fileExists(path:)``), checked atomically at the rename (`link`+`unlink`).
+    public static func write(_ bytes: UnsafeRawBufferPointer, to path: String, overwrite: Bool = false) throws {
+        if !overwrite && access(path, F_OK) == 0 { throw SinkError.fileExists(path: path) }
+        let dir = (path as NSString).deletingLastPathComponent
+        let base = (path as NSString).lastPathComponent
+        let tmp = (dir.isEmpty ? "" : dir + "/") + ".\(base).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        do {
+            let f = try OutputFile(path: tmp, exclusive: true)
+            try f.write(bytes)
+            try f.sync()
+        } catch {
+            unlink(tmp)
+            throw error
+        }
+        if overwrite {
+            if rename(tmp, path) != 0 {
+                let e = errno; unlink(tmp)
+                throw SinkError.fromErrno(path: path, operation: "rename", errno: e)
+            }
+        } else {
+            // link() fails with EEXIST if someone created the file meanwhile: never clobbers it.
+            if link(tmp, path) != 0 {
+                let e = errno; unlink(tmp)
+                if e == EEXIST { throw SinkError.fileExists(path: path) }
+                throw SinkError.fromErrno(path: path, operation: "link", errno: e)
+            }
+            unlink(tmp)
+        }
+        syncDirectory(of: path)
+    }
+
+    public static func write(_ bytes: [UInt8], to path: String, overwrite: Bool = false) throws {
+        try bytes.withUnsafeBytes { try write($0, to: path, overwrite: overwrite) }
+    }
+
+    /// Flushes the directory entry (so a rename survives a power cut).
+    static func syncDirectory(of path: String) {
+        let dir = (path as NSString).deletingLastPathComponent
+        let fd = open(dir.isEmpty ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 { _ = fsync(fd); close(fd) }
+    }
+}
+
+/// Free bytes for unprivileged users on the file system holding `path` (its directory if the file
+/// does not exist yet); nil if it cannot be determined.
+public func freeDiskSpace(at path: String) -> UInt64? {
+    var st = statvfs()
+    var p = path
+    if access(p, F_OK) != 0 { p = (path as NSString).deletingLastPathComponent; if p.isEmpty { p = "." } }
+    guard statvfs(p, &st) == 0 else { return nil }
+    return UInt64(st.f_bavail) &* UInt64(st.f_frsize)
+}

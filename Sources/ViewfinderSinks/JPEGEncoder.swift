@@ -1,0 +1,305 @@
+import CTurboJPEG
+import Viewfinder
+
+/// Chroma subsampling of an encoded JPEG.
+public enum ChromaSubsampling: String, Sendable, Codable, CaseIterable, CustomStringConvertible {
+    /// Full chroma resolution.
+    case s444 = "444"
+    /// Half horizontal chroma resolution (what YUYV cameras deliver).
+    case s422 = "422"
+    /// Half horizontal and vertical chroma resolution.
+    case s420 = "420"
+    /// Luma only.
+    case grey = "grey"
+
+    public var description: String { rawValue }
+
+    var tj: Int32 {
+        switch self {
+        case .s444: return Int32(TJSAMP_444.rawValue)
+        case .s422: return Int32(TJSAMP_422.rawValue)
+        case .s420: return Int32(TJSAMP_420.rawValue)
+        case .grey: return Int32(TJSAMP_GRAY.rawValue)
+        }
+    }
+
+    init?(tj: Int32) {
+        switch tj {
+        case Int32(TJSAMP_444.rawValue): self = .s444
+        case Int32(TJSAMP_422.rawValue): self = .s422
+        case Int32(TJSAMP_420.rawValue): self = .s420
+        case Int32(TJSAMP_GRAY.rawValue): self = .grey
+        default: return nil
+        }
+    }
+
+    /// Chroma plane size for a `width`x`height` image.
+    func chromaSize(width: Int, height: Int) -> (Int, Int) {
+        switch self {
+        case .s444: return (width, height)
+        case .s422: return ((width + 1) / 2, height)
+        case .s420: return ((width + 1) / 2, (height + 1) / 2)
+        case .grey: return (0, 0)
+        }
+    }
+
+    /// The subsampling a pixel format carries natively.
+    public static func native(for format: PixelFormat) -> ChromaSubsampling {
+        switch format {
+        case .yuyv, .uyvy, .yuv422p: return .s422
+        case .nv12, .i420: return .s420
+        case .grey: return .grey
+        case .rgb24, .mjpeg: return .s422
+        }
+    }
+}
+
+/// A TurboJPEG compressor with its own handle and buffers: encodes YUYV, UYVY, NV12, I420,
+/// YUV 4:2:2 planar, GREY and RGB24 frames.
+///
+/// Packed and semi-planar input is converted to planes (vectorised loops) and compressed with
+/// `tjCompressFromYUVPlanes`, which skips TurboJPEG's colour conversion; planar input whose
+/// subsampling matches is compressed in place. One encoder per thread: it is not thread-safe.
+/// Nothing is allocated per frame once the buffers have grown to the frame size.
+public final class JPEGEncoder {
+    private let handle: tjhandle
+    private var scratch: UnsafeMutableRawPointer
+    private var scratchCapacity: Int
+    private var output: UnsafeMutablePointer<UInt8>
+    private var outputCapacity: Int
+
+    public init() throws {
+        guard let h = tjInitCompress() else { throw SinkError.jpeg(operation: "tjInitCompress", message: "no handle") }
+        handle = h
+        scratchCapacity = 0
+        scratch = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+        outputCapacity = 0
+        output = tjAlloc(64)!
+    }
+
+    deinit {
+        tjDestroy(handle)
+        scratch.deallocate()
+        tjFree(output)
+    }
+
+    private func ensureScratch(_ n: Int) {
+        if n > scratchCapacity {
+            scratch.deallocate()
+            scratch = UnsafeMutableRawPointer.allocate(byteCount: n, alignment: 64)
+            scratchCapacity = n
+        }
+    }
+
+    private func ensureOutput(width: Int, height: Int, subsampling: ChromaSubsampling) {
+        let need = Int(tjBufSize(Int32(width), Int32(height), subsampling.tj))
+        if need > outputCapacity {
+            tjFree(output)
+            output = tjAlloc(Int32(need))!
+            outputCapacity = need
+        }
+    }
+
+    /// The subsampling the encoder will produce for `format` when asked for `requested`.
+    public static func resolvedSubsampling(for format: PixelFormat, requested: ChromaSubsampling?) -> ChromaSubsampling {
+        if format == .grey { return .grey }
+        return requested ?? ChromaSubsampling.native(for: format)
+    }
+
+    /// Encodes the frame's pixels. The returned bytes live in the encoder's buffer and are valid
+    /// until the next call. `subsampling` nil keeps the source's own.
+    public func encode(_ frame: Frame, quality: Int, subsampling: ChromaSubsampling? = nil) throws -> UnsafeRawBufferPointer {
+        try encode(UnsafeRawPointer(frame.data), byteCount: frame.bytesUsed, format: frame.format, quality: quality, subsampling: subsampling)
+    }
+
+    /// Encodes raw pixels of `format` (at least `format.maxByteCount` bytes).
+    public func encode(_ data: UnsafeRawPointer, byteCount: Int, format: FrameFormat, quality: Int, subsampling requested: ChromaSubsampling? = nil) throws -> UnsafeRawBufferPointer {
+        guard (1...100).contains(quality) else { throw SinkError.invalidArgument(name: "quality", reason: "\(quality) is outside 1...100") }
+        guard format.pixelFormat != .mjpeg else { throw SinkError.unsupportedFormat("MJPEG frames are already JPEG; pass them through or decode them first") }
+        guard byteCount >= format.maxByteCount else {
+            throw SinkError.corruptData("\(format) frame has \(byteCount) bytes, needs \(format.maxByteCount)")
+        }
+        let w = format.width, h = format.height
+        let target = JPEGEncoder.resolvedSubsampling(for: format.pixelFormat, requested: requested)
+        ensureOutput(width: w, height: h, subsampling: target)
+        var size: UInt = 0
+        var out: UnsafeMutablePointer<UInt8>? = output
+        let flags = TJFLAG_NOREALLOC | TJFLAG_FASTDCT
+        let src = data.assumingMemoryBound(to: UInt8.self)
+
+        if format.pixelFormat == .rgb24 {
+            let rc = tjCompress2(handle, src, Int32(w), Int32(format.bytesPerRow), Int32(h), Int32(TJPF_RGB.rawValue), &out, &size, target.tj, Int32(quality), flags)
+            if rc != 0 { throw SinkError.jpeg(operation: "tjCompress2", message: String(cString: tjGetErrorStr2(handle))) }
+            return UnsafeRawBufferPointer(start: out, count: Int(size))
+        }
+
+        // Source planes: luma, and chroma with its own subsampling.
+        var yPtr: UnsafePointer<UInt8> = src
+        var yStride = format.bytesPerRow
+        var uPtr: UnsafePointer<UInt8> = src, vPtr: UnsafePointer<UInt8> = src
+        var cStride = 0
+        let srcSub = ChromaSubsampling.native(for: format.pixelFormat)
+        let (scw, sch) = srcSub.chromaSize(width: w, height: h)
+        let (tcw, tch) = target.chromaSize(width: w, height: h)
+
+        switch format.pixelFormat {
+        case .yuyv, .uyvy:
+            guard w % 2 == 0 else { throw SinkError.unsupportedFormat("packed 4:2:2 with odd width \(w)") }
+            // Luma plane plus the chroma planes at 4:2:2 in the scratch buffer.
+            let needY = w * h
+            let needC = target == .grey ? 0 : scw * sch
+            ensureScratch(needY + 2 * needC + 2 * tcw * tch + 64)
+            let yDst = scratch.assumingMemoryBound(to: UInt8.self)
+            let uDst = yDst + needY, vDst = uDst + needC
+            let yo = format.pixelFormat == .yuyv ? 0 : 1
+            let uo = format.pixelFormat == .yuyv ? 1 : 0
+            unpackPacked422(src, bytesPerRow: format.bytesPerRow, width: w, height: h, yOffset: yo, uOffset: uo, y: yDst, u: needC > 0 ? uDst : nil, v: needC > 0 ? vDst : nil)
+            yPtr = UnsafePointer(yDst); yStride = w
+            uPtr = UnsafePointer(uDst); vPtr = UnsafePointer(vDst); cStride = scw
+        case .nv12:
+            let g = format.plane(1)
+            let needC = scw * sch
+            ensureScratch(2 * needC + 2 * tcw * tch + 64)
+            let uDst = scratch.assumingMemoryBound(to: UInt8.self), vDst = uDst + needC
+            if target != .grey { deinterleave(src + g.offset, bytesPerRow: g.bytesPerRow, width: scw, height: sch, u: uDst, v: vDst) }
+            uPtr = UnsafePointer(uDst); vPtr = UnsafePointer(vDst); cStride = scw
+        case .i420, .yuv422p:
+            let gu = format.plane(1), gv = format.plane(2)
+            uPtr = src + gu.offset; vPtr = src + gv.offset; cStride = gu.bytesPerRow
+            ensureScratch(2 * tcw * tch + 64)
+        case .grey:
+            break
+        case .rgb24, .mjpeg:
+            break // handled above
+        }
+
+        var planes: [UnsafePointer<UInt8>?] = [yPtr, nil, nil]
+        var strides: [Int32] = [Int32(yStride), 0, 0]
+        if target != .grey {
+            if target == srcSub {
+                planes[1] = uPtr; planes[2] = vPtr
+                strides[1] = Int32(cStride); strides[2] = Int32(cStride)
+            } else {
+                // Resample the chroma into the end of the scratch buffer.
+                let dstU = scratch.assumingMemoryBound(to: UInt8.self) + (scratchCapacity - 2 * tcw * tch - 64)
+                let dstV = dstU + tcw * tch
+                resampleChroma(uPtr, stride: cStride, width: scw, height: sch, into: dstU, width: tcw, height: tch)
+                resampleChroma(vPtr, stride: cStride, width: scw, height: sch, into: dstV, width: tcw, height: tch)
+                planes[1] = UnsafePointer(dstU); planes[2] = UnsafePointer(dstV)
+                strides[1] = Int32(tcw); strides[2] = Int32(tcw)
+            }
+        }
+        let rc = planes.withUnsafeMutableBufferPointer { pp in
+            strides.withUnsafeBufferPointer { sp in
+                tjCompressFromYUVPlanes(handle, pp.baseAddress!, Int32(w), sp.baseAddress!, Int32(h), target.tj, &out, &size, Int32(quality), flags)
+            }
+        }
+        if rc != 0 { throw SinkError.jpeg(operation: "tjCompressFromYUVPlanes", message: String(cString: tjGetErrorStr2(handle))) }
+        return UnsafeRawBufferPointer(start: out, count: Int(size))
+    }
+}
+
+/// Splits packed 4:2:2 rows (YUYV or UYVY) into Y, U and V planes.
+@inline(__always)
+func unpackPacked422(_ src: UnsafePointer<UInt8>, bytesPerRow: Int, width: Int, height: Int, yOffset: Int, uOffset: Int,
+                     y: UnsafeMutablePointer<UInt8>, u: UnsafeMutablePointer<UInt8>?, v: UnsafeMutablePointer<UInt8>?) {
+    let pairs = width / 2
+    let vOffset = uOffset &+ 2
+    for row in 0..<height {
+        let s = src + row &* bytesPerRow
+        let yd = y + row &* width
+        if let u, let v {
+            let ud = u + row &* pairs, vd = v + row &* pairs
+            var x = 0
+            while x < pairs {
+                let b = x &* 4
+                yd[x &* 2] = s[b &+ yOffset]
+                yd[x &* 2 &+ 1] = s[b &+ 2 &+ yOffset]
+                ud[x] = s[b &+ uOffset]
+                vd[x] = s[b &+ vOffset]
+                x &+= 1
+            }
+        } else {
+            var x = 0
+            while x < width { yd[x] = s[x &* 2 &+ yOffset]; x &+= 1 }
+        }
+    }
+}
+
+/// Splits an interleaved UV plane (NV12) into U and V planes.
+@inline(__always)
+func deinterleave(_ src: UnsafePointer<UInt8>, bytesPerRow: Int, width: Int, height: Int, u: UnsafeMutablePointer<UInt8>, v: UnsafeMutablePointer<UInt8>) {
+    for row in 0..<height {
+        let s = src + row &* bytesPerRow
+        let ud = u + row &* width, vd = v + row &* width
+        var x = 0
+        while x < width { ud[x] = s[x &* 2]; vd[x] = s[x &* 2 &+ 1]; x &+= 1 }
+    }
+}
+
+/// Resamples a chroma plane by factors of two: columns are duplicated (to 4:4:4), rows are
+/// averaged in pairs (4:2:2 → 4:2:0) or duplicated (4:2:0 → 4:2:2).
+func resampleChroma(_ src: UnsafePointer<UInt8>, stride: Int, width sw: Int, height sh: Int,
+                    into dst: UnsafeMutablePointer<UInt8>, width dw: Int, height dh: Int) {
+    for row in 0..<dh {
+        let d = dst + row &* dw
+        let a: UnsafePointer<UInt8>, b: UnsafePointer<UInt8>
+        if dh == sh { a = src + row &* stride; b = a }
+        else if dh < sh { a = src + min(2 &* row, sh - 1) &* stride; b = src + min(2 &* row &+ 1, sh - 1) &* stride }
+        else { a = src + min(row / 2, sh - 1) &* stride; b = a }
+        if dw == sw {
+            var x = 0
+            while x < dw { d[x] = UInt8(truncatingIfNeeded: (UInt16(a[x]) &+ UInt16(b[x]) &+ 1) >> 1); x &+= 1 }
+        } else {
+            var x = 0
+            while x < dw {
+                let sx = min(x >> 1, sw - 1)
+                d[x] = UInt8(truncatingIfNeeded: (UInt16(a[sx]) &+ UInt16(b[sx]) &+ 1) >> 1)
+                x &+= 1
+            }
+        }
+    }
+}
+
+/// A TurboJPEG decompressor, for MJPEG frames that must be re-encoded and for checking output.
+public final class JPEGDecoder {
+    private let handle: tjhandle
+
+    public init() throws {
+        guard let h = tjInitDecompress() else { throw SinkError.jpeg(operation: "tjInitDecompress", message: "no handle") }
+        handle = h
+    }
+    deinit { tjDestroy(handle) }
+
+    /// The size and subsampling a JPEG declares.
+    public func header(_ jpeg: UnsafeRawBufferPointer) throws -> (width: Int, height: Int, subsampling: ChromaSubsampling?) {
+        var w: Int32 = 0, h: Int32 = 0, s: Int32 = 0, cs: Int32 = 0
+        guard let base = jpeg.baseAddress, tjDecompressHeader3(handle, base.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count), &w, &h, &s, &cs) == 0 else {
+            throw SinkError.corruptData("not a JPEG: \(String(cString: tjGetErrorStr2(handle)))")
+        }
+        return (Int(w), Int(h), ChromaSubsampling(tj: s))
+    }
+
+    /// Decodes to planes: the luma plane (width x height) and the chroma planes at the JPEG's subsampling.
+    public func decodePlanes(_ jpeg: UnsafeRawBufferPointer) throws -> (width: Int, height: Int, subsampling: ChromaSubsampling, y: [UInt8], u: [UInt8], v: [UInt8]) {
+        let hd = try header(jpeg)
+        guard let sub = hd.subsampling else { throw SinkError.unsupportedFormat("JPEG subsampling other than 4:4:4, 4:2:2, 4:2:0, grey") }
+        let (cw, ch) = sub.chromaSize(width: hd.width, height: hd.height)
+        var y = [UInt8](repeating: 0, count: hd.width * hd.height)
+        var u = [UInt8](repeating: 128, count: cw * ch)
+        var v = [UInt8](repeating: 128, count: cw * ch)
+        var strides: [Int32] = [Int32(hd.width), Int32(cw), Int32(cw)]
+        let rc = y.withUnsafeMutableBufferPointer { yb in
+            u.withUnsafeMutableBufferPointer { ub in
+                v.withUnsafeMutableBufferPointer { vb in
+                    var planes: [UnsafeMutablePointer<UInt8>?] = [yb.baseAddress, sub == .grey ? nil : ub.baseAddress, sub == .grey ? nil : vb.baseAddress]
+                    return planes.withUnsafeMutableBufferPointer { pp in
+                        tjDecompressToYUVPlanes(handle, jpeg.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count), pp.baseAddress!, Int32(hd.width), &strides, Int32(hd.height), 0)
+                    }
+                }
+            }
+        }
+        if rc != 0 { throw SinkError.jpeg(operation: "tjDecompressToYUVPlanes", message: String(cString: tjGetErrorStr2(handle))) }
+        return (hd.width, hd.height, sub, y, u, v)
+    }
+}

@@ -1,0 +1,400 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Big-endian box building for the QuickTime/ISO-BMFF writer.
+struct BoxBuffer {
+    var bytes: [UInt8] = []
+    private var open: [Int] = []
+
+    mutating func u8(_ v: UInt8) { bytes.append(v) }
+    mutating func u16(_ v: UInt16) { bytes.append(UInt8(v >> 8)); bytes.append(UInt8(v & 0xFF)) }
+    mutating func u32(_ v: UInt32) { for s in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8((v >> UInt32(s)) & 0xFF)) } }
+    mutating func u64(_ v: UInt64) { for s in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((v >> UInt64(s)) & 0xFF)) } }
+    mutating func i32(_ v: Int32) { u32(UInt32(bitPattern: v)) }
+    mutating func fourcc(_ s: String) { let u = Array(s.utf8); precondition(u.count == 4); bytes += u }
+    mutating func zeros(_ n: Int) { bytes += [UInt8](repeating: 0, count: n) }
+    mutating func fullBoxHeader(version: UInt8, flags: UInt32) { u8(version); u8(UInt8((flags >> 16) & 0xFF)); u16(UInt16(flags & 0xFFFF)) }
+    /// A Pascal string padded to `size` bytes (QuickTime compressor name) or, with size 0, unpadded.
+    mutating func pascal(_ s: String, size: Int = 0) {
+        let u = Array(s.utf8.prefix(size > 0 ? size - 1 : 255))
+        u8(UInt8(u.count)); bytes += u
+        if size > 0 { zeros(size - 1 - u.count) }
+    }
+    mutating func matrix() {
+        for v: UInt32 in [0x0001_0000, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000] { u32(v) }
+    }
+    /// Opens a box; returns the offset of its size field.
+    @discardableResult
+    mutating func begin(_ type: String) -> Int { let o = bytes.count; u32(0); fourcc(type); open.append(o); return o }
+    mutating func end() {
+        let o = open.removeLast()
+        let size = UInt32(bytes.count - o)
+        bytes[o] = UInt8(size >> 24); bytes[o + 1] = UInt8((size >> 16) & 0xFF); bytes[o + 2] = UInt8((size >> 8) & 0xFF); bytes[o + 3] = UInt8(size & 0xFF)
+    }
+    mutating func patch32(at o: Int, _ v: UInt32) {
+        bytes[o] = UInt8(v >> 24); bytes[o + 1] = UInt8((v >> 16) & 0xFF); bytes[o + 2] = UInt8((v >> 8) & 0xFF); bytes[o + 3] = UInt8(v & 0xFF)
+    }
+}
+
+/// The tracks of a movie.
+public enum MovieTrackDescription: Sendable, Equatable {
+    /// Motion-JPEG video (QuickTime `jpeg` sample entry) of the given size.
+    case mjpegVideo(width: Int, height: Int)
+    /// Signed 16-bit little-endian interleaved PCM (QuickTime `sowt`).
+    case pcmAudio(sampleRate: Int, channels: Int)
+
+    var isVideo: Bool { if case .mjpegVideo = self { return true } else { return false } }
+}
+
+/// A crash-safe QuickTime movie writer: fragmented MOV.
+///
+/// The file starts with `ftyp` and a `moov` whose sample tables are empty and whose `mvex` announces
+/// fragments. Samples are collected in memory and written as `moof`+`mdat` pairs every
+/// ``fragmentInterval`` seconds of media (one `write` per fragment; a failed write is cut back, so
+/// the file always ends on a complete fragment). After `kill -9`, everything up to the last complete
+/// fragment plays in FFmpeg and QuickTime-style readers; ``finish()`` only patches durations.
+///
+/// Sample times are the capture timestamps: each video sample lasts until the next one starts
+/// (variable frame rate is kept), so a sample is held back until its successor arrives; the last
+/// one gets the previous sample's duration. Audio samples are PCM blocks of any length placed at
+/// their own timestamps on a timescale equal to the sample rate.
+///
+/// Not thread-safe: one thread appends (the movie output's thread).
+public final class MovieWriter {
+    public let path: String
+    public let tracks: [MovieTrackDescription]
+    /// Maximum media time per fragment (≤ 1 s keeps the `kill -9` loss under a second).
+    public let fragmentInterval: Double
+    /// Whether to `fdatasync` each fragment (survives power loss, not only process death).
+    public var syncEachFragment = false
+
+    static let movieTimescale: UInt32 = 1000
+    static let videoTimescale: UInt32 = 90_000
+
+    private let file: OutputFile
+    private var origin: UInt64?
+    private var fragmentSequence: UInt32 = 0
+    private var durationPatchOffsets: [(offset: UInt64, track: Int?)] = []
+    private var mdhdPatchOffsets: [UInt64] = []
+
+    private struct Pending { var data: [UInt8]; var decodeTime: UInt64 }
+    private final class TrackState {
+        let timescale: UInt32
+        let isVideo: Bool
+        /// Decode time of the next sample to be placed (ticks).
+        var nextDecodeTime: UInt64 = 0
+        /// Decode time of the first sample in the current fragment.
+        var fragmentStart: UInt64 = 0
+        var sizes: [UInt32] = []
+        var durations: [UInt32] = []
+        var payload: [UInt8] = []
+        var held: (data: [UInt8], ticks: UInt64)?
+        var lastDuration: UInt32 = 0
+        var samplesWritten: UInt64 = 0
+        var ticksWritten: UInt64 = 0
+        init(timescale: UInt32, isVideo: Bool) { self.timescale = timescale; self.isVideo = isVideo }
+        var bufferedTicks: UInt64 { durations.reduce(0) { $0 + UInt64($1) } }
+    }
+    private var states: [TrackState]
+
+    /// Bytes on disk (complete fragments only).
+    public var bytesWritten: UInt64 { file.offset }
+    /// Video frames on disk.
+    public var videoSamplesWritten: UInt64 { states.first(where: { $0.isVideo })?.samplesWritten ?? 0 }
+    /// Bytes waiting for the next fragment.
+    public var bufferedBytes: Int { states.reduce(0) { $0 + $1.payload.count + ($1.held?.data.count ?? 0) } + 512 }
+    /// Media seconds on disk, per the longest track.
+    public var durationWritten: Double {
+        states.map { Double($0.ticksWritten) / Double($0.timescale) }.max() ?? 0
+    }
+    /// Media seconds appended so far (on disk and buffered).
+    public var durationAppended: Double {
+        states.map { Double($0.ticksWritten + $0.bufferedTicks) / Double($0.timescale) }.max() ?? 0
+    }
+
+    /// Creates the file and writes its header. Fails with ``SinkError/fileExists(path:)`` when the
+    /// file exists and `overwrite` is false.
+    public init(path: String, tracks: [MovieTrackDescription], fragmentInterval: Double = 0.5, overwrite: Bool = false) throws {
+        guard !tracks.isEmpty else { throw SinkError.invalidArgument(name: "tracks", reason: "a movie needs at least one track") }
+        guard fragmentInterval > 0 && fragmentInterval <= 10 else { throw SinkError.invalidArgument(name: "fragmentInterval", reason: "\(fragmentInterval) s is outside (0, 10]") }
+        for t in tracks {
+            switch t {
+            case .mjpegVideo(let w, let h):
+                guard w > 0, h > 0, w < 65536, h < 65536 else { throw SinkError.invalidArgument(name: "video size", reason: "\(w)x\(h)") }
+            case .pcmAudio(let r, let c):
+                guard r >= 1000, r <= 65535, c >= 1, c <= 16 else { throw SinkError.invalidArgument(name: "audio format", reason: "\(r) Hz, \(c) channels (supported: 1000–65535 Hz, 1–16 channels)") }
+            }
+        }
+        self.path = path
+        self.tracks = tracks
+        self.fragmentInterval = fragmentInterval
+        self.states = tracks.map {
+            switch $0 {
+            case .mjpegVideo: return TrackState(timescale: MovieWriter.videoTimescale, isVideo: true)
+            case .pcmAudio(let r, _): return TrackState(timescale: UInt32(r), isVideo: false)
+            }
+        }
+        self.file = try OutputFile(path: path, exclusive: !overwrite)
+        do {
+            try writeHeader()
+        } catch {
+            unlink(path)
+            throw error
+        }
+    }
+
+    // MARK: Header
+
+    private func writeHeader() throws {
+        var b = BoxBuffer()
+        b.begin("ftyp"); b.fourcc("qt  "); b.u32(0x0000_0200); b.fourcc("qt  "); b.end()
+        b.begin("moov")
+        let now = UInt32(truncatingIfNeeded: UInt64(Date().timeIntervalSince1970) &+ 2_082_844_800)
+        b.begin("mvhd"); b.fullBoxHeader(version: 0, flags: 0)
+        b.u32(now); b.u32(now); b.u32(MovieWriter.movieTimescale)
+        durationPatchOffsets.append((UInt64(b.bytes.count), nil)); b.u32(0)
+        b.u32(0x0001_0000); b.u16(0x0100); b.zeros(10); b.matrix(); b.zeros(24)
+        b.u32(UInt32(tracks.count + 1))
+        b.end()
+        for (i, t) in tracks.enumerated() {
+            let trackID = UInt32(i + 1)
+            b.begin("trak")
+            b.begin("tkhd"); b.fullBoxHeader(version: 0, flags: 0x0F)
+            b.u32(now); b.u32(now); b.u32(trackID); b.u32(0)
+            durationPatchOffsets.append((UInt64(b.bytes.count), i)); b.u32(0)
+            b.zeros(8); b.u16(0); b.u16(0)
+            b.u16(t.isVideo ? 0 : 0x0100); b.u16(0)
+            b.matrix()
+            if case .mjpegVideo(let w, let h) = t { b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16) } else { b.u32(0); b.u32(0) }
+            b.end()
+            b.begin("mdia")
+            b.begin("mdhd"); b.fullBoxHeader(version: 0, flags: 0)
+            b.u32(now); b.u32(now); b.u32(states[i].timescale)
+            mdhdPatchOffsets.append(UInt64(b.bytes.count)); b.u32(0)
+            b.u16(0x7FFF); b.u16(0)  // language: unspecified; quality
+            b.end()
+            b.begin("hdlr"); b.fullBoxHeader(version: 0, flags: 0)
+            b.fourcc("mhlr"); b.fourcc(t.isVideo ? "vide" : "soun"); b.u32(0); b.u32(0); b.u32(0)
+            b.pascal(t.isVideo ? "VideoHandler" : "SoundHandler")
+            b.end()
+            b.begin("minf")
+            if t.isVideo {
+                b.begin("vmhd"); b.fullBoxHeader(version: 0, flags: 1); b.u16(0x40); b.zeros(6); b.end()
+            } else {
+                b.begin("smhd"); b.fullBoxHeader(version: 0, flags: 0); b.u16(0); b.u16(0); b.end()
+            }
+            b.begin("hdlr"); b.fullBoxHeader(version: 0, flags: 0)
+            b.fourcc("dhlr"); b.fourcc("alis"); b.u32(0); b.u32(0); b.u32(0); b.pascal("DataHandler")
+            b.end()
+            b.begin("dinf"); b.begin("dref"); b.fullBoxHeader(version: 0, flags: 0); b.u32(1)
+            b.begin("alis"); b.fullBoxHeader(version: 0, flags: 1); b.end()
+            b.end(); b.end()
+            b.begin("stbl")
+            b.begin("stsd"); b.fullBoxHeader(version: 0, flags: 0); b.u32(1)
+            switch t {
+            case .mjpegVideo(let w, let h):
+                b.begin("jpeg"); b.zeros(6); b.u16(1)
+                b.u16(0); b.u16(0); b.fourcc("VFDR"); b.u32(0); b.u32(0x200)
+                b.u16(UInt16(w)); b.u16(UInt16(h)); b.u32(0x0048_0000); b.u32(0x0048_0000)
+                b.u32(0); b.u16(1); b.pascal("Photo - JPEG", size: 32); b.u16(24); b.u16(0xFFFF)
+                b.end()
+            case .pcmAudio(let rate, let channels):
+                b.begin("sowt"); b.zeros(6); b.u16(1)
+                b.u16(0); b.u16(0); b.u32(0)
+                b.u16(UInt16(channels)); b.u16(16); b.u16(0); b.u16(0); b.u32(UInt32(rate) << 16)
+                b.end()
+            }
+            b.end()
+            b.begin("stts"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
+            b.begin("stsc"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
+            b.begin("stsz"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.u32(0); b.end()
+            b.begin("stco"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
+            b.end() // stbl
+            b.end() // minf
+            b.end() // mdia
+            b.end() // trak
+        }
+        b.begin("mvex")
+        b.begin("mehd"); b.fullBoxHeader(version: 0, flags: 0)
+        durationPatchOffsets.append((UInt64(b.bytes.count), -1)); b.u32(0)
+        b.end()
+        for i in tracks.indices {
+            b.begin("trex"); b.fullBoxHeader(version: 0, flags: 0)
+            b.u32(UInt32(i + 1)); b.u32(1); b.u32(0); b.u32(0); b.u32(0)
+            b.end()
+        }
+        b.end() // mvex
+        b.end() // moov
+        try b.bytes.withUnsafeBytes { try file.write($0) }
+    }
+
+    // MARK: Appending
+
+    private func ticks(_ ns: UInt64, timescale: UInt32) -> UInt64 {
+        guard let o = origin else { return 0 }
+        let rel = ns > o ? ns - o : 0
+        return UInt64((Double(rel) * Double(timescale) / 1e9).rounded())
+    }
+
+    /// Sets time zero of the movie (the first video frame's capture time by default).
+    public func setOrigin(nanoseconds: UInt64) { if origin == nil { origin = nanoseconds } }
+
+    /// Appends one JPEG image for the video track, taken at `timestampNanoseconds` (capture clock).
+    /// May write a fragment.
+    public func appendVideo(_ jpeg: UnsafeRawBufferPointer, timestampNanoseconds: UInt64) throws {
+        guard let ti = tracks.firstIndex(where: { $0.isVideo }) else { throw SinkError.invalidArgument(name: "track", reason: "the movie has no video track") }
+        setOrigin(nanoseconds: timestampNanoseconds)
+        let st = states[ti]
+        var t = ticks(timestampNanoseconds, timescale: st.timescale)
+        if let h = st.held {
+            // Timestamps must increase; a repeated or backward timestamp gets one tick.
+            if t <= h.ticks { t = h.ticks + 1 }
+            let d = UInt32(clamping: t - h.ticks)
+            place(st, data: h.data, duration: d)
+        } else if st.samplesWritten == 0 && st.sizes.isEmpty {
+            st.nextDecodeTime = t
+            st.fragmentStart = t
+        }
+        st.held = (Array(jpeg), t)
+        try flushIfDue()
+    }
+
+    /// Appends a block of interleaved 16-bit PCM frames for the audio track, whose first frame was
+    /// captured at `timestampNanoseconds`. Blocks before the movie's time zero are trimmed.
+    public func appendAudio(_ pcm: UnsafeRawBufferPointer, timestampNanoseconds: UInt64) throws {
+        guard let ti = tracks.firstIndex(where: { !$0.isVideo }), case .pcmAudio(let rate, let channels) = tracks[ti] else {
+            throw SinkError.invalidArgument(name: "track", reason: "the movie has no audio track")
+        }
+        let bpf = 2 * channels
+        guard pcm.count % bpf == 0 else { throw SinkError.invalidArgument(name: "pcm", reason: "\(pcm.count) bytes is not a whole number of \(channels)-channel 16-bit frames") }
+        guard let o = origin else { return }  // no time zero yet: nothing to align with
+        let st = states[ti]
+        var data = pcm
+        var ts = timestampNanoseconds
+        if ts < o {
+            let skip = Int((Double(o - ts) * Double(rate) / 1e9).rounded()) * bpf
+            if skip >= pcm.count { return }
+            data = UnsafeRawBufferPointer(rebasing: pcm[skip...])
+            ts = o
+        }
+        let frames = data.count / bpf
+        if frames == 0 { return }
+        let t = ticks(ts, timescale: UInt32(rate))
+        if st.samplesWritten == 0 && st.sizes.isEmpty { st.nextDecodeTime = t; st.fragmentStart = t }
+        // Keep audio contiguous: small jitter in block timestamps is absorbed, not turned into gaps.
+        _ = t
+        st.payload += data
+        st.sizes.append(UInt32(data.count))
+        st.durations.append(UInt32(frames))
+        st.nextDecodeTime += UInt64(frames)
+        _ = rate
+        try flushIfDue()
+    }
+
+    private func place(_ st: TrackState, data: [UInt8], duration: UInt32) {
+        st.payload += data
+        st.sizes.append(UInt32(data.count))
+        st.durations.append(duration)
+        st.lastDuration = duration
+        st.nextDecodeTime += UInt64(duration)
+    }
+
+    private func flushIfDue() throws {
+        let due = states.contains { Double($0.bufferedTicks) / Double($0.timescale) >= fragmentInterval }
+        if due { try writeFragment() }
+    }
+
+    /// Writes the buffered samples as one fragment now.
+    public func writeFragment() throws {
+        guard states.contains(where: { !$0.sizes.isEmpty }) else { return }
+        var b = BoxBuffer()
+        fragmentSequence += 1
+        b.begin("moof")
+        b.begin("mfhd"); b.fullBoxHeader(version: 0, flags: 0); b.u32(fragmentSequence); b.end()
+        var dataOffsetFields: [(Int, Int)] = []  // (field offset in moof, offset in mdat payload)
+        var mdatOffset = 0
+        for (i, st) in states.enumerated() where !st.sizes.isEmpty {
+            b.begin("traf")
+            b.begin("tfhd"); b.fullBoxHeader(version: 0, flags: 0x020000); b.u32(UInt32(i + 1)); b.end()
+            b.begin("tfdt"); b.fullBoxHeader(version: 1, flags: 0); b.u64(st.fragmentStart); b.end()
+            b.begin("trun"); b.fullBoxHeader(version: 0, flags: 0x000001 | 0x000100 | 0x000200)
+            b.u32(UInt32(st.sizes.count))
+            dataOffsetFields.append((b.bytes.count, mdatOffset)); b.i32(0)
+            for k in st.sizes.indices { b.u32(st.durations[k]); b.u32(st.sizes[k]) }
+            b.end()
+            b.end()
+            mdatOffset += st.payload.count
+        }
+        b.end() // moof
+        let moofSize = b.bytes.count
+        for (field, off) in dataOffsetFields { b.patch32(at: field, UInt32(moofSize + 8 + off)) }
+        let mdatSize = 8 + mdatOffset
+        if mdatSize > Int(UInt32.max) { throw SinkError.invalidArgument(name: "fragment", reason: "larger than 4 GiB") }
+        b.u32(UInt32(mdatSize)); b.fourcc("mdat")
+        var parts: [[UInt8]] = [b.bytes]
+        for st in states where !st.sizes.isEmpty { parts.append(st.payload) }
+        try withPointers(parts) { try file.writev($0) }
+        if syncEachFragment { try file.sync() }
+        for st in states where !st.sizes.isEmpty {
+            st.samplesWritten += UInt64(st.sizes.count)
+            st.ticksWritten = st.nextDecodeTime - (states.first === st ? 0 : 0)
+            st.ticksWritten = st.nextDecodeTime
+            st.fragmentStart = st.nextDecodeTime
+            st.sizes.removeAll(keepingCapacity: true)
+            st.durations.removeAll(keepingCapacity: true)
+            st.payload.removeAll(keepingCapacity: true)
+        }
+    }
+
+    private func withPointers<R>(_ arrays: [[UInt8]], _ body: ([UnsafeRawBufferPointer]) throws -> R) rethrows -> R {
+        var ptrs: [UnsafeRawBufferPointer] = []
+        func rec(_ i: Int) throws -> R {
+            if i == arrays.count { return try body(ptrs) }
+            return try arrays[i].withUnsafeBytes { p in ptrs.append(p); return try rec(i + 1) }
+        }
+        return try rec(0)
+    }
+
+    /// Writes the held last frame (with the previous frame's duration, or `lastFrameDuration`)
+    /// and the remaining samples, then patches the durations in the header.
+    public func finish(lastFrameDurationNanoseconds: UInt64? = nil) throws {
+        for st in states {
+            if let h = st.held {
+                var d = st.lastDuration
+                if let ns = lastFrameDurationNanoseconds { d = UInt32(max(1, (Double(ns) * Double(st.timescale) / 1e9).rounded())) }
+                if d == 0 { d = st.timescale / 30 }
+                place(st, data: h.data, duration: d)
+                st.held = nil
+            }
+        }
+        try writeFragment()
+        try patchDurations()
+        try file.sync()
+    }
+
+    /// Abandons the buffered samples (after a write error) but keeps what is on disk and patches
+    /// the durations of that; best effort.
+    public func finishAfterError() {
+        for st in states { st.held = nil; st.sizes.removeAll(); st.durations.removeAll(); st.payload.removeAll(); st.nextDecodeTime = st.ticksWritten }
+        try? patchDurations()
+    }
+
+    private func patchDurations() throws {
+        var movieDuration: UInt64 = 0
+        var trackDurations: [UInt64] = []
+        for (i, st) in states.enumerated() {
+            let first = st.fragmentStart == 0 && st.samplesWritten == 0 ? 0 : UInt64(0)
+            let mediaTicks = st.ticksWritten - first
+            try withUnsafeBytes(of: UInt32(clamping: mediaTicks).bigEndian) { try file.pwrite($0, at: mdhdPatchOffsets[i]) }
+            let movieTicks = mediaTicks * UInt64(MovieWriter.movieTimescale) / UInt64(st.timescale)
+            trackDurations.append(movieTicks)
+            movieDuration = max(movieDuration, movieTicks)
+        }
+        for (offset, track) in durationPatchOffsets {
+            let v: UInt64 = track.map { $0 >= 0 ? trackDurations[$0] : movieDuration } ?? movieDuration
+            try withUnsafeBytes(of: UInt32(clamping: v).bigEndian) { try file.pwrite($0, at: offset) }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+import Foundation
+import Testing
+import Viewfinder
+@testable import ViewfinderSinks
+
+@Suite struct MovieWriterTests {
+    @Test func variableFrameRateVideoAndPCMAudioReadByFFprobe() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/vfr.mov"
+        let pool = FramePool(format: FrameFormat(.yuyv, width: 160, height: 120), count: 1)
+        let frame = pool.acquire()!
+        let enc = try JPEGEncoder()
+        let writer = try MovieWriter(path: path, tracks: [.mjpegVideo(width: 160, height: 120), .pcmAudio(sampleRate: 48000, channels: 2)], fragmentInterval: 0.25)
+        // 30 frames at 30 fps, then 15 at 15 fps: 1.0 s + 1.0 s (the last keeps the previous duration).
+        var t: UInt64 = 5_000_000_000
+        var audioT = t
+        for i in 0..<45 {
+            fillFrame(frame, index: i)
+            let jpeg = try enc.encode(frame, quality: 80)
+            try writer.appendVideo(jpeg, timestampNanoseconds: t)
+            t += i < 30 ? 33_333_333 : 66_666_667
+            // Audio in 10 ms blocks up to the video time.
+            while audioT + 10_000_000 <= t {
+                var pcm = [Int16](repeating: 0, count: 480 * 2)
+                for k in 0..<480 { let v = Int16(8000 * sin(Double(k) / 480 * 2 * .pi * 4)); pcm[2 * k] = v; pcm[2 * k + 1] = v }
+                try pcm.withUnsafeBytes { try writer.appendAudio($0, timestampNanoseconds: audioT) }
+                audioT += 10_000_000
+            }
+        }
+        try writer.finish()
+        frame.release()
+
+        let probe = try ffprobe(path)
+        #expect(probe.streams.count == 2)
+        let v = try #require(probe.stream("video"))
+        #expect(v["codec_name"] as? String == "mjpeg")
+        #expect(intValue(v["nb_read_frames"]) == 45)
+        #expect(intValue(v["width"]) == 160)
+        let vd = try #require(doubleValue(v["duration"]))
+        #expect(abs(vd - 2.0) < 0.01, "video duration \(vd)")
+        let a = try #require(probe.stream("audio"))
+        #expect(a["codec_name"] as? String == "pcm_s16le")
+        #expect(intValue(a["channels"]) == 2)
+        #expect(intValue(a["sample_rate"]) == 48000)
+        let ad = try #require(doubleValue(a["duration"]))
+        #expect(abs(ad - 1.99) < 0.03, "audio duration \(ad)")
+        #expect(try ffmpegDecodeErrors(path) == "")
+
+        // The timestamps ffprobe reads back are the capture timestamps (relative to the first).
+        let (_, out, _) = try run("/usr/bin/ffprobe", ["-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0", path])
+        let pts = out.split(separator: "\n").compactMap { Double($0) }
+        #expect(pts.count == 45)
+        if pts.count == 45 {
+            #expect(abs(pts[1] - 0.033333) < 0.0001)
+            #expect(abs(pts[31] - (1.0 + 0.066667)) < 0.0001)
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func refusesToOverwrite() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/exists.mov"
+        FileManager.default.createFile(atPath: path, contents: Data([1, 2, 3]))
+        #expect(throws: SinkError.fileExists(path: path)) {
+            _ = try MovieWriter(path: path, tracks: [.mjpegVideo(width: 16, height: 16)])
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data([1, 2, 3]))
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import Viewfinder
+@testable import ViewfinderSinks
+
+/// A fresh empty directory under /tmp for one test.
+func makeTempDirectory(_ name: String = #function) -> String {
+    let clean = name.filter { $0.isLetter || $0.isNumber }
+    let dir = NSTemporaryDirectory() + "vfsinks-\(clean)-\(UInt32.random(in: 0...UInt32.max))"
+    try! FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    return dir
+}
+
+/// Fills a frame with a moving gradient plus deterministic noise (camera-like content).
+func fillFrame(_ f: Frame, index: Int, noise: Int = 12, seed: UInt64 = 1) {
+    let fmt = f.format
+    var rng = seed &+ UInt64(index) &* 0x9E3779B97F4A7C15 | 1
+    @inline(__always) func next() -> UInt64 { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng }
+    let p = f.data.assumingMemoryBound(to: UInt8.self)
+    switch fmt.pixelFormat {
+    case .yuyv, .uyvy:
+        for y in 0..<fmt.height {
+            let row = p + y * fmt.bytesPerRow
+            for x in 0..<fmt.width {
+                let n = noise > 0 ? Int(next() % UInt64(noise)) : 0
+                let luma = UInt8(clamping: (x * 200 / fmt.width + y * 40 / fmt.height + index * 3) % 220 + 16 + n)
+                let chroma = UInt8(clamping: x & 1 == 0 ? 90 + (y * 60 / fmt.height) : 160 - (x * 50 / fmt.width))
+                if fmt.pixelFormat == .yuyv { row[2 * x] = luma; row[2 * x + 1] = chroma } else { row[2 * x + 1] = luma; row[2 * x] = chroma }
+            }
+        }
+    default:
+        let n = f.bytesUsed
+        for i in 0..<n {
+            p[i] = UInt8(truncatingIfNeeded: (i % max(1, fmt.bytesPerRow)) * 200 / max(1, fmt.bytesPerRow) + index * 3 + Int(noise > 0 ? next() % UInt64(noise) : 0))
+        }
+    }
+    f.sequence = UInt64(index)
+    f.timestamp = Timestamp(nanoseconds: 1_000_000_000 + UInt64(index) * 33_333_333)
+}
+
+struct ProbeResult {
+    var streams: [[String: Any]]
+    var format: [String: Any]
+    func stream(_ type: String) -> [String: Any]? { streams.first { $0["codec_type"] as? String == type } }
+}
+
+/// Runs a program and returns (status, stdout, stderr).
+@discardableResult
+func run(_ path: String, _ args: [String]) throws -> (Int32, String, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = args
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out; p.standardError = err
+    try p.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+}
+
+/// ffprobe's view of a file: streams (with counted frames) and the container.
+func ffprobe(_ file: String) throws -> ProbeResult {
+    let (status, out, err) = try run("/usr/bin/ffprobe", ["-v", "error", "-show_streams", "-show_format", "-count_frames", "-of", "json", file])
+    guard status == 0 else { throw SinkError.corruptData("ffprobe failed on \(file): \(err)") }
+    let json = try JSONSerialization.jsonObject(with: Data(out.utf8)) as! [String: Any]
+    return ProbeResult(streams: json["streams"] as? [[String: Any]] ?? [], format: json["format"] as? [String: Any] ?? [:])
+}
+
+/// Decodes every frame with ffmpeg; returns ffmpeg's error output (empty when all frames decode).
+func ffmpegDecodeErrors(_ file: String) throws -> String {
+    let (status, _, err) = try run("/usr/bin/ffmpeg", ["-v", "error", "-i", file, "-f", "null", "-"])
+    return status == 0 ? err : "exit \(status): " + err
+}
+
+func intValue(_ any: Any?) -> Int? {
+    if let s = any as? String { return Int(s) }
+    return any as? Int
+}
+func doubleValue(_ any: Any?) -> Double? {
+    if let s = any as? String { return Double(s) }
+    return any as? Double
+}
