@@ -268,7 +268,10 @@ public final class CaptureEngine: @unchecked Sendable {
             case .lost(let reason, let n):
                 statistics.countCaptured(UInt64(n))
                 statistics.drops.count(reason, UInt64(n))
-                if reason == .driverGap, let last = lastSequence { lastSequence = last &+ UInt64(n) }
+                // A source reports each lost frame once and it used up a sequence number (a V4L2
+                // driver gap, a buffer the driver had no room for, a corrupt buffer): move past it
+                // so the next frame is not counted again as a gap.
+                if let last = lastSequence { lastSequence = last &+ UInt64(n) }
             case .timeout:
                 stageChannel.flush()
                 if monotonicNanoseconds() &- lastFrameAt > stallNs {
