@@ -1,0 +1,195 @@
+import Viewfinder
+
+/// Options of ``StabiliseStage``.
+public struct StabiliseOptions: StageOptions {
+    /// Frames of look-ahead (the stage's delay).
+    public var lookahead: Int = 15
+    /// Gaussian smoothing of the camera path, frames (sigma); 0 = lookahead / 2.
+    public var smoothing: Double = 0
+    /// Fraction of the picture kept after the crop that hides the borders (zoom = 1/keep).
+    public var keep: Double = 0.9
+    /// Whether to correct rotation as well as translation.
+    public var rotation: Bool = true
+    /// Motion estimates below this confidence (0–1) count as no motion.
+    public var minConfidence: Double = 0.15
+
+    public init() {}
+
+    public static var fields: [OptionField<StabiliseOptions>] {
+        [
+            .int("lookahead", \.lookahead, range: 0...30, unit: "frames", "Look-ahead of the path smoothing; the stage delays frames by this much (timestamps stay with their frames)"),
+            .double("smoothing", \.smoothing, range: 0...60, unit: "frames", "Sigma of the Gaussian path smoothing (0: lookahead/2)"),
+            .double("keep", \.keep, range: 0.85...1, unit: "fraction", "Part of the picture kept by the crop/zoom that hides the borders (0.85 keeps 85 %)"),
+            .bool("rotation", \.rotation, "Correct rotation as well as translation"),
+            .double("min_confidence", \.minConfidence, range: 0...1, "Estimates below this confidence count as no motion"),
+        ]
+    }
+}
+
+/// Video stabilisation: global motion estimation on luma, path smoothing with look-ahead, and a
+/// warp with a fixed crop/zoom that hides the borders.
+///
+/// For each frame the ``MotionEstimator`` measures translation, rotation (and scale) from the
+/// previous frame (`metadata.motion`); the camera path is their sum. The stage holds
+/// `lookahead` frames; when a frame has its look-ahead, the path is smoothed with a Gaussian over
+/// ±`lookahead` frames and the frame is warped in place by (smoothed − actual) path, zoomed by
+/// 1/`keep`, the correction clamped so no border shows (`metadata.correction`, its `scale` the zoom).
+/// Supports YUYV, UYVY, NV12, I420, YUV422P and GREY.
+public final class StabiliseStage: Stage {
+    public static let name = "stabilise"
+    public static let summary = "Video stabilisation: pyramid block matching + Lucas-Kanade motion (translation, rotation), Gaussian path smoothing with look-ahead, crop/zoom warp in place."
+
+    public let options: StabiliseOptions
+    private var estimator: MotionEstimator?
+    private var scratch: UnsafeMutableRawPointer?
+    private var scratchBytes = 0
+    private var format: FrameFormat?
+    private let zoom: Double
+    private let sigma: Double
+
+    static let capacity = 128
+    /// Camera path by frame number (mod capacity).
+    private var pathX = [Double](repeating: 0, count: capacity)
+    private var pathY = [Double](repeating: 0, count: capacity)
+    private var pathA = [Double](repeating: 0, count: capacity)
+    /// Held frames, oldest first, as a ring; `warped` of them at the head are ready.
+    private var held = [Frame?](repeating: nil, count: capacity)
+    private var heldIndex = [Int](repeating: 0, count: capacity)
+    private var head = 0
+    private var count = 0
+    private var warped = 0
+    private var frameNumber = 0
+    private var finishing = false
+
+    public init(options: StabiliseOptions) {
+        self.options = options
+        zoom = 1 / options.keep
+        sigma = options.smoothing > 0 ? options.smoothing : max(1, Double(options.lookahead) / 2)
+    }
+
+    deinit {
+        for i in 0..<count { held[(head + i) % Self.capacity]?.release() }
+        scratch?.deallocate()
+    }
+
+    public var delayFrames: Int { options.lookahead }
+
+    public func prepare(format: FrameFormat, context: StageContext) throws {
+        switch format.pixelFormat {
+        case .yuyv, .uyvy, .nv12, .i420, .yuv422p, .grey: break
+        default:
+            throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.pixelFormat) is not supported (YUYV, UYVY, NV12, I420, YUV422P, GREY)")
+        }
+        guard format.width >= 64, format.height >= 48 else {
+            throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.width)x\(format.height) is too small to stabilise (at least 64x48)")
+        }
+        if self.format != format || estimator == nil {
+            estimator = MotionEstimator(width: format.width, height: format.height)
+            scratch?.deallocate()
+            scratchBytes = format.maxByteCount
+            scratch = .allocate(byteCount: scratchBytes, alignment: 64)
+        }
+        self.format = format
+        estimator?.reset()
+        frameNumber = 0
+        finishing = false
+    }
+
+    public func process(_ frame: Frame) -> StageVerdict {
+        guard let est = estimator, let luma = LumaView(frame), frame.format == format else { return .forward }
+        var m = est.estimate(luma)
+        if m.confidence < options.minConfidence || !m.dx.isFinite || !m.dy.isFinite || !m.angle.isFinite {
+            m = MotionEstimate(dx: 0, dy: 0, angle: 0, scale: 1, confidence: m.confidence)
+        }
+        if !options.rotation { m.angle = 0 }
+        frame.metadata.motion = m
+        let n = frameNumber
+        let slot = n % Self.capacity
+        let prevSlot = (n + Self.capacity - 1) % Self.capacity
+        if n == 0 {
+            pathX[slot] = 0; pathY[slot] = 0; pathA[slot] = 0
+        } else {
+            pathX[slot] = pathX[prevSlot] + m.dx
+            pathY[slot] = pathY[prevSlot] + m.dy
+            pathA[slot] = pathA[prevSlot] + m.angle
+        }
+        frameNumber += 1
+        if count == Self.capacity {
+            // Cannot happen with lookahead <= 30; pass the frame on rather than overflow.
+            return .forward
+        }
+        let tail = (head + count) % Self.capacity
+        held[tail] = frame
+        heldIndex[tail] = n
+        count += 1
+        // The frame `lookahead` back now has its look-ahead.
+        while count - warped > options.lookahead { warpNext(newest: n) }
+        return .hold
+    }
+
+    private func warpNext(newest: Int) {
+        let pos = (head + warped) % Self.capacity
+        guard let frame = held[pos] else { return }
+        let t = heldIndex[pos]
+        let L = options.lookahead
+        let lo = max(0, t - L, newest - Self.capacity + 1)
+        let hi = min(newest, t + L)
+        var sw = 0.0, sx = 0.0, sy = 0.0, sa = 0.0
+        let inv = 1 / (2 * sigma * sigma)
+        for k in lo...hi {
+            let d = Double(k - t)
+            let w = exp(-d * d * inv)
+            let s = k % Self.capacity
+            sw += w; sx += w * pathX[s]; sy += w * pathY[s]; sa += w * pathA[s]
+        }
+        let s = t % Self.capacity
+        var cx = sx / sw - pathX[s]
+        var cy = sy / sw - pathY[s]
+        var ca = options.rotation ? sa / sw - pathA[s] : 0
+        // Shrink the correction until the zoomed picture covers the frame (no border shows).
+        let w = frame.format.width, h = frame.format.height
+        var map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
+        var tries = 0
+        while !covers(map, w, h) && tries < 30 {
+            cx *= 0.85; cy *= 0.85; ca *= 0.85
+            map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
+            tries += 1
+        }
+        if let scratch, frame.bytesUsed <= scratchBytes {
+            scratch.copyMemory(from: frame.data, byteCount: min(frame.bytesUsed, scratchBytes))
+            Warp.frame(frame, from: scratch.assumingMemoryBound(to: UInt8.self), map: map)
+            frame.pixelsModified = true
+        }
+        frame.metadata.correction = MotionEstimate(dx: cx, dy: cy, angle: ca, scale: zoom, confidence: frame.metadata.motion?.confidence ?? 0)
+        warped += 1
+    }
+
+    private func covers(_ m: AffineMap, _ w: Int, _ h: Int) -> Bool {
+        let mx = Double(w - 1) - 1e-3, my = Double(h - 1) - 1e-3
+        for i in 0..<4 {
+            let p = m.apply(i & 1 == 0 ? 0 : Double(w - 1), i < 2 ? 0 : Double(h - 1))
+            if p.x < 0 || p.y < 0 || p.x >= mx || p.y >= my { return false }
+        }
+        return true
+    }
+
+    public func nextReady() -> Frame? {
+        guard warped > 0, count > 0 else { return nil }
+        let f = held[head]
+        held[head] = nil
+        head = (head + 1) % Self.capacity
+        count -= 1
+        warped -= 1
+        return f
+    }
+
+    public func finish() {
+        finishing = true
+        let newest = frameNumber - 1
+        while warped < count { warpNext(newest: newest) }
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,0 +1,147 @@
+import Viewfinder
+
+/// An affine map from destination to source pixel coordinates: `src = (a·x + b·y + tx, c·x + d·y + ty)`.
+public struct AffineMap: Sendable, Equatable {
+    public var a, b, c, d, tx, ty: Double
+    public init(a: Double, b: Double, c: Double, d: Double, tx: Double, ty: Double) {
+        self.a = a; self.b = b; self.c = c; self.d = d; self.tx = tx; self.ty = ty
+    }
+    public static let identity = AffineMap(a: 1, b: 0, c: 0, d: 1, tx: 0, ty: 0)
+
+    @inline(__always)
+    public func apply(_ x: Double, _ y: Double) -> (x: Double, y: Double) { (a * x + b * y + tx, c * x + d * y + ty) }
+
+    /// The same map for a plane subsampled by (sx, sy): `S⁻¹ · M · S`.
+    public func subsampled(_ sx: Double, _ sy: Double) -> AffineMap {
+        AffineMap(a: a, b: b * sy / sx, c: c * sx / sy, d: d, tx: tx / sx, ty: ty / sy)
+    }
+
+    /// The map that shows the picture moved by (dx, dy), rotated by `angle` (radians, about the
+    /// centre) and zoomed by `zoom`: destination q = zoom·R(angle)·(p − c) + c + (dx, dy).
+    public static func correction(dx: Double, dy: Double, angle: Double, zoom: Double, width: Int, height: Int) -> AffineMap {
+        let cx = Double(width - 1) / 2, cy = Double(height - 1) / 2
+        let co = cos(angle) / zoom, si = sin(angle) / zoom
+        // p = R(−angle)(q − c − t)/zoom + c
+        let a = co, b = si, c = -si, d = co
+        let qx = -cx - dx, qy = -cy - dy
+        return AffineMap(a: a, b: b, c: c, d: d, tx: a * qx + b * qy + cx, ty: c * qx + d * qy + cy)
+    }
+}
+
+/// Bilinear warping of one channel of a frame (a plane, or the luma or a chroma component of a
+/// packed format), in 16.16 fixed point.
+public enum Warp {
+    /// One channel's memory layout.
+    public struct Channel {
+        public var base: UnsafeMutablePointer<UInt8>
+        public var width: Int
+        public var height: Int
+        public var bytesPerRow: Int
+        public var pixelStride: Int
+        public init(base: UnsafeMutablePointer<UInt8>, width: Int, height: Int, bytesPerRow: Int, pixelStride: Int) {
+            self.base = base; self.width = width; self.height = height; self.bytesPerRow = bytesPerRow; self.pixelStride = pixelStride
+        }
+    }
+
+    /// Writes `dst(x, y) = src(map(x, y))`, bilinear; samples outside the source are clamped to its
+    /// edge. `src` and `dst` have the same geometry and must not overlap.
+    public static func bilinear(from src: Channel, to dst: Channel, map: AffineMap) {
+        switch src.pixelStride {
+        case 1: run(src, dst, map, stride: 1)
+        case 2: run(src, dst, map, stride: 2)
+        case 4: run(src, dst, map, stride: 4)
+        default: run(src, dst, map, stride: src.pixelStride)
+        }
+    }
+
+    @inline(__always)
+    static func run(_ src: Channel, _ dst: Channel, _ m: AffineMap, stride s: Int) {
+        let w = src.width, h = src.height
+        guard w >= 2, h >= 2 else { return }
+        let one = 65536.0
+        let ax = Int32((m.a * one).rounded()), cx = Int32((m.c * one).rounded())
+        let maxX = Double(w - 1) - 1e-6, maxY = Double(h - 1) - 1e-6
+        let bpr = src.bytesPerRow
+        let sbase = UnsafePointer(src.base)
+        for y in 0..<min(h, dst.height) {
+            let p0 = m.apply(0, Double(y))
+            let p1 = m.apply(Double(w - 1), Double(y))
+            let out = dst.base + y &* dst.bytesPerRow
+            if min(p0.x, p1.x) >= 0, max(p0.x, p1.x) < maxX, min(p0.y, p1.y) >= 0, max(p0.y, p1.y) < maxY {
+                // The whole row samples inside the source: no clamping.
+                var fx = Int32((p0.x * one).rounded()), fy = Int32((p0.y * one).rounded())
+                for x in 0..<w {
+                    let ix = Int(fx &>> 16), iy = Int(fy &>> 16)
+                    let wx = (fx &>> 8) & 0xFF, wy = (fy &>> 8) & 0xFF
+                    let p = sbase + (iy &* bpr &+ ix &* s)
+                    let v00 = Int32(p[0]), v01 = Int32(p[s]), v10 = Int32(p[bpr]), v11 = Int32(p[bpr &+ s])
+                    let top = (v00 &<< 8) &+ (v01 &- v00) &* wx
+                    let bot = (v10 &<< 8) &+ (v11 &- v10) &* wx
+                    let v = ((top &<< 8) &+ (bot &- top) &* wy &+ 32768) &>> 16
+                    out[x &* s] = UInt8(truncatingIfNeeded: v)
+                    fx &+= ax; fy &+= cx
+                }
+            } else {
+                for x in 0..<w {
+                    let p = m.apply(Double(x), Double(y))
+                    let sx = min(max(p.x, 0), maxX), sy = min(max(p.y, 0), maxY)
+                    let ix = Int(sx), iy = Int(sy)
+                    let wx = Int32((sx - Double(ix)) * 256), wy = Int32((sy - Double(iy)) * 256)
+                    let q = sbase + (iy &* bpr &+ ix &* s)
+                    let v00 = Int32(q[0]), v01 = Int32(q[s]), v10 = Int32(q[bpr]), v11 = Int32(q[bpr &+ s])
+                    let top = (v00 &<< 8) &+ (v01 &- v00) &* wx
+                    let bot = (v10 &<< 8) &+ (v11 &- v10) &* wx
+                    out[x &* s] = UInt8(truncatingIfNeeded: ((top &<< 8) &+ (bot &- top) &* wy &+ 32768) &>> 16)
+                }
+            }
+        }
+    }
+
+    /// Warps every channel of a frame's pixels from `source` (a copy of the frame's bytes with the
+    /// same format) into `frame`, with `map` given in luma coordinates.
+    public static func frame(_ frame: Frame, from source: UnsafeMutablePointer<UInt8>, map: AffineMap) {
+        let f = frame.format
+        let dst = frame.data.assumingMemoryBound(to: UInt8.self)
+        func ch(_ base: UnsafeMutablePointer<UInt8>, _ off: Int, _ w: Int, _ h: Int, _ bpr: Int, _ ps: Int) -> Channel {
+            Channel(base: base + off, width: w, height: h, bytesPerRow: bpr, pixelStride: ps)
+        }
+        switch f.pixelFormat {
+        case .grey:
+            bilinear(from: ch(source, 0, f.width, f.height, f.bytesPerRow, 1), to: ch(dst, 0, f.width, f.height, f.bytesPerRow, 1), map: map)
+        case .i420, .yuv422p, .nv12:
+            let y = f.plane(0)
+            bilinear(from: ch(source, y.offset, y.width, y.height, y.bytesPerRow, 1), to: ch(dst, y.offset, y.width, y.height, y.bytesPerRow, 1), map: map)
+            let sy: Double = f.pixelFormat == .yuv422p ? 1 : 2
+            let cm = map.subsampled(2, sy)
+            if f.pixelFormat == .nv12 {
+                let uv = f.plane(1)
+                for k in 0..<2 {
+                    bilinear(from: ch(source, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), to: ch(dst, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), map: cm)
+                }
+            } else {
+                for i in 1...2 {
+                    let p = f.plane(i)
+                    bilinear(from: ch(source, p.offset, p.width, p.height, p.bytesPerRow, 1), to: ch(dst, p.offset, p.width, p.height, p.bytesPerRow, 1), map: cm)
+                }
+            }
+        case .yuyv, .uyvy:
+            let lumaOff = f.pixelFormat == .yuyv ? 0 : 1
+            let chromaOff = f.pixelFormat == .yuyv ? 1 : 0
+            bilinear(from: ch(source, lumaOff, f.width, f.height, f.bytesPerRow, 2), to: ch(dst, lumaOff, f.width, f.height, f.bytesPerRow, 2), map: map)
+            let cm = map.subsampled(2, 1)
+            for k in stride(from: 0, through: 2, by: 2) {
+                bilinear(from: ch(source, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), to: ch(dst, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), map: cm)
+            }
+        case .rgb24:
+            for k in 0..<3 {
+                bilinear(from: ch(source, k, f.width, f.height, f.bytesPerRow, 3), to: ch(dst, k, f.width, f.height, f.bytesPerRow, 3), map: map)
+            }
+        case .mjpeg:
+            break
+        }
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
