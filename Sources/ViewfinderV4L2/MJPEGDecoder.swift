@@ -1,0 +1,113 @@
+import CTurboJPEG
+import Viewfinder
+
+/// Why an MJPEG frame could not be decoded. A consumer counts these as ``DropReason/corrupt``.
+public enum MJPEGError: Error, Equatable, CustomStringConvertible {
+    case notJPEG
+    case corrupt(String)
+    case unsupportedSubsampling(Int32)
+    case invalidScale(Int, allowed: [Int])
+    case targetTooSmall(needed: Int, capacity: Int)
+    case noDecoder(String)
+
+    public var description: String {
+        switch self {
+        case .notJPEG: return "not a JPEG (no start-of-image marker)"
+        case .corrupt(let m): return "corrupt JPEG: \(m)"
+        case .unsupportedSubsampling(let s): return "JPEG chroma subsampling \(s) has no engine pixel format (4:2:2, 4:2:0 and greyscale decode)"
+        case .invalidScale(let s, let a): return "scale 1/\(s) is not available (use 1/\(a.map(String.init).joined(separator: ", 1/")))"
+        case .targetTooSmall(let n, let c): return "decoded frame needs \(n) bytes, the target frame has \(c)"
+        case .noDecoder(let m): return "cannot create a TurboJPEG decoder: \(m)"
+        }
+    }
+}
+
+/// Decodes camera MJPEG frames to planar YUV with TurboJPEG, optionally at 1/2, 1/4 or 1/8 scale
+/// (the DCT scaling makes a reduced decode much cheaper than a full one).
+///
+/// MJPEG frames pass through the engine untouched; a consumer that needs pixels owns one decoder
+/// (a decoder is used by one thread at a time) and decodes into frames of its own pool.
+/// 4:2:2 JPEGs (most webcams) decode to ``PixelFormat/yuv422p``, 4:2:0 to ``PixelFormat/i420``,
+/// greyscale to ``PixelFormat/grey``. Any decoder warning (a truncated or damaged stream) is an
+/// error: a damaged frame is dropped, not shown half grey.
+public final class MJPEGDecoder {
+    public struct Header: Sendable, Equatable {
+        public var width: Int
+        public var height: Int
+        /// TurboJPEG's `TJSAMP_*`.
+        public var subsampling: Int32
+        /// The engine format the planes decode to, if there is one.
+        public var pixelFormat: PixelFormat? {
+            switch subsampling {
+            case Int32(TJSAMP_422.rawValue): return .yuv422p
+            case Int32(TJSAMP_420.rawValue): return .i420
+            case Int32(TJSAMP_GRAY.rawValue): return .grey
+            default: return nil
+            }
+        }
+    }
+
+    /// The scale denominators TurboJPEG decodes to directly.
+    public static let scaleDenominators = [1, 2, 4, 8]
+
+    private let handle: tjhandle
+
+    public init() throws(MJPEGError) {
+        guard let h = tjInitDecompress() else { throw .noDecoder(String(cString: tjGetErrorStr2(nil))) }
+        handle = h
+    }
+
+    deinit { tjDestroy(handle) }
+
+    private func message() -> String { String(cString: tjGetErrorStr2(handle)) }
+
+    /// Reads the JPEG header: size and subsampling.
+    public func header(_ jpeg: UnsafeRawBufferPointer) throws(MJPEGError) -> Header {
+        guard jpeg.count >= 4, jpeg[0] == 0xFF, jpeg[1] == 0xD8, let base = jpeg.baseAddress else { throw .notJPEG }
+        var w: Int32 = 0, h: Int32 = 0, sub: Int32 = 0, cs: Int32 = 0
+        let r = tjDecompressHeader3(handle, base.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count), &w, &h, &sub, &cs)
+        guard r == 0, w > 0, h > 0 else { throw .corrupt(message()) }
+        return Header(width: Int(w), height: Int(h), subsampling: sub)
+    }
+
+    /// The format a decode at 1/`scaleDenominator` produces (even row pitch so chroma rows fit).
+    public func outputFormat(for header: Header, scaleDenominator: Int = 1) throws(MJPEGError) -> FrameFormat {
+        guard Self.scaleDenominators.contains(scaleDenominator) else { throw .invalidScale(scaleDenominator, allowed: Self.scaleDenominators) }
+        guard let pf = header.pixelFormat else { throw .unsupportedSubsampling(header.subsampling) }
+        let w = (header.width + scaleDenominator - 1) / scaleDenominator
+        let h = (header.height + scaleDenominator - 1) / scaleDenominator
+        return FrameFormat(pf, width: w, height: h, bytesPerRow: pf == .grey ? w : (w + 1) & ~1)
+    }
+
+    /// Decodes `jpeg` into `frame` (its memory must hold the output), setting its format and size.
+    public func decode(_ jpeg: UnsafeRawBufferPointer, scaleDenominator: Int = 1, into frame: Frame) throws(MJPEGError) {
+        let hdr = try header(jpeg)
+        let fmt = try outputFormat(for: hdr, scaleDenominator: scaleDenominator)
+        guard fmt.maxByteCount <= frame.capacity else { throw .targetTooSmall(needed: fmt.maxByteCount, capacity: frame.capacity) }
+        var planes: [UnsafeMutablePointer<UInt8>?] = [nil, nil, nil]
+        var strides: [Int32] = [0, 0, 0]
+        for i in 0..<fmt.planeCount {
+            let g = fmt.plane(i)
+            planes[i] = (frame.data + g.offset).assumingMemoryBound(to: UInt8.self)
+            strides[i] = Int32(g.bytesPerRow)
+        }
+        let r = planes.withUnsafeMutableBufferPointer { p in
+            strides.withUnsafeMutableBufferPointer { s in
+                tjDecompressToYUVPlanes(handle, jpeg.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count),
+                                        p.baseAddress!, Int32(fmt.width), s.baseAddress!, Int32(fmt.height), TJFLAG_STOPONWARNING)
+            }
+        }
+        guard r == 0 else { throw .corrupt(message()) }
+        frame.format = fmt
+        frame.bytesUsed = fmt.maxByteCount
+    }
+
+    /// Decodes an MJPEG `source` frame into `target`, copying its timing and metadata.
+    public func decode(_ source: Frame, scaleDenominator: Int = 1, into target: Frame) throws(MJPEGError) {
+        try decode(UnsafeRawBufferPointer(source.bytes), scaleDenominator: scaleDenominator, into: target)
+        let fmt = target.format, used = target.bytesUsed
+        target.copyAttributes(from: source)
+        target.format = fmt
+        target.bytesUsed = used
+    }
+}
