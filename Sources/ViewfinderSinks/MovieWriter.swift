@@ -283,13 +283,11 @@ public final class MovieWriter {
         if frames == 0 { return }
         let t = ticks(ts, timescale: UInt32(rate))
         if st.samplesWritten == 0 && st.sizes.isEmpty { st.nextDecodeTime = t; st.fragmentStart = t }
-        // Keep audio contiguous: small jitter in block timestamps is absorbed, not turned into gaps.
-        _ = t
+        // Audio stays contiguous: jitter in block timestamps is absorbed, not turned into gaps.
         st.payload += data
         st.sizes.append(UInt32(data.count))
         st.durations.append(UInt32(frames))
         st.nextDecodeTime += UInt64(frames)
-        _ = rate
         try flushIfDue()
     }
 
@@ -339,7 +337,6 @@ public final class MovieWriter {
         if syncEachFragment { try file.sync() }
         for st in states where !st.sizes.isEmpty {
             st.samplesWritten += UInt64(st.sizes.count)
-            st.ticksWritten = st.nextDecodeTime - (states.first === st ? 0 : 0)
             st.ticksWritten = st.nextDecodeTime
             st.fragmentStart = st.nextDecodeTime
             st.sizes.removeAll(keepingCapacity: true)
@@ -385,8 +382,7 @@ public final class MovieWriter {
         var movieDuration: UInt64 = 0
         var trackDurations: [UInt64] = []
         for (i, st) in states.enumerated() {
-            let first = st.fragmentStart == 0 && st.samplesWritten == 0 ? 0 : UInt64(0)
-            let mediaTicks = st.ticksWritten - first
+            let mediaTicks = st.ticksWritten
             try withUnsafeBytes(of: UInt32(clamping: mediaTicks).bigEndian) { try file.pwrite($0, at: mdhdPatchOffsets[i]) }
             let movieTicks = mediaTicks * UInt64(MovieWriter.movieTimescale) / UInt64(st.timescale)
             trackDurations.append(movieTicks)

@@ -60,7 +60,7 @@ import Viewfinder
     @Test func refusesToOverwrite() throws {
         let dir = makeTempDirectory()
         let path = dir + "/exists.mov"
-        FileManager.default.createFile(atPath: path, contents: Data([1, 2, 3]))
+        _ = FileManager.default.createFile(atPath: path, contents: Data([1, 2, 3]))
         #expect(throws: SinkError.fileExists(path: path)) {
             _ = try MovieWriter(path: path, tracks: [.mjpegVideo(width: 16, height: 16)])
         }

@@ -80,3 +80,79 @@ func doubleValue(_ any: Any?) -> Double? {
     if let s = any as? String { return Double(s) }
     return any as? Double
 }
+
+/// A non-live source of `count` synthetic frames at `interval` ns, for engine runs in tests.
+final class SyntheticSource: CaptureSource, @unchecked Sendable {
+    // @unchecked Sendable: `produced` is touched only by the capture thread (next/start).
+    let format: FrameFormat
+    let count: Int
+    let interval: UInt64
+    let pool: FramePool
+    let mjpeg: Bool
+    private var produced = 0
+    private let encoder: JPEGEncoder?
+    var isLive: Bool { false }
+    var controls: (any DeviceControlling)? { nil }
+    var info: DeviceInfo { DeviceInfo(id: "test", name: "test", driver: "test", bus: "test", formats: [], controls: [], isLive: false) }
+    var activeConfiguration: StreamConfiguration? { configuration }
+    var configuration: StreamConfiguration { StreamConfiguration(format: format, interval: FrameInterval(numerator: UInt32(interval / 1000), denominator: 1_000_000), bufferCount: 8) }
+
+    init(format: FrameFormat, count: Int, interval: UInt64 = 33_333_333, mjpeg: Bool = false) {
+        self.count = count
+        self.interval = interval
+        self.mjpeg = mjpeg
+        self.format = mjpeg ? FrameFormat(.mjpeg, width: format.width, height: format.height) : format
+        self.pool = FramePool(format: self.format, count: 12)
+        self.encoder = mjpeg ? try! JPEGEncoder() : nil
+    }
+    func configure(_ request: StreamRequest) throws -> StreamConfiguration { configuration }
+    func start() throws {}
+    func stop() {}
+    func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
+        guard produced < count else { return .endOfStream }
+        guard let f = pool.acquire(timeoutNanoseconds: timeoutNanoseconds) else { return .timeout }
+        if let encoder {
+            let raw = Frame(capacity: FrameFormat(.yuyv, width: format.width, height: format.height).maxByteCount, format: FrameFormat(.yuyv, width: format.width, height: format.height))
+            fillFrame(raw, index: produced)
+            let jpeg = try encoder.encode(raw, quality: 75)
+            f.data.copyMemory(from: jpeg.baseAddress!, byteCount: jpeg.count)
+            f.bytesUsed = jpeg.count
+        } else {
+            fillFrame(f, index: produced)
+        }
+        f.sequence = UInt64(produced)
+        f.timestamp = Timestamp(nanoseconds: 10_000_000_000 + UInt64(produced) * interval)
+        produced += 1
+        return .frame(f)
+    }
+}
+
+/// Records the movie delegate's events.
+final class RecordingEvents: MovieRecordingDelegate, @unchecked Sendable {
+    // @unchecked Sendable: all state behind `lock`.
+    let lock = ConditionLock()
+    var started: [String] = []
+    var finished: [(String, MovieRecordingSummary, MovieRecordingError?)] = []
+    func movieOutput(_ output: MovieFileOutput, didStartRecordingTo path: String) { lock.withLock { started.append(path) } }
+    func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+        lock.withLock { finished.append((path, summary, error)); lock.broadcast() }
+    }
+    func waitFinished(_ n: Int = 1, timeout: Double = 10) -> Bool {
+        let deadline = monotonicNanoseconds() + UInt64(timeout * 1e9)
+        lock.lock(); defer { lock.unlock() }
+        while finished.count < n { if !lock.wait(untilMonotonicNanoseconds: deadline) { return finished.count >= n } }
+        return true
+    }
+}
+
+/// Drives a consumer by hand on the calling thread, as the engine's consumer thread would.
+func feed(_ consumer: any FrameConsumer, pool: FramePool, range: Range<Int>, interval: UInt64 = 33_333_333, noise: Int = 12, prepare: ((Frame, Int) -> Void)? = nil) {
+    for i in range {
+        let f = pool.acquire()!
+        fillFrame(f, index: i, noise: noise)
+        f.timestamp = Timestamp(nanoseconds: 10_000_000_000 + UInt64(i) * interval)
+        prepare?(f, i)
+        consumer.consume(f)
+        f.release()
+    }
+}

@@ -1,0 +1,455 @@
+import Foundation
+import Logging
+import Viewfinder
+
+/// Why a recording ended.
+public enum MovieRecordingEndReason: String, Sendable, Codable {
+    /// ``MovieFileOutput/stopRecording()`` was called.
+    case stopped
+    /// The session stopped (end of the source, engine stopped).
+    case sessionEnded
+    case maximumDurationReached
+    case maximumFileSizeReached
+    /// Free space on the disk fell below ``MovieOutputSettings/minimumFreeDiskSpace``.
+    case diskSpaceLow
+    /// A write failed with ENOSPC.
+    case diskFull
+    /// Any other failure.
+    case failed
+}
+
+/// Errors a recording ends with (passed to ``MovieRecordingDelegate`` like AVFoundation's
+/// `AVErrorMaximumDurationReached` & co.). The limit errors come with a file that is complete.
+public enum MovieRecordingError: Error, Equatable, CustomStringConvertible {
+    case maximumDurationReached(seconds: Double)
+    case maximumFileSizeReached(bytes: UInt64)
+    case minimumFreeDiskSpaceReached(bytes: UInt64)
+    case diskFull(path: String)
+    case writeFailed(SinkError)
+    case encodingFailed(String)
+    case alreadyRecording(path: String)
+    case notRunning
+    case unsupportedFormat(String)
+
+    public var description: String {
+        switch self {
+        case .maximumDurationReached(let s): return "the recording reached its maximum duration (\(s) s)"
+        case .maximumFileSizeReached(let b): return "the recording reached its maximum file size (\(b) bytes)"
+        case .minimumFreeDiskSpaceReached(let b): return "free disk space fell below the limit (\(b) bytes)"
+        case .diskFull(let p): return "the disk holding '\(p)' is full; the file holds everything written before"
+        case .writeFailed(let e): return "writing the movie failed: \(e)"
+        case .encodingFailed(let m): return "encoding a frame failed: \(m)"
+        case .alreadyRecording(let p): return "already recording to '\(p)'"
+        case .notRunning: return "the movie output is not attached to a running session"
+        case .unsupportedFormat(let s): return "cannot record \(s)"
+        }
+    }
+}
+
+/// What a finished recording holds.
+public struct MovieRecordingSummary: Sendable, Equatable {
+    public var path: String
+    /// Video frames in the file (pre-roll included).
+    public var frames: Int
+    /// Of which from the pre-roll buffer.
+    public var preRollFrames: Int
+    /// Media duration, seconds.
+    public var duration: Double
+    public var bytes: UInt64
+    /// Frames lost on the way to this output while recording (its ring was full, …).
+    public var droppedFrames: Int
+    public var reason: MovieRecordingEndReason
+    /// AVFoundation's `AVErrorRecordingSuccessfullyFinishedKey`: the file is complete and playable
+    /// even though the recording ended with an error (a limit, a full disk).
+    public var successfullyFinished: Bool
+}
+
+/// Receives the recording events. Called on the movie output's thread.
+public protocol MovieRecordingDelegate: AnyObject, Sendable {
+    /// The first frame went into the file.
+    func movieOutput(_ output: MovieFileOutput, didStartRecordingTo path: String)
+    /// The recording ended; `error` is nil for a plain stop. Always called once per started recording.
+    func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?)
+}
+
+extension MovieRecordingDelegate {
+    public func movieOutput(_ output: MovieFileOutput, didStartRecordingTo path: String) {}
+}
+
+/// How the movie output encodes and when it stops on its own.
+public struct MovieOutputSettings: Sendable, Equatable {
+    /// JPEG quality for frames that must be encoded (1–100).
+    public var quality: Int = 85
+    /// Chroma subsampling of encoded frames; nil keeps the source's.
+    public var subsampling: ChromaSubsampling? = nil
+    /// TurboJPEG worker threads (2 spreads encoding over both cores of a small machine).
+    public var encoderThreads: Int = 2
+    /// Camera MJPEG goes into the file as it is unless a stage changed the pixels.
+    public var passThroughMJPEG: Bool = true
+    /// Media seconds per fragment (AVFoundation's `movieFragmentInterval`): at most this much is
+    /// lost if the process is killed.
+    public var fragmentInterval: Double = 0.5
+    /// `fdatasync` every fragment (survives power loss too, costs I/O).
+    public var syncFragments: Bool = false
+    public var maximumDuration: Double? = nil
+    public var maximumFileSize: UInt64? = nil
+    /// Stop when the disk has less free space than this (AVFoundation's `minFreeDiskSpaceLimit`).
+    public var minimumFreeDiskSpace: UInt64? = nil
+    /// Seconds of video kept in memory before the trigger and put at the start of each recording (0: off).
+    public var preRollSeconds: Double = 0
+    /// Memory for the pre-roll buffer.
+    public var preRollBytes: Int = 64 << 20
+    /// The audio track, when the session has an audio input.
+    public var audio: PCMFormat? = nil
+    public init() {}
+}
+
+/// Interleaved signed 16-bit PCM.
+public struct PCMFormat: Sendable, Equatable, Codable {
+    public var sampleRate: Int
+    public var channels: Int
+    public init(sampleRate: Int, channels: Int) { self.sampleRate = sampleRate; self.channels = channels }
+}
+
+/// The movie file output: records the stream to a crash-safe QuickTime movie (fragmented MOV,
+/// Motion-JPEG video, optional PCM audio), modelled on AVCaptureMovieFileOutput.
+///
+/// It is a ``FrameConsumer``: the engine gives it its own ring and thread. `startRecording` and
+/// `stopRecording` may be called from any thread; the delegate hears `didStart` when the first frame
+/// is in the file and `didFinish` exactly once per recording, with the reason and the
+/// "successfully finished" flag. Frames are encoded by a pool of TurboJPEG threads and written in
+/// capture order with their capture timestamps.
+public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: `control` (requests from other threads, published state) is guarded by
+    // `lock`; everything else is confined to the consumer thread (start/consume/finish).
+    public let consumerName: String
+    public var ringCapacity: Int { 16 }
+    private let logger: Logger
+    private let lock = ConditionLock()
+
+    // Shared with other threads (under `lock`).
+    private var settingsValue: MovieOutputSettings
+    private var configuration: StreamConfiguration?
+    private var running = false
+    private var ended = false
+    private var pendingStart: (writer: MovieWriter, delegate: (any MovieRecordingDelegate)?)?
+    private var stopRequested = false
+    private var stopTime: UInt64 = 0
+    private var activePath: String?
+    private var publishedDuration: Double = 0
+    private var publishedBytes: UInt64 = 0
+    private var pendingAudio: [(bytes: [UInt8], timestamp: UInt64)] = []
+    private var pendingAudioBytes = 0
+    private var finishedCount = 0
+
+    // Consumer thread only.
+    private var pool: JPEGEncoderPool?
+    private var preRoll: PreRollBuffer?
+    private var recording: Recording?
+    private var lastFrameInterval: UInt64 = 0
+    private var lastTimestamp: UInt64 = 0
+
+    private final class Recording {
+        let writer: MovieWriter
+        let delegate: (any MovieRecordingDelegate)?
+        var started = false
+        var frames = 0
+        var preRollFrames = 0
+        var dropped = 0
+        var firstTimestamp: UInt64?
+        var lastTimestamp: UInt64 = 0
+        var lastDiskCheck: UInt64 = 0
+        init(writer: MovieWriter, delegate: (any MovieRecordingDelegate)?) { self.writer = writer; self.delegate = delegate }
+    }
+
+    public init(name: String = "movie", settings: MovieOutputSettings = MovieOutputSettings(), logger: Logger = Logger(label: "viewfinder.movie")) {
+        consumerName = name
+        settingsValue = settings
+        self.logger = logger
+    }
+
+    /// The settings; changes apply to the next recording (encoder settings at the next session start).
+    public var settings: MovieOutputSettings {
+        get { lock.withLock { settingsValue } }
+        set { lock.withLock { settingsValue = newValue } }
+    }
+
+    public var isRecording: Bool { lock.withLock { activePath != nil } }
+    /// Media seconds in the current recording's file so far.
+    public var recordedDuration: Double { lock.withLock { publishedDuration } }
+    public var recordedFileSize: UInt64 { lock.withLock { publishedBytes } }
+    /// Where the current recording goes.
+    public var outputPath: String? { lock.withLock { activePath } }
+
+    // MARK: Control (any thread)
+
+    /// Starts recording to `path` (a `.mov`). When the output is running the file is created now,
+    /// so a bad path or an existing file (without `overwrite`) throws here; before the session starts
+    /// the request waits for the stream format (an existing file still throws at once) and a later
+    /// failure to create the file comes as `didFinish` with the error. The first frame goes in at
+    /// the next frame.
+    public func startRecording(to path: String, overwrite: Bool = false, delegate: (any MovieRecordingDelegate)?) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        if let p = activePath { throw MovieRecordingError.alreadyRecording(path: p) }
+        guard !ended else { throw MovieRecordingError.notRunning }
+        if !overwrite && FileManager.default.fileExists(atPath: path) { throw SinkError.fileExists(path: path) }
+        activePath = path
+        stopRequested = false
+        publishedDuration = 0
+        if let cfg = configuration {
+            do {
+                let writer = try makeWriter(path: path, overwrite: overwrite, configuration: cfg)
+                pendingStart = (writer, delegate)
+                publishedBytes = writer.bytesWritten
+            } catch {
+                activePath = nil
+                throw error
+            }
+        } else {
+            deferredStart = (path, overwrite, delegate)
+        }
+    }
+
+    private var deferredStart: (path: String, overwrite: Bool, delegate: (any MovieRecordingDelegate)?)?
+
+    /// Called with `lock` held.
+    private func makeWriter(path: String, overwrite: Bool, configuration cfg: StreamConfiguration) throws -> MovieWriter {
+        var tracks: [MovieTrackDescription] = [.mjpegVideo(width: cfg.format.width, height: cfg.format.height)]
+        if let a = settingsValue.audio { tracks.append(.pcmAudio(sampleRate: a.sampleRate, channels: a.channels)) }
+        let writer = try MovieWriter(path: path, tracks: tracks, fragmentInterval: settingsValue.fragmentInterval, overwrite: overwrite)
+        writer.syncEachFragment = settingsValue.syncFragments
+        return writer
+    }
+
+    /// Ends the current recording after the frames already captured; `didFinish` follows on the
+    /// output's thread (or on this one if the session has already ended).
+    public func stopRecording() {
+        lock.withLock {
+            guard activePath != nil else { return }
+            stopRequested = true
+            stopTime = monotonicNanoseconds()
+            lock.broadcast()
+        }
+    }
+
+    /// Waits until no recording is active (after a stop or a limit); false on timeout.
+    public func waitUntilNotRecording(timeoutSeconds: Double) -> Bool {
+        let deadline = monotonicNanoseconds() &+ UInt64(timeoutSeconds * 1e9)
+        lock.lock(); defer { lock.unlock() }
+        while activePath != nil { if !lock.wait(untilMonotonicNanoseconds: deadline) && activePath != nil { return false } }
+        return true
+    }
+
+    /// Adds PCM audio (interleaved 16-bit, ``MovieOutputSettings/audio`` format) captured at
+    /// `timestamp` (same clock as the video). Thread-safe; at most 5 s are queued.
+    public func appendAudio(_ pcm: UnsafeRawBufferPointer, timestamp: Timestamp) {
+        lock.withLock {
+            guard activePath != nil, let a = settingsValue.audio else { return }
+            let limit = a.sampleRate * a.channels * 2 * 5
+            while pendingAudioBytes + pcm.count > limit, !pendingAudio.isEmpty {
+                pendingAudioBytes -= pendingAudio.removeFirst().bytes.count
+            }
+            pendingAudio.append((Array(pcm), timestamp.nanoseconds))
+            pendingAudioBytes += pcm.count
+        }
+    }
+
+    // MARK: FrameConsumer (the output's thread)
+
+    public func start(configuration cfg: StreamConfiguration) throws {
+        let s = settings
+        guard (1...100).contains(s.quality) else { throw MovieRecordingError.encodingFailed("quality \(s.quality) is outside 1...100") }
+        if cfg.format.pixelFormat == .mjpeg && !s.passThroughMJPEG {
+            throw MovieRecordingError.unsupportedFormat("MJPEG input without pass-through")
+        }
+        let expected = cfg.format.pixelFormat == .mjpeg ? cfg.format.maxByteCount : cfg.format.width * cfg.format.height
+        pool = JPEGEncoderPool(threads: max(1, s.encoderThreads), quality: s.quality, subsampling: s.subsampling, expectedBytes: expected)
+        if s.preRollSeconds > 0 { preRoll = PreRollBuffer(seconds: s.preRollSeconds, capacityBytes: s.preRollBytes) }
+        let failed = lock.withLock { () -> (String, (any MovieRecordingDelegate)?, MovieRecordingError)? in
+            configuration = cfg; running = true; ended = false
+            guard let d = deferredStart else { return nil }
+            deferredStart = nil
+            do {
+                pendingStart = (try makeWriter(path: d.path, overwrite: d.overwrite, configuration: cfg), d.delegate)
+                return nil
+            } catch {
+                activePath = nil
+                return (d.path, d.delegate, classify(error))
+            }
+        }
+        if let (path, delegate, error) = failed {
+            let summary = MovieRecordingSummary(path: path, frames: 0, preRollFrames: 0, duration: 0, bytes: 0, droppedFrames: 0, reason: .failed, successfullyFinished: false)
+            delegate?.movieOutput(self, didFinishRecordingTo: path, summary: summary, error: error)
+        }
+    }
+
+    public func consume(_ frame: Frame) {
+        takeRequests()
+        if frame.timestamp.nanoseconds > lastTimestamp && lastTimestamp > 0 { lastFrameInterval = frame.timestamp.nanoseconds - lastTimestamp }
+        lastTimestamp = frame.timestamp.nanoseconds
+        if let r = recording, r.firstTimestamp != nil { r.dropped += Int(frame.metadata.droppedBefore) }
+        if let stopAt = stopRequestTime() {
+            // Frames captured before the stop call still go in; anything later ends the recording.
+            let t = frame.timestamp
+            let before = t.clock == .monotonic && t.nanoseconds <= stopAt && stopAt &- t.nanoseconds < 2_000_000_000
+            if !before { drainAndFinish(reason: .stopped, error: nil) }
+        }
+        guard recording != nil || preRoll != nil, let pool else { return }
+        while pool.inFlight >= pool.capacity, let r = pool.next(wait: true) { deliver(r) }
+        // MJPEG frames are JPEG images already (a stage that changes pixels outputs a raw format).
+        pool.submit(frame, passthrough: frame.format.pixelFormat == .mjpeg)
+        while let r = pool.next(wait: false) { deliver(r) }
+    }
+
+    public func finish(error: (any Error)?) {
+        takeRequests()
+        if recording != nil { drainAndFinish(reason: .sessionEnded, error: nil) }
+        pool?.shutdown()
+        pool = nil
+        lock.withLock { running = false; ended = true; lock.broadcast() }
+    }
+
+    // MARK: Internals
+
+    private func stopRequestTime() -> UInt64? { lock.withLock { stopRequested ? stopTime : nil } }
+
+    private func takeRequests() {
+        let start = lock.withLock { () -> (MovieWriter, (any MovieRecordingDelegate)?)? in
+            defer { pendingStart = nil }
+            return pendingStart
+        }
+        if let (w, d) = start {
+            // Frames still being encoded belong to the time before the trigger: into the pre-roll.
+            if let pool { while let r = pool.next(wait: true) { deliver(r) } }
+            recording = Recording(writer: w, delegate: d)
+            // The pre-roll goes first, with its own timestamps.
+            if let pr = preRoll, let r = recording {
+                var failed: (any Error)?
+                pr.drain { bytes, ts in
+                    guard failed == nil else { return }
+                    do { try append(bytes, timestamp: ts, to: r); r.preRollFrames += 1 } catch { failed = error }
+                }
+                if let failed { endRecording(reason: .failed, error: classify(failed)) }
+            }
+        }
+    }
+
+    private func deliver(_ r: JPEGEncoderPool.Result) {
+        if let e = r.error {
+            logger.error("movie: encoding frame \(r.sequence) failed: \(e)")
+            if let rec = recording { rec.dropped += 1 }
+            return
+        }
+        if let rec = recording {
+            do {
+                if try checkLimits(rec, adding: r.bytes.count, timestamp: r.timestamp) { return }
+                try append(r.bytes, timestamp: r.timestamp, to: rec)
+            } catch {
+                endRecording(reason: .failed, error: classify(error))
+            }
+        } else if let pr = preRoll {
+            pr.append(r.bytes, timestamp: r.timestamp)
+        }
+    }
+
+    private func append(_ bytes: UnsafeRawBufferPointer, timestamp: UInt64, to rec: Recording) throws {
+        try rec.writer.appendVideo(bytes, timestampNanoseconds: timestamp)
+        if rec.firstTimestamp == nil { rec.firstTimestamp = timestamp }
+        rec.lastTimestamp = timestamp
+        rec.frames += 1
+        if !rec.started {
+            rec.started = true
+            rec.delegate?.movieOutput(self, didStartRecordingTo: rec.writer.path)
+        }
+        // Audio queued up to now.
+        let audio = lock.withLock { () -> [(bytes: [UInt8], timestamp: UInt64)] in
+            defer { pendingAudio.removeAll(keepingCapacity: true); pendingAudioBytes = 0 }
+            return pendingAudio
+        }
+        for a in audio where rec.writer.tracks.count > 1 {
+            try a.bytes.withUnsafeBytes { try rec.writer.appendAudio($0, timestampNanoseconds: a.timestamp) }
+        }
+        let d = rec.writer.durationAppended, b = rec.writer.bytesWritten
+        lock.withLock { publishedDuration = d; publishedBytes = b }
+    }
+
+    /// Ends the recording (and returns true) when adding this frame would pass a limit.
+    private func checkLimits(_ rec: Recording, adding bytes: Int, timestamp: UInt64) throws -> Bool {
+        let s = settings
+        // A frame goes in when at least half of its (nominal) display time fits in the limit.
+        if let maxD = s.maximumDuration, let first = rec.firstTimestamp, timestamp > first,
+           Double(timestamp - first) / 1e9 >= maxD - Double(lastFrameInterval) / 2e9 {
+            endRecording(reason: .maximumDurationReached, error: .maximumDurationReached(seconds: maxD), lastFrameDuration: UInt64(maxD * 1e9) &- (rec.lastTimestamp &- first))
+            return true
+        }
+        if let maxS = s.maximumFileSize, rec.writer.bytesWritten + UInt64(rec.writer.bufferedBytes) + UInt64(bytes) + 1024 > maxS {
+            endRecording(reason: .maximumFileSizeReached, error: .maximumFileSizeReached(bytes: maxS))
+            return true
+        }
+        if let minFree = s.minimumFreeDiskSpace {
+            let now = monotonicNanoseconds()
+            if now &- rec.lastDiskCheck > 200_000_000 {
+                rec.lastDiskCheck = now
+                if let free = freeDiskSpace(at: rec.writer.path), free < minFree + UInt64(rec.writer.bufferedBytes) {
+                    endRecording(reason: .diskSpaceLow, error: .minimumFreeDiskSpaceReached(bytes: minFree))
+                    return true
+                }
+            }
+        }
+        return false
+    }
+
+
+    private func classify(_ error: any Error) -> MovieRecordingError {
+        if let e = error as? SinkError {
+            if case .diskFull(let p) = e { return .diskFull(path: p) }
+            return .writeFailed(e)
+        }
+        if let e = error as? MovieRecordingError { return e }
+        return .encodingFailed("\(error)")
+    }
+
+    private func drainAndFinish(reason: MovieRecordingEndReason, error: MovieRecordingError?) {
+        if let pool {
+            while let r = pool.next(wait: true) {
+                if recording == nil { continue }
+                deliver(r)
+            }
+        }
+        if recording != nil { endRecording(reason: reason, error: error) }
+    }
+
+    private func endRecording(reason: MovieRecordingEndReason, error: MovieRecordingError?, lastFrameDuration: UInt64? = nil) {
+        guard let rec = recording else { return }
+        recording = nil
+        var finalError = error
+        var finalReason = reason
+        do {
+            let last = lastFrameDuration.flatMap { $0 > 0 && $0 < 10_000_000_000 ? $0 : nil } ?? (lastFrameInterval > 0 ? lastFrameInterval : nil)
+            if case .diskFull = error ?? .notRunning { rec.writer.finishAfterError() }
+            else if case .writeFailed = error ?? .notRunning { rec.writer.finishAfterError() }
+            else { try rec.writer.finish(lastFrameDurationNanoseconds: last) }
+        } catch {
+            let e = classify(error)
+            if finalError == nil { finalError = e }
+            if case .diskFull = e { finalReason = .diskFull } else { finalReason = .failed }
+            rec.writer.finishAfterError()
+        }
+        if case .diskFull = finalError ?? .notRunning { finalReason = .diskFull }
+        // A file with frames in complete fragments plays; without frames there is nothing to keep.
+        let ok = rec.writer.videoSamplesWritten > 0
+        let summary = MovieRecordingSummary(path: rec.writer.path, frames: Int(rec.writer.videoSamplesWritten), preRollFrames: rec.preRollFrames,
+                                            duration: rec.writer.durationWritten, bytes: rec.writer.bytesWritten, droppedFrames: rec.dropped,
+                                            reason: finalReason, successfullyFinished: ok)
+        logger.info("movie: \(rec.writer.path): \(summary.frames) frames, \(summary.duration) s, \(summary.bytes) bytes, ended: \(finalReason.rawValue)")
+        lock.withLock {
+            activePath = nil
+            stopRequested = false
+            pendingAudio.removeAll(); pendingAudioBytes = 0
+            finishedCount += 1
+            lock.broadcast()
+        }
+        rec.delegate?.movieOutput(self, didFinishRecordingTo: rec.writer.path, summary: summary, error: finalError)
+    }
+}

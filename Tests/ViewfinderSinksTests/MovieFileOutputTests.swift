@@ -1,0 +1,150 @@
+import Foundation
+import Testing
+import Viewfinder
+@testable import ViewfinderSinks
+
+@Suite struct MovieFileOutputTests {
+    let format = FrameFormat(.yuyv, width: 320, height: 240)
+
+    func config(_ f: FrameFormat) -> StreamConfiguration { StreamConfiguration(format: f, interval: FrameInterval(fps: 30), bufferCount: 8) }
+
+    @Test func recordsThroughTheEngineWithCaptureTimestamps() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/engine.mov"
+        let source = SyntheticSource(format: format, count: 60)
+        let output = MovieFileOutput()
+        let events = RecordingEvents()
+        try output.startRecording(to: path, delegate: events)  // before the session starts: no frame is lost
+        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [output])
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(events.waitFinished())
+        let (p, summary, error) = events.finished[0]
+        #expect(p == path)
+        #expect(error == nil)
+        #expect(summary.frames == 60)
+        #expect(summary.reason == .sessionEnded)
+        #expect(summary.successfullyFinished)
+        #expect(events.started == [path])
+        let probe = try ffprobe(path)
+        let v = try #require(probe.stream("video"))
+        #expect(intValue(v["nb_read_frames"]) == 60)
+        #expect(abs((doubleValue(v["duration"]) ?? 0) - 2.0) < 0.01)
+        #expect(try ffmpegDecodeErrors(path) == "")
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func maximumDurationEndsCleanly() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/maxdur.mov"
+        var s = MovieOutputSettings()
+        s.maximumDuration = 1.0
+        let output = MovieFileOutput(settings: s)
+        let events = RecordingEvents()
+        let pool = FramePool(format: format, count: 4)
+        try output.start(configuration: config(format))
+        try output.startRecording(to: path, delegate: events)
+        feed(output, pool: pool, range: 0..<90)
+        output.finish(error: nil)
+        #expect(events.finished.count == 1)
+        let (_, summary, error) = events.finished[0]
+        #expect(error == .maximumDurationReached(seconds: 1.0))
+        #expect(summary.reason == .maximumDurationReached)
+        #expect(summary.successfullyFinished)
+        #expect(summary.frames == 30)
+        let v = try #require(try ffprobe(path).stream("video"))
+        #expect(intValue(v["nb_read_frames"]) == 30)
+        #expect(abs((doubleValue(v["duration"]) ?? 0) - 1.0) < 0.005)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func maximumFileSizeEndsBeforeTheLimit() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/maxsize.mov"
+        var s = MovieOutputSettings()
+        s.maximumFileSize = 300_000
+        let output = MovieFileOutput(settings: s)
+        let events = RecordingEvents()
+        let pool = FramePool(format: format, count: 4)
+        try output.start(configuration: config(format))
+        try output.startRecording(to: path, delegate: events)
+        feed(output, pool: pool, range: 0..<200, noise: 60)
+        output.finish(error: nil)
+        let (_, summary, error) = try #require(events.finished.first)
+        #expect(error == .maximumFileSizeReached(bytes: 300_000))
+        #expect(summary.successfullyFinished)
+        let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as! UInt64
+        #expect(size <= 300_000)
+        #expect(size > 200_000)
+        let v = try #require(try ffprobe(path).stream("video"))
+        #expect(intValue(v["nb_read_frames"]) == summary.frames)
+        #expect(summary.frames > 5 && summary.frames < 200)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func preRollPutsTheSecondBeforeTheTriggerFirst() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/preroll.mov"
+        var s = MovieOutputSettings()
+        s.preRollSeconds = 1.0
+        s.preRollBytes = 8 << 20
+        let output = MovieFileOutput(settings: s)
+        let events = RecordingEvents()
+        let pool = FramePool(format: format, count: 4)
+        try output.start(configuration: config(format))
+        feed(output, pool: pool, range: 0..<90)       // 3 s before the trigger
+        try output.startRecording(to: path, delegate: events)
+        feed(output, pool: pool, range: 90..<120)     // 1 s after it
+        output.stopRecording()
+        feed(output, pool: pool, range: 120..<125)
+        output.finish(error: nil)
+        let (_, summary, error) = try #require(events.finished.first)
+        #expect(error == nil)
+        #expect(summary.reason == .stopped)
+        // Frames 59...89 are within 1 s of frame 89 (the window is inclusive of its ends up to 1 s).
+        #expect(summary.preRollFrames == 31)
+        #expect(summary.frames == 31 + 30)
+        let (_, out, _) = try run("/usr/bin/ffprobe", ["-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0", path])
+        let pts = out.split(separator: "\n").compactMap { Double($0) }
+        #expect(pts.count == 61)
+        #expect(abs((pts.last ?? 0) - 2.0) < 0.001)
+        #expect(try ffmpegDecodeErrors(path) == "")
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func mjpegIsPassedThroughByteForByte() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/mjpeg.mov"
+        let source = SyntheticSource(format: FrameFormat(.yuyv, width: 160, height: 120), count: 20, mjpeg: true)
+        let output = MovieFileOutput()
+        let events = RecordingEvents()
+        try output.startRecording(to: path, delegate: events)
+        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [output])
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(events.waitFinished())
+        // Extract the packets and compare with a fresh encode of the same frames at the source's quality.
+        let (_, out, _) = try run("/usr/bin/ffprobe", ["-v", "error", "-select_streams", "v", "-show_entries", "packet=size", "-of", "csv=p=0", path])
+        let sizes = out.split(separator: "\n").compactMap { Int($0) }
+        let enc = try JPEGEncoder()
+        let raw = Frame(capacity: FrameFormat(.yuyv, width: 160, height: 120).maxByteCount, format: FrameFormat(.yuyv, width: 160, height: 120))
+        let expected = try (0..<20).map { i -> Int in fillFrame(raw, index: i); return try enc.encode(raw, quality: 75).count }
+        #expect(sizes == expected)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func existingFileIsNotOverwrittenUnlessAsked() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/x.mov"
+        _ = FileManager.default.createFile(atPath: path, contents: Data([9]))
+        let output = MovieFileOutput()
+        try output.start(configuration: config(format))
+        #expect(throws: SinkError.fileExists(path: path)) { try output.startRecording(to: path, delegate: nil) }
+        #expect(!output.isRecording)
+        try output.startRecording(to: path, overwrite: true, delegate: nil)
+        #expect(output.isRecording)
+        #expect(throws: MovieRecordingError.alreadyRecording(path: path)) { try output.startRecording(to: dir + "/y.mov", delegate: nil) }
+        output.finish(error: nil)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+}
