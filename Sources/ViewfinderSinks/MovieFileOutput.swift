@@ -158,7 +158,6 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         var dropped = 0
         var firstTimestamp: UInt64?
         var lastTimestamp: UInt64 = 0
-        var lastDiskCheck: UInt64 = 0
         init(writer: MovieWriter, delegate: (any MovieRecordingDelegate)?) { self.writer = writer; self.delegate = delegate }
     }
 
@@ -388,13 +387,11 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
             return true
         }
         if let minFree = s.minimumFreeDiskSpace {
-            let now = monotonicNanoseconds()
-            if now &- rec.lastDiskCheck > 200_000_000 {
-                rec.lastDiskCheck = now
-                if let free = freeDiskSpace(at: rec.writer.path), free < minFree + UInt64(rec.writer.bufferedBytes) {
-                    endRecording(reason: .diskSpaceLow, error: .minimumFreeDiskSpaceReached(bytes: minFree))
-                    return true
-                }
+            // statvfs costs about a microsecond: checked on every frame, against what the next
+            // fragment will need.
+            if let free = freeDiskSpace(at: rec.writer.path), free < minFree + UInt64(rec.writer.bufferedBytes + bytes + 4096) {
+                endRecording(reason: .diskSpaceLow, error: .minimumFreeDiskSpaceReached(bytes: minFree))
+                return true
             }
         }
         return false
