@@ -154,6 +154,7 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         init(_ spec: DeviceSpec) {
             self.spec = spec
             for c in spec.controls { values[c.id] = c.defaultValue }
+            if let ae = values[V4L2.cidExposureAuto], ae != 1 { inactive.insert(V4L2.cidExposureAbsolute) }
         }
     }
 
