@@ -64,8 +64,8 @@ public struct ExposureOptions: StageOptions {
     public var hysteresis: Double = 0.25
     /// Consecutive frames beyond `hysteresis` before a converged loop adjusts again.
     public var patience: Int = 3
-    /// Luma is proportional to exposure^(1/gamma): 1 for linear sensor data, 2.2 for sRGB-like encoding.
-    public var responseGamma: Double = 1
+    /// Luma is proportional to exposure^(1/gamma): 1 for linear data, 2 for the sim camera, 2.2 for sRGB-like cameras.
+    public var responseGamma: Double = 2
 
     public init() {}
 
@@ -87,7 +87,7 @@ public struct ExposureOptions: StageOptions {
             .double("tolerance", \.tolerance, range: 0.01...1, unit: "EV", "Error below which the loop is converged"),
             .double("hysteresis", \.hysteresis, range: 0.02...2, unit: "EV", "Error that makes a converged continuous loop adjust again"),
             .int("patience", \.patience, range: 1...60, unit: "frames", "Frames beyond the hysteresis before re-adjusting"),
-            .double("response_gamma", \.responseGamma, range: 1...3, "Luma ~ exposure^(1/gamma): 1 linear, 2.2 sRGB-like"),
+            .double("response_gamma", \.responseGamma, range: 1...3, "Luma ~ exposure^(1/gamma): 1 linear sensor data, 2 the sim camera (square-root tone curve), 2.2 sRGB-like cameras"),
         ]
     }
 
@@ -207,7 +207,7 @@ public final class ExposureStage: Stage {
         histogram.reset()
         let step = options.subsample
         let mean: Double
-        var hi: Double, lo: Double
+        let hi: Double, lo: Double
         switch options.metering {
         case .matrix:
             histogram.add(luma, step: step)
@@ -229,10 +229,9 @@ public final class ExposureStage: Stage {
         }
         let g = options.responseGamma
         let target = options.targetLuma * pow2(options.bias / g)
-        var err = g * log2(min(255, target) / max(mean, 0.5))
-        // Clipped samples hide how far off the exposure is: a clipped mean understates the error.
-        // Add an extra step that grows with the clipped fraction (3 EV when everything is clipped).
-        if err < 0 { err -= 3 * hi * hi } else { err += 3 * lo * lo }
+        // Clipped samples make the mean understate the error, never overstate it: the loop takes a
+        // shorter step and measures again, so clipping costs a step but never causes an overshoot.
+        let err = g * log2(min(255, target) / max(mean, 0.5))
         return ExposureMeasurement(meanLuma: mean, highClipped: hi, lowClipped: lo, errorEV: err)
     }
 

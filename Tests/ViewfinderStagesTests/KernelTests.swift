@@ -1,0 +1,110 @@
+import Testing
+import Foundation
+import Viewfinder
+@testable import ViewfinderStages
+
+@Suite("Luma statistics and focus measures")
+struct KernelTests {
+    @Test("histogram counts every sample and matches the direct mean, on planar and packed luma")
+    func histogram() throws {
+        for pf in [PixelFormat.grey, .yuyv, .nv12, .i420] {
+            let frame = Frame(capacity: FrameFormat(pf, width: 67, height: 41).maxByteCount, format: FrameFormat(pf, width: 67, height: 41))
+            fill(frame) { x, y in UInt8((x * 7 + y * 13) % 256) }
+            let luma = try #require(LumaView(frame))
+            let h = LumaHistogram()
+            #expect(h.add(luma) == 67 * 41)
+            #expect(h.total == 67 * 41)
+            var direct = 0
+            for y in 0..<41 { for x in 0..<67 { direct += (x * 7 + y * 13) % 256 } }
+            #expect(abs(h.mean - Double(direct) / Double(67 * 41)) < 1e-9)
+            #expect(Int(h.counts[(3 * 7 + 2 * 13) % 256]) >= 1)
+            // Subsampled: every 4th sample of every 4th row.
+            h.reset()
+            #expect(h.add(luma, step: 4) == 17 * 11)
+            var sub = 0
+            for y in stride(from: 0, to: 41, by: 4) { for x in stride(from: 0, to: 67, by: 4) { sub += (x * 7 + y * 13) % 256 } }
+            #expect(abs(h.mean - Double(sub) / Double(17 * 11)) < 1e-9)
+            #expect(abs(LumaStatistics.mean(luma, step: 4) - h.mean) < 1e-9)
+        }
+    }
+
+    @Test("histogram summaries: quantile and clipped fractions")
+    func summaries() throws {
+        let frame = Frame(capacity: 100, format: FrameFormat(.grey, width: 10, height: 10))
+        fill(frame) { x, _ in x < 3 ? 255 : x < 5 ? 0 : 100 }
+        let h = LumaHistogram()
+        h.add(try #require(LumaView(frame)))
+        #expect(abs(h.fraction(atOrAbove: 250) - 0.3) < 1e-12)
+        #expect(abs(h.fraction(atOrBelow: 5) - 0.2) < 1e-12)
+        #expect(h.quantile(0.5) == 100)
+        #expect(h.quantile(0.1) == 0)
+        // A region restricted to the clipped columns.
+        h.reset()
+        h.add(try #require(LumaView(frame)), region: PixelRect(x: 0, y: 0, width: 3, height: 10))
+        #expect(h.mean == 255)
+    }
+
+    @Test("Laplacian and Tenengrad are zero on flat and linear ramps, exact on a known pattern")
+    func focusMeasuresExact() throws {
+        let f = FrameFormat(.grey, width: 32, height: 16)
+        let frame = Frame(capacity: f.maxByteCount, format: f)
+        fill(frame) { _, _ in 90 }
+        var s = FocusMeasures.measure(try #require(LumaView(frame)))
+        #expect(s.laplacianVariance == 0 && s.tenengrad == 0 && s.meanLuma == 90)
+        // A horizontal ramp: Laplacian 0, Sobel gx = 8 * slope.
+        fill(frame) { x, _ in UInt8(10 + 3 * x) }
+        s = FocusMeasures.measure(try #require(LumaView(frame)))
+        #expect(s.laplacianVariance == 0)
+        #expect(s.tenengrad == 24 * 24)
+        // Vertical stripes 0/100: Laplacian ±200 everywhere -> variance 40000; gx = 0 (symmetric).
+        fill(frame) { x, _ in x % 2 == 0 ? 0 : 100 }
+        s = FocusMeasures.measure(try #require(LumaView(frame)))
+        #expect(s.laplacianVariance == 40_000)
+        #expect(s.tenengrad == 0)
+    }
+
+    @Test("focus measures fall with blur and ignore brightness once normalised; YUYV equals GREY")
+    func focusMeasuresBlur() throws {
+        let tex = TestTexture(width: 200, height: 150)
+        var rng = TestRNG(1)
+        var last = Double.infinity
+        var lastT = Double.infinity
+        for blur in [0, 1, 2, 4] {
+            let f = FrameFormat(.grey, width: 160, height: 120)
+            let frame = Frame(capacity: f.maxByteCount, format: f)
+            render(tex, into: frame, blur: blur, rng: &rng)
+            let m = FocusMeasures.measure(try #require(LumaView(frame))).normalised
+            #expect(m.laplacianVariance < last)
+            #expect(m.tenengrad < lastT)
+            last = m.laplacianVariance; lastT = m.tenengrad
+        }
+        // Brightness: half the exposure changes the normalised measures little.
+        let f = FrameFormat(.grey, width: 160, height: 120)
+        let a = Frame(capacity: f.maxByteCount, format: f), b = Frame(capacity: f.maxByteCount, format: f)
+        render(tex, into: a, exposure: 1, rng: &rng)
+        render(tex, into: b, exposure: 0.5, rng: &rng)
+        let ma = FocusMeasures.measure(try #require(LumaView(a))).normalised
+        let mb = FocusMeasures.measure(try #require(LumaView(b))).normalised
+        #expect(abs(ma.tenengrad / mb.tenengrad - 1) < 0.15)
+        // The same picture in YUYV gives the same numbers.
+        let fy = FrameFormat(.yuyv, width: 160, height: 120)
+        let c = Frame(capacity: fy.maxByteCount, format: fy)
+        let la = try #require(LumaView(a))
+        fill(c) { x, y in la.pointer(x: x, y: y).pointee }
+        let mc = FocusMeasures.measure(try #require(LumaView(c)))
+        let raw = FocusMeasures.measure(la)
+        #expect(mc == raw)
+    }
+
+    @Test("a region outside or too small gives zero, not a crash")
+    func degenerateRegions() throws {
+        let f = FrameFormat(.grey, width: 16, height: 16)
+        let frame = Frame(capacity: f.maxByteCount, format: f)
+        fill(frame) { x, y in UInt8(x * y) }
+        let l = try #require(LumaView(frame))
+        #expect(FocusMeasures.laplacianVariance(l, region: PixelRect(x: 40, y: 40, width: 10, height: 10)).variance == 0)
+        #expect(FocusMeasures.tenengrad(l, region: PixelRect(x: 0, y: 0, width: 2, height: 2)).value == 0)
+        let h = LumaHistogram()
+        #expect(h.add(l, region: PixelRect(x: -5, y: -5, width: 3, height: 3)) == 0)
+    }
+}

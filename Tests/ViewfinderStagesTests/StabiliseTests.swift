@@ -1,0 +1,171 @@
+import Testing
+import Foundation
+import Viewfinder
+@testable import ViewfinderStages
+
+/// Collects frames leaving a stage, in order.
+final class Collector {
+    var frames: [Frame] = []
+}
+
+/// Feeds `frames` through `stage` as the chain would (hold / nextReady / finish), returning the
+/// frames in the order they came out.
+func runHolding(_ stage: any Stage, _ frames: [Frame]) -> [Frame] {
+    var out: [Frame] = []
+    for f in frames {
+        switch stage.process(f) {
+        case .forward: out.append(f)
+        case .drop: break
+        case .hold: while let r = stage.nextReady() { out.append(r) }
+        }
+    }
+    stage.finish()
+    while let r = stage.nextReady() { out.append(r) }
+    return out
+}
+
+@Suite("Stabilisation")
+struct StabiliseTests {
+    @Test("motion estimator recovers a known translation and rotation", arguments: [PixelFormat.grey, .yuyv, .nv12])
+    func estimator(format pf: PixelFormat) throws {
+        let tex = TestTexture(width: 420, height: 300, seed: 3)
+        let f = FrameFormat(pf, width: 320, height: 240)
+        let a = Frame(capacity: f.maxByteCount, format: f), b = Frame(capacity: f.maxByteCount, format: f)
+        var rng = TestRNG(9)
+        render(tex, into: a, dx: 0, dy: 0, rng: &rng)
+        render(tex, into: b, dx: 5.3, dy: -3.7, angle: 0.01, rng: &rng)
+        let est = MotionEstimator(width: 320, height: 240)
+        _ = est.estimate(try #require(LumaView(a)))
+        let m = est.estimate(try #require(LumaView(b)))
+        #expect(abs(m.dx - 5.3) < 0.15, "dx \(m.dx)")
+        #expect(abs(m.dy + 3.7) < 0.15, "dy \(m.dy)")
+        #expect(abs(m.angle - 0.01) < 0.001, "angle \(m.angle)")
+        #expect(m.confidence > 0.5)
+    }
+
+    @Test("a flat picture gives no motion with zero confidence, not garbage")
+    func flat() throws {
+        let f = FrameFormat(.grey, width: 160, height: 120)
+        let a = Frame(capacity: f.maxByteCount, format: f)
+        fill(a) { _, _ in 77 }
+        let est = MotionEstimator(width: 160, height: 120)
+        _ = est.estimate(try #require(LumaView(a)))
+        let m = est.estimate(try #require(LumaView(a)))
+        #expect(m.dx.isFinite && m.dy.isFinite)
+        #expect(abs(m.dx) < 1e-9 && abs(m.dy) < 1e-9)
+    }
+
+    @Test("removes at least 92 % of high-frequency jitter with look-ahead 15; frames keep their order and timestamps")
+    func residualJitter() throws {
+        let tex = TestTexture(width: 400, height: 300, seed: 5)
+        let f = FrameFormat(.grey, width: 320, height: 240)
+        var rng = TestRNG(17)
+        let n = 60
+        var frames: [Frame] = []
+        var sx: [Double] = [], sy: [Double] = [], sa: [Double] = []
+        var lx = 0.0, ly = 0.0, la = 0.0
+        for i in 0..<n {
+            // Hand-shake: jittery, slightly correlated, plus a slow pan.
+            lx = 0.3 * lx + 3 * rng.gaussian(); ly = 0.3 * ly + 3 * rng.gaussian(); la = 0.3 * la + 0.004 * rng.gaussian()
+            let x = lx + 0.2 * Double(i), y = ly, a = la
+            sx.append(x); sy.append(y); sa.append(a)
+            let fr = Frame(capacity: f.maxByteCount, format: f)
+            render(tex, into: fr, dx: x, dy: y, angle: a, noise: 1, rng: &rng)
+            fr.sequence = UInt64(i)
+            fr.timestamp = Timestamp(nanoseconds: UInt64(i) * 33_000_000 + 1)
+            frames.append(fr)
+        }
+        var o = StabiliseOptions()
+        o.lookahead = 15
+        let stage = StabiliseStage(options: o)
+        try stage.prepare(format: f, context: StageContext(format: f))
+        #expect(stage.delayFrames == 15)
+        let out = runHolding(stage, frames)
+        #expect(out.count == n)
+        #expect(out.map(\.sequence) == (0..<n).map(UInt64.init))
+        #expect(out.allSatisfy { $0.timestamp.nanoseconds == $0.sequence * 33_000_000 + 1 })
+        #expect(out.allSatisfy { $0.pixelsModified && $0.metadata.correction != nil && $0.metadata.motion != nil })
+        let rx = out.map { sx[Int($0.sequence)] + $0.metadata.correction!.dx }
+        let ry = out.map { sy[Int($0.sequence)] + $0.metadata.correction!.dy }
+        let ra = out.map { sa[Int($0.sequence)] + $0.metadata.correction!.angle }
+        let inJ = (highFrequencyRMS(sx) + highFrequencyRMS(sy)) / 2
+        let outJ = (highFrequencyRMS(rx) + highFrequencyRMS(ry)) / 2
+        print("stabilise residual translation jitter: \(outJ / inJ * 100) % (in \(inJ) px, out \(outJ) px); rotation \(highFrequencyRMS(ra) / highFrequencyRMS(sa) * 100) %")
+        #expect(outJ / inJ <= 0.08)
+        #expect(highFrequencyRMS(ra) / highFrequencyRMS(sa) <= 0.25)
+    }
+
+    @Test("the warp shows the corrected picture: a frame shifted by the correction matches the reference")
+    func warpContent() throws {
+        let tex = TestTexture(width: 300, height: 220, seed: 8)
+        let f = FrameFormat(.i420, width: 240, height: 160)
+        let src = Frame(capacity: f.maxByteCount, format: f), ref = Frame(capacity: f.maxByteCount, format: f)
+        var rng = TestRNG(1)
+        render(tex, into: src, dx: 4, dy: -2, rng: &rng)
+        render(tex, into: ref, rng: &rng)
+        // Undo the shift by warping with a correction of (-4, +2), no zoom.
+        let copy = UnsafeMutablePointer<UInt8>.allocate(capacity: f.maxByteCount)
+        defer { copy.deallocate() }
+        copy.update(from: src.data.assumingMemoryBound(to: UInt8.self), count: f.maxByteCount)
+        Warp.frame(src, from: copy, map: AffineMap.correction(dx: -4, dy: 2, angle: 0, zoom: 1, width: 240, height: 160))
+        let a = try #require(LumaView(src)), b = try #require(LumaView(ref))
+        var maxDiff = 0
+        for y in 10..<150 { for x in 10..<230 { maxDiff = max(maxDiff, abs(Int(a.pointer(x: x, y: y).pointee) - Int(b.pointer(x: x, y: y).pointee))) } }
+        #expect(maxDiff <= 2)
+    }
+
+    @Test("look-ahead 0 delivers each frame at once; unsupported formats are refused")
+    func zeroLookahead() throws {
+        var o = StabiliseOptions()
+        o.lookahead = 0
+        let s = StabiliseStage(options: o)
+        let f = FrameFormat(.grey, width: 128, height: 96)
+        try s.prepare(format: f, context: StageContext(format: f))
+        let fr = Frame(capacity: f.maxByteCount, format: f)
+        fill(fr) { x, y in UInt8((x * x + y * 3) & 255) }
+        #expect(s.process(fr) == .hold)
+        #expect(s.nextReady() === fr)
+        #expect(s.nextReady() == nil)
+        let mj = FrameFormat(.mjpeg, width: 128, height: 96)
+        #expect(throws: ConfigurationError.self) { try s.prepare(format: mj, context: StageContext(format: mj)) }
+        let tiny = FrameFormat(.grey, width: 16, height: 16)
+        #expect(throws: ConfigurationError.self) { try s.prepare(format: tiny, context: StageContext(format: tiny)) }
+    }
+}
+
+@Suite("Deadline")
+struct DeadlineTests {
+    @Test("frames older than the budget are dropped as late, fresh ones pass")
+    func maxAge() throws {
+        var o = DeadlineOptions()
+        o.maxAgeMs = 50
+        let s = DeadlineStage(options: o)
+        let f = FrameFormat(.grey, width: 8, height: 8)
+        try s.prepare(format: f, context: StageContext(format: f))
+        let fr = Frame(capacity: 64, format: f)
+        fr.timestamp = Timestamp(nanoseconds: monotonicNanoseconds() - 80_000_000)
+        #expect(s.process(fr) == .drop(.late))
+        fr.timestamp = Timestamp(nanoseconds: monotonicNanoseconds() - 10_000_000)
+        #expect(s.process(fr) == .forward)
+        // A timestamp on another clock: the receive time is used instead.
+        fr.timestamp = Timestamp(nanoseconds: 5, clock: .realtime)
+        fr.receiveTime = monotonicNanoseconds() - 70_000_000
+        #expect(s.process(fr) == .drop(.late))
+        #expect(s.dropped == 2 && s.passed == 1)
+    }
+
+    @Test("keep_latest: late once a newer frame must exist (one interval plus slack)")
+    func keepLatest() throws {
+        var o = DeadlineOptions()
+        o.policy = .keepLatest
+        let s = DeadlineStage(options: o)
+        let f = FrameFormat(.grey, width: 8, height: 8)
+        try s.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 20_000_000))
+        #expect(s.filter.budgetNanoseconds == 30_000_000)
+        let fr = Frame(capacity: 64, format: f)
+        fr.timestamp = Timestamp(nanoseconds: monotonicNanoseconds() - 35_000_000)
+        #expect(s.process(fr) == .drop(.late))
+        fr.timestamp = Timestamp(nanoseconds: monotonicNanoseconds() - 5_000_000)
+        #expect(s.process(fr) == .forward)
+    }
+}
