@@ -321,7 +321,7 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
 
     private func produceLocked(_ d: Device) -> Bool {
         guard d.streaming, !d.stalled, !d.disconnected else { return false }
-        if d.skip > 0 { d.skip -= 1; d.sequence &+= 1; return false }
+        if d.skip > 0 { d.sequence &+= UInt32(d.skip); d.skip = 0 } // frames the driver lost before this one
         let seq = d.sequence
         d.sequence &+= 1
         guard !d.queue.isEmpty else { d.droppedNoBuffer += 1; return false }
