@@ -122,7 +122,7 @@ struct RunCommand: ParsableCommand {
         status?.stop()
         session.stopRunning()
 
-        guard let stats = session.statistics ?? nil else { return }
+        guard let stats = session.statistics else { return }
         let cfg = session.streamConfiguration
         let summary = Summary(device: dev.uniqueID, configuration: cfg, stats: stats, errors: errors.withLock { $0 }, metadataLines: writer?.lines, metadataPath: metadata)
         if json { print(summary.json) } else { print(summary.text) }

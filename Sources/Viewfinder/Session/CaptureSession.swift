@@ -56,8 +56,11 @@ public final class CaptureSession: @unchecked Sendable {
     private var pending: Configuration?
     private var connectionsStore: [CaptureConnection] = []
     private var engine: CaptureEngine?
+    /// The counts of the last run, kept after it stops.
+    private var lastStatistics: EngineStatistics?
     private var resolved: StreamConfiguration?
-    private var handlers: [@Sendable (SessionEvent) -> Void] = []
+    /// Event handlers, under their own lock so that events can be emitted with `lock` held.
+    private let handlers = LockedBox<[@Sendable (SessionEvent) -> Void]>([])
     private let relay = SettingsRelay()
 
     /// - Parameters:
@@ -71,7 +74,7 @@ public final class CaptureSession: @unchecked Sendable {
 
     /// Registers a handler for session events (called on an engine thread).
     public func onEvent(_ handler: @escaping @Sendable (SessionEvent) -> Void) {
-        lock.withLock { handlers.append(handler) }
+        handlers.withLock { $0.append(handler) }
     }
 
     /// Session events as an async sequence.
@@ -80,7 +83,7 @@ public final class CaptureSession: @unchecked Sendable {
     }
 
     private func emit(_ e: SessionEvent) {
-        let hs = lock.withLock { handlers }
+        let hs = handlers.withLock { $0 }
         for h in hs { h(e) }
     }
 
@@ -242,7 +245,7 @@ public final class CaptureSession: @unchecked Sendable {
     public var streamConfiguration: StreamConfiguration? { lock.withLock { resolved } }
 
     /// The running (or last) engine's counts.
-    public var statistics: EngineStatistics? { lock.withLock { engine?.statistics } }
+    public var statistics: EngineStatistics? { lock.withLock { engine?.statistics ?? lastStatistics } }
 
     public func startRunning() throws {
         try lock.withLock {
@@ -310,6 +313,7 @@ public final class CaptureSession: @unchecked Sendable {
         }
         try e.start()
         engine = e
+        lastStatistics = e.statistics
         emit(.didStartRunning)
     }
 
