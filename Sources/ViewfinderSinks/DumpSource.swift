@@ -1,0 +1,199 @@
+import Foundation
+import Logging
+import Viewfinder
+
+/// Replays a raw dump as a device: `dump:FILE[,paced=true|false][,loop=N][,rebase=true|false]`.
+///
+/// - `paced` (default true): frames come at their recorded timing (variable rate kept) and the
+///   source is live (a slow pipeline drops, as with a camera). `paced=false` delivers them as fast
+///   as the pipeline takes them, with back-pressure (non-live): the fixture mode for tests and
+///   benchmarks.
+/// - `loop`: plays the dump N times (0: forever); sequences and timestamps keep increasing.
+/// - `rebase` (default true): timestamps are moved to the replay's CLOCK_MONOTONIC time line,
+///   keeping the recorded intervals, so latency figures mean something; `rebase=false` keeps them
+///   exactly as recorded.
+public final class DumpSource: CaptureSource, @unchecked Sendable {
+    // @unchecked Sendable: the reader, the pool pointer and the replay position are used only by the
+    // capture thread (start/next/stop are called in sequence by the engine); `info` and the options
+    // are immutable.
+    public let path: String
+    public let paced: Bool
+    public let loops: Int
+    public let rebase: Bool
+    public let info: DeviceInfo
+    public var isLive: Bool { paced }
+    public var controls: (any DeviceControlling)? { nil }
+    public private(set) var activeConfiguration: StreamConfiguration?
+
+    private let reader: RawDumpReader
+    private let logger: Logger
+    private var pool: FramePool?
+    private var position = 0
+    private var pass = 0
+    private var startTime: UInt64 = 0
+    private var firstTimestamp: UInt64 = 0
+    private var passOffset: UInt64 = 0
+    private var sequenceOffset: UInt64 = 0
+    private var pending: Frame?
+
+    /// Opens a dump (`device` is `dump:FILE[,options]` or a plain path).
+    public init(device: String, logger: Logger = Logger(label: "viewfinder.dump")) throws {
+        var spec = device.hasPrefix("dump:") ? String(device.dropFirst(5)) : device
+        var paced = true, loops = 1, rebase = true
+        // Options follow the last commas that look like key=value.
+        while let comma = spec.lastIndex(of: ","), spec[spec.index(after: comma)...].contains("=") {
+            let opt = String(spec[spec.index(after: comma)...])
+            spec = String(spec[..<comma])
+            let kv = opt.split(separator: "=", maxSplits: 1).map(String.init)
+            func bool(_ v: String) throws -> Bool {
+                switch v.lowercased() {
+                case "true", "1", "yes", "on": return true
+                case "false", "0", "no", "off": return false
+                default: throw DeviceError.invalidDeviceOption(device: device, option: kv[0], reason: "'\(v)' is not a boolean (true/false)")
+                }
+            }
+            switch kv[0] {
+            case "paced": paced = try bool(kv[1])
+            case "rebase": rebase = try bool(kv[1])
+            case "loop":
+                guard let n = Int(kv[1]), n >= 0 else { throw DeviceError.invalidDeviceOption(device: device, option: "loop", reason: "'\(kv[1])' is not a count (0 = forever)") }
+                loops = n
+            default:
+                throw DeviceError.invalidDeviceOption(device: device, option: kv[0], reason: "unknown option (known: paced, loop, rebase)")
+            }
+        }
+        guard !spec.isEmpty else { throw DeviceError.unknownDevice(device, reason: "no file named (expected dump:FILE)") }
+        path = spec
+        self.paced = paced
+        self.loops = loops
+        self.rebase = rebase
+        self.logger = logger
+        do {
+            reader = try RawDumpReader(path: spec)
+        } catch let e as SinkError {
+            throw DeviceError.unknownDevice(device, reason: e.description)
+        } catch let e as DumpError {
+            throw DeviceError.corruptInput(device: device, reason: e.description)
+        }
+        if let d = reader.damage {
+            logger.warning("dump '\(spec)': \(d.reason) at byte \(d.offset); replaying the \(reader.frameCount) complete frames before it")
+        }
+        let f = reader.format
+        let interval = reader.info.interval
+        let fd = FormatDescription(pixelFormat: f.pixelFormat, fourcc: f.pixelFormat.fourcc, description: "\(f.pixelFormat) (recorded)", compressed: f.pixelFormat.isCompressed,
+                                   sizes: [.discrete(width: f.width, height: f.height, intervals: interval.denominator > 0 ? [interval] : [])])
+        info = DeviceInfo(id: device, name: "dump \((spec as NSString).lastPathComponent)", driver: "viewfinder-dump", bus: "file:\(spec)",
+                          formats: [fd], controls: [], isLive: paced)
+    }
+
+    public var frameCount: Int { reader.frameCount }
+    public var damage: DumpDamage? { reader.damage }
+
+    /// The recorded frame interval, or the median of the recorded timestamps' spacing.
+    private var nominalInterval: FrameInterval {
+        let i = reader.info.interval
+        if i.denominator > 0 && i.numerator > 0 { return i }
+        let ts = reader.entries.prefix(64).map(\.timestampNanoseconds)
+        if ts.count >= 2 {
+            let d = zip(ts.dropFirst(), ts).map { $0 > $1 ? $0 - $1 : 0 }.sorted()[(ts.count - 1) / 2]
+            if d > 0 { return FrameInterval(numerator: UInt32(clamping: d / 1000), denominator: 1_000_000) }
+        }
+        return FrameInterval(numerator: 1, denominator: 30)
+    }
+
+    public func configure(_ request: StreamRequest) throws -> StreamConfiguration {
+        let f = reader.format
+        guard request.pixelFormat == f.pixelFormat, request.width == f.width, request.height == f.height else {
+            throw DeviceError.unsupportedFormat(device: info.id, requested: "\(request.pixelFormat) \(request.width)x\(request.height)", available: ["\(f)"])
+        }
+        return recordedConfiguration(bufferCount: request.bufferCount)
+    }
+
+    /// The configuration the dump was recorded with (what `configure` accepts).
+    public func recordedConfiguration(bufferCount: Int = 8) -> StreamConfiguration {
+        let c = StreamConfiguration(format: reader.format, interval: nominalInterval, bufferCount: max(4, bufferCount))
+        activeConfiguration = c
+        return c
+    }
+
+    public func start() throws {
+        guard reader.frameCount > 0 else { throw DeviceError.corruptInput(device: info.id, reason: "the dump holds no complete frame") }
+        let cfg = activeConfiguration ?? recordedConfiguration()
+        let capacity = max(reader.maxRawLength, cfg.format.maxByteCount)
+        pool = FramePool(format: cfg.format, count: max(4, cfg.bufferCount), frameCapacity: capacity)
+        position = 0; pass = 0; passOffset = 0; sequenceOffset = 0
+        firstTimestamp = reader.entries[0].timestampNanoseconds
+        startTime = monotonicNanoseconds()
+    }
+
+    public func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
+        guard let pool else { throw DeviceError.notRunning(device: info.id) }
+        let frame: Frame
+        if let p = pending {
+            frame = p
+            pending = nil
+        } else {
+            if position >= reader.frameCount {
+                pass += 1
+                if loops != 0 && pass >= loops { return .endOfStream }
+                // The next pass continues the time line one interval after the last frame.
+                let last = reader.entries[reader.frameCount - 1]
+                passOffset &+= (last.timestampNanoseconds &- firstTimestamp) &+ nominalInterval.nanoseconds
+                sequenceOffset &+= (last.sequence &- reader.entries[0].sequence) &+ 1
+                position = 0
+            }
+            let got = paced ? pool.acquire() : pool.acquire(timeoutNanoseconds: timeoutNanoseconds)
+            guard let f = got else {
+                if paced { position += 1; return .lost(.outOfBuffers, count: 1) }
+                return .timeout
+            }
+            do {
+                try reader.read(position, into: f)
+            } catch {
+                f.release()
+                position += 1
+                logger.warning("dump '\(path)': frame \(position - 1): \(error)")
+                return .lost(.corrupt, count: 1)
+            }
+            position += 1
+            let recorded = f.timestamp.nanoseconds
+            let offset = (recorded &- firstTimestamp) &+ passOffset
+            f.sequence &+= sequenceOffset
+            if rebase {
+                f.timestamp = Timestamp(nanoseconds: startTime &+ offset, clock: .monotonic)
+            } else if passOffset > 0 {
+                f.timestamp.nanoseconds = recorded &+ passOffset
+            }
+            f.receiveTime = 0
+            frame = f
+        }
+        if paced {
+            let recordedOffset = rebase ? frame.timestamp.nanoseconds &- startTime : frame.timestamp.nanoseconds &- firstTimestamp
+            let due = startTime &+ recordedOffset
+            let now = monotonicNanoseconds()
+            if due > now {
+                if due - now > timeoutNanoseconds {
+                    sleepUntil(monotonicNanoseconds: now &+ timeoutNanoseconds)
+                    pending = frame
+                    return .timeout
+                }
+                sleepUntil(monotonicNanoseconds: due)
+            }
+        }
+        return .frame(frame)
+    }
+
+    public func stop() {
+        pending?.release()
+        pending = nil
+    }
+}
+
+/// Opens `dump:FILE[,options]` devices (see ``DumpSource``).
+public struct DumpProvider: DeviceProvider {
+    public init() {}
+    public func handles(_ device: String) -> Bool { device.hasPrefix("dump:") }
+    public func open(_ device: String) throws -> any CaptureSource { try DumpSource(device: device) }
+    /// Dumps are opened by name; there is nothing to discover.
+    public func discover() -> [DeviceInfo] { [] }
+}

@@ -1,0 +1,374 @@
+import CLZ4
+import Foundation
+import Viewfinder
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes a raw dump (see ``RawDumpFormat``): one LZ4-compressed record per frame, appended with a
+/// single `writev`, then an index and a trailer at ``close()``.
+///
+/// Not thread-safe: one thread appends (the dump output's). Buffers grow to the largest frame once
+/// and are reused.
+public final class RawDumpWriter {
+    public let path: String
+    public let format: FrameFormat
+    /// LZ4 acceleration (1 = default; larger is faster and compresses less).
+    public let acceleration: Int32
+    private let file: OutputFile
+    private var scratch: UnsafeMutableRawPointer
+    private var scratchCapacity: Int
+    private var header = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
+    private var metadata: [UInt8] = []
+    private var index: [DumpIndexEntry] = []
+    private var closed = false
+
+    public var framesWritten: Int { index.count }
+    public var bytesWritten: UInt64 { file.offset }
+    /// Sum of the frames' raw sizes.
+    public private(set) var rawBytes: UInt64 = 0
+
+    /// Creates the dump and writes its stream header.
+    public init(path: String, format: FrameFormat, interval: FrameInterval = FrameInterval(numerator: 0, denominator: 0), device: String = "", overwrite: Bool = false, acceleration: Int = 1) throws {
+        guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
+        self.path = path
+        self.format = format
+        self.acceleration = Int32(acceleration)
+        file = try OutputFile(path: path, exclusive: !overwrite)
+        scratchCapacity = 0
+        scratch = .allocate(byteCount: 64, alignment: 64)
+        let iso = ISO8601DateFormatter().string(from: Date())
+        let info = DumpStreamInfo(pixelFormat: format.pixelFormat.rawValue, width: format.width, height: format.height, bytesPerRow: format.bytesPerRow,
+                                  intervalNumerator: interval.numerator, intervalDenominator: interval.denominator, device: device, created: iso, codec: "lz4-block")
+        let enc = JSONEncoder(); enc.outputFormatting = [.sortedKeys]
+        let json = try Array(enc.encode(info))
+        var h = RawDumpFormat.fileMagic
+        withUnsafeBytes(of: RawDumpFormat.version.littleEndian) { h += $0 }
+        h += [0, 0]
+        withUnsafeBytes(of: UInt32(json.count).littleEndian) { h += $0 }
+        h += json
+        let sum = h.withUnsafeBytes { XXHash64.hash($0) }
+        withUnsafeBytes(of: sum.littleEndian) { h += $0 }
+        do { try h.withUnsafeBytes { try file.write($0) } } catch { unlink(path); throw error }
+    }
+
+    deinit {
+        if !closed { try? close() }
+        scratch.deallocate()
+    }
+
+    /// Appends one frame: its valid bytes, exactly as they are, and its metadata.
+    public func append(_ frame: Frame) throws {
+        guard !closed else { throw SinkError.invalidArgument(name: "dump", reason: "'\(path)' is closed") }
+        let f = frame.format
+        guard f.pixelFormat == format.pixelFormat, f.width == format.width, f.height == format.height else {
+            throw DumpError.formatMismatch(path: path, expected: "\(format)", got: "\(f)")
+        }
+        let raw = frame.bytesUsed
+        guard raw >= 0, raw <= Int(LZ4_MAX_INPUT_SIZE) else { throw SinkError.invalidArgument(name: "frame", reason: "\(raw) bytes") }
+        let bound = Int(LZ4_compressBound(Int32(raw)))
+        if bound > scratchCapacity {
+            scratch.deallocate()
+            scratch = .allocate(byteCount: bound, alignment: 64)
+            scratchCapacity = bound
+        }
+        var payload = UnsafeRawBufferPointer(start: frame.data, count: raw)
+        var flags: UInt8 = frame.pixelsModified ? RawDumpFormat.flagPixelsModified : 0
+        if raw > 0 {
+            let n = LZ4_compress_fast(frame.data.assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self), Int32(raw), Int32(scratchCapacity), acceleration)
+            // Incompressible data (sensor noise) is stored as it is: no slower to write, faster to read.
+            if n > 0 && Int(n) < raw {
+                payload = UnsafeRawBufferPointer(start: scratch, count: Int(n))
+                flags |= RawDumpFormat.flagCompressed
+            }
+        }
+        DumpMetadataCodec.encode(frame.metadata, into: &metadata)
+        let offset = file.offset
+        header.withUnsafeMutableBytes { hb in
+            let p = hb.baseAddress!
+            LE.put(RawDumpFormat.recordMagic, p, 0)
+            p.storeBytes(of: RawDumpFormat.RecordType.frame.rawValue, toByteOffset: 4, as: UInt8.self)
+            p.storeBytes(of: flags, toByteOffset: 5, as: UInt8.self)
+            LE.put(UInt16(0), p, 6)
+            LE.put(UInt32(payload.count), p, 8)
+            LE.put(UInt32(raw), p, 12)
+            LE.put(f.pixelFormat.fourcc, p, 16)
+            LE.put(UInt32(f.width), p, 20)
+            LE.put(UInt32(f.height), p, 24)
+            LE.put(UInt32(f.bytesPerRow), p, 28)
+            LE.put(frame.sequence, p, 32)
+            LE.put(frame.timestamp.nanoseconds, p, 40)
+            p.storeBytes(of: RawDumpFormat.clockCode(frame.timestamp.clock), toByteOffset: 48, as: UInt8.self)
+            p.storeBytes(of: UInt8(0), toByteOffset: 49, as: UInt8.self)
+            LE.put(UInt16(0), p, 50)
+            LE.put(UInt32(metadata.count), p, 52)
+            LE.put(frame.receiveTime, p, 56)
+            let hh = metadata.withUnsafeBytes { mb -> UInt64 in
+                var tmp = [UInt8](UnsafeRawBufferPointer(start: p, count: 64)); tmp += mb
+                return tmp.withUnsafeBytes { XXHash64.hash($0) }
+            }
+            LE.put(XXHash64.hash(payload, seed: hh), p, 64)
+        }
+        try header.withUnsafeBytes { hb in
+            try metadata.withUnsafeBytes { mb in
+                try file.writev([hb, mb, payload])
+            }
+        }
+        index.append(DumpIndexEntry(offset: offset, sequence: frame.sequence, timestampNanoseconds: frame.timestamp.nanoseconds, rawLength: UInt32(raw), storedLength: UInt32(payload.count)))
+        rawBytes &+= UInt64(raw)
+    }
+
+    /// Writes the index record and the trailer. The file is complete without them (a reader
+    /// rebuilds the index), they only make opening instant.
+    public func close() throws {
+        guard !closed else { return }
+        closed = true
+        var payload = [UInt8]()
+        payload.reserveCapacity(index.count * RawDumpFormat.indexEntrySize)
+        for e in index {
+            withUnsafeBytes(of: e.offset.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: e.sequence.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: e.timestampNanoseconds.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: e.rawLength.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: e.storedLength.littleEndian) { payload += $0 }
+        }
+        let indexOffset = file.offset
+        var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
+        h.withUnsafeMutableBytes { hb in
+            let p = hb.baseAddress!
+            LE.put(RawDumpFormat.recordMagic, p, 0)
+            p.storeBytes(of: RawDumpFormat.RecordType.index.rawValue, toByteOffset: 4, as: UInt8.self)
+            LE.put(UInt32(payload.count), p, 8)
+            LE.put(UInt32(payload.count), p, 12)
+            LE.put(UInt64(index.count), p, 32)
+            let hh = XXHash64.hash(UnsafeRawBufferPointer(start: p, count: 64))
+            LE.put(payload.withUnsafeBytes { XXHash64.hash($0, seed: hh) }, p, 64)
+        }
+        var trailer = RawDumpFormat.trailerMagic
+        withUnsafeBytes(of: indexOffset.littleEndian) { trailer += $0 }
+        try h.withUnsafeBytes { a in try payload.withUnsafeBytes { b in try trailer.withUnsafeBytes { c in try file.writev([a, b, c]) } } }
+    }
+
+    /// Flushes the data to the disk.
+    public func sync() throws { try file.sync() }
+}
+
+/// What the reader found at the end of a dump that was not closed cleanly.
+public struct DumpDamage: Sendable, Equatable {
+    /// Where the first incomplete or damaged record starts.
+    public var offset: UInt64
+    /// Bytes from there to the end of the file, ignored.
+    public var ignoredBytes: UInt64
+    public var reason: String
+}
+
+/// Reads a raw dump: the stream header, the index (from the footer, or rebuilt by walking the
+/// records), and frames by number, checked against their checksums and decompressed bit-exact.
+///
+/// Not thread-safe (one reader per thread); cheap to open twice.
+public final class RawDumpReader {
+    public let path: String
+    public let info: DumpStreamInfo
+    public let format: FrameFormat
+    public private(set) var entries: [DumpIndexEntry] = []
+    /// Set when the file did not end with a valid index: a crash, a truncated copy, damage.
+    public private(set) var damage: DumpDamage?
+    /// Whether the index came from the footer (false: rebuilt by scanning).
+    public private(set) var usedFooterIndex = false
+    public let fileSize: UInt64
+    private let fd: Int32
+    private var scratch: UnsafeMutableRawPointer
+    private var scratchCapacity: Int
+    private let headerEnd: UInt64
+
+    public var frameCount: Int { entries.count }
+    /// The largest raw frame, for sizing buffers.
+    public var maxRawLength: Int { Int(entries.map(\.rawLength).max() ?? 0) }
+
+    /// Opens `path`. With `verify`, every record's checksum is checked while the index is rebuilt
+    /// (reads the whole file); otherwise only the record headers are walked and checksums are
+    /// checked as frames are read.
+    public init(path: String, verify: Bool = false) throws {
+        self.path = path
+        fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
+        var st = stat()
+        fstat(fd, &st)
+        fileSize = UInt64(st.st_size)
+        scratchCapacity = 1 << 16
+        scratch = .allocate(byteCount: scratchCapacity, alignment: 64)
+        do {
+            var head = [UInt8](repeating: 0, count: 16)
+            guard try RawDumpReader.pread(fd, &head, 0, path) == 16, Array(head[0..<8]) == RawDumpFormat.fileMagic else {
+                throw DumpError.notADump(path: path, reason: "no VFDUMP magic at the start")
+            }
+            let version = Int(head[8]) | Int(head[9]) << 8
+            guard version == Int(RawDumpFormat.version) else { throw DumpError.unsupportedVersion(path: path, version: version) }
+            let jsonLength = Int(head[12]) | Int(head[13]) << 8 | Int(head[14]) << 16 | Int(head[15]) << 24
+            guard jsonLength < 1 << 20, UInt64(16 + jsonLength + 8) <= fileSize else { throw DumpError.notADump(path: path, reason: "stream header runs past the end") }
+            var rest = [UInt8](repeating: 0, count: jsonLength + 8)
+            _ = try RawDumpReader.pread(fd, &rest, 16, path)
+            let all = head + rest[0..<jsonLength]
+            let sum = rest.withUnsafeBytes { LE.get($0.baseAddress!, jsonLength, UInt64.self) }
+            guard all.withUnsafeBytes({ XXHash64.hash($0) }) == sum else { throw DumpError.notADump(path: path, reason: "stream header checksum mismatch") }
+            info = try JSONDecoder().decode(DumpStreamInfo.self, from: Data(rest[0..<jsonLength]))
+            guard let f = info.format else { throw DumpError.notADump(path: path, reason: "unknown format '\(info.pixelFormat)' \(info.width)x\(info.height)") }
+            format = f
+            headerEnd = UInt64(16 + jsonLength + 8)
+            if !(try loadFooterIndex()) { try scan(verify: verify) }
+        } catch {
+            close(fd)
+            scratch.deallocate()
+            throw error
+        }
+    }
+
+    deinit {
+        close(fd)
+        scratch.deallocate()
+    }
+
+    static func pread(_ fd: Int32, _ buf: inout [UInt8], _ offset: UInt64, _ path: String) throws -> Int {
+        try buf.withUnsafeMutableBytes { try pread(fd, $0, offset, path) }
+    }
+    static func pread(_ fd: Int32, _ buf: UnsafeMutableRawBufferPointer, _ offset: UInt64, _ path: String) throws -> Int {
+        var done = 0
+        while done < buf.count {
+            let n = Glibc.pread(fd, buf.baseAddress! + done, buf.count - done, off_t(offset) + off_t(done))
+            if n < 0 { if errno == EINTR { continue }; throw SinkError.fromErrno(path: path, operation: "read") }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    private func ensureScratch(_ n: Int) {
+        if n > scratchCapacity { scratch.deallocate(); scratch = .allocate(byteCount: n, alignment: 64); scratchCapacity = n }
+    }
+
+    private func loadFooterIndex() throws -> Bool {
+        let ts = UInt64(RawDumpFormat.trailerSize)
+        guard fileSize >= headerEnd + ts + UInt64(RawDumpFormat.recordHeaderSize) else { return false }
+        var trailer = [UInt8](repeating: 0, count: RawDumpFormat.trailerSize)
+        _ = try RawDumpReader.pread(fd, &trailer, fileSize - ts, path)
+        guard Array(trailer[0..<8]) == RawDumpFormat.trailerMagic else { return false }
+        let indexOffset = trailer.withUnsafeBytes { LE.get($0.baseAddress!, 8, UInt64.self) }
+        guard indexOffset >= headerEnd, indexOffset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize - ts else { return false }
+        var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
+        _ = try RawDumpReader.pread(fd, &h, indexOffset, path)
+        let (magic, type, stored, count, sum) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt64, UInt64) in
+            let p = b.baseAddress!
+            return (LE.get(p, 0, UInt32.self), b[4], LE.get(p, 8, UInt32.self), LE.get(p, 32, UInt64.self), LE.get(p, 64, UInt64.self))
+        }
+        guard magic == RawDumpFormat.recordMagic, type == RawDumpFormat.RecordType.index.rawValue,
+              indexOffset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(stored) + ts == fileSize,
+              UInt64(stored) == count * UInt64(RawDumpFormat.indexEntrySize) else { return false }
+        var payload = [UInt8](repeating: 0, count: Int(stored))
+        _ = try RawDumpReader.pread(fd, &payload, indexOffset + UInt64(RawDumpFormat.recordHeaderSize), path)
+        let hh = h.withUnsafeBytes { XXHash64.hash(UnsafeRawBufferPointer(rebasing: $0[0..<64])) }
+        guard payload.withUnsafeBytes({ XXHash64.hash($0, seed: hh) }) == sum else { return false }
+        var out: [DumpIndexEntry] = []
+        out.reserveCapacity(Int(count))
+        payload.withUnsafeBytes { b in
+            let p = b.baseAddress!
+            for i in 0..<Int(count) {
+                let o = i * RawDumpFormat.indexEntrySize
+                out.append(DumpIndexEntry(offset: LE.get(p, o, UInt64.self), sequence: LE.get(p, o + 8, UInt64.self), timestampNanoseconds: LE.get(p, o + 16, UInt64.self),
+                                          rawLength: LE.get(p, o + 24, UInt32.self), storedLength: LE.get(p, o + 28, UInt32.self)))
+            }
+        }
+        entries = out
+        usedFooterIndex = true
+        return true
+    }
+
+    /// Rebuilds the index by walking the records from the stream header on.
+    private func scan(verify: Bool) throws {
+        var offset = headerEnd
+        var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
+        entries = []
+        while offset < fileSize {
+            func stop(_ reason: String) { damage = DumpDamage(offset: offset, ignoredBytes: fileSize - offset, reason: reason) }
+            guard fileSize - offset >= UInt64(RawDumpFormat.recordHeaderSize) else { stop("incomplete record header"); return }
+            _ = try RawDumpReader.pread(fd, &h, offset, path)
+            let (magic, type, stored, raw, metaLen, seq, ts) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt32, UInt32, UInt64, UInt64) in
+                let p = b.baseAddress!
+                return (LE.get(p, 0, UInt32.self), b[4], LE.get(p, 8, UInt32.self), LE.get(p, 12, UInt32.self), LE.get(p, 52, UInt32.self), LE.get(p, 32, UInt64.self), LE.get(p, 40, UInt64.self))
+            }
+            guard magic == RawDumpFormat.recordMagic else { stop("no record magic"); return }
+            let total = UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen) + UInt64(stored)
+            guard metaLen < 1 << 16, offset + total <= fileSize else { stop("record runs past the end of the file"); return }
+            if type == RawDumpFormat.RecordType.index.rawValue {
+                // An index record ends the frames; whatever follows is the trailer or damage.
+                let end = offset + total
+                if end != fileSize && end + UInt64(RawDumpFormat.trailerSize) != fileSize { damage = DumpDamage(offset: end, ignoredBytes: fileSize - end, reason: "data after the index") }
+                return
+            }
+            guard type == RawDumpFormat.RecordType.frame.rawValue else { stop("unknown record type \(type)"); return }
+            let entry = DumpIndexEntry(offset: offset, sequence: seq, timestampNanoseconds: ts, rawLength: raw, storedLength: stored)
+            if verify {
+                do { _ = try checkedPayload(entry, frameNumber: entries.count) } catch { stop("\(error)"); return }
+            }
+            entries.append(entry)
+            offset += total
+        }
+    }
+
+    /// Reads the record of `entry`, verifies its checksum and returns (header, metadata, stored payload in scratch).
+    private func checkedPayload(_ e: DumpIndexEntry, frameNumber: Int) throws -> (header: [UInt8], metadata: [UInt8], payload: UnsafeRawBufferPointer) {
+        var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
+        guard try RawDumpReader.pread(fd, &h, e.offset, path) == h.count else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated header") }
+        let (magic, stored, metaLen, sum) = h.withUnsafeBytes { b -> (UInt32, UInt32, UInt32, UInt64) in
+            let p = b.baseAddress!
+            return (LE.get(p, 0, UInt32.self), LE.get(p, 8, UInt32.self), LE.get(p, 52, UInt32.self), LE.get(p, 64, UInt64.self))
+        }
+        guard magic == RawDumpFormat.recordMagic, stored == e.storedLength, metaLen < 1 << 16 else {
+            throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "header does not match the index")
+        }
+        var meta = [UInt8](repeating: 0, count: Int(metaLen))
+        if metaLen > 0 { _ = try RawDumpReader.pread(fd, &meta, e.offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
+        ensureScratch(Int(stored))
+        let buf = UnsafeMutableRawBufferPointer(start: scratch, count: Int(stored))
+        guard try RawDumpReader.pread(fd, buf, e.offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), path) == Int(stored) else {
+            throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated payload")
+        }
+        var hm = Array(h[0..<64]); hm += meta
+        let hh = hm.withUnsafeBytes { XXHash64.hash($0) }
+        guard XXHash64.hash(UnsafeRawBufferPointer(buf), seed: hh) == sum else { throw DumpError.checksumMismatch(path: path, frame: frameNumber, offset: e.offset) }
+        return (h, meta, UnsafeRawBufferPointer(buf))
+    }
+
+    /// Reads frame `i` into `frame` (whose capacity must hold its raw bytes): pixels, format,
+    /// sequence, timestamps and metadata, exactly as recorded.
+    public func read(_ i: Int, into frame: Frame) throws {
+        guard i >= 0 && i < entries.count else { throw DumpError.frameOutOfRange(path: path, index: i, count: entries.count) }
+        let e = entries[i]
+        let (h, meta, payload) = try checkedPayload(e, frameNumber: i)
+        guard Int(e.rawLength) <= frame.capacity else {
+            throw DumpError.formatMismatch(path: path, expected: "a buffer of \(e.rawLength) bytes", got: "\(frame.capacity)")
+        }
+        let fields = h.withUnsafeBytes { b -> (UInt8, UInt32, UInt32, UInt32, UInt32, UInt64, UInt64, UInt8, UInt64) in
+            let p = b.baseAddress!
+            return (b[5], LE.get(p, 16, UInt32.self), LE.get(p, 20, UInt32.self), LE.get(p, 24, UInt32.self), LE.get(p, 28, UInt32.self),
+                    LE.get(p, 32, UInt64.self), LE.get(p, 40, UInt64.self), b[48], LE.get(p, 56, UInt64.self))
+        }
+        let (flags, fourcc, w, hgt, bpr, seq, ts, clock, receive) = fields
+        guard let pf = PixelFormat(fourcc: fourcc), w > 0, hgt > 0 else {
+            throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "unknown pixel format \(fourCCString(fourcc)) \(w)x\(hgt)")
+        }
+        if flags & RawDumpFormat.flagCompressed != 0 {
+            let n = LZ4_decompress_safe(payload.baseAddress!.assumingMemoryBound(to: CChar.self), frame.data.assumingMemoryBound(to: CChar.self), Int32(payload.count), Int32(frame.capacity))
+            guard n == Int32(e.rawLength) else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "LZ4 block decodes to \(n) bytes, expected \(e.rawLength)") }
+        } else {
+            guard payload.count == Int(e.rawLength) else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "stored length differs from raw length") }
+            if payload.count > 0 { frame.data.copyMemory(from: payload.baseAddress!, byteCount: payload.count) }
+        }
+        frame.format = FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: Int(bpr))
+        frame.bytesUsed = Int(e.rawLength)
+        frame.sequence = seq
+        frame.timestamp = Timestamp(nanoseconds: ts, clock: RawDumpFormat.clock(clock))
+        frame.receiveTime = receive
+        frame.pixelsModified = flags & RawDumpFormat.flagPixelsModified != 0
+        frame.metadata = meta.withUnsafeBytes { DumpMetadataCodec.decode($0) }
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import Logging
+import Viewfinder
+
+/// Writes every frame that reaches it to a raw dump (see ``RawDumpFormat``): the pixels exactly as
+/// they arrive (after the stages) and their metadata. A ``FrameConsumer`` with its own thread.
+///
+/// A write error (a full disk) ends the dump: later frames are counted as dropped and the error is
+/// kept in ``error``; what was written stays readable.
+public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: `writer` is confined to the consumer thread; the published counters
+    // and the error are behind `state`.
+    public let consumerName: String
+    public let path: String
+    public let overwrite: Bool
+    public let acceleration: Int
+    public let device: String
+    public var ringCapacity: Int { 16 }
+    private let logger: Logger
+    private var writer: RawDumpWriter?
+    private struct Published { var frames = 0; var bytes: UInt64 = 0; var rawBytes: UInt64 = 0; var dropped = 0; var error: (any Error)?; var finished = false }
+    private let state = LockedBox(Published())
+
+    public init(path: String, overwrite: Bool = false, acceleration: Int = 1, device: String = "", name: String = "dump", logger: Logger = Logger(label: "viewfinder.dump")) {
+        self.path = path; self.overwrite = overwrite; self.acceleration = acceleration; self.device = device
+        consumerName = name
+        self.logger = logger
+    }
+
+    public var framesWritten: Int { state.withLock { $0.frames } }
+    public var bytesWritten: UInt64 { state.withLock { $0.bytes } }
+    public var rawBytesWritten: UInt64 { state.withLock { $0.rawBytes } }
+    /// Frames that arrived but could not be written (after a write error).
+    public var framesDropped: Int { state.withLock { $0.dropped } }
+    public var error: (any Error)? { state.withLock { $0.error } }
+    public var isFinished: Bool { state.withLock { $0.finished } }
+
+    public func start(configuration: StreamConfiguration) throws {
+        writer = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration)
+    }
+
+    public func consume(_ frame: Frame) {
+        guard let w = writer else { state.withLock { $0.dropped += 1 }; return }
+        do {
+            try w.append(frame)
+            let (n, b, r) = (w.framesWritten, w.bytesWritten, w.rawBytes)
+            state.withLock { $0.frames = n; $0.bytes = b; $0.rawBytes = r }
+        } catch {
+            logger.error("dump '\(path)': \(error); the \(w.framesWritten) frames written so far stay readable")
+            try? w.close()
+            writer = nil
+            state.withLock { $0.error = error; $0.dropped += 1 }
+        }
+    }
+
+    public func finish(error: (any Error)?) {
+        if let w = writer {
+            do { try w.close() } catch { state.withLock { $0.error = $0.error ?? error } }
+            let b = w.bytesWritten
+            state.withLock { $0.bytes = b }
+        }
+        writer = nil
+        state.withLock { $0.finished = true }
+    }
+}
+
+/// Conversions between dumps and YUV4MPEG2.
+public enum DumpConversion {
+    /// Summary of a conversion.
+    public struct Result: Sendable, Equatable {
+        public var frames: Int
+        public var duration: Double
+        /// The damaged tail of the input dump, if any (its complete frames were converted).
+        public var damage: DumpDamage?
+    }
+
+    /// Writes the frames of a dump to a `.y4m` file (`-` for stdout). The y4m frame rate is the
+    /// dump's nominal rate (y4m has no per-frame timestamps).
+    public static func exportY4M(dump: String, to output: String, overwrite: Bool = false) throws -> Result {
+        let reader = try RawDumpReader(path: dump)
+        guard reader.format.pixelFormat != .mjpeg, reader.format.pixelFormat != .rgb24 else {
+            throw DumpError.unsupported("y4m export takes YUV or grey dumps; '\(dump)' holds \(reader.format.pixelFormat)")
+        }
+        if output != "-" && !overwrite && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
+        let interval = reader.info.interval.denominator > 0 ? reader.info.interval : FrameInterval(fps: 30)
+        let writer = try Y4MWriter(path: output, format: reader.format, interval: interval)
+        let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
+        for i in 0..<reader.frameCount {
+            try reader.read(i, into: frame)
+            try writer.write(frame)
+        }
+        try writer.flush()
+        writer.close()
+        let e = reader.entries
+        let duration = e.count > 1 ? Double(e.last!.timestampNanoseconds - e.first!.timestampNanoseconds) / 1e9 + interval.seconds : Double(e.count) * interval.seconds
+        return Result(frames: reader.frameCount, duration: duration, damage: reader.damage)
+    }
+
+    /// Makes a dump from a `.y4m` file; timestamps follow the y4m frame rate from `startNanoseconds`.
+    public static func importY4M(_ input: String, to dump: String, overwrite: Bool = false, startNanoseconds: UInt64 = 0) throws -> Result {
+        let reader = try Y4MReader(path: input)
+        let interval = reader.header.interval ?? FrameInterval(fps: 30)
+        let writer = try RawDumpWriter(path: dump, format: reader.format, interval: interval, device: "y4m:\(input)", overwrite: overwrite)
+        let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
+        var n = 0
+        while try reader.read(into: frame) {
+            frame.sequence = UInt64(n)
+            frame.timestamp = Timestamp(nanoseconds: startNanoseconds &+ UInt64(n) &* interval.nanoseconds)
+            frame.receiveTime = 0
+            frame.metadata = FrameMetadata()
+            try writer.append(frame)
+            n += 1
+        }
+        try writer.close()
+        return Result(frames: n, duration: Double(n) * interval.seconds, damage: nil)
+    }
+}
+
+extension FrameInterval {
+    var seconds: Double { denominator == 0 ? 0 : Double(numerator) / Double(denominator) }
+}

@@ -1,0 +1,261 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+import Viewfinder
+@testable import ViewfinderSinks
+
+/// Collects copies of the frames it consumes.
+final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: `frames` is written on the consumer thread and read after the engine finished.
+    let consumerName = "collect"
+    var frames: [(bytes: [UInt8], sequence: UInt64, timestamp: UInt64, metadata: FrameMetadata, received: UInt64)] = []
+    func consume(_ frame: Frame) {
+        frames.append((Array(frame.bytes), frame.sequence, frame.timestamp.nanoseconds, frame.metadata, monotonicNanoseconds()))
+    }
+}
+
+@Suite struct RawDumpTests {
+    let format = FrameFormat(.yuyv, width: 64, height: 48)
+
+    /// Writes `count` frames (every third with rich metadata) and returns their bytes and metadata.
+    func writeDump(_ path: String, count: Int, close: Bool = true, format: FrameFormat? = nil, noise: Int = 40) throws -> [(bytes: [UInt8], metadata: FrameMetadata, timestamp: UInt64)] {
+        let fmt = format ?? self.format
+        let pool = FramePool(format: fmt, count: 1)
+        let writer = try RawDumpWriter(path: path, format: fmt, interval: FrameInterval(fps: 30), device: "test")
+        var written: [(bytes: [UInt8], metadata: FrameMetadata, timestamp: UInt64)] = []
+        let key = MetadataKey("test.sharpness")
+        for i in 0..<count {
+            let f = pool.acquire()!
+            // Alternate noisy (stored raw) and flat (LZ4-compressed) frames.
+            fillFrame(f, index: i, noise: noise)
+            if i % 2 == 1 { memset(f.data, Int32(16 + i), f.bytesUsed / 2) }
+            f.timestamp = Timestamp(nanoseconds: 7_000_000_000 + UInt64(i) * 33_000_000 + UInt64(i % 3) * 1_000_000)
+            f.receiveTime = 123 + UInt64(i)
+            if i % 3 == 0 {
+                f.metadata.exposureTime = 10_000 + Double(i)
+                f.metadata.gain = 2.5
+                f.metadata.focusState = .converged
+                f.metadata.motion = MotionEstimate(dx: 1.5, dy: -2, angle: 0.01, scale: 1, confidence: 0.9)
+                var t = SimulationTruth(); t.shakeX = Double(i); t.renderedMeanLuma = 99
+                f.metadata.truth = t
+                f.metadata.droppedBefore = 2
+                f.metadata.custom.set(key, Double(i) * 0.5)
+                f.pixelsModified = true
+            }
+            try writer.append(f)
+            written.append((Array(f.bytes), f.metadata, f.timestamp.nanoseconds))
+            f.release()
+        }
+        if close { try writer.close() }
+        return written
+    }
+
+    @Test func roundTripIsBitExactWithMetadata() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/a.vfdump"
+        let written = try writeDump(path, count: 12)
+        let reader = try RawDumpReader(path: path)
+        #expect(reader.usedFooterIndex)
+        #expect(reader.damage == nil)
+        #expect(reader.frameCount == 12)
+        #expect(reader.format == format)
+        #expect(reader.info.device == "test")
+        let frame = Frame(capacity: format.maxByteCount, format: format)
+        for i in 0..<12 {
+            try reader.read(i, into: frame)
+            #expect(Array(frame.bytes) == written[i].bytes, "frame \(i)")
+            #expect(frame.metadata == written[i].metadata)
+            #expect(frame.timestamp.nanoseconds == written[i].timestamp)
+            #expect(frame.sequence == UInt64(i))
+            #expect(frame.receiveTime == 123 + UInt64(i))
+            #expect(frame.pixelsModified == (i % 3 == 0))
+        }
+        // Noise is stored as it is, flat frames compress.
+        #expect(reader.entries[0].storedLength == reader.entries[0].rawLength)
+        #expect(reader.entries[1].storedLength < reader.entries[1].rawLength * 3 / 5)
+        #expect(throws: DumpError.frameOutOfRange(path: path, index: 12, count: 12)) { try reader.read(12, into: frame) }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func truncatedAtRandomBytesGivesBackEveryCompleteFrame() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/full.vfdump"
+        let written = try writeDump(path, count: 10)
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        let complete = try RawDumpReader(path: path).entries
+        let ends = complete.map { Int($0.offset) }
+        var rng = SystemRandomNumberGenerator()
+        var offsets = (0..<25).map { _ in Int.random(in: 16..<data.count, using: &rng) }
+        offsets += ends.map { $0 } + ends.map { $0 + 1 } + [data.count - 1, data.count - 16]
+        let frame = Frame(capacity: format.maxByteCount, format: format)
+        for cut in offsets {
+            let tpath = dir + "/cut.vfdump"
+            try data.prefix(cut).write(to: URL(fileURLWithPath: tpath))
+            guard let reader = try? RawDumpReader(path: tpath) else {
+                // Only a cut inside the stream header makes the file unreadable.
+                #expect(cut < Int(complete[0].offset), "cut at \(cut) made the dump unreadable")
+                continue
+            }
+            // Frames whose record lies wholly before the cut.
+            let expected = complete.indices.filter { i in
+                let end = i + 1 < complete.count ? Int(complete[i + 1].offset) : Int(complete[i].offset) + 72 + Int(complete[i].storedLength) + metadataLength(data, complete[i])
+                return end <= cut
+            }.count
+            #expect(reader.frameCount == expected, "cut at \(cut)")
+            #expect(!reader.usedFooterIndex)
+            // Damage is reported unless the cut falls exactly between records.
+            let indexStart = Int(complete.last!.offset) + 72 + Int(complete.last!.storedLength) + metadataLength(data, complete.last!)
+            let clean = Set(complete.map { Int($0.offset) } + [indexStart, data.count - 16])
+            #expect((reader.damage == nil) == clean.contains(cut), "cut at \(cut): \(String(describing: reader.damage))")
+            for i in 0..<reader.frameCount {
+                try reader.read(i, into: frame)
+                #expect(Array(frame.bytes) == written[i].bytes, "cut \(cut), frame \(i)")
+            }
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func metadataLength(_ data: Data, _ e: DumpIndexEntry) -> Int {
+        let o = Int(e.offset) + 52
+        return Int(data[o]) | Int(data[o + 1]) << 8 | Int(data[o + 2]) << 16 | Int(data[o + 3]) << 24
+    }
+
+    @Test func damagedRecordIsDetected() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/d.vfdump"
+        let written = try writeDump(path, count: 6, close: false)
+        var data = try Data(contentsOf: URL(fileURLWithPath: path))
+        // Deinit closed it: drop the index and trailer as a crash would, then flip a payload byte of frame 4.
+        let entries = try RawDumpReader(path: path).entries
+        data = data.prefix(Int(entries[5].offset) + 72 + Int(entries[5].storedLength) + metadataLength(data, entries[5]))
+        data[Int(entries[4].offset) + 72 + metadataLength(data, entries[4]) + 10] ^= 0x55
+        try data.write(to: URL(fileURLWithPath: path))
+        let lazy = try RawDumpReader(path: path)
+        #expect(lazy.frameCount == 6)
+        let frame = Frame(capacity: format.maxByteCount, format: format)
+        #expect(throws: DumpError.checksumMismatch(path: path, frame: 4, offset: entries[4].offset)) { try lazy.read(4, into: frame) }
+        let verified = try RawDumpReader(path: path, verify: true)
+        #expect(verified.frameCount == 4)
+        #expect(verified.damage?.offset == entries[4].offset)
+        for i in 0..<4 { try verified.read(i, into: frame); #expect(Array(frame.bytes) == written[i].bytes) }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func notADumpIsATypedError() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/x.vfdump"
+        try Data("hello world, not a dump at all".utf8).write(to: URL(fileURLWithPath: path))
+        #expect(throws: DumpError.notADump(path: path, reason: "no VFDUMP magic at the start")) { _ = try RawDumpReader(path: path) }
+        #expect(throws: DeviceError.self) { _ = try DumpProvider().open("dump:" + path) }
+        #expect(throws: DeviceError.invalidDeviceOption(device: "dump:\(path),speed=2", option: "speed", reason: "unknown option (known: paced, loop, rebase)")) {
+            _ = try DumpSource(device: "dump:\(path),speed=2")
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func replaysThroughTheEngineAsFastAsPossible() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/r.vfdump"
+        let written = try writeDump(path, count: 20)
+        let provider = DumpProvider()
+        #expect(provider.handles("dump:" + path))
+        #expect(!provider.handles("/dev/video0"))
+        let source = try #require(try provider.open("dump:\(path),paced=false,loop=2,rebase=false") as? DumpSource)
+        #expect(!source.isLive)
+        let cfg = try source.configure(StreamRequest(pixelFormat: .yuyv, width: 64, height: 48))
+        #expect(throws: DeviceError.self) { _ = try source.configure(StreamRequest(pixelFormat: .nv12, width: 64, height: 48)) }
+        let sink = CollectingConsumer()
+        let engine = CaptureEngine(source: source, configuration: cfg, stages: [], consumers: [sink])
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(sink.frames.count == 40)
+        for (i, f) in sink.frames.enumerated() {
+            #expect(f.bytes == written[i % 20].bytes)
+            #expect(f.sequence == UInt64(i))
+            #expect(f.metadata.exposureTime == written[i % 20].metadata.exposureTime)
+        }
+        // The second pass continues the time line one interval after the first.
+        #expect(sink.frames[20].timestamp == written[19].timestamp + 33_333_333 + (written[19].timestamp - written[0].timestamp) - (written[19].timestamp - written[0].timestamp))
+        #expect(engine.statistics.drops.total == 0)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func pacedReplayKeepsTheRecordedTiming() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/p.vfdump"
+        _ = try writeDump(path, count: 10)
+        let source = try DumpSource(device: "dump:" + path)
+        #expect(source.isLive)
+        let sink = CollectingConsumer()
+        let engine = CaptureEngine(source: source, configuration: source.recordedConfiguration(), stages: [], consumers: [sink])
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(sink.frames.count == 10)
+        let written = try RawDumpReader(path: path).entries.map(\.timestampNanoseconds)
+        // Rebased timestamps keep the recorded spacing, and frames arrive no earlier than it.
+        for i in 1..<10 {
+            #expect(sink.frames[i].timestamp - sink.frames[0].timestamp == written[i] - written[0])
+            #expect(sink.frames[i].received >= sink.frames[i].timestamp)
+        }
+        // The replay took (at least) the recorded time from its first timestamp to the last frame.
+        let span = sink.frames[9].received - sink.frames[0].timestamp
+        #expect(span >= written[9] - written[0], "replay took \(span) ns")
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func exportsToY4MAndImportsBackBitExact() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/i.vfdump"
+        let i420 = FrameFormat(.i420, width: 64, height: 48)
+        let written = try writeDump(path, count: 8, format: i420)
+        let y4m = dir + "/i.y4m"
+        let r = try DumpConversion.exportY4M(dump: path, to: y4m)
+        #expect(r.frames == 8)
+        let probe = try ffprobe(y4m)
+        #expect(intValue(probe.stream("video")?["nb_read_frames"]) == 8)
+        #expect(throws: SinkError.fileExists(path: y4m)) { _ = try DumpConversion.exportY4M(dump: path, to: y4m) }
+        let back = dir + "/back.vfdump"
+        let r2 = try DumpConversion.importY4M(y4m, to: back)
+        #expect(r2.frames == 8)
+        let reader = try RawDumpReader(path: back)
+        let frame = Frame(capacity: i420.maxByteCount, format: i420)
+        for i in 0..<8 {
+            try reader.read(i, into: frame)
+            #expect(Array(frame.bytes) == written[i].bytes)
+        }
+        // YUYV dumps export as 4:2:2 planar, which ffmpeg reads.
+        let yuyvDump = dir + "/y.vfdump"
+        _ = try writeDump(yuyvDump, count: 5)
+        _ = try DumpConversion.exportY4M(dump: yuyvDump, to: dir + "/y.y4m")
+        let p2 = try ffprobe(dir + "/y.y4m")
+        #expect(p2.stream("video")?["pix_fmt"] as? String == "yuv422p")
+        #expect(intValue(p2.stream("video")?["nb_read_frames"]) == 5)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func dumpOutputRecordsAnEngineRun() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/o.vfdump"
+        let source = SyntheticSource(format: format, count: 30)
+        let out = RawDumpOutput(path: path)
+        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [out])
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(out.framesWritten == 30)
+        #expect(out.error == nil)
+        let reader = try RawDumpReader(path: path)
+        #expect(reader.frameCount == 30)
+        #expect(reader.usedFooterIndex)
+        let again = RawDumpOutput(path: path)
+        #expect(throws: SinkError.fileExists(path: path)) { try again.start(configuration: source.configuration) }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func xxhash64MatchesTheReference() {
+        #expect(XXHash64.hash(UnsafeRawBufferPointer(start: nil, count: 0)) == 0xEF46_DB37_51D8_E999)
+        let abc = Array("abc".utf8)
+        #expect(abc.withUnsafeBytes { XXHash64.hash($0) } == 0x44BC_2CF5_AD77_0999)
+    }
+}
