@@ -1,0 +1,206 @@
+import Synchronization
+
+/// The control values one frame is rendered with (device units, as V4L2 names them).
+public struct SimControlValues: Sendable, Equatable {
+    /// `auto_exposure`: 1 manual, 3 aperture priority (the sim's built-in auto-exposure).
+    public var exposureAuto: Int64 = 1
+    /// `exposure_time_absolute`, 100 µs units.
+    public var exposureTime: Int64 = 100
+    /// `gain`, 100 = unity.
+    public var gain: Int64 = 100
+    /// `focus_automatic_continuous`: 1 lets the sim's idealised autofocus drive the lens.
+    public var focusAuto: Int64 = 0
+    /// `focus_absolute`, 0...1000.
+    public var focus: Int64 = 400
+    /// `white_balance_automatic`: 1 = white balance matches the light's colour temperature.
+    public var whiteBalanceAuto: Int64 = 1
+    /// `white_balance_temperature`, K.
+    public var whiteBalanceTemperature: Int64 = 5200
+    /// `power_line_frequency`: 0 off, 1 50 Hz, 2 60 Hz, 3 auto.
+    public var powerLineFrequency: Int64 = 0
+    /// `brightness`, −64...64 luma offset.
+    public var brightness: Int64 = 0
+    /// `contrast`, percent, 0...200.
+    public var contrast: Int64 = 100
+    /// `saturation`, percent, 0...200.
+    public var saturation: Int64 = 100
+
+    public init() {}
+
+    subscript(name: String) -> Int64? {
+        get {
+            switch name {
+            case "auto_exposure": return exposureAuto
+            case "exposure_time_absolute": return exposureTime
+            case "gain": return gain
+            case "focus_automatic_continuous": return focusAuto
+            case "focus_absolute": return focus
+            case "white_balance_automatic": return whiteBalanceAuto
+            case "white_balance_temperature": return whiteBalanceTemperature
+            case "power_line_frequency": return powerLineFrequency
+            case "brightness": return brightness
+            case "contrast": return contrast
+            case "saturation": return saturation
+            default: return nil
+            }
+        }
+        set {
+            guard let v = newValue else { return }
+            switch name {
+            case "auto_exposure": exposureAuto = v
+            case "exposure_time_absolute": exposureTime = v
+            case "gain": gain = v
+            case "focus_automatic_continuous": focusAuto = v
+            case "focus_absolute": focus = v
+            case "white_balance_automatic": whiteBalanceAuto = v
+            case "white_balance_temperature": whiteBalanceTemperature = v
+            case "power_line_frequency": powerLineFrequency = v
+            case "brightness": brightness = v
+            case "contrast": contrast = v
+            case "saturation": saturation = v
+            default: break
+            }
+        }
+    }
+}
+
+/// The sim camera's controls, with V4L2-like ranges, steps and defaults, and a fixed latency: a
+/// `set` made after frame k was delivered takes effect on frame k + `latency` (the next frame to be
+/// rendered if that one has already started). Before streaming starts, a `set` applies at once.
+///
+/// Thread-safe: the stage thread sets while the capture thread renders; all state is in a `Mutex`.
+public final class SimControls: DeviceControlling {
+    public let controlLatencyFrames: Int
+    private let deviceName: String
+
+    private struct Pending { var applyAt: UInt64; var name: String; var value: Int64 }
+    private struct State {
+        /// What `value(of:)` reports: the last value set (or chosen by the built-in loops).
+        var requested = SimControlValues()
+        /// What the next frame is rendered with.
+        var applied = SimControlValues()
+        var pending: [Pending] = []
+        var streaming = false
+        /// Sequence of the last frame handed out, or nil before the first.
+        var lastDelivered: UInt64? = nil
+    }
+    private let state: Mutex<State>
+
+    static let cid: [String: UInt32] = [
+        "auto_exposure": 0x009a_0901, "exposure_time_absolute": 0x009a_0902, "focus_absolute": 0x009a_090a,
+        "focus_automatic_continuous": 0x009a_090c, "gain": 0x0098_0913, "white_balance_automatic": 0x0098_090c,
+        "white_balance_temperature": 0x0098_091a, "power_line_frequency": 0x0098_0918, "brightness": 0x0098_0900,
+        "contrast": 0x0098_0901, "saturation": 0x0098_0902,
+    ]
+
+    /// Descriptors with their defaults (flags are filled in by ``descriptors``).
+    static func baseDescriptors(defaults d: SimControlValues) -> [ControlDescriptor] {
+        func c(_ name: String, _ kind: ControlKind, _ lo: Int64, _ hi: Int64, _ step: Int64, _ def: Int64, _ std: StandardControl, menu: [Int64: String] = [:]) -> ControlDescriptor {
+            ControlDescriptor(id: cid[name]!, name: name, kind: kind, minimum: lo, maximum: hi, step: step, defaultValue: def, menu: menu, standard: std)
+        }
+        return [
+            c("auto_exposure", .menu, 1, 3, 1, d.exposureAuto, .exposureAuto, menu: [1: "Manual Mode", 3: "Aperture Priority Mode"]),
+            c("exposure_time_absolute", .integer, 1, 10000, 1, d.exposureTime, .exposureTime),
+            c("gain", .integer, 100, 1600, 1, d.gain, .gain),
+            c("focus_automatic_continuous", .boolean, 0, 1, 1, d.focusAuto, .focusAuto),
+            c("focus_absolute", .integer, 0, 1000, 1, d.focus, .focusAbsolute),
+            c("white_balance_automatic", .boolean, 0, 1, 1, d.whiteBalanceAuto, .whiteBalanceAuto),
+            c("white_balance_temperature", .integer, 2800, 6500, 10, d.whiteBalanceTemperature, .whiteBalanceTemperature),
+            c("power_line_frequency", .menu, 0, 3, 1, d.powerLineFrequency, .powerLineFrequency, menu: [0: "Disabled", 1: "50 Hz", 2: "60 Hz", 3: "Auto"]),
+            c("brightness", .integer, -64, 64, 1, d.brightness, .brightness),
+            c("contrast", .integer, 0, 200, 1, d.contrast, .contrast),
+            c("saturation", .integer, 0, 200, 1, d.saturation, .saturation),
+        ]
+    }
+
+    private let base: [ControlDescriptor]
+
+    public init(defaults: SimControlValues, latency: Int, deviceName: String = "sim") {
+        controlLatencyFrames = max(1, latency)
+        self.deviceName = deviceName
+        base = SimControls.baseDescriptors(defaults: defaults)
+        var s = State()
+        s.requested = defaults
+        s.applied = defaults
+        s.pending.reserveCapacity(64)
+        state = Mutex(s)
+    }
+
+    public var descriptors: [ControlDescriptor] {
+        let v = state.withLock { $0.requested }
+        return base.map { d in
+            var d = d
+            switch d.name {
+            case "exposure_time_absolute", "gain": if v.exposureAuto == 3 { d.flags = ["inactive"] }
+            case "focus_absolute": if v.focusAuto == 1 { d.flags = ["inactive"] }
+            case "white_balance_temperature": if v.whiteBalanceAuto == 1 { d.flags = ["inactive"] }
+            default: break
+            }
+            return d
+        }
+    }
+
+    public func value(of name: String) throws -> Int64 {
+        guard let v = state.withLock({ $0.requested[name] }) else {
+            throw DeviceError.unknownControl(device: deviceName, control: name, known: base.map(\.name))
+        }
+        return v
+    }
+
+    public func set(_ name: String, to value: Int64) throws {
+        guard let d = base.first(where: { $0.name == name }) else {
+            throw DeviceError.unknownControl(device: deviceName, control: name, known: base.map(\.name))
+        }
+        let inMenu = d.kind != .menu || d.menu[value] != nil
+        guard d.range.contains(value), (value - d.minimum) % max(d.step, 1) == 0, inMenu else {
+            throw DeviceError.controlOutOfRange(device: deviceName, control: name, value: Double(value), range: Double(d.minimum)...Double(d.maximum))
+        }
+        schedule(name, value, internal: false)
+    }
+
+    /// Queues a change: applies on frame `lastDelivered + latency` (at once before streaming).
+    func schedule(_ name: String, _ value: Int64, internal: Bool) {
+        let latency = UInt64(controlLatencyFrames)
+        state.withLock { s in
+            s.requested[name] = value
+            if !s.streaming { s.applied[name] = value; return }
+            let at = s.lastDelivered.map { $0 &+ latency } ?? (latency &- 1)
+            s.pending.append(Pending(applyAt: at, name: name, value: value))
+        }
+    }
+
+    /// Applies every change due at or before frame `sequence` and returns the values to render it with.
+    func values(forFrame sequence: UInt64) -> SimControlValues {
+        state.withLock { s in
+            if !s.pending.isEmpty {
+                // Stable order: changes due now are applied in the order they were made.
+                var keep = 0
+                for i in s.pending.indices {
+                    let p = s.pending[i]
+                    if p.applyAt <= sequence { s.applied[p.name] = p.value }
+                    else { s.pending[keep] = p; keep += 1 }
+                }
+                s.pending.removeLast(s.pending.count - keep)
+            }
+            return s.applied
+        }
+    }
+
+    /// Records that frame `sequence` was handed out.
+    func delivered(_ sequence: UInt64) { state.withLock { $0.lastDelivered = sequence } }
+
+    /// Records a value chosen by the sim's own loops (built-in AE/AF) that is effective at once.
+    func setApplied(_ name: String, _ value: Int64) {
+        state.withLock { s in s.applied[name] = value; s.requested[name] = value }
+    }
+
+    func streamStarted() { state.withLock { s in s.streaming = true; s.lastDelivered = nil } }
+
+    func streamStopped() {
+        state.withLock { s in
+            for p in s.pending { s.applied[p.name] = p.value }
+            s.pending.removeAll(keepingCapacity: true)
+            s.streaming = false
+        }
+    }
+}
