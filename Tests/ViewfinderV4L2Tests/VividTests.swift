@@ -1,0 +1,211 @@
+import Testing
+import Foundation
+@testable import Viewfinder
+@testable import ViewfinderV4L2
+
+/// The real-driver tier: runs only with `VIEWFINDER_VIVID=1`, inside the VM that
+/// `scripts/vivid-tests.sh` boots with the kernel's `vivid` driver (see that script).
+let vividEnabled = ProcessInfo.processInfo.environment["VIEWFINDER_VIVID"] == "1"
+
+/// The vivid capture node, found by discovery (vivid also creates output, VBI, metadata and touch nodes).
+func vividDevice() throws -> DeviceInfo {
+    let all = V4L2Provider(logger: quietLogger).discover()
+    return try #require(all.first { $0.driver == "vivid" }, "no vivid capture node among \(all.map(\.id))")
+}
+
+func cpuSeconds() -> Double {
+    var u = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &u)
+    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+}
+
+/// Consumer that keeps each frame's sequence and timestamps.
+final class TimingConsumer: FrameConsumer {
+    let consumerName = "timing"
+    struct Sample: Sendable { var sequence: UInt64; var timestamp: Timestamp; var receive: UInt64; var bytes: Int; var checksum: UInt64 }
+    let samples = LockedBox<[Sample]>([])
+    let finishError = LockedBox<String?>(nil)
+    let finished = LockedBox(false)
+    let onFrame: @Sendable (Int) -> Void
+    init(onFrame: @escaping @Sendable (Int) -> Void = { _ in }) { self.onFrame = onFrame }
+    var ringCapacity: Int { 16 }
+    func consume(_ frame: Frame) {
+        // A cheap checksum over a few rows proves the pixels are there (and change).
+        var sum: UInt64 = 0
+        let b = frame.bytes
+        var i = 0
+        while i < b.count { sum = sum &* 31 &+ UInt64(b[i]); i &+= 4099 }
+        let s = Sample(sequence: frame.sequence, timestamp: frame.timestamp, receive: frame.receiveTime, bytes: frame.bytesUsed, checksum: sum)
+        let n = samples.withLock { $0.append(s); return $0.count }
+        onFrame(n)
+    }
+    func finish(error: (any Error)?) {
+        finishError.withLock { $0 = error.map { "\($0)" } }
+        finished.withLock { $0 = true }
+    }
+}
+
+@Suite(.serialized, .enabled(if: vividEnabled, "set VIEWFINDER_VIVID=1 (scripts/vivid-tests.sh runs these in a VM)"))
+struct VividTests {
+    @Test func discoveryListsVividWithItsFormatTreeAndControls() throws {
+        let d = try vividDevice()
+        print(renderFormatTree(d))
+        print(renderControls(d.controls))
+        #expect(d.name.contains("vivid") || d.driver == "vivid")
+        let fourccs = Set(d.formats.map { fourCCString($0.fourcc) })
+        for f in ["YUYV", "UYVY", "NV12", "YU12", "GREY", "RGB3"] { #expect(fourccs.contains(f), "vivid offers \(f)") }
+        for f in d.formats { #expect(!f.sizes.isEmpty, "\(fourCCString(f.fourcc)) has sizes") }
+        let yuyv = try #require(d.formats.first { $0.pixelFormat == .yuyv })
+        #expect(yuyv.sizes.contains { $0.contains(width: 320, height: 180) })
+        #expect(yuyv.sizes.allSatisfy { !$0.intervals.isEmpty })
+        for s in [StandardControl.brightness, .contrast, .saturation] { #expect(d.controls.contains { $0.standard == s }, "\(s)") }
+        // Every node discovery returned is a video capture node.
+        for dev in V4L2Provider(logger: quietLogger).discover() {
+            let cam = try V4L2Camera(path: dev.id, logger: quietLogger)
+            #expect(cam.capability.isVideoCapture)
+            cam.close()
+        }
+    }
+
+    /// Every format the engine handles natively that vivid offers streams with the right size.
+    @Test func everyEngineFormatStreams() throws {
+        let d = try vividDevice()
+        let formats = d.formats.compactMap(\.pixelFormat)
+        print("engine formats offered by vivid: \(formats)")
+        #expect(formats.count >= 6)
+        for pf in formats {
+            let cam = try V4L2Camera(path: d.id, logger: quietLogger)
+            defer { cam.close() }
+            let cfg = try cam.configure(StreamRequest(pixelFormat: pf, width: 320, height: 180, fps: 60, bufferCount: 4))
+            #expect(cfg.format.pixelFormat == pf)
+            #expect(cfg.format.width == 320 && cfg.format.height == 180, "\(pf): \(cfg.format)")
+            try cam.start()
+            var got = 0, lastSeq: UInt64? = nil, checksums: Set<UInt64> = []
+            let t0 = monotonicNanoseconds()
+            while got < 8 && monotonicNanoseconds() - t0 < 10_000_000_000 {
+                switch try cam.next(timeoutNanoseconds: 500_000_000) {
+                case .frame(let f):
+                    if pf.isCompressed {
+                        #expect(f.bytesUsed > 100 && f.bytes[0] == 0xFF && f.bytes[1] == 0xD8)
+                    } else {
+                        #expect(f.bytesUsed == cfg.format.maxByteCount, "\(pf) bytesUsed \(f.bytesUsed) vs \(cfg.format.maxByteCount)")
+                    }
+                    if let l = lastSeq { #expect(f.sequence > l) }
+                    lastSeq = f.sequence
+                    var sum: UInt64 = 0
+                    for i in stride(from: 0, to: f.bytesUsed, by: 97) { sum = sum &* 31 &+ UInt64(f.bytes[i]) }
+                    checksums.insert(sum)
+                    f.release()
+                    got += 1
+                case .lost(let r, let n): print("\(pf): lost \(n) (\(r))")
+                case .timeout, .endOfStream: break
+                }
+            }
+            #expect(got == 8, "\(pf): \(got) frames")
+            #expect(checksums.count > 1, "\(pf): the test pattern moves between frames")
+            print("\(pf) \(cfg.format) bytesPerRow \(cfg.format.bytesPerRow) at \(cfg.interval): \(got) frames OK")
+        }
+    }
+
+    @Test func controlsGetSetAndErrors() throws {
+        let d = try vividDevice()
+        let cam = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { cam.close() }
+        let c = cam.v4l2Controls
+        let b = try #require(c.descriptor(.brightness))
+        let target = b.defaultValue + 10 <= b.maximum ? b.defaultValue + 10 : b.minimum
+        try c.set(.brightness, to: target)
+        #expect(try c.value(of: .brightness) == target)
+        try c.set(.brightness, to: b.defaultValue)
+        #expect(throws: DeviceError.self) { try c.set("no_such_control", to: 1) }
+        #expect(throws: DeviceError.controlOutOfRange(device: d.id, control: b.name, value: Double(b.maximum + 1), range: Double(b.minimum)...Double(b.maximum))) {
+            try c.set(b.name, to: b.maximum + 1)
+        }
+        print("vivid: \(c.descriptors.count) controls; standard: \(c.descriptors.compactMap(\.standard).map(\.rawValue))")
+    }
+
+    /// 300 frames through the engine at 320x180/60 fps: sequence and timestamp checks.
+    @Test func capture300FramesThroughTheEngine() throws {
+        let d = try vividDevice()
+        let cam = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { cam.close() }
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 180, fps: 60, bufferCount: 8))
+        let consumer = TimingConsumer()
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [], consumers: [consumer], options: EngineOptions(frameLimit: 300), logger: quietLogger)
+        let cpu0 = cpuSeconds(), t0 = monotonicNanoseconds()
+        try engine.start()
+        #expect(engine.waitUntilFinished(timeoutSeconds: 60))
+        let wall = Double(monotonicNanoseconds() - t0) / 1e9, cpu = cpuSeconds() - cpu0
+        let s = engine.statistics
+        let samples = consumer.samples.withLock { $0 }
+        print("300-frame run: \(cfg.interval) captured \(s.captured) delivered \(s.delivered) consumed \(samples.count) drops \(s.drops.byName) consumer drops \(s.consumers[0].drops.byName) camera \(cam.counters) in \(fixed(wall, 2)) s (\(fixed(Double(s.delivered) / wall, 1)) fps, CPU \(fixed(100 * cpu / wall, 1))%)")
+        #expect(engine.runtimeError == nil)
+        #expect(s.captured == 300)
+        #expect(s.captured == s.delivered + s.drops.total)
+        // Every gap the consumer sees is a counted drop.
+        var gaps: UInt64 = 0
+        for (a, b) in zip(samples, samples.dropFirst()) {
+            #expect(b.sequence > a.sequence)
+            gaps += b.sequence - a.sequence - 1
+            #expect(b.timestamp.nanoseconds > a.timestamp.nanoseconds)
+        }
+        #expect(gaps == s.drops.total + s.consumers[0].drops.total - (samples.first.map { $0.sequence } ?? 0))
+        #expect(s.drops[.driverGap] <= 15, "vivid dropped \(s.drops[.driverGap]) of 300 frames under emulation")
+        #expect(samples.allSatisfy { $0.timestamp.clock == .monotonic && $0.timestamp.nanoseconds <= $0.receive && $0.bytes == cfg.format.maxByteCount })
+        // Timestamps advance by the frame interval: mean spacing within 10% of 1/60 s.
+        if let first = samples.first, let last = samples.last, last.sequence > first.sequence {
+            let mean = Double(last.timestamp.nanoseconds - first.timestamp.nanoseconds) / Double(last.sequence - first.sequence)
+            print("mean timestamp spacing \(fixed(mean / 1e6, 3)) ms (interval \(fixed(Double(cfg.interval.nanoseconds) / 1e6, 3)) ms)")
+            #expect(abs(mean - Double(cfg.interval.nanoseconds)) < 0.1 * Double(cfg.interval.nanoseconds))
+        }
+        #expect(Set(samples.map(\.checksum)).count > 10)
+        #expect(consumer.finished.withLock { $0 })
+    }
+
+    /// Frames per second and CPU at 1920x1080 YUYV (vivid runs about 5 fps under emulation).
+    @Test func fullHDThroughput() throws {
+        let d = try vividDevice()
+        let cam = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { cam.close() }
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 1920, height: 1080, fps: 30, bufferCount: 6))
+        let consumer = TimingConsumer()
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [], consumers: [consumer], options: EngineOptions(frameLimit: 30), logger: quietLogger)
+        let cpu0 = cpuSeconds()
+        try engine.start()
+        let t0 = monotonicNanoseconds()
+        #expect(engine.waitUntilFinished(timeoutSeconds: 60))
+        let wall = Double(monotonicNanoseconds() - t0) / 1e9, cpu = cpuSeconds() - cpu0
+        let s = engine.statistics
+        print("1920x1080 YUYV: asked \(cfg.interval), \(s.delivered) frames in \(fixed(wall, 2)) s = \(fixed(Double(s.delivered) / wall, 2)) fps, process CPU \(fixed(100 * cpu / wall, 1))% of one core, drops \(s.drops.byName), latency p50 \(fixed(Double(s.latency.quantile(0.5)) / 1e6, 2)) ms")
+        #expect(engine.runtimeError == nil)
+        #expect(s.delivered >= 25)
+    }
+}
+
+/// vivid's "Disconnect" control unregisters the device mid-stream, as an unplugged USB camera does.
+/// It kills the node for the rest of the VM's life, so it runs last, in its own invocation.
+@Suite(.enabled(if: vividEnabled && ProcessInfo.processInfo.environment["VIEWFINDER_VIVID_DISCONNECT"] == "1"))
+struct VividDisconnectTests {
+    @Test func disconnectMidStreamEndsTheRunCleanly() throws {
+        let d = try vividDevice()
+        let cam = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { cam.close() }
+        #expect(cam.v4l2Controls.descriptors.contains { $0.name == "disconnect" })
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 180, fps: 60, bufferCount: 8))
+        let controls = cam.v4l2Controls
+        let consumer = TimingConsumer { n in
+            if n == 20 { do { try controls.set("disconnect", to: 1) } catch { print("setting disconnect: \(error)") } }
+        }
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [], consumers: [consumer], options: EngineOptions(frameLimit: 100_000), logger: quietLogger)
+        try engine.start()
+        let t0 = monotonicNanoseconds()
+        #expect(engine.waitUntilFinished(timeoutSeconds: 30))
+        let after = Double(monotonicNanoseconds() - t0) / 1e9
+        print("disconnect: runtime error \(String(describing: engine.runtimeError)); consumer finish(error: \(consumer.finishError.withLock { $0 } ?? "nil")); \(consumer.samples.withLock { $0.count }) frames; ended after \(fixed(after, 2)) s")
+        #expect(engine.runtimeError as? DeviceError == .disconnected(device: d.id))
+        #expect(consumer.finishError.withLock { $0 } == "device '\(d.id)' was disconnected")
+        #expect(consumer.finished.withLock { $0 })
+        // The node is gone: opening it again is a clear error, not a hang.
+        #expect(throws: DeviceError.self) { try V4L2Camera(path: d.id, logger: quietLogger) }
+    }
+}
