@@ -142,7 +142,7 @@ public enum JPEGMarkers {
         var px = [UInt8](repeating: 128, count: 16 * 16 * 2)
         let fmt = FrameFormatShim.yuyv16
         guard let jpeg = try? px.withUnsafeMutableBytes({ p -> [UInt8] in
-            Array(try enc.encode(UnsafeRawPointer(p.baseAddress!), byteCount: p.count, format: fmt, quality: 90))
+            try withExtendedLifetime(enc) { Array(try enc.encode(UnsafeRawPointer(p.baseAddress!), byteCount: p.count, format: fmt, quality: 90)) }
         }) else { return [] }
         guard let segs = try? jpeg.withUnsafeBytes({ try segments($0) }) else { return [] }
         var dht = [UInt8]()

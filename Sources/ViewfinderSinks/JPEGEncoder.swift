@@ -107,7 +107,8 @@ public final class JPEGEncoder {
     }
 
     /// Encodes the frame's pixels. The returned bytes live in the encoder's buffer and are valid
-    /// until the next call. `subsampling` nil keeps the source's own.
+    /// until the next call — and only while the encoder is alive (`withExtendedLifetime` it when
+    /// it is a temporary). `subsampling` nil keeps the source's own.
     public func encode(_ frame: Frame, quality: Int, subsampling: ChromaSubsampling? = nil) throws -> UnsafeRawBufferPointer {
         try encode(UnsafeRawPointer(frame.data), byteCount: frame.bytesUsed, format: frame.format, quality: quality, subsampling: subsampling)
     }

@@ -123,8 +123,12 @@ final class JPEGEncoderPool: @unchecked Sendable {
     }
 
     private func work() {
-        let encoder: JPEGEncoder
-        do { encoder = try JPEGEncoder() } catch { return }
+        guard let encoder = try? JPEGEncoder() else { return }
+        // The encoded bytes live in the encoder: it must outlive every copy out of it.
+        withExtendedLifetime(encoder) { work(encoder) }
+    }
+
+    private func work(_ encoder: JPEGEncoder) {
         lock.lock()
         while true {
             if stopping { break }

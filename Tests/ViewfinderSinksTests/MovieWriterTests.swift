@@ -16,8 +16,7 @@ import Viewfinder
         var audioT = t
         for i in 0..<45 {
             fillFrame(frame, index: i)
-            let jpeg = try enc.encode(frame, quality: 80)
-            try writer.appendVideo(jpeg, timestampNanoseconds: t)
+            try withExtendedLifetime(enc) { try writer.appendVideo(try enc.encode(frame, quality: 80), timestampNanoseconds: t) }
             t += i < 30 ? 33_333_333 : 66_666_667
             // Audio in 10 ms blocks up to the video time.
             while audioT + 10_000_000 <= t {

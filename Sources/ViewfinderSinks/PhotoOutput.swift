@@ -1,0 +1,310 @@
+import Foundation
+import Logging
+import Viewfinder
+
+/// Receives a capture's progress and results (AVCapturePhotoCaptureDelegate). For every call of
+/// ``PhotoOutput/capture(settings:delegate:)`` the four progress calls come exactly once each, in
+/// order — willBegin, willCapture, didCapture, didFinishCapture — even when the capture fails;
+/// didFinishProcessing comes once per image (``ResolvedPhotoSettings/expectedPhotoCount``) between
+/// didCapture and didFinishCapture, with the photo or the error.
+///
+/// Calls come on the photo output's thread, or on the caller's thread for a capture refused at once.
+public protocol PhotoCaptureDelegate: AnyObject, Sendable {
+    func photoOutput(_ output: PhotoOutput, willBeginCaptureFor resolved: ResolvedPhotoSettings)
+    func photoOutput(_ output: PhotoOutput, willCapturePhotoFor resolved: ResolvedPhotoSettings)
+    func photoOutput(_ output: PhotoOutput, didCapturePhotoFor resolved: ResolvedPhotoSettings)
+    func photoOutput(_ output: PhotoOutput, didFinishProcessingPhoto photo: CapturePhoto?, resolved: ResolvedPhotoSettings, error: PhotoCaptureError?)
+    func photoOutput(_ output: PhotoOutput, didFinishCaptureFor resolved: ResolvedPhotoSettings, error: PhotoCaptureError?)
+}
+
+extension PhotoCaptureDelegate {
+    public func photoOutput(_ output: PhotoOutput, willBeginCaptureFor resolved: ResolvedPhotoSettings) {}
+    public func photoOutput(_ output: PhotoOutput, willCapturePhotoFor resolved: ResolvedPhotoSettings) {}
+    public func photoOutput(_ output: PhotoOutput, didCapturePhotoFor resolved: ResolvedPhotoSettings) {}
+    public func photoOutput(_ output: PhotoOutput, didFinishProcessingPhoto photo: CapturePhoto?, resolved: ResolvedPhotoSettings, error: PhotoCaptureError?) {}
+    public func photoOutput(_ output: PhotoOutput, didFinishCaptureFor resolved: ResolvedPhotoSettings, error: PhotoCaptureError?) {}
+}
+
+/// The still-photo output, modelled on AVCapturePhotoOutput: JPEG (TurboJPEG, or MJPEG passed
+/// through), raw stills, raw companions, exposure brackets and bursts.
+///
+/// A ``FrameConsumer`` on its own thread that keeps only the newest frame (`discardsLateFrames`);
+/// it does nothing per frame while no capture is pending.
+public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: the request queue, the used ids, the configuration and the running flag
+    // are guarded by `lock`; jobs in progress and the encoder are confined to the consumer thread.
+    public let consumerName: String
+    public var ringCapacity: Int { 4 }
+    public var discardsLateFrames: Bool { true }
+    /// What drives exposure for brackets (``DeviceExposureBracketer`` over the device's controls,
+    /// or a hook served by the exposure stage). Set before capturing a bracket.
+    public var bracketer: (any ExposureBracketing)? {
+        get { lock.withLock { bracketerValue } }
+        set { lock.withLock { bracketerValue = newValue } }
+    }
+    /// The longest a bracket waits for a frame taken with the new exposure, beyond the control latency.
+    public var bracketSettleLimitFrames = 6
+
+    private let logger: Logger
+    private let lock = ConditionLock()
+    private var bracketerValue: (any ExposureBracketing)?
+    private var queue: [Job] = []
+    private var usedIDs = Set<Int64>()
+    private var configuration: StreamConfiguration?
+    private var running = false
+    private var ended = false
+
+    // Consumer thread only.
+    private var current: Job?
+    private var encoder: JPEGEncoder?
+
+    private final class Job {
+        let settings: PhotoSettings
+        let delegate: any PhotoCaptureDelegate
+        let resolved: ResolvedPhotoSettings
+        var began = false, willCaptureSent = false, didCaptureSent = false, finished = false
+        var delivered = 0
+        var bracketActive = false
+        var applied: (exposureTime: Double, gain: Double)?
+        var waited = 0
+        var shots: [Shot] = []
+        init(settings: PhotoSettings, delegate: any PhotoCaptureDelegate, resolved: ResolvedPhotoSettings) {
+            self.settings = settings; self.delegate = delegate; self.resolved = resolved
+        }
+    }
+    private struct Shot {
+        var bytes: [UInt8]; var format: FrameFormat; var sequence: UInt64; var timestamp: Timestamp
+        var metadata: FrameMetadata; var pixelsModified: Bool; var bias: Double?; var date: Date
+    }
+
+    public init(name: String = "photo", logger: Logger = Logger(label: "viewfinder.photo")) {
+        consumerName = name
+        self.logger = logger
+    }
+
+    /// Captures `settings` (used once). Never throws: every outcome reaches the delegate.
+    public func capture(settings: PhotoSettings, delegate: any PhotoCaptureDelegate) {
+        lock.lock()
+        let reused = !usedIDs.insert(settings.uniqueID).inserted
+        let cfg = configuration
+        let isRunning = running && !ended
+        let haveBracketer = bracketerValue != nil
+        var resolved = resolve(settings, cfg)
+        var refusal: PhotoCaptureError?
+        if reused { refusal = .settingsReused(uniqueID: settings.uniqueID) }
+        else if let r = validate(settings) { refusal = .invalidSettings(r) }
+        else if !settings.exposureBiases.isEmpty && !haveBracketer { refusal = .bracketingUnavailable("no exposure control is attached to the photo output") }
+        else if !isRunning || cfg == nil { refusal = .notRunning }
+        if refusal == nil {
+            queue.append(Job(settings: settings, delegate: delegate, resolved: resolved))
+            lock.unlock()
+            return
+        }
+        lock.unlock()
+        if reused { resolved.uniqueID = settings.uniqueID }
+        let job = Job(settings: settings, delegate: delegate, resolved: resolved)
+        fail(job, refusal!)
+    }
+
+    /// Captures and waits for the result (for command-line tools): the delivered photos, or the
+    /// capture's error.
+    public func capturePhotos(settings: PhotoSettings, timeoutSeconds: Double = 10) throws -> [CapturePhoto] {
+        let collector = Collector()
+        capture(settings: settings, delegate: collector)
+        guard collector.wait(timeoutSeconds: timeoutSeconds) else { throw PhotoCaptureError.sessionEnded }
+        return try collector.result()
+    }
+
+    private func validate(_ s: PhotoSettings) -> String? {
+        if case .jpeg(let q, _) = s.codec, !(1...100).contains(q) { return "JPEG quality \(q) is outside 1...100" }
+        if s.codec == .raw && s.rawCompanion { return "a raw capture cannot have a raw companion" }
+        if s.burstCount < 1 || s.burstCount > 64 { return "burst count \(s.burstCount) is outside 1...64" }
+        if !s.exposureBiases.isEmpty && s.burstCount > 1 { return "a capture is either a bracket or a burst" }
+        if s.exposureBiases.count > 16 { return "at most 16 bracket biases" }
+        if let b = s.exposureBiases.first(where: { !$0.isFinite || abs($0) > 8 }) { return "bias \(b) EV is outside -8...8" }
+        return nil
+    }
+
+    private func resolve(_ s: PhotoSettings, _ cfg: StreamConfiguration?) -> ResolvedPhotoSettings {
+        let f = cfg?.format
+        let src = f?.pixelFormat ?? .yuyv
+        var codec = "raw", quality: Int?, sub: ChromaSubsampling?
+        if case .jpeg(let q, let requested) = s.codec {
+            if src == .mjpeg { codec = "mjpeg-passthrough" }
+            else { codec = "jpeg"; quality = q; sub = JPEGEncoder.resolvedSubsampling(for: src, requested: requested) }
+        }
+        let n = s.shotCount
+        return ResolvedPhotoSettings(uniqueID: s.uniqueID, width: f?.width ?? 0, height: f?.height ?? 0, sourceFormat: src, codec: codec, quality: quality,
+                                     subsampling: sub, exposureBiases: s.exposureBiases, shotCount: n, rawCompanion: s.rawCompanion,
+                                     expectedPhotoCount: n * (s.rawCompanion ? 2 : 1), orientation: s.orientation)
+    }
+
+    // MARK: FrameConsumer
+
+    public func start(configuration cfg: StreamConfiguration) throws {
+        encoder = try JPEGEncoder()
+        lock.withLock { configuration = cfg; running = true; ended = false }
+    }
+
+    public func consume(_ frame: Frame) {
+        if current == nil {
+            current = lock.withLock { queue.isEmpty ? nil : queue.removeFirst() }
+        }
+        guard let job = current else { return }
+        step(job, frame)
+        if job.finished { current = nil }
+    }
+
+    public func finish(error: (any Error)?) {
+        let pending = lock.withLock { () -> [Job] in
+            running = false; ended = true
+            defer { queue.removeAll() }
+            return queue
+        }
+        if let j = current { fail(j, .sessionEnded); current = nil }
+        for j in pending { fail(j, .sessionEnded) }
+    }
+
+    // MARK: Capture steps (consumer thread)
+
+    private func step(_ job: Job, _ frame: Frame) {
+        if !job.began {
+            job.began = true
+            job.delegate.photoOutput(self, willBeginCaptureFor: job.resolved)
+            if !job.settings.exposureBiases.isEmpty {
+                guard let b = bracketer else { fail(job, .bracketingUnavailable("no exposure control")); return }
+                do { try b.beginBracket(); job.bracketActive = true } catch {
+                    fail(job, .bracketingUnavailable("\(error)")); return
+                }
+            }
+        }
+        let k = job.shots.count
+        var bias: Double?
+        if !job.settings.exposureBiases.isEmpty, let b = bracketer {
+            bias = job.settings.exposureBiases[k]
+            if job.applied == nil {
+                do { job.applied = try b.apply(bias: bias!) } catch { fail(job, .bracketingUnavailable("\(error)")); return }
+                job.waited = 0
+                return  // this frame was exposed before the change
+            }
+            job.waited += 1
+            let target = job.applied!
+            let latency = b.latencyFrames
+            var ready: Bool
+            if let e = frame.metadata.exposureTime {
+                let g = frame.metadata.gain ?? target.gain
+                ready = abs(log2(max(e * g, 1e-9) / max(target.exposureTime * target.gain, 1e-9))) < 0.05
+            } else {
+                ready = job.waited > latency
+            }
+            if !ready && job.waited > latency + bracketSettleLimitFrames {
+                logger.warning("photo \(job.settings.uniqueID): bracket \(bias!) EV: no frame with the new exposure after \(job.waited) frames; taking the next one")
+                ready = true
+            }
+            if !ready { return }
+        }
+        if !job.willCaptureSent {
+            job.willCaptureSent = true
+            job.delegate.photoOutput(self, willCapturePhotoFor: job.resolved)
+        }
+        job.shots.append(Shot(bytes: Array(frame.bytes), format: frame.format, sequence: frame.sequence, timestamp: frame.timestamp,
+                              metadata: frame.metadata, pixelsModified: frame.pixelsModified, bias: bias, date: Date()))
+        job.applied = nil
+        guard job.shots.count == job.settings.shotCount else { return }
+
+        if job.bracketActive { bracketer?.endBracket(); job.bracketActive = false }
+        job.didCaptureSent = true
+        job.delegate.photoOutput(self, didCapturePhotoFor: job.resolved)
+        var firstError: PhotoCaptureError?
+        for (i, shot) in job.shots.enumerated() {
+            do {
+                let photo = try process(shot, job: job, index: i, raw: job.settings.codec == .raw)
+                job.delivered += 1
+                job.delegate.photoOutput(self, didFinishProcessingPhoto: photo, resolved: job.resolved, error: nil)
+            } catch {
+                let e = (error as? PhotoCaptureError) ?? .encodingFailed("\(error)")
+                firstError = firstError ?? e
+                job.delivered += 1
+                job.delegate.photoOutput(self, didFinishProcessingPhoto: nil, resolved: job.resolved, error: e)
+            }
+            if job.settings.rawCompanion {
+                let raw = try? process(shot, job: job, index: i, raw: true)
+                job.delivered += 1
+                job.delegate.photoOutput(self, didFinishProcessingPhoto: raw, resolved: job.resolved, error: raw == nil ? .encodingFailed("raw companion") : nil)
+            }
+        }
+        job.finished = true
+        job.delegate.photoOutput(self, didFinishCaptureFor: job.resolved, error: firstError)
+    }
+
+    private func process(_ shot: Shot, job: Job, index: Int, raw: Bool) throws -> CapturePhoto {
+        let data: [UInt8]
+        if raw {
+            let info = RawStill(pixelFormat: shot.format.pixelFormat.rawValue, fourcc: fourCCString(shot.format.pixelFormat.fourcc), width: shot.format.width,
+                                height: shot.format.height, bytesPerRow: shot.format.bytesPerRow, byteCount: shot.bytes.count, sequence: shot.sequence,
+                                timestampNanoseconds: shot.timestamp.nanoseconds, clock: shot.timestamp.clock.rawValue,
+                                exposureTime: shot.metadata.exposureTime, gain: shot.metadata.gain)
+            let enc = JSONEncoder(); enc.outputFormatting = [.sortedKeys]
+            data = RawStill.magic + Array(try enc.encode(info)) + [0x0A] + shot.bytes
+        } else {
+            guard case .jpeg(let quality, let sub) = job.settings.codec else { throw PhotoCaptureError.invalidSettings("codec") }
+            let exif: [UInt8]? = job.settings.embedsExif ? ExifInfo(dateTimeOriginal: shot.date, exposureTime: shot.metadata.exposureTime.map { $0 / 1e6 },
+                                                                     iso: shot.metadata.gain.map(ExifInfo.iso(fromGain:)), orientation: job.settings.orientation).app1Segment() : nil
+            do {
+                if shot.format.pixelFormat == .mjpeg {
+                    // The camera's JPEG as it is (plus EXIF, and the Huffman tables UVC leaves out).
+                    data = try shot.bytes.withUnsafeBytes { try JPEGMarkers.makeStandalone($0, exif: exif) }
+                } else {
+                    guard let encoder else { throw PhotoCaptureError.notRunning }
+                    let jpeg = try shot.bytes.withUnsafeBytes { try encoder.encode($0.baseAddress!, byteCount: $0.count, format: shot.format, quality: quality, subsampling: sub) }
+                    data = exif == nil ? Array(jpeg) : try JPEGMarkers.makeStandalone(jpeg, exif: exif)
+                }
+            } catch let e as SinkError {
+                throw PhotoCaptureError.encodingFailed(e.description)
+            }
+        }
+        return CapturePhoto(resolvedSettings: job.resolved, photoCount: index + 1, exposureBias: shot.bias, isRawPhoto: raw, format: shot.format,
+                            sequence: shot.sequence, timestamp: shot.timestamp, metadata: shot.metadata, captureDate: shot.date, data: data)
+    }
+
+    /// Completes a capture with `error`: the progress calls not made yet, one didFinishProcessing per
+    /// image not delivered yet, then didFinishCapture.
+    private func fail(_ job: Job, _ error: PhotoCaptureError) {
+        guard !job.finished else { return }
+        job.finished = true
+        if job.bracketActive { bracketer?.endBracket(); job.bracketActive = false }
+        let d = job.delegate
+        if !job.began { job.began = true; d.photoOutput(self, willBeginCaptureFor: job.resolved) }
+        if !job.willCaptureSent { job.willCaptureSent = true; d.photoOutput(self, willCapturePhotoFor: job.resolved) }
+        if !job.didCaptureSent { job.didCaptureSent = true; d.photoOutput(self, didCapturePhotoFor: job.resolved) }
+        while job.delivered < job.resolved.expectedPhotoCount {
+            job.delivered += 1
+            d.photoOutput(self, didFinishProcessingPhoto: nil, resolved: job.resolved, error: error)
+        }
+        d.photoOutput(self, didFinishCaptureFor: job.resolved, error: error)
+    }
+
+    /// A delegate that collects the photos for ``capturePhotos(settings:timeoutSeconds:)``.
+    private final class Collector: PhotoCaptureDelegate, @unchecked Sendable {
+        // @unchecked Sendable: state behind `lock`.
+        let lock = ConditionLock()
+        var photos: [CapturePhoto] = []
+        var error: PhotoCaptureError?
+        var done = false
+        func photoOutput(_ output: PhotoOutput, didFinishProcessingPhoto photo: CapturePhoto?, resolved: ResolvedPhotoSettings, error: PhotoCaptureError?) {
+            lock.withLock { if let photo { photos.append(photo) } }
+        }
+        func photoOutput(_ output: PhotoOutput, didFinishCaptureFor resolved: ResolvedPhotoSettings, error: PhotoCaptureError?) {
+            lock.withLock { self.error = error; done = true; lock.broadcast() }
+        }
+        func wait(timeoutSeconds: Double) -> Bool {
+            let deadline = monotonicNanoseconds() &+ UInt64(timeoutSeconds * 1e9)
+            lock.lock(); defer { lock.unlock() }
+            while !done { if !lock.wait(untilMonotonicNanoseconds: deadline) && !done { return false } }
+            return true
+        }
+        func result() throws -> [CapturePhoto] {
+            try lock.withLock { if let error, photos.isEmpty { throw error }; return photos }
+        }
+    }
+}
