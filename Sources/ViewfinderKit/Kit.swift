@@ -1,5 +1,7 @@
 @_exported import Viewfinder
 @_exported import ViewfinderStages
+@_exported import ViewfinderV4L2
+@_exported import ViewfinderSinks
 
 extension StageRegistry {
     /// Every built-in stage.
@@ -15,5 +17,5 @@ extension DeviceDirectory {
 }
 
 enum KitProviders {
-    static var all: [any DeviceProvider] { [PatternProvider()] }
+    static var all: [any DeviceProvider] { [SimProvider(), V4L2Provider(), DumpProvider(), PatternProvider()] }
 }
