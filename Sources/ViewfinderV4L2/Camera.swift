@@ -39,7 +39,8 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
 
     /// What the camera counted (all also reported to the engine as drops where they lose frames).
     public struct Counters: Sendable, Equatable {
-        public var frames: UInt64 = 0
+        /// Buffers dequeued from the kernel (frames handed over plus corrupt ones).
+        public var dequeued: UInt64 = 0
         public var driverGaps: UInt64 = 0
         public var outOfBuffers: UInt64 = 0
         public var corrupt: UInt64 = 0
@@ -455,6 +456,7 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
         }
         slots[i].state = .engine
         queuedCount &-= 1
+        counterState.dequeued &+= 1
         let wasStarved = starved
         starved = queuedCount == 0
         let frame = slots[i].frame

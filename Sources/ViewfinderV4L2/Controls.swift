@@ -118,10 +118,11 @@ public final class V4L2Controls: DeviceControlling, @unchecked Sendable {
         return r
     }
 
-    /// Subscribes to change events of every control (so range/flag changes such as "exposure time
-    /// became inactive because auto exposure is on" reach ``descriptors``).
+    /// Subscribes to change events of the standard controls (so range/flag changes such as
+    /// "exposure time became inactive because auto exposure is on" reach ``descriptors``). Only
+    /// those: drivers such as vivid change other controls on every frame.
     func subscribeEvents() -> Int {
-        let (h, ids) = state.withLock { ($0.handle, $0.table.map(\.descriptor.id)) }
+        let (h, ids) = state.withLock { ($0.handle, $0.table.filter { $0.descriptor.standard != nil }.map(\.descriptor.id)) }
         guard let h else { return 0 }
         var n = 0
         for id in ids { if case .success = h.subscribe(type: V4L2.eventCtrl, id: id) { n += 1 } }

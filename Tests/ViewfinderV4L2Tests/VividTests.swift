@@ -30,11 +30,13 @@ final class TimingConsumer: FrameConsumer {
     init(onFrame: @escaping @Sendable (Int) -> Void = { _ in }) { self.onFrame = onFrame }
     var ringCapacity: Int { 16 }
     func consume(_ frame: Frame) {
-        // A cheap checksum over a few rows proves the pixels are there (and change).
+        // A checksum of the top rows (where vivid draws its frame counter and time) proves the
+        // pixels are there and change from frame to frame.
         var sum: UInt64 = 0
         let b = frame.bytes
+        let top = min(b.count, frame.format.bytesPerRow * 48)
         var i = 0
-        while i < b.count { sum = sum &* 31 &+ UInt64(b[i]); i &+= 4099 }
+        while i < top { sum = sum &* 31 &+ UInt64(b[i]); i &+= 3 }
         let s = Sample(sequence: frame.sequence, timestamp: frame.timestamp, receive: frame.receiveTime, bytes: frame.bytesUsed, checksum: sum)
         let n = samples.withLock { $0.append(s); return $0.count }
         onFrame(n)
@@ -151,7 +153,13 @@ struct VividTests {
         }
         #expect(gaps == s.drops.total + s.consumers[0].drops.total - (samples.first.map { $0.sequence } ?? 0))
         #expect(s.drops[.driverGap] <= 15, "vivid dropped \(s.drops[.driverGap]) of 300 frames under emulation")
-        #expect(samples.allSatisfy { $0.timestamp.clock == .monotonic && $0.timestamp.nanoseconds <= $0.receive && $0.bytes == cfg.format.maxByteCount })
+        #expect(samples.allSatisfy { $0.timestamp.clock == .monotonic })
+        #expect(samples.allSatisfy { $0.bytes == cfg.format.maxByteCount })
+        // vivid stamps the frame's nominal time (start + n * interval), so it may lead the host
+        // receive time by a little; it must be close to it on the same clock.
+        let skew = samples.map { Int64(bitPattern: $0.receive &- $0.timestamp.nanoseconds) }
+        print("receive - timestamp: min \(fixed(Double(skew.min() ?? 0) / 1e6, 3)) ms, max \(fixed(Double(skew.max() ?? 0) / 1e6, 3)) ms")
+        #expect(skew.allSatisfy { abs($0) < 100_000_000 })
         // Timestamps advance by the frame interval: mean spacing within 10% of 1/60 s.
         if let first = samples.first, let last = samples.last, last.sequence > first.sequence {
             let mean = Double(last.timestamp.nanoseconds - first.timestamp.nanoseconds) / Double(last.sequence - first.sequence)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, runs every unit test, runs the ring and
+# channel tests again under the thread sanitizer, and runs the real-driver tier (the V4L2
+# backend against the kernel's vivid driver in a small VM) unless VIEWFINDER_SKIP_VIVID=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/opt/swift/usr/bin"
+bash scripts/install-deps.sh
+LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
+
+echo "== unit tests" >&2
+flock "$LOCK" swift build --build-tests
+swift test --skip-build
+
+echo "== ring and channel tests under the thread sanitizer" >&2
+flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
+TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests"
+
+if [ "${VIEWFINDER_SKIP_VIVID:-0}" != 1 ]; then
+    echo "== real-driver tier: vivid in a VM" >&2
+    bash scripts/vivid-tests.sh --no-build
+fi
+echo "all tests passed" >&2
