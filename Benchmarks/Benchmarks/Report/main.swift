@@ -1,0 +1,153 @@
+// Side-by-side figures: Viewfinder's measurements next to the peers', measured in the same run.
+//
+//   cd Benchmarks && swift run -c release viewfinder-report [--quick]
+//
+// Needs g++ and libboost-dev for the ring reference and gst-launch-1.0 for the movie peer
+// (`bash scripts/install-deps.sh --bench`); a peer that is missing is reported as such.
+import DequeModule
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+import ViewfinderKit
+
+let quick = CommandLine.arguments.contains("--quick")
+let here = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+func shell(_ cmd: String) -> (Int32, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/bin/bash")
+    p.arguments = ["-c", cmd]
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    p.standardError = pipe
+    do { try p.run() } catch { return (-1, "\(error)") }
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+func time(_ body: () throws -> Void) rethrows -> Double {
+    let t0 = monotonicNanoseconds()
+    try body()
+    return Double(monotonicNanoseconds() - t0) / 1e9
+}
+
+func row(_ what: String, _ value: String, _ note: String = "") {
+    print(what.padding(toLength: 58, withPad: " ", startingAt: 0) + " " + value.padding(toLength: 22, withPad: " ", startingAt: 0) + " " + note)
+}
+
+// MARK: Ring
+
+final class MutexDeque: @unchecked Sendable {
+    // @unchecked Sendable: the deque is only touched under `mutex`.
+    let mutex = Mutex<Deque<Int>>(Deque(minimumCapacity: 1024))
+    func push(_ v: Int) -> Bool { mutex.withLock { d in if d.count >= 1024 { return false }; d.append(v); return true } }
+    func pop() -> Int? { mutex.withLock { $0.popFirst() } }
+}
+
+func ringRate(_ n: Int) -> Double {
+    let r = SPSCRing<Int>(capacity: 1024)
+    var sum = 0
+    let s = time {
+        let t = EngineThread(name: "producer") { var i = 0; while i < n { if r.push(i) == nil { i &+= 1 } } }
+        var got = 0
+        while got < n { if let v = r.pop() { sum &+= v; got &+= 1 } }
+        t.join()
+    }
+    precondition(sum == (n - 1) * n / 2, "ring lost or reordered items")
+    return Double(n) / s / 1e6
+}
+
+func mutexRate(_ n: Int) -> Double {
+    let q = MutexDeque()
+    return Double(n) / time {
+        let t = EngineThread(name: "producer") { var i = 0; while i < n { if q.push(i) { i &+= 1 } } }
+        var got = 0
+        while got < n { if q.pop() != nil { got &+= 1 } }
+        t.join()
+    } / 1e6
+}
+
+print("Viewfinder benchmark report — \(Date())")
+print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores\n")
+print("== Ring between two threads (million items/s, best of 5)")
+let n = quick ? 20_000_000 : 100_000_000
+let ring = (0..<5).map { _ in ringRate(n) }.max()!
+let mutex = (0..<3).map { _ in mutexRate(n / 10) }.max()!
+row("Viewfinder SPSCRing<Int>", String(format: "%.0f M/s", ring))
+row("Mutex<Deque<Int>> baseline", String(format: "%.1f M/s", mutex), String(format: "ring is %.1fx", ring / mutex))
+let boostBin = "/tmp/viewfinder-spsc-boost"
+let (bc, bout) = shell("g++ -O3 -march=x86-64-v3 -std=c++17 -pthread '\(here.path)/cpp/spsc_boost.cpp' -o \(boostBin) && \(boostBin) \(n) 5")
+if bc == 0, let boost = Double(bout.trimmingCharacters(in: .whitespacesAndNewlines)) {
+    row("boost::lockfree::spsc_queue<long> (C++ -O3)", String(format: "%.0f M/s", boost), String(format: "ring/boost = %.2f", ring / boost))
+} else {
+    row("boost::lockfree::spsc_queue", "not run", "(g++/libboost-dev missing: \(bout.prefix(80)))")
+}
+
+// MARK: Engine overhead
+
+print("\n== Engine overhead: 1080p YUYV, pool + ring hops + 4 null stages + null sink")
+func pipeline(frames: Int, copy: Bool) throws -> (Double, Double) {
+    let src = try PatternSource(deviceString: "pattern:width=1920,height=1080,format=yuyv,frames=\(frames),copy=\(copy)")
+    let cfg = try src.configure(StreamRequest(pixelFormat: .yuyv, width: 1920, height: 1080, fps: 30, bufferCount: 16))
+    let stages: [any Stage] = try (0..<4).map { _ in try StageRegistry.builtIn.makeStage(StageSpec(name: "null")) }
+    let e = CaptureEngine(source: src, configuration: cfg, stages: stages, consumers: [NullConsumer()])
+    let t0 = monotonicNanoseconds()
+    var ru0 = rusage(); getrusage(RUSAGE_SELF.rawValue, &ru0)
+    try e.start()
+    e.waitUntilFinished()
+    var ru1 = rusage(); getrusage(RUSAGE_SELF.rawValue, &ru1)
+    let wall = Double(monotonicNanoseconds() - t0) / 1e9
+    let cpu = (Double(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) + Double(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec)) + Double(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6
+    precondition(e.statistics.delivered == UInt64(frames))
+    return (wall / Double(frames) * 1e6, cpu / Double(frames) * 1e6)
+}
+let frames = quick ? 2000 : 20000
+let (wallNC, cpuNC) = try (0..<3).map { _ in try pipeline(frames: frames, copy: false) }.min { $0.0 < $1.0 }!
+row("pre-rendered frames cycled (no copy), wall per frame", String(format: "%.2f µs", wallNC), String(format: "CPU %.2f µs/frame over all threads", cpuNC))
+let (wallC, _) = try pipeline(frames: frames / 4, copy: true)
+row("with a 4 MB memcpy per frame (source cost included)", String(format: "%.1f µs", wallC))
+
+// MARK: Sim camera
+
+print("\n== Sim camera, full physical render (shake, defocus, exposure, noise, flicker)")
+for fmt in [PixelFormat.yuyv, .nv12] {
+    let fps = try SimCamera.renderBenchmark(width: 1920, height: 1080, format: fmt, frames: quick ? 60 : 300)
+    row("1920x1080 \(fmt), one core", String(format: "%.0f fps", fps), String(format: "%.2f ms/frame", 1000 / fps))
+}
+
+// MARK: Stages
+
+print("\n== Stage kernels and stages at 1920x1080 (ms per frame)")
+for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: .grey, iterations: quick ? 20 : 100) { print("  \(r)") }
+for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: .yuyv, iterations: quick ? 10 : 50) where r.description.contains("stabil") { print("  (YUYV) \(r)") }
+
+// MARK: V4L2 capture thread
+
+print("\n== V4L2 capture thread, DQBUF to ring, fake device")
+let v4l2us = V4L2Benchmark.benchmarkFakeCapture(frames: quick ? 2000 : 20000)
+row("per frame", String(format: "%.2f µs", v4l2us))
+
+// MARK: Sinks
+
+print("\n== Movie writing 1920x1080 with TurboJPEG (fps)")
+let frameCount = quick ? 120 : 300
+for threads in [1, 2] {
+    let r = try MovieWriterBenchmark.run(width: 1920, height: 1080, frames: frameCount, threads: threads, quality: 85, directory: "/dev/shm")
+    row("Viewfinder MJPEG .mov, \(threads) encoder thread(s)", "\(r)")
+}
+for (label, pipeline) in [("GStreamer videotestsrc ! jpegenc ! qtmux", "videotestsrc num-buffers=\(frameCount) ! video/x-raw,width=1920,height=1080,format=I420 ! jpegenc ! qtmux ! filesink location=/dev/shm/gst.mov"),
+                          ("GStreamer … ! queue ! jpegenc ! qtmux (2 threads)", "videotestsrc num-buffers=\(frameCount) ! video/x-raw,width=1920,height=1080,format=I420 ! queue ! jpegenc ! qtmux ! filesink location=/dev/shm/gst.mov")] {
+    var secs = 0.0
+    var code: Int32 = 0
+    var out = ""
+    secs = time { (code, out) = shell("gst-launch-1.0 -q \(pipeline)") }
+    if code == 0 { row(label, String(format: "%.0f fps", Double(frameCount) / secs)) } else { row(label, "not run", String(out.prefix(80))) }
+}
+print("\n== Raw LZ4 dump, noisy 1080p YUYV to /dev/shm")
+let d = try DumpBenchmark.run(width: 1920, height: 1080, frames: quick ? 200 : 600, noise: 64, acceleration: 1, directory: "/dev/shm")
+row("write", "\(d)")
+let dr = try DumpBenchmark.runRead(width: 1920, height: 1080, frames: quick ? 100 : 300, noise: 64, directory: "/dev/shm")
+row("read back", "\(dr)")
