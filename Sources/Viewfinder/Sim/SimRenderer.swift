@@ -85,6 +85,9 @@ public final class SimRenderer {
     /// Mean of the last frame's luma (0–255) and scene luminance in view (relative to mid grey).
     public private(set) var lastMeanLuma: Double = 0
     public private(set) var lastSceneLuminance: Double = 0
+    /// Time the last frame spent in each phase, ns: warp+horizontal blur, vertical warp,
+    /// exposure+noise+vertical blur, tone LUT, chroma+packing, JPEG.
+    public private(set) var lastPhaseNanoseconds: [UInt64] = [0, 0, 0, 0, 0, 0]
 
     /// Builds the scene (procedural, or from `image`) and every buffer: nothing is allocated per frame.
     init(options: SimOptions, format: FrameFormat, interval: FrameInterval, image: SimImage?) throws {
@@ -173,6 +176,15 @@ public final class SimRenderer {
     }
 
     // MARK: Kernels
+
+    /// Square root of a positive number to about 0.1 %: a bit-level first guess and one Newton
+    /// step. `Float.squareRoot()` lowers to `sqrtf` with an errno check here, which stops the
+    /// loop from vectorising; this does not.
+    @inline(__always)
+    static func fastSqrt(_ x: Float) -> Float {
+        let g = Float(bitPattern: 0x1FBD_1DF5 &+ (x.bitPattern >> 1))
+        return 0.5 * (g + x / g)
+    }
 
     /// dst[i] = src sampled at 16.16 position p0 + i*dp (bilinear, 12-bit weights).
     @inline(__always)
@@ -274,6 +286,12 @@ public final class SimRenderer {
     @discardableResult
     public func render(_ state: SimFrameState, into frame: Frame, sceneLight: Double? = nil) -> Bool {
         let light = sceneLight ?? options.light
+        // Local copies: pointers read from `self` inside a loop are reloaded after every store
+        // (the store might alias the object), which stops the loops from vectorising.
+        let W = self.W, H = self.H, SW = self.SW
+        let rowA = self.rowA, bufB = self.bufB, bufC = self.bufC, colSum = self.colSum, idx = self.idx
+        let yRow = self.yRow, uRow = self.uRow, vRow = self.vRow, noise = self.noise, tone = self.tone
+        let sceneLuma = scene.luma
         let th = state.shakeAngle, s = sin(th), c = cos(th)
         let tx = state.shakeX, ty = state.shakeY
         let alpha = c + s * s
@@ -298,8 +316,9 @@ public final class SimRenderer {
         let K = -s * s * tx - s * c * ty - c * tx + s * ty
         let hBase = scx - alpha * ocx + s * scy + K
         let dp = Int32((alpha * 65536).rounded())
+        let tStart = monotonicNanoseconds()
         for v in vlo...vhi {
-            let src = UnsafePointer(scene.luma + v * SW)
+            let src = UnsafePointer(sceneLuma + v * SW)
             let p0 = Int32(((hBase - s * Double(v) - alpha * Double(pad)) * 65536).rounded())
             if blur {
                 SimRenderer.lerpRow(src, rowA, W + 2 * pad, p0, dp)
@@ -310,6 +329,8 @@ public final class SimRenderer {
         }
         // Pass B: rows -pad ..< H+pad into bufC; sum the visible radiance.
         let dv = Int32((s * 65536).rounded())
+        let tA = monotonicNanoseconds()
+        lastPhaseNanoseconds[0] = tA - tStart
         var radianceSum: UInt64 = 0
         for y in -pad..<(H + pad) {
             let v0 = Int32(((vBase + Double(y)) * 65536).rounded())
@@ -344,6 +365,9 @@ public final class SimRenderer {
         let hasChroma = pf != .grey
         let chroma420 = pf == .nv12 || pf == .i420
 
+        let tB = monotonicNanoseconds()
+        lastPhaseNanoseconds[1] = tB - tA
+        var tTone: UInt64 = 0, tPack: UInt64 = 0
         if blur {
             for x in 0..<W { colSum[x] = 0 }
             for rr in 1...(2 * n + 1) {
@@ -366,7 +390,7 @@ public final class SimRenderer {
                     let rad = (Float(colSum[x]) + ff * Float(UInt32(lo[x]) &+ UInt32(hi[x]))) * invNorm
                     var e = rad * k
                     e = e < fw ? e : fw
-                    let sd = (e + r2).squareRoot() * ns
+                    let sd = SimRenderer.fastSqrt(e + r2) * ns
                     var dn = (e + sd * z[x]) * G
                     dn = dn > 0 ? dn : 0
                     dn = dn < adcMax ? dn : adcMax
@@ -378,13 +402,14 @@ public final class SimRenderer {
                 for x in 0..<W {
                     var e = Float(row[x]) * k
                     e = e < fw ? e : fw
-                    let sd = (e + r2).squareRoot() * ns
+                    let sd = SimRenderer.fastSqrt(e + r2) * ns
                     var dn = (e + sd * z[x]) * G
                     dn = dn > 0 ? dn : 0
                     dn = dn < adcMax ? dn : adcMax
                     idx[x] = Int32(bitPattern: (dn + 12_582_912).bitPattern) &- 0x4B40_0000
                 }
             }
+            let t1 = monotonicNanoseconds()
             // Tone curve into the luma destination.
             let yDst: UnsafeMutablePointer<UInt8>
             switch pf {
@@ -399,6 +424,9 @@ public final class SimRenderer {
             var ls: UInt32 = 0
             for x in 0..<W { ls &+= UInt32(yDst[x]) }
             lumaSum &+= UInt64(ls)
+            let t2 = monotonicNanoseconds()
+            tTone &+= t2 &- t1
+            defer { tPack &+= monotonicNanoseconds() &- t2 }
 
             guard hasChroma, !(chroma420 && y & 1 == 1) else { continue }
             // Chroma from the scene at half resolution, shifted with the view (rotation ignored).
@@ -458,6 +486,10 @@ public final class SimRenderer {
                 break
             }
         }
+        let tEnd = monotonicNanoseconds()
+        lastPhaseNanoseconds[3] = tTone
+        lastPhaseNanoseconds[4] = tPack
+        lastPhaseNanoseconds[2] = (tEnd - tB) - tTone - tPack
         let meanLuma = Double(lumaSum) / Double(W * H)
         lastMeanLuma = meanLuma
         lastSceneLuminance = sceneLuminance
@@ -471,6 +503,7 @@ public final class SimRenderer {
         } else {
             frame.bytesUsed = format.maxByteCount
         }
+        lastPhaseNanoseconds[5] = monotonicNanoseconds() - tEnd
 
         var truth = SimulationTruth()
         truth.shakeX = tx
