@@ -47,6 +47,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
 
     private let logger: Logger
     private let lock = ConditionLock()
+    let connectionBox = LockedBox(WeakConnection(nil))
     private var bracketerValue: (any ExposureBracketing)?
     private var queue: [Job] = []
     private var usedIDs = Set<Int64>()
@@ -136,7 +137,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         let n = s.shotCount
         return ResolvedPhotoSettings(uniqueID: s.uniqueID, width: f?.width ?? 0, height: f?.height ?? 0, sourceFormat: src, codec: codec, quality: quality,
                                      subsampling: sub, exposureBiases: s.exposureBiases, shotCount: n, rawCompanion: s.rawCompanion,
-                                     expectedPhotoCount: n * (s.rawCompanion ? 2 : 1), orientation: s.orientation)
+                                     expectedPhotoCount: n * (s.rawCompanion ? 2 : 1), orientation: s.orientation ?? connectionOrientation)
     }
 
     // MARK: FrameConsumer
@@ -249,7 +250,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         } else {
             guard case .jpeg(let quality, let sub) = job.settings.codec else { throw PhotoCaptureError.invalidSettings("codec") }
             let exif: [UInt8]? = job.settings.embedsExif ? ExifInfo(dateTimeOriginal: shot.date, exposureTime: shot.metadata.exposureTime.map { $0 / 1e6 },
-                                                                     iso: shot.metadata.gain.map(ExifInfo.iso(fromGain:)), orientation: job.settings.orientation).app1Segment() : nil
+                                                                     iso: shot.metadata.gain.map(ExifInfo.iso(fromGain:)), orientation: job.resolved.orientation).app1Segment() : nil
             do {
                 if shot.format.pixelFormat == .mjpeg {
                     // The camera's JPEG as it is (plus EXIF, and the Huffman tables UVC leaves out).

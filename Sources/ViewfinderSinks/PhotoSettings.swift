@@ -25,13 +25,14 @@ public final class PhotoSettings: Sendable {
     public let exposureBiases: [Double]
     /// Number of consecutive frames for a burst (1: a single image). Ignored for a bracket.
     public let burstCount: Int
-    /// How the image must be turned to display upright (from the connection's rotation).
-    public let orientation: ExifOrientation
+    /// How the image must be turned to display upright; nil takes it from the connection's
+    /// rotation and mirroring (`.up` without a session).
+    public let orientation: ExifOrientation?
     /// Write the EXIF APP1 segment (time, exposure, ISO, orientation) into JPEGs.
     public let embedsExif: Bool
 
     public init(codec: PhotoCodec = .jpeg, rawCompanion: Bool = false, exposureBiases: [Double] = [], burstCount: Int = 1,
-                orientation: ExifOrientation = .up, embedsExif: Bool = true) {
+                orientation: ExifOrientation? = nil, embedsExif: Bool = true) {
         uniqueID = nextPhotoID.add(1, ordering: .relaxed).oldValue
         self.codec = codec
         self.rawCompanion = rawCompanion

@@ -1,0 +1,41 @@
+import Viewfinder
+
+// The sinks as outputs of a `CaptureSession` (AVFoundation's AVCaptureOutput subclasses).
+
+extension PhotoOutput: CaptureOutput {
+    public var acceptedMediaTypes: Set<MediaType> { [.video] }
+
+    /// Remembers the connection (for the EXIF orientation of settings that leave it unset) and,
+    /// when the input is a device with exposure controls and no bracketer was given, brackets
+    /// through those controls.
+    public func sessionDidConnect(_ connection: CaptureConnection) {
+        connectionBox.withLock { $0 = WeakConnection(connection) }
+        if bracketer == nil, let input = connection.input as? CaptureDeviceInput, let controls = input.device.controls, controls.supports(.exposureTime) {
+            bracketer = DeviceExposureBracketer(controls: controls)
+        }
+    }
+
+    public func sessionDidDisconnect(_ connection: CaptureConnection) {
+        connectionBox.withLock { if $0.connection === connection { $0 = WeakConnection(nil) } }
+    }
+
+    /// The orientation the connection asks for (rotation and mirroring), `.up` without one.
+    var connectionOrientation: ExifOrientation {
+        connectionBox.withLock { c in c.connection.flatMap { ExifOrientation(rawValue: UInt16($0.exifOrientation)) } ?? .up }
+    }
+}
+
+extension MovieFileOutput: CaptureOutput {
+    public var acceptedMediaTypes: Set<MediaType> { [.video, .audio] }
+}
+
+extension RawDumpOutput: CaptureOutput {
+    public var acceptedMediaTypes: Set<MediaType> { [.video] }
+}
+
+/// A connection held without keeping it alive.
+struct WeakConnection: Sendable {
+    // The connection is Sendable (its state is locked); weak so the output never extends its life.
+    weak var connection: CaptureConnection?
+    init(_ c: CaptureConnection?) { connection = c }
+}

@@ -1,0 +1,171 @@
+import Foundation
+import CLZ4
+import Viewfinder
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Camera-like test frames: a smooth scene (gradients and a few edges) with sensor noise, the way
+/// the benchmarks feed the sinks. Filled once, reused round-robin.
+public enum BenchmarkFrames {
+    /// `count` distinct YUYV frames of `width`x`height` from a pool (each holds one reference).
+    public static func make(width: Int, height: Int, count: Int = 8, noise: Int = 8, pixelFormat: PixelFormat = .yuyv) -> (FramePool, [Frame]) {
+        let format = FrameFormat(pixelFormat, width: width, height: height)
+        let pool = FramePool(format: format, count: count)
+        var frames: [Frame] = []
+        for i in 0..<count {
+            let f = pool.acquire()!
+            fill(f, index: i, noise: noise)
+            frames.append(f)
+        }
+        return (pool, frames)
+    }
+
+    /// Fills a packed 4:2:2 (or any) frame: luma gradient + a moving bar + noise; chroma gradients.
+    public static func fill(_ f: Frame, index: Int, noise: Int) {
+        let fmt = f.format
+        var rng = UInt64(0x9E37_79B9_7F4A_7C15) &* UInt64(index &+ 1) | 1
+        let p = f.data.assumingMemoryBound(to: UInt8.self)
+        let n = max(1, noise)
+        if fmt.pixelFormat == .yuyv || fmt.pixelFormat == .uyvy {
+            let lo = fmt.pixelFormat == .yuyv ? 0 : 1
+            for y in 0..<fmt.height {
+                let row = p + y &* fmt.bytesPerRow
+                for x in 0..<fmt.width {
+                    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17
+                    let bar = abs(x - (index * 37) % fmt.width) < fmt.width / 20 ? 60 : 0
+                    let base = 30 + (x &* 160) / fmt.width + (y &* 40) / fmt.height + bar
+                    let l = base + Int(rng % UInt64(n)) - n / 2
+                    row[2 &* x &+ lo] = UInt8(clamping: l)
+                    row[2 &* x &+ 1 &- lo] = UInt8(clamping: x & 1 == 0 ? 100 + (y &* 50) / fmt.height : 150 - (x &* 40) / fmt.width)
+                }
+            }
+        } else {
+            for i in 0..<f.bytesUsed {
+                rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17
+                p[i] = UInt8(truncatingIfNeeded: (i % max(fmt.width, 1)) &* 160 / max(fmt.width, 1) &+ 30 &+ Int(rng % UInt64(n)))
+            }
+        }
+    }
+}
+
+/// Movie writing speed: 1080p YUYV → TurboJPEG on `threads` workers → fragmented MOV, with the
+/// movie output's own thread driving it as the engine's consumer thread would.
+public enum MovieWriterBenchmark {
+    public struct Result: Sendable, CustomStringConvertible {
+        public var frames: Int
+        public var framesInFile: Int
+        public var seconds: Double
+        public var bytes: UInt64
+        public var fps: Double { Double(frames) / seconds }
+        public var description: String {
+            "\(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps, \(framesInFile) in the file, \(bytes / 1024) KiB"
+        }
+    }
+
+    /// Records `frames` frames of `width`x`height` to a movie in `directory` and returns the speed.
+    /// Every frame is written (the output applies back-pressure; nothing is dropped).
+    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, directory: String = "/tmp") throws -> Result {
+        let (_, source) = BenchmarkFrames.make(width: width, height: height)
+        defer { for f in source { f.release() } }
+        var settings = MovieOutputSettings()
+        settings.encoderThreads = threads
+        settings.quality = quality
+        let output = MovieFileOutput(settings: settings)
+        let path = directory + "/vf-moviebench-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).mov"
+        defer { unlink(path) }
+        final class Done: MovieRecordingDelegate, @unchecked Sendable {
+            // @unchecked Sendable: written once on the output's thread before `finish` returns, read after.
+            var summary: MovieRecordingSummary?
+            var error: MovieRecordingError?
+            func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+                self.summary = summary; self.error = error
+            }
+        }
+        let done = Done()
+        try output.start(configuration: StreamConfiguration(format: source[0].format, interval: FrameInterval(fps: 30), bufferCount: 8))
+        try output.startRecording(to: path, delegate: done)
+        let t0 = monotonicNanoseconds()
+        for i in 0..<frames {
+            let f = source[i % source.count]
+            f.sequence = UInt64(i)
+            f.timestamp = Timestamp(nanoseconds: 1_000_000_000 &+ UInt64(i) &* 33_333_333)
+            output.consume(f)
+        }
+        output.finish(error: nil)
+        let seconds = Double(monotonicNanoseconds() - t0) / 1e9
+        if let e = done.error { throw e }
+        return Result(frames: frames, framesInFile: done.summary?.frames ?? 0, seconds: seconds, bytes: done.summary?.bytes ?? 0)
+    }
+}
+
+/// Raw dump speed: noisy 1080p YUYV (incompressible, the worst case for the disk) through LZ4 fast
+/// mode and XXH64 into a file.
+public enum DumpBenchmark {
+    public struct Result: Sendable, CustomStringConvertible {
+        public var frames: Int
+        public var seconds: Double
+        public var rawBytes: UInt64
+        public var fileBytes: UInt64
+        public var fps: Double { Double(frames) / seconds }
+        public var description: String {
+            "\(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps, \(String(format: "%.0f", Double(rawBytes) / seconds / 1e6)) MB/s raw, ratio \(String(format: "%.2f", Double(rawBytes) / Double(max(fileBytes, 1))))"
+        }
+    }
+
+    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 600, noise: Int = 64, acceleration: Int = 1, directory: String = "/dev/shm") throws -> Result {
+        let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
+        defer { for f in source { f.release() } }
+        let path = directory + "/vf-dumpbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).vfdump"
+        defer { unlink(path) }
+        let writer = try RawDumpWriter(path: path, format: source[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration)
+        let t0 = monotonicNanoseconds()
+        for i in 0..<frames {
+            let f = source[i % source.count]
+            f.sequence = UInt64(i)
+            f.timestamp = Timestamp(nanoseconds: UInt64(i) &* 33_333_333)
+            try writer.append(f)
+        }
+        try writer.close()
+        let seconds = Double(monotonicNanoseconds() - t0) / 1e9
+        return Result(frames: frames, seconds: seconds, rawBytes: writer.rawBytes, fileBytes: writer.bytesWritten)
+    }
+
+    /// Reading it back (checksums verified, LZ4 decoded) into one frame.
+    public static func runRead(width: Int = 1920, height: Int = 1080, frames: Int = 300, noise: Int = 64, directory: String = "/dev/shm") throws -> Result {
+        let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
+        defer { for f in source { f.release() } }
+        let path = directory + "/vf-dumpbench-read-\(getpid()).vfdump"
+        defer { unlink(path) }
+        let writer = try RawDumpWriter(path: path, format: source[0].format, overwrite: true)
+        for i in 0..<frames { try writer.append(source[i % source.count]) }
+        try writer.close()
+        let reader = try RawDumpReader(path: path)
+        let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
+        let t0 = monotonicNanoseconds()
+        for i in 0..<reader.frameCount { try reader.read(i, into: frame) }
+        let seconds = Double(monotonicNanoseconds() - t0) / 1e9
+        return Result(frames: frames, seconds: seconds, rawBytes: writer.rawBytes, fileBytes: writer.bytesWritten)
+    }
+}
+
+/// Photo encoding speed (one TurboJPEG encode + EXIF per still).
+public enum PhotoBenchmark {
+    public static func encodeMilliseconds(width: Int = 1920, height: Int = 1080, quality: Int = 90, iterations: Int = 50) throws -> Double {
+        let (_, source) = BenchmarkFrames.make(width: width, height: height, count: 1)
+        defer { source[0].release() }
+        let encoder = try JPEGEncoder()
+        var total = 0
+        let t0 = monotonicNanoseconds()
+        for _ in 0..<iterations { total &+= try encoder.encode(source[0], quality: quality).count }
+        withExtendedLifetime(encoder) {}
+        return Double(monotonicNanoseconds() - t0) / 1e6 / Double(iterations)
+    }
+}
+
+/// Direct access to the LZ4 block compressor, for measuring it apart from the file I/O.
+public enum LZ4Probe {
+    public static func compress(_ src: UnsafeRawBufferPointer, _ dst: UnsafeMutableRawPointer, accel: Int32) -> Int32 {
+        LZ4_compress_fast(src.baseAddress!.assumingMemoryBound(to: CChar.self), dst.assumingMemoryBound(to: CChar.self), Int32(src.count), LZ4_compressBound(Int32(src.count)), accel)
+    }
+}
