@@ -200,7 +200,9 @@ public final class FrameChannel: @unchecked Sendable {
         }
         guard let f = ring.pop() else { return nil }
         atomicMemoryFence(ordering: .sequentiallyConsistent)
-        if producerSleeping.load(ordering: .relaxed) {
+        // Wake a blocked producer only once the ring is half empty: it then refills in a burst
+        // instead of waking once per frame (a futex wake and two context switches each).
+        if producerSleeping.load(ordering: .relaxed) && ring.count <= ring.capacity / 2 {
             if lockHeld { lock.broadcast() } else { lock.withLock { lock.broadcast() } }
         }
         return f
