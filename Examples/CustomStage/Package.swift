@@ -1,0 +1,27 @@
+// swift-tools-version: 6.1
+// A user's own package that adds a stage to Viewfinder: the stage is one file in MyStages, and
+// the StageRegistryPlugin registers it (as `StageRegistry.myStages`).
+//
+//   swift run custom-stage-demo
+import Foundation
+import PackageDescription
+
+/// A path dependency is identified by its folder's name; a real user would depend on the URL.
+let viewfinder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().lastPathComponent
+
+let package = Package(
+    name: "CustomStage",
+    platforms: [.macOS(.v15)],
+    dependencies: [.package(path: "../..")],
+    targets: [
+        .target(
+            name: "MyStages",
+            dependencies: [.product(name: "Viewfinder", package: viewfinder)],
+            plugins: [.plugin(name: "StageRegistryPlugin", package: viewfinder)]
+        ),
+        .executableTarget(
+            name: "custom-stage-demo",
+            dependencies: ["MyStages", .product(name: "ViewfinderKit", package: viewfinder)]
+        ),
+    ]
+)
