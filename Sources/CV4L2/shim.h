@@ -11,6 +11,7 @@
 #include <linux/videodev2.h>
 #include <libv4l2.h>
 #include <libv4lconvert.h>
+#include <libv4l-plugin.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <poll.h>

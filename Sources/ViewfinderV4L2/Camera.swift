@@ -79,6 +79,24 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
     private var queuedCount = 0
     private var starved = false
     private var counterState = Counters()
+    /// Set when the requested format comes from libv4lconvert (the device lacks it).
+    private var conversion: Conversion?
+
+    /// A libv4lconvert conversion: kernel buffers stay with the camera, each frame is converted
+    /// into a frame of `pool` (one copy, unavoidable for a format change).
+    private final class Conversion {
+        var converter: V4L2Converter
+        var source: v4l2_format
+        var destination: v4l2_format
+        let format: FrameFormat
+        let pool: FramePool
+        init(converter: V4L2Converter, source: v4l2_format, destination: v4l2_format, format: FrameFormat, pool: FramePool) {
+            self.converter = converter; self.source = source; self.destination = destination; self.format = format; self.pool = pool
+        }
+    }
+
+    /// The device format behind the stream when libv4lconvert converts it (nil when native).
+    public var convertedFrom: UInt32? { lock.withLock { conversion?.source.fmt.pix.pixelformat } }
 
     // MARK: capture thread
     private var pending: [SourceEvent] = []
@@ -142,7 +160,9 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
     /// Sets the format (`S_FMT` at the closest size the device offers) and rate (`S_PARM`).
     public func configure(_ request: StreamRequest) throws -> StreamConfiguration {
         if lock.withLock({ streaming }) { stop() }
+        lock.withLock { conversion = nil }
         guard let fmt = info.formats.first(where: { $0.fourcc == request.pixelFormat.fourcc }) else {
+            if let c = try configureConverted(request) { return c }
             throw DeviceError.unsupportedFormat(device: path, requested: "\(request.pixelFormat) \(request.width)x\(request.height)", available: offered())
         }
         let size = Self.closestSize(in: fmt.sizes, width: request.width, height: request.height)
@@ -155,6 +175,16 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
         guard pix.pixelformat == fmt.fourcc, pix.width > 0, pix.height > 0 else {
             throw DeviceError.unsupportedFormat(device: path, requested: "\(request.pixelFormat) \(request.width)x\(request.height)", available: offered())
         }
+        let interval = applyRate(request, h)
+        let c = StreamConfiguration(format: Self.frameFormat(request.pixelFormat, pix), interval: interval,
+                                    bufferCount: max(options.minimumBuffers, request.bufferCount))
+        lock.withLock { config = c }
+        logger.info("\(path): configured \(c.format) bytesPerRow \(c.format.bytesPerRow) at \(c.interval)")
+        return c
+    }
+
+    /// `S_PARM` for the requested rate; the rate the device runs at.
+    private func applyRate(_ request: StreamRequest, _ h: V4L2Handle) -> FrameInterval {
         var interval: FrameInterval
         if let fps = request.fps, fps > 0 {
             switch h.setInterval(FrameInterval(fps: fps)) {
@@ -167,10 +197,35 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             interval = (try? h.getInterval().get()) ?? FrameInterval(numerator: 1, denominator: 30)
         }
         if interval.numerator == 0 || interval.denominator == 0 { interval = FrameInterval(numerator: 1, denominator: 30) }
-        let c = StreamConfiguration(format: Self.frameFormat(request.pixelFormat, pix), interval: interval,
-                                    bufferCount: max(options.minimumBuffers, request.bufferCount))
-        lock.withLock { config = c }
-        logger.info("\(path): configured \(c.format) bytesPerRow \(c.format.bytesPerRow) at \(c.interval)")
+        return interval
+    }
+
+    /// The libv4lconvert fallback: the device lacks the requested format, libv4lconvert makes it
+    /// (RGB24 or YU12) from one the device has (Bayer, RGB565, YVYU, MJPEG, …). Nil when it can't.
+    private func configureConverted(_ request: StreamRequest) throws -> StreamConfiguration? {
+        guard V4L2Converter.engineDestinations.contains(request.pixelFormat) else { return nil }
+        let h = try currentHandle()
+        guard let converter = V4L2Converter(handle: h),
+              let plan = converter.plan(fourcc: request.pixelFormat.fourcc, width: request.width, height: request.height),
+              plan.source.fmt.pix.pixelformat != request.pixelFormat.fourcc else { return nil }
+        let srcFourcc = plan.source.fmt.pix.pixelformat
+        let pix: v4l2_pix_format
+        switch h.setFormat(fourcc: srcFourcc, width: Int(plan.source.fmt.pix.width), height: Int(plan.source.fmt.pix.height)) {
+        case .success(let p): pix = p
+        case .failure(let e): throw mapStreamError(e, operation: "VIDIOC_S_FMT", request: request)
+        }
+        guard pix.pixelformat == srcFourcc, pix.width > 0, pix.height > 0 else { return nil }
+        var source = v4l2_format()
+        source.type = V4L2.bufTypeVideoCapture
+        source.fmt.pix = pix
+        let format = FrameFormat(request.pixelFormat, width: Int(pix.width), height: Int(pix.height))
+        let interval = applyRate(request, h)
+        let count = max(options.minimumBuffers, request.bufferCount)
+        let conv = Conversion(converter: converter, source: source, destination: V4L2Converter.v4l2Format(format), format: format,
+                              pool: FramePool(format: format, count: count))
+        let c = StreamConfiguration(format: format, interval: interval, bufferCount: count)
+        lock.withLock { config = c; conversion = conv }
+        logger.info("\(path): \(request.pixelFormat) is not a device format: converting \(fourCCString(srcFourcc)) \(pix.width)x\(pix.height) to \(format) with libv4lconvert")
         return c
     }
 
@@ -269,10 +324,20 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             for s in slots where s.state == .engine { orphans[ObjectIdentifier(s.frame)] = Mapping(address: s.address, length: s.length) }
             slots = []
             h = try reopenLocked()
-            if case .failure(let e) = h.setFormat(fourcc: cfg.format.pixelFormat.fourcc, width: cfg.format.width, height: cfg.format.height) {
+            if conversion == nil, case .failure(let e) = h.setFormat(fourcc: cfg.format.pixelFormat.fourcc, width: cfg.format.width, height: cfg.format.height) {
                 throw mapStreamError(e, operation: "VIDIOC_S_FMT")
             }
             _ = h.setInterval(cfg.interval)
+        }
+        if let conv = conversion, conv.converter.fd != h.fd {
+            // libv4lconvert keeps the descriptor it was created with.
+            guard let c = V4L2Converter(handle: h) else {
+                throw DeviceError.io(device: path, operation: "v4lconvert_create", errno: 0, message: "libv4lconvert could not attach to the reopened device")
+            }
+            conv.converter = c
+            if case .failure(let e) = h.setFormat(fourcc: conv.source.fmt.pix.pixelformat, width: Int(conv.source.fmt.pix.width), height: Int(conv.source.fmt.pix.height)) {
+                throw mapStreamError(e, operation: "VIDIOC_S_FMT")
+            }
         }
         let n: Int
         switch h.requestBuffers(cfg.bufferCount) {
@@ -461,6 +526,7 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
         starved = queuedCount == 0
         let frame = slots[i].frame
         let format = config?.format ?? frame.format
+        let conv = conversion
         lock.unlock()
 
         lastFrameAt = receive
@@ -484,8 +550,10 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             pending.append(.lost(reason, count: Int(gap)))
         }
 
-        // Corrupt: flagged by the driver, truncated, or not a JPEG.
         let used = b.bytesused == 0 ? Int(b.length) : Int(b.bytesused)
+        if let conv { return convert(conv, kernelFrame: frame, used: used, buffer: b, sequence: engineSeq, gap: gap, receive: receive) }
+
+        // Corrupt: flagged by the driver, truncated, or not a JPEG.
         var corrupt = b.flags & V4L2.bufFlagError != 0
         if format.pixelFormat == .mjpeg {
             if used < 4 || frame.data.load(as: UInt8.self) != 0xFF || frame.data.load(fromByteOffset: 1, as: UInt8.self) != 0xD8 { corrupt = true }
@@ -515,6 +583,45 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             return popPending()
         }
         return .frame(frame)
+    }
+
+    /// libv4lconvert path: convert the kernel buffer into a pool frame and give the buffer back.
+    private func convert(_ conv: Conversion, kernelFrame: Frame, used: Int, buffer b: v4l2_buffer, sequence: UInt64, gap: UInt64, receive: UInt64) -> SourceEvent? {
+        var lost: DropReason? = b.flags & V4L2.bufFlagError != 0 ? .corrupt : nil
+        var out: Frame? = nil
+        if lost == nil {
+            if let f = conv.pool.acquire() {
+                switch conv.converter.convert(source: &conv.source, destination: &conv.destination, from: kernelFrame.data, count: used,
+                                              to: f.data, capacity: f.capacity) {
+                case .success: out = f
+                case .failure(let e):
+                    logger.debug("\(path): libv4lconvert: \(e.message)")
+                    f.release()
+                    lost = .corrupt
+                }
+            } else {
+                lost = .outOfBuffers
+            }
+        }
+        kernelFrame.retain()
+        kernelFrame.release() // the kernel buffer goes straight back
+        guard let out else {
+            lock.withLock { if lost == .corrupt { counterState.corrupt &+= 1 } else { counterState.outOfBuffers &+= 1 } }
+            pending.append(.lost(lost ?? .corrupt, count: 1))
+            return popPending()
+        }
+        out.format = conv.format
+        out.bytesUsed = conv.format.maxByteCount
+        out.sequence = sequence
+        let ns = UInt64(max(b.timestamp.tv_sec, 0)) &* 1_000_000_000 &+ UInt64(max(b.timestamp.tv_usec, 0)) &* 1_000
+        out.timestamp = Timestamp(nanoseconds: ns, clock: b.flags & V4L2.bufFlagTimestampMask == V4L2.bufFlagTimestampMonotonic ? .monotonic : .unknown)
+        out.receiveTime = receive
+        out.metadata.droppedBefore = UInt32(truncatingIfNeeded: gap)
+        if gap > 0 {
+            pending.append(.frame(out))
+            return popPending()
+        }
+        return .frame(out)
     }
 
     /// Reads every pending event (control changes, source changes). Capture thread only.
@@ -573,7 +680,7 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
                 queuedCount = 0
                 let h = try reopenLocked()
                 if let cfg = config {
-                    if case .failure(let e) = h.setFormat(fourcc: cfg.format.pixelFormat.fourcc, width: cfg.format.width, height: cfg.format.height) {
+                    if conversion == nil, case .failure(let e) = h.setFormat(fourcc: cfg.format.pixelFormat.fourcc, width: cfg.format.width, height: cfg.format.height) {
                         throw mapStreamError(e, operation: "VIDIOC_S_FMT")
                     }
                     _ = h.setInterval(cfg.interval)

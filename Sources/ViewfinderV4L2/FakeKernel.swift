@@ -294,6 +294,7 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         switch fourcc {
         case fourCC("YUYV"), fourCC("UYVY"): p.bytesperline = UInt32(w * 2); size = w * 2 * h
         case fourCC("RGB3"): p.bytesperline = UInt32(w * 3); size = w * 3 * h
+        case fourCC("RGBP"), fourCC("YVYU"): p.bytesperline = UInt32(w * 2); size = w * 2 * h
         case fourCC("NV12"), fourCC("YU12"): p.bytesperline = UInt32(w); size = w * h + w * ((h + 1) / 2)
         case fourCC("422P"): p.bytesperline = UInt32(w); size = w * h * 2
         case fourCC("MJPG"), fourCC("JPEG"): p.bytesperline = 0; size = w * h * 2

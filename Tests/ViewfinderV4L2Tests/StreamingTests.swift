@@ -25,11 +25,11 @@ import CV4L2
         let cam = try makeCamera(kernel)
         defer { cam.close() }
         do {
-            _ = try cam.configure(StreamRequest(pixelFormat: .rgb24, width: 640, height: 480))
-            Issue.record("RGB24 accepted")
+            _ = try cam.configure(StreamRequest(pixelFormat: .uyvy, width: 640, height: 480))
+            Issue.record("UYVY accepted")
         } catch let DeviceError.unsupportedFormat(device, requested, available) {
             #expect(device == "/dev/video0")
-            #expect(requested == "RGB24 640x480")
+            #expect(requested == "UYVY 640x480")
             #expect(available.contains("YUYV 640x480/1280x720/320x240"))
             #expect(available.contains("BA81 (not handled by the engine) 640x480/1280x720/320x240"))
         }
