@@ -119,3 +119,29 @@ public enum DumpConversion {
 extension FrameInterval {
     var seconds: Double { denominator == 0 ? 0 : Double(numerator) / Double(denominator) }
 }
+
+extension DumpConversion {
+    /// Makes a Motion-JPEG movie from a dump with its recorded timestamps (MJPEG dumps are passed
+    /// through, raw frames encoded with TurboJPEG).
+    public static func exportMovie(dump: String, to output: String, quality: Int = 85, overwrite: Bool = false) throws -> Result {
+        let reader = try RawDumpReader(path: dump)
+        guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
+        let writer = try MovieWriter(path: output, tracks: [.mjpegVideo(width: reader.format.width, height: reader.format.height)], overwrite: overwrite)
+        let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
+        let encoder = try JPEGEncoder()
+        try withExtendedLifetime(encoder) {
+            for i in 0..<reader.frameCount {
+                try reader.read(i, into: frame)
+                let ts = frame.timestamp.nanoseconds
+                if frame.format.pixelFormat == .mjpeg {
+                    try writer.appendVideo(UnsafeRawBufferPointer(frame.bytes), timestampNanoseconds: ts)
+                } else {
+                    try writer.appendVideo(try encoder.encode(frame, quality: quality), timestampNanoseconds: ts)
+                }
+            }
+        }
+        let interval = reader.info.interval.denominator > 0 ? reader.info.interval.nanoseconds : nil
+        try writer.finish(lastFrameDurationNanoseconds: interval)
+        return Result(frames: reader.frameCount, duration: writer.durationWritten, damage: reader.damage)
+    }
+}

@@ -1,0 +1,288 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import ViewfinderKit
+
+// `viewfinder snap`, `record`, `dump` and `export`: the sinks from the command line.
+// Each prints where it wrote and what, and refuses to overwrite an existing file without --force.
+
+/// Parses sizes such as `500000`, `200K`, `50M`, `2G` (powers of 1024).
+func parseByteSize(_ s: String) throws -> UInt64 {
+    let t = s.trimmingCharacters(in: .whitespaces).uppercased()
+    let units: [(String, UInt64)] = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("B", 1)]
+    for (u, m) in units where t.hasSuffix(u) {
+        guard let v = Double(t.dropLast()), v > 0 else { break }
+        return UInt64(v * Double(m))
+    }
+    guard let v = UInt64(t), v > 0 else { throw ValidationError("'\(s)' is not a size (examples: 500000, 200K, 50M, 2G)") }
+    return v
+}
+
+func refuseExisting(_ path: String, force: Bool) throws {
+    if !force && FileManager.default.fileExists(atPath: path) {
+        throw ValidationError("'\(path)' exists; add --force to overwrite it")
+    }
+}
+
+/// Stops the session on Ctrl-C (once), running `body` first.
+func onInterrupt(_ body: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
+    signal(SIGINT, SIG_IGN)
+    let s = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+    s.setEventHandler(handler: body)
+    s.resume()
+    return s
+}
+
+func formatBytes(_ b: UInt64) -> String {
+    b >= 1 << 20 ? String(format: "%.1f MiB", Double(b) / 1048576) : b >= 1 << 10 ? String(format: "%.1f KiB", Double(b) / 1024) : "\(b) B"
+}
+
+func dropSummary(_ stats: EngineStatistics?) -> String {
+    guard let s = stats else { return "drops: unknown" }
+    var total = s.drops.total
+    for c in s.consumers { total += c.drops.total }
+    return "captured \(s.captured), drops \(total)"
+}
+
+struct SnapCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "snap",
+        abstract: "Take a still (JPEG or raw), a burst or an exposure bracket.")
+
+    @OptionGroup var deviceOptions: DeviceOptions
+    @Option(name: .shortAndLong, help: "Output file; several images get -1, -2, … before the extension.") var output = "snap.jpg"
+    @Option(help: "JPEG quality, 1-100.") var quality = 90
+    @Option(help: "Chroma subsampling: 444, 422, 420, grey (default: the source's).") var subsampling: String?
+    @Flag(help: "Save the untouched buffer with a header describing it (.vfraw) instead of a JPEG.") var raw = false
+    @Flag(help: "Save a raw companion next to each JPEG.") var rawCompanion = false
+    @Option(help: "Burst: this many consecutive frames.") var burst = 1
+    @Option(help: "Exposure bracket: comma-separated EV biases, e.g. -2,0,2.") var bracket: String?
+    @Option(help: "Frames to let pass before capturing (exposure and focus settle).") var warmup = 10
+    @Option(help: "Stages to run before the photo output.") var stages: String?
+    @Flag(help: "Overwrite existing files.") var force = false
+
+    func validate() throws {
+        guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
+        guard (1...64).contains(burst) else { throw ValidationError("--burst must be 1...64") }
+        if let s = subsampling, ChromaSubsampling(rawValue: s) == nil { throw ValidationError("--subsampling must be one of 444, 422, 420, grey") }
+    }
+
+    func biases() throws -> [Double] {
+        guard let bracket else { return [] }
+        return try bracket.split(separator: ",").map {
+            guard let v = Double($0.trimmingCharacters(in: .whitespaces)) else { throw ValidationError("--bracket: '\($0)' is not a number") }
+            return v
+        }
+    }
+
+    func run() throws {
+        do { try snap() } catch let e as ExitCode { throw e } catch { throw fail(error) }
+    }
+
+    func snap() throws {
+        let b = try biases()
+        let settings = PhotoSettings(codec: raw ? .raw : .jpeg(quality: quality, subsampling: subsampling.flatMap(ChromaSubsampling.init(rawValue:))),
+                                     rawCompanion: rawCompanion, exposureBiases: b, burstCount: burst)
+        let count = settings.shotCount * (rawCompanion ? 2 : 1)
+        let base = (output as NSString).deletingPathExtension
+        let ext = (output as NSString).pathExtension.isEmpty ? "jpg" : (output as NSString).pathExtension
+        // One image: OUTPUT (and BASE.vfraw); several: BASE-n.EXT (and BASE-n.vfraw).
+        func path(index n: Int, raw isRaw: Bool) -> String {
+            if settings.shotCount == 1 { return isRaw ? base + ".vfraw" : output }
+            return "\(base)-\(n).\(isRaw ? "vfraw" : ext)"
+        }
+        // Refuse before capturing anything.
+        for n in 1...settings.shotCount {
+            if raw || rawCompanion { try refuseExisting(path(index: n, raw: true), force: force) }
+            if !raw { try refuseExisting(path(index: n, raw: false), force: force) }
+        }
+
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        let photo = PhotoOutput()
+        session.beginConfiguration()
+        if let stages { try session.setStages(try StageSpec.parseList(stages)) }
+        try session.addOutput(photo)
+        try session.commitConfiguration()
+        try session.startRunning()
+        // Let exposure and focus settle.
+        let deadline = monotonicNanoseconds() + 10_000_000_000
+        while (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
+        let photos: [CapturePhoto]
+        do { photos = try photo.capturePhotos(settings: settings, timeoutSeconds: 20) } catch {
+            session.stopRunning()
+            throw error
+        }
+        session.stopRunning()
+        for p in photos {
+            let file = path(index: p.photoCount, raw: p.isRawPhoto)
+            try p.write(to: file, overwrite: force)
+            let what = p.isRawPhoto ? "raw \(p.format)" : "JPEG \(p.resolvedSettings.width)x\(p.resolvedSettings.height) \(p.resolvedSettings.codec)"
+            let exposure = p.metadata.exposureTime.map { String(format: ", exposure %.2f ms", $0 / 1000) } ?? ""
+            let bias = p.exposureBias.map { String(format: ", bias %+.1f EV", $0) } ?? ""
+            print("wrote \(file): \(what), \(formatBytes(UInt64(p.fileDataRepresentation().count))), frame \(p.sequence)\(exposure)\(bias)")
+        }
+        print("\(photos.count) of \(count) images from \(dev.uniqueID); \(dropSummary(session.statistics))")
+        if photos.count < count { throw fail(RuntimeFailure(message: "\(count - photos.count) images failed")) }
+    }
+}
+
+/// Reports the recording's end to the command.
+final class RecordingWaiter: MovieRecordingDelegate, @unchecked Sendable {
+    // @unchecked Sendable: state behind `lock`.
+    let lock = ConditionLock()
+    var summary: MovieRecordingSummary?
+    var error: MovieRecordingError?
+    var started = false
+    func movieOutput(_ output: MovieFileOutput, didStartRecordingTo path: String) { lock.withLock { started = true } }
+    func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+        lock.withLock { self.summary = summary; self.error = error; lock.broadcast() }
+    }
+    var isDone: Bool { lock.withLock { summary != nil } }
+}
+
+struct RecordCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "record",
+        abstract: "Record a crash-safe QuickTime movie (Motion-JPEG, fragmented MOV).")
+
+    @OptionGroup var deviceOptions: DeviceOptions
+    @Option(name: .shortAndLong, help: "Output .mov file.") var output = "movie.mov"
+    @Option(help: "Stop after this many seconds of movie.") var duration: Double?
+    @Option(help: "Stop before the file passes this size (e.g. 50M).") var maxSize: String?
+    @Option(help: "Stop when the disk has less free space than this (e.g. 500M).") var minFree: String?
+    @Option(help: "Buffer this many seconds before starting the file, and put them at its start.") var preRoll: Double?
+    @Option(help: "JPEG quality, 1-100 (MJPEG cameras are passed through).") var quality = 85
+    @Option(help: "TurboJPEG encoder threads.") var threads = 2
+    @Option(help: "Movie fragment interval, seconds (at most this much is lost if the process dies).") var fragment = 0.5
+    @Option(help: "Stages to run before the movie output.") var stages: String?
+    @Flag(help: "Overwrite an existing file.") var force = false
+
+    func validate() throws {
+        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+        if let p = preRoll, !(p > 0 && p <= 60) { throw ValidationError("--pre-roll must be in (0, 60] seconds") }
+        guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
+        guard (1...16).contains(threads) else { throw ValidationError("--threads must be 1...16") }
+        guard fragment > 0 && fragment <= 10 else { throw ValidationError("--fragment must be in (0, 10] seconds") }
+        if duration == nil && maxSize == nil { /* until Ctrl-C or the end of the source */ }
+    }
+
+    func run() throws {
+        do { try record() } catch let e as ExitCode { throw e } catch { throw fail(error) }
+    }
+
+    func record() throws {
+        try refuseExisting(output, force: force)
+        var s = MovieOutputSettings()
+        s.quality = quality
+        s.encoderThreads = threads
+        s.fragmentInterval = fragment
+        s.maximumDuration = duration
+        s.maximumFileSize = try maxSize.map(parseByteSize)
+        s.minimumFreeDiskSpace = try minFree.map(parseByteSize)
+        if let p = preRoll { s.preRollSeconds = p; s.preRollBytes = 256 << 20 }
+        let movie = MovieFileOutput(settings: s)
+        let waiter = RecordingWaiter()
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        session.beginConfiguration()
+        if let stages { try session.setStages(try StageSpec.parseList(stages)) }
+        if !dev.source.isLive { var o = EngineOptions(); o.stallTimeoutSeconds = 30; try session.setEngineOptions(o) }
+        try session.addOutput(movie)
+        try session.commitConfiguration()
+        if preRoll == nil { try movie.startRecording(to: output, overwrite: force, delegate: waiter) }
+        try session.startRunning()
+        let sig = onInterrupt { movie.stopRecording() }
+        defer { sig.cancel() }
+        if let p = preRoll {
+            // The trigger: after the pre-roll has filled.
+            let until = monotonicNanoseconds() + UInt64(p * 1e9)
+            while monotonicNanoseconds() < until && session.isRunning { usleep(10_000) }
+            try movie.startRecording(to: output, overwrite: force, delegate: waiter)
+        }
+        // Until a limit ends the recording, Ctrl-C stops it, or the source ends.
+        while !waiter.isDone && session.isRunning { usleep(20_000) }
+        if !waiter.isDone { movie.stopRecording() }
+        session.stopRunning()
+        guard let summary = waiter.lock.withLock({ waiter.summary }) else { throw fail(RuntimeFailure(message: "the recording did not start")) }
+        let err = waiter.lock.withLock { waiter.error }
+        print("wrote \(summary.path): \(summary.frames) frames (\(summary.preRollFrames) from the pre-roll), \(String(format: "%.2f", summary.duration)) s, \(formatBytes(summary.bytes)), \(summary.droppedFrames) dropped on the way to the file; \(dropSummary(session.statistics))")
+        print("ended: \(summary.reason.rawValue)\(err.map { " (\($0))" } ?? ""); file complete: \(summary.successfullyFinished ? "yes" : "no")")
+        if let err, !summary.successfullyFinished { throw fail(err) }
+    }
+}
+
+struct DumpCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dump",
+        abstract: "Write frames losslessly to an LZ4 raw dump (replay it with --device dump:FILE).")
+
+    @OptionGroup var deviceOptions: DeviceOptions
+    @Option(name: .shortAndLong, help: "Output dump file.") var output = "capture.vfdump"
+    @Option(help: "Stop after this many frames.") var frames: UInt64?
+    @Option(help: "Stop after this many seconds.") var duration: Double?
+    @Option(help: "LZ4 acceleration (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
+    @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
+    @Flag(help: "Overwrite an existing file.") var force = false
+
+    func validate() throws {
+        if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
+        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+        guard (1...65537).contains(acceleration) else { throw ValidationError("--acceleration must be 1...65537") }
+    }
+
+    func run() throws {
+        do { try dump() } catch let e as ExitCode { throw e } catch { throw fail(error) }
+    }
+
+    func dump() throws {
+        try refuseExisting(output, force: force)
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, device: dev.uniqueID)
+        session.beginConfiguration()
+        if let stages { try session.setStages(try StageSpec.parseList(stages)) }
+        var o = EngineOptions(frameLimit: frames, durationSeconds: duration)
+        if !dev.source.isLive { o.stallTimeoutSeconds = 30 }
+        try session.setEngineOptions(o)
+        try session.addOutput(out)
+        try session.commitConfiguration()
+        let t0 = monotonicNanoseconds()
+        try session.startRunning()
+        let sig = onInterrupt { session.stopRunning() }
+        defer { sig.cancel() }
+        session.waitUntilFinished()
+        session.stopRunning()
+        let secs = Double(monotonicNanoseconds() - t0) / 1e9
+        let ratio = out.bytesWritten > 0 ? Double(out.rawBytesWritten) / Double(out.bytesWritten) : 0
+        print("wrote \(output): \(out.framesWritten) frames of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
+        if let e = out.error { throw fail(e) }
+    }
+}
+
+struct ExportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Convert a dump to .y4m or .mov, or a .y4m to a dump.")
+
+    @Argument(help: "Input: a dump, or a .y4m file.") var input: String
+    @Argument(help: "Output: .y4m (or - for stdout), .mov, or a dump (any other name).") var output: String
+    @Option(help: "JPEG quality for .mov output.") var quality = 85
+    @Flag(help: "Overwrite an existing file.") var force = false
+
+    func run() throws {
+        do { try export() } catch let e as ExitCode { throw e } catch { throw fail(error) }
+    }
+
+    func export() throws {
+        if output != "-" { try refuseExisting(output, force: force) }
+        if input.hasSuffix(".y4m") {
+            let r = try DumpConversion.importY4M(input, to: output, overwrite: force)
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)")
+        } else if output.hasSuffix(".mov") {
+            let r = try DumpConversion.exportMovie(dump: input, to: output, quality: quality, overwrite: force)
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s\(r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? "")")
+        } else {
+            let r = try DumpConversion.exportY4M(dump: input, to: output, overwrite: force)
+            var err = StandardError()
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s\(r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? "")", to: &err)
+        }
+    }
+}
