@@ -79,6 +79,8 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
     private var queuedCount = 0
     private var starved = false
     private var counterState = Counters()
+    /// A re-queue found the device gone (ENODEV/EIO) while the engine held every buffer.
+    private var deviceGone = false
     /// Set when the requested format comes from libv4lconvert (the device lacks it).
     private var conversion: Conversion?
 
@@ -438,6 +440,7 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
                     if queuedCount == 1 { lock.signal() }
                 case .failure(let e):
                     slots[i].state = .idle
+                    if e.meansDisconnected { deviceGone = true; lock.signal() }
                     logger.debug("\(path): QBUF \(i) failed: \(e)")
                 }
             } else {
@@ -468,10 +471,31 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             throw DeviceError.notRunning(device: path)
         }
         if queuedCount == 0 {
+            if deviceGone {
+                lock.unlock()
+                throw DeviceError.disconnected(device: path)
+            }
+            if !slots.contains(where: { $0.state == .engine }) {
+                // Nothing lent out, nothing queued: a re-queue failed. Queue the buffers again.
+                for i in slots.indices where slots[i].state == .idle {
+                    switch h.queueBuffer(i) {
+                    case .success:
+                        slots[i].state = .queued
+                        queuedCount &+= 1
+                    case .failure(let e):
+                        lock.unlock()
+                        throw mapStreamError(e, operation: "VIDIOC_QBUF")
+                    }
+                }
+                lock.unlock()
+                return .timeout
+            }
             // The engine holds every buffer: nothing for the kernel to fill. Wait for a release
             // (the driver meanwhile drops frames; the gap is counted as out-of-buffers).
             lock.wait(untilMonotonicNanoseconds: start &+ timeoutNanoseconds)
+            let gone = deviceGone
             lock.unlock()
+            if gone { throw DeviceError.disconnected(device: path) }
             lastFrameAt = monotonicNanoseconds()
             return .timeout
         }

@@ -106,6 +106,19 @@ import Testing
         cam.close()
     }
 
+    @Test func unplugWhileTheEngineHoldsEveryBufferIsStillNoticed() throws {
+        let cam = try makeCamera(kernel)
+        defer { cam.close() }
+        _ = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, bufferCount: 4))
+        try cam.start()
+        kernel.produce(4)
+        var held: [Frame] = []
+        for _ in 0..<4 { held.append(try #require(expectFrame(try nextEvent(cam)))) }
+        kernel.disconnect()
+        for f in held { f.release() } // every QBUF fails with ENODEV
+        #expect(throws: DeviceError.disconnected(device: "/dev/video0")) { try cam.next(timeoutNanoseconds: 50_000_000) }
+    }
+
     @Test func openingAnUnpluggedDeviceFails() throws {
         kernel.disconnect()
         #expect(throws: DeviceError.disconnected(device: "/dev/video0")) { try makeCamera(kernel) }
