@@ -439,7 +439,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         let summary = MovieRecordingSummary(path: rec.writer.path, frames: Int(rec.writer.videoSamplesWritten), preRollFrames: rec.preRollFrames,
                                             duration: rec.writer.durationWritten, bytes: rec.writer.bytesWritten, droppedFrames: rec.dropped,
                                             reason: finalReason, successfullyFinished: ok)
-        logger.info("movie: \(rec.writer.path): \(summary.frames) frames, \(summary.duration) s, \(summary.bytes) bytes, ended: \(finalReason.rawValue)")
+        logger.debug("movie: \(rec.writer.path): \(summary.frames) frames, \(summary.duration) s, \(summary.bytes) bytes, ended: \(finalReason.rawValue)")
         lock.withLock {
             activePath = nil
             stopRequested = false
