@@ -1,2 +1,77 @@
 import Testing
+import Foundation
 @testable import ViewfinderKit
+@testable import Viewfinder
+
+@Suite struct KitTests {
+    @Test func standardDirectoryOpensEveryKindAndNamesTheBadOnes() throws {
+        let dir = DeviceDirectory.standard
+        #expect(try dir.open("sim:width=320,height=240").info.driver.contains("sim"))
+        #expect(try dir.open("pattern:width=64,height=32").info.id.hasPrefix("pattern"))
+        #expect(throws: DeviceError.self) { try dir.open("webcam7") }
+        #expect(throws: DeviceError.self) { try dir.open("sim:widht=320") }
+        #expect(throws: (any Error).self) { try dir.open("/dev/video-does-not-exist") }
+        #expect(throws: (any Error).self) { try dir.open("dump:/nonexistent.vfdump") }
+        #expect(dir.discover().contains { $0.id == "sim" })
+    }
+
+    @Test func builtInStagesAreRegisteredWithDocumentedOptions() throws {
+        let names = StageRegistry.builtIn.names
+        for n in ["exposure", "focus", "stabilise", "deadline", "null"] { #expect(names.contains(n), "\(n)") }
+        for n in names {
+            let t = try StageRegistry.builtIn.type(named: n)
+            #expect(!t.summary.isEmpty)
+            for o in t.optionDocumentation { #expect(!o.summary.isEmpty, "\(n).\(o.name)") }
+        }
+    }
+
+    @Test func deviceModesBecomeControlStagesWithSensorPoints() throws {
+        let dev = try CaptureDevice.open("sim:width=320,height=240", directory: .standard)
+        let session = CaptureSession(registry: .builtIn)
+        let input = CaptureDeviceInput(device: dev)
+        try session.addInput(input)
+        try session.addOutput(NullConsumer())
+        let connection = try #require(session.connections.first)
+        try connection.setVideoRotationAngle(90)
+        try dev.configure { s in
+            s.exposureMode = .continuous
+            s.focusMode = .auto
+            s.exposurePointOfInterest = NormalizedPoint(x: 0, y: 0)   // the user's top-left
+        }
+        let specs = CaptureSession.controlStageSpecs(dev.settings, connection: connection, registry: .builtIn, device: dev)
+        #expect(specs.map(\.name) == ["exposure", "focus"])
+        // Turned 90° clockwise, the user's top-left is the sensor's bottom-left.
+        #expect(specs[0].options["point"] == .array([.number(0), .number(1)]))
+        #expect(specs[0].options["metering"] == .string("spot"))
+        // Every spec builds.
+        for s in specs { _ = try StageRegistry.builtIn.makeStage(s) }
+    }
+
+    @Test func continuousExposureThroughTheSessionBrightensADarkScene() throws {
+        let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=60,exposure=1,gain=1,latency=2", directory: .standard)
+        let session = CaptureSession(registry: .builtIn)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: dev))
+        try session.setSessionPreset(.inputPriority)
+        let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)
+        try session.addOutput(out)
+        try session.commitConfiguration()
+        try dev.configure { s in s.exposureMode = .continuous; s.focusMode = .locked }
+        final class Lumas: VideoDataOutputDelegate, @unchecked Sendable {
+            let values = LockedBox<[Double]>([])
+            func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) {
+                if let m = frame.metadata.truth?.renderedMeanLuma { values.withLock { $0.append(m) } }
+            }
+        }
+        let l = Lumas()
+        out.setDelegate(l, queue: nil)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        let v = l.values.withLock { $0 }
+        #expect(v.count == 60)
+        let first = v.first ?? 0, last = v.last ?? 0
+        #expect(last > first * 2, "mean luma went from \(first) to \(last)")
+        #expect(last > 95 && last < 135, "converged to \(last), target about 110")
+    }
+}

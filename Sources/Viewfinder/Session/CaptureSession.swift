@@ -283,23 +283,21 @@ public final class CaptureSession: @unchecked Sendable {
         let cfg = try device.source.configure(request)
         resolved = cfg
 
-        // The device's modes become control stages at the head of the chain.
+        // The device's modes become control stages at the head of the chain, configured from the
+        // device settings with points of interest mapped to sensor coordinates.
+        let videoConnection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
         var stages: [any Stage] = []
         var adopters: [any DeviceSettingsAdopting] = []
         let settings = device.settings
-        if settings.exposureMode != .locked, registry.types["exposure"] != nil, device.isExposureModeSupported(settings.exposureMode) {
-            let s = try registry.makeStage(StageSpec(name: "exposure"))
-            if let a = s as? any DeviceSettingsAdopting { adopters.append(a); stages.append(s) }
-        }
-        if settings.focusMode != .locked, registry.types["focus"] != nil, device.isFocusModeSupported(settings.focusMode) {
-            let s = try registry.makeStage(StageSpec(name: "focus"))
-            if let a = s as? any DeviceSettingsAdopting { adopters.append(a); stages.append(s) }
+        for spec in CaptureSession.controlStageSpecs(settings, connection: videoConnection, registry: registry, device: device) {
+            let s = try registry.makeStage(spec)
+            if let a = s as? any DeviceSettingsAdopting { adopters.append(a) }
+            stages.append(s)
         }
         for spec in c.stages where spec.enabled { stages.append(try registry.makeStage(spec)) }
         if !adopters.isEmpty {
             stages.insert(SettingsApplier(relay: relay, adopters: adopters), at: 0)
         }
-        let videoConnection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
         relay.publish(settings, connection: videoConnection)
         let relay = self.relay
         device.onSettingsChange = { [weak videoConnection] s in relay.publish(s, connection: videoConnection) }
@@ -315,6 +313,32 @@ public final class CaptureSession: @unchecked Sendable {
         engine = e
         lastStatistics = e.statistics
         emit(.didStartRunning)
+    }
+
+    /// The `exposure` and `focus` stages that carry out the device's modes, when the registry has
+    /// them and the device has the controls they drive. Settings changed while running reach
+    /// stages that adopt ``DeviceSettingsAdopting`` between frames; others take them at the next
+    /// start.
+    static func controlStageSpecs(_ s: DeviceSettings, connection: CaptureConnection?, registry: StageRegistry, device: CaptureDevice) -> [StageSpec] {
+        func sensor(_ p: NormalizedPoint) -> JSONValue {
+            let q = connection?.sensorPoint(fromUserPoint: p) ?? p
+            return .array([.number(q.x), .number(q.y)])
+        }
+        var specs: [StageSpec] = []
+        if s.exposureMode != .locked, registry.types["exposure"] != nil, device.isExposureModeSupported(s.exposureMode) {
+            var o: [String: JSONValue] = ["mode": .string(s.exposureMode.rawValue), "bias": .number(s.exposureTargetBias)]
+            if let p = s.exposurePointOfInterest { o["metering"] = .string("spot"); o["point"] = sensor(p) }
+            if s.exposureMode == .custom, let us = s.customExposureDuration, let g = s.customGain {
+                o["exposure_ms"] = .number(us / 1000); o["gain"] = .number(g)
+            }
+            specs.append(StageSpec(name: "exposure", options: o))
+        }
+        if s.focusMode != .locked, registry.types["focus"] != nil, device.isFocusModeSupported(s.focusMode) {
+            var o: [String: JSONValue] = ["mode": .string(s.focusMode.rawValue)]
+            if let p = s.focusPointOfInterest { o["region"] = .string("point"); o["point"] = sensor(p) }
+            specs.append(StageSpec(name: "focus", options: o))
+        }
+        return specs
     }
 
     /// Locked and custom modes set the device's controls directly.
