@@ -8,8 +8,13 @@
 #      every format the engine handles that vivid offers (YUYV UYVY NV12 YU12 422P GREY RGB3, MJPEG
 #      if offered) at 320x180, controls get/set and errors, a 300-frame capture through the engine
 #      at 320x180/60 fps with sequence and timestamp checks, and 1920x1080 YUYV fps + CPU;
-#   2. VividDisconnectTests (VIEWFINDER_VIVID_DISCONNECT=1): vivid's "Disconnect" control
-#      mid-stream must end the run with DeviceError.disconnected delivered to the sinks.
+#   2. the CLI (when .build/.../viewfinder exists): `viewfinder devices` (+ --json) lists vivid,
+#      `viewfinder controls` sets brightness and refuses an unknown control and an out-of-range
+#      value, `viewfinder run --device /dev/video0 --frames 300` captures 300 frames, and vivid's
+#      "Disconnect" control during `viewfinder run --metadata FILE` ends the run with a non-zero
+#      exit, a 'disconnected' runtime error and a complete metadata file; vivid is then reloaded;
+#   3. VividDisconnectTests (VIEWFINDER_VIVID_DISCONNECT=1): vivid's "Disconnect" control
+#      mid-stream must end an engine run with DeviceError.disconnected delivered to the sinks.
 # Exit code: 0 when both pass; the test's failure code otherwise; 125 when the VM failed.
 #
 # Usage: scripts/vivid-tests.sh [--no-build] [extra vivid-vm.sh options...]
@@ -38,17 +43,59 @@ cat > "$W/run-vivid-tests" <<'GUEST'
 #!/bin/sh
 # Runs inside the VM (busybox sh).
 T=/test/ViewfinderPackageTests.xctest
+V=/test/viewfinder
 rc=0
+fail() { echo "FAIL: $*"; rc=1; }
 echo "== VividTests"
 VIEWFINDER_VIVID=1 "$T" --testing-library swift-testing --filter VividTests || rc=$?
+
+if [ -x "$V" ]; then
+    echo "== CLI: viewfinder devices"
+    "$V" devices || fail "viewfinder devices"
+    "$V" devices --json > /tmp/devices.json || fail "viewfinder devices --json"
+    grep -q '"driver" : "vivid"' /tmp/devices.json || fail "vivid missing from devices --json"
+    echo "== CLI: viewfinder controls"
+    "$V" controls --device /dev/video0 --set brightness=140 > /tmp/controls.txt || fail "controls --set brightness=140"
+    grep -E '^brightness ' /tmp/controls.txt
+    grep -qE '^brightness .*value=140' /tmp/controls.txt || fail "brightness not 140 after --set"
+    "$V" controls --device /dev/video0 --set brightness=128 > /dev/null
+    if "$V" controls --device /dev/video0 --set no_such_control=1 2> /tmp/err.txt; then fail "unknown control accepted"; fi
+    cat /tmp/err.txt
+    if "$V" controls --device /dev/video0 --set brightness=100000 2> /tmp/err.txt; then fail "out-of-range value accepted"; fi
+    cat /tmp/err.txt
+    echo "== CLI: viewfinder run --device /dev/video0 --frames 300"
+    "$V" run --device /dev/video0 --format yuyv --width 320 --height 180 --fps 60 --frames 300 --json > /tmp/run.json || fail "viewfinder run"
+    cat /tmp/run.json
+    grep -q '"captured" : 300' /tmp/run.json || fail "run did not capture 300 frames"
+    echo "== CLI: vivid Disconnect during viewfinder run"
+    ( "$V" run --device /dev/video0 --format yuyv --width 320 --height 180 --fps 30 --duration 60 \
+          --metadata /tmp/meta.jsonl --json > /tmp/dis.json 2> /tmp/dis.err; echo $? > /tmp/dis.rc ) &
+    sleep 3
+    "$V" controls --device /dev/video0 --set disconnect=1 > /dev/null || fail "setting vivid's disconnect control"
+    wait
+    echo "run exit code $(cat /tmp/dis.rc)"; cat /tmp/dis.err; cat /tmp/dis.json
+    [ "$(cat /tmp/dis.rc)" != 0 ] || fail "run exited 0 after the camera was unplugged"
+    grep -q "disconnected" /tmp/dis.err /tmp/dis.json || fail "no 'disconnected' runtime error reported"
+    lines=$(wc -l < /tmp/meta.jsonl)
+    echo "metadata file: $lines lines; last: $(tail -c 200 /tmp/meta.jsonl)"
+    [ "$lines" -gt 10 ] || fail "metadata file has $lines lines"
+    tail -n 1 /tmp/meta.jsonl | grep -q '}$' || fail "metadata file does not end with a complete record"
+    echo "== reloading vivid"
+    rmmod vivid && insmod /modules/vivid.ko n_devs=1 || fail "vivid reload"
+    i=0; while [ ! -e /dev/video0 ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done
+fi
+
 echo "== VividDisconnectTests"
 VIEWFINDER_VIVID=1 VIEWFINDER_VIVID_DISCONNECT=1 "$T" --testing-library swift-testing --filter VividDisconnectTests || rc=$?
+echo "== guest rc=$rc"
 exit $rc
 GUEST
 chmod +x "$W/run-vivid-tests"
 T1=$(date +%s)
 set +e
-"$ROOT/scripts/vivid-vm.sh" --timeout "${VIVID_TIMEOUT:-600}" -f "$XCTEST" "$@" "$W/run-vivid-tests"
+CLI=()
+[ -x "$BIN/viewfinder" ] && CLI=(-f "$BIN/viewfinder")
+"$ROOT/scripts/vivid-vm.sh" --timeout "${VIVID_TIMEOUT:-600}" -f "$XCTEST" "${CLI[@]}" "$@" "$W/run-vivid-tests"
 RC=$?
 set -e
 T2=$(date +%s)
