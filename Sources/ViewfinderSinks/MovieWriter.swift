@@ -89,13 +89,16 @@ public final class MovieWriter {
         var fragmentStart: UInt64 = 0
         var sizes: [UInt32] = []
         var durations: [UInt32] = []
+        /// Sample bytes of the fragment being built; a held sample (duration not known yet) sits at the end.
         var payload: [UInt8] = []
-        var held: (data: [UInt8], ticks: UInt64)?
+        var held: (size: Int, ticks: UInt64)?
         var lastDuration: UInt32 = 0
         var samplesWritten: UInt64 = 0
         var ticksWritten: UInt64 = 0
         init(timescale: UInt32, isVideo: Bool) { self.timescale = timescale; self.isVideo = isVideo }
         var bufferedTicks: UInt64 { durations.reduce(0) { $0 + UInt64($1) } }
+        /// Payload bytes of the complete samples (all but the held one).
+        var completeBytes: Int { payload.count - (held?.size ?? 0) }
     }
     private var states: [TrackState]
 
@@ -104,7 +107,7 @@ public final class MovieWriter {
     /// Video frames on disk.
     public var videoSamplesWritten: UInt64 { states.first(where: { $0.isVideo })?.samplesWritten ?? 0 }
     /// Bytes waiting for the next fragment.
-    public var bufferedBytes: Int { states.reduce(0) { $0 + $1.payload.count + ($1.held?.data.count ?? 0) } + 512 }
+    public var bufferedBytes: Int { states.reduce(0) { $0 + $1.payload.count } + 512 }
     /// Media seconds on disk, per the longest track.
     public var durationWritten: Double {
         states.map { Double($0.ticksWritten) / Double($0.timescale) }.max() ?? 0
@@ -252,12 +255,14 @@ public final class MovieWriter {
             // Timestamps must increase; a repeated or backward timestamp gets one tick.
             if t <= h.ticks { t = h.ticks + 1 }
             let d = UInt32(clamping: t - h.ticks)
-            place(st, data: h.data, duration: d)
+            place(st, size: h.size, duration: d)
         } else if st.samplesWritten == 0 && st.sizes.isEmpty {
             st.nextDecodeTime = t
             st.fragmentStart = t
         }
-        st.held = (Array(jpeg), t)
+        // The new sample waits at the end of the payload until the next one gives its duration.
+        st.payload.append(contentsOf: jpeg)
+        st.held = (jpeg.count, t)
         try flushIfDue()
     }
 
@@ -291,9 +296,10 @@ public final class MovieWriter {
         try flushIfDue()
     }
 
-    private func place(_ st: TrackState, data: [UInt8], duration: UInt32) {
-        st.payload += data
-        st.sizes.append(UInt32(data.count))
+    /// Makes the held sample (already at the end of the payload) a complete one.
+    private func place(_ st: TrackState, size: Int, duration: UInt32) {
+        st.held = nil
+        st.sizes.append(UInt32(size))
         st.durations.append(duration)
         st.lastDuration = duration
         st.nextDecodeTime += UInt64(duration)
@@ -323,7 +329,7 @@ public final class MovieWriter {
             for k in st.sizes.indices { b.u32(st.durations[k]); b.u32(st.sizes[k]) }
             b.end()
             b.end()
-            mdatOffset += st.payload.count
+            mdatOffset += st.completeBytes
         }
         b.end() // moof
         let moofSize = b.bytes.count
@@ -331,9 +337,7 @@ public final class MovieWriter {
         let mdatSize = 8 + mdatOffset
         if mdatSize > Int(UInt32.max) { throw SinkError.invalidArgument(name: "fragment", reason: "larger than 4 GiB") }
         b.u32(UInt32(mdatSize)); b.fourcc("mdat")
-        var parts: [[UInt8]] = [b.bytes]
-        for st in states where !st.sizes.isEmpty { parts.append(st.payload) }
-        try withPointers(parts) { try file.writev($0) }
+        try withPayloads(b.bytes, states.filter { !$0.sizes.isEmpty }) { try file.writev($0) }
         if syncEachFragment { try file.sync() }
         for st in states where !st.sizes.isEmpty {
             st.samplesWritten += UInt64(st.sizes.count)
@@ -341,17 +345,20 @@ public final class MovieWriter {
             st.fragmentStart = st.nextDecodeTime
             st.sizes.removeAll(keepingCapacity: true)
             st.durations.removeAll(keepingCapacity: true)
-            st.payload.removeAll(keepingCapacity: true)
+            // Keep the held sample's bytes (at the end) for the next fragment.
+            st.payload.removeFirst(st.completeBytes)
         }
     }
 
-    private func withPointers<R>(_ arrays: [[UInt8]], _ body: ([UnsafeRawBufferPointer]) throws -> R) rethrows -> R {
+    /// The moof+mdat header followed by the complete samples of each track, as buffers for one writev.
+    private func withPayloads<R>(_ header: [UInt8], _ tracks: [TrackState], _ body: ([UnsafeRawBufferPointer]) throws -> R) rethrows -> R {
         var ptrs: [UnsafeRawBufferPointer] = []
         func rec(_ i: Int) throws -> R {
-            if i == arrays.count { return try body(ptrs) }
-            return try arrays[i].withUnsafeBytes { p in ptrs.append(p); return try rec(i + 1) }
+            if i == tracks.count { return try body(ptrs) }
+            let n = tracks[i].completeBytes
+            return try tracks[i].payload.withUnsafeBytes { p in ptrs.append(UnsafeRawBufferPointer(rebasing: p[0..<n])); return try rec(i + 1) }
         }
-        return try rec(0)
+        return try header.withUnsafeBytes { h in ptrs.append(h); return try rec(0) }
     }
 
     /// Writes the held last frame (with the previous frame's duration, or `lastFrameDuration`)
@@ -362,8 +369,7 @@ public final class MovieWriter {
                 var d = st.lastDuration
                 if let ns = lastFrameDurationNanoseconds { d = UInt32(max(1, (Double(ns) * Double(st.timescale) / 1e9).rounded())) }
                 if d == 0 { d = st.timescale / 30 }
-                place(st, data: h.data, duration: d)
-                st.held = nil
+                place(st, size: h.size, duration: d)
             }
         }
         try writeFragment()

@@ -147,4 +147,43 @@ import Viewfinder
         output.finish(error: nil)
         try? FileManager.default.removeItem(atPath: dir)
     }
+
+    @Test func audioFromAnotherThreadGoesIntoASecondTrack() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/av.mov"
+        var s = MovieOutputSettings()
+        s.audio = PCMFormat(sampleRate: 16000, channels: 1)
+        let output = MovieFileOutput(settings: s)
+        let events = RecordingEvents()
+        try output.start(configuration: config(format))
+        try output.startRecording(to: path, delegate: events)
+        let pool = FramePool(format: format, count: 4)
+        // 20 ms audio blocks, stamped on the video's clock, delivered from another thread.
+        let audio = EngineThread(name: "test-audio") {
+            var pcm = [Int16](repeating: 0, count: 320)
+            for k in 0..<320 { pcm[k] = Int16(6000 * sin(Double(k) * 2 * .pi * 440 / 16000)) }
+            for b in 0..<100 {
+                pcm.withUnsafeBytes { output.appendAudio($0, timestamp: Timestamp(nanoseconds: 10_000_000_000 + UInt64(b) * 20_000_000)) }
+                usleep(200)
+            }
+        }
+        feed(output, pool: pool, range: 0..<60) { _, _ in usleep(400) }
+        audio.join()
+        output.stopRecording()
+        feed(output, pool: pool, range: 60..<62)
+        output.finish(error: nil)
+        let (_, summary, error) = try #require(events.finished.first)
+        #expect(error == nil)
+        #expect(summary.frames == 60)
+        let probe = try ffprobe(path)
+        #expect(probe.streams.count == 2)
+        let a = try #require(probe.stream("audio"))
+        #expect(a["codec_name"] as? String == "pcm_s16le")
+        #expect(intValue(a["sample_rate"]) == 16000)
+        // Audio that arrived while recording, up to the last fragment; never more than was sent.
+        let ad = doubleValue(a["duration"]) ?? 0
+        #expect(ad > 0.5 && ad <= 2.0 + 0.001, "audio duration \(ad)")
+        #expect(try ffmpegDecodeErrors(path) == "")
+        try? FileManager.default.removeItem(atPath: dir)
+    }
 }
