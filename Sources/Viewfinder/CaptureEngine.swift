@@ -99,9 +99,11 @@ public final class EngineStatistics: Sendable {
     func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
     func markStart() { startTime.store(monotonicNanoseconds(), ordering: .relaxed) }
     func markEnd() { endTime.store(monotonicNanoseconds(), ordering: .relaxed) }
+    /// Copies the chain's per-stage means into the shared snapshot, in place: no allocation.
     func publishStageTimes(_ chain: StageChain) {
-        let m = chain.meanMicroseconds
-        stageTimes.withLock { t in for i in t.indices { t[i] = m[i] } }
+        stageTimes.withLock { t in
+            for i in t.indices { t[i] = chain.meanMicroseconds(stage: i) }
+        }
     }
 }
 

@@ -79,6 +79,12 @@ public final class StageChain {
         }
     }
 
+    /// Mean time per call of stage `i`, µs.
+    @inline(__always)
+    public func meanMicroseconds(stage i: Int) -> Double {
+        stageCalls[i] == 0 ? 0 : Double(stageNanoseconds[i]) / Double(stageCalls[i]) / 1000
+    }
+
     /// Mean time per call of each stage, µs.
     public var meanMicroseconds: [Double] {
         zip(stageNanoseconds, stageCalls).map { $1 == 0 ? 0 : Double($0) / Double($1) / 1000 }
