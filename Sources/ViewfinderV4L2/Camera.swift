@@ -135,6 +135,11 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
         pending.reserveCapacity(8)
     }
 
+    deinit {
+        // Reached once streaming has stopped (the lent frames hold the camera as their recycler).
+        handle?.close()
+    }
+
     /// The device's current format and rate (`G_FMT`, `G_PARM`), when the engine handles the format.
     private static func activeConfiguration(_ h: V4L2Handle) -> StreamConfiguration? {
         guard case .success(let pix) = h.getFormat(), let pf = PixelFormat(fourcc: pix.pixelformat),
@@ -299,7 +304,7 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             return .unsupportedFormat(device: path, requested: "\(request!.pixelFormat) \(request!.width)x\(request!.height)", available: offered())
         case _ where e.meansDisconnected: return .disconnected(device: path)
         case .permissionDenied, .notPermitted: return .permissionDenied(device: path)
-        default: return .io(device: path, operation: operation, errno: e.rawValue, message: e.description)
+        default: return .io(device: path, operation: operation, errno: e.rawValue, message: e.message)
         }
     }
 
@@ -506,7 +511,7 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
         case .success(let e): ev = e
         case .failure(let e):
             if e.meansDisconnected { throw DeviceError.disconnected(device: path) }
-            throw DeviceError.io(device: path, operation: "poll", errno: e.rawValue, message: e.description)
+            throw DeviceError.io(device: path, operation: "poll", errno: e.rawValue, message: e.message)
         }
         if ev.contains(.priority) { try drainEvents(h) }
         if ev.contains(.input) || ev.contains(.error) || ev.contains(.hangup) {
@@ -534,7 +539,7 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             }
             if e.meansDisconnected { throw DeviceError.disconnected(device: path) }
             if e == .pipe { return .endOfStream }
-            throw DeviceError.io(device: path, operation: "VIDIOC_DQBUF", errno: e.rawValue, message: e.description)
+            throw DeviceError.io(device: path, operation: "VIDIOC_DQBUF", errno: e.rawValue, message: e.message)
         }
         let receive = monotonicNanoseconds()
         let i = Int(b.index)

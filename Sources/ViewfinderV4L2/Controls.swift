@@ -85,7 +85,7 @@ public final class V4L2Controls: DeviceControlling, @unchecked Sendable {
         case _ where e.meansDisconnected:
             return .disconnected(device: device)
         default:
-            return .io(device: device, operation: "\(operation) '\(d.name)'", errno: e.rawValue, message: e.description)
+            return .io(device: device, operation: "\(operation) '\(d.name)'", errno: e.rawValue, message: e.message)
         }
     }
 

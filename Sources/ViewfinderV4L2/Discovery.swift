@@ -179,7 +179,7 @@ enum V4L2Enumerator {
         case .permissionDenied, .notPermitted: return .permissionDenied(device: device)
         case .busy: return .busy(device: device)
         case .notTTY, .invalidArgument: return .unknownDevice(device, reason: "not a V4L2 device (\(operation): \(e))")
-        default: return .io(device: device, operation: operation, errno: e.rawValue, message: e.description)
+        default: return .io(device: device, operation: operation, errno: e.rawValue, message: e.message)
         }
     }
 }

@@ -28,7 +28,9 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
     public static let pipe = Errno(rawValue: EPIPE)
     public static let noDeviceOrAddress = Errno(rawValue: ENXIO)
 
-    public var description: String { String(cString: strerror(rawValue)) + " (errno \(rawValue))" }
+    /// The system's text for the error (`strerror`).
+    public var message: String { String(cString: strerror(rawValue)) }
+    public var description: String { message + " (errno \(rawValue))" }
 
     /// Whether the error means the device is gone (unplugged).
     public var meansDisconnected: Bool { self == .noDevice || self == .ioError || self == .noDeviceOrAddress }

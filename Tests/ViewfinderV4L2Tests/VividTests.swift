@@ -170,6 +170,47 @@ struct VividTests {
         #expect(consumer.finished.withLock { $0 })
     }
 
+    /// vivid's fault injection: a buffer flagged with an error is one corrupt drop; dropped
+    /// buffers are driver gaps; a failing STREAMON is a clear error and a retry works.
+    @Test func vividFaultInjectionIsCountedAndReported() throws {
+        let d = try vividDevice()
+        let cam = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { cam.close() }
+        _ = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 180, fps: 60, bufferCount: 8))
+        let c = cam.v4l2Controls
+        try c.set("inject_vidioc_streamon_error", to: 1)
+        do {
+            try cam.start()
+            Issue.record("STREAMON succeeded despite the injected error")
+        } catch let e as DeviceError {
+            print("injected STREAMON error: \(e)")
+            #expect("\(e)".contains("STREAMON"))
+        }
+        try cam.start()
+        func drain(_ n: Int) throws -> (frames: Int, lost: [DropReason: Int]) {
+            var frames = 0, lost: [DropReason: Int] = [:]
+            let t0 = monotonicNanoseconds()
+            while frames < n && monotonicNanoseconds() - t0 < 10_000_000_000 {
+                switch try cam.next(timeoutNanoseconds: 500_000_000) {
+                case .frame(let f): frames += 1; f.release()
+                case .lost(let r, let k): lost[r, default: 0] += k
+                default: break
+                }
+            }
+            return (frames, lost)
+        }
+        _ = try drain(5)
+        try c.set("inject_v4l2_buf_flag_error", to: 1)
+        let a = try drain(10)
+        print("after inject_v4l2_buf_flag_error: \(a.frames) frames, lost \(a.lost)")
+        #expect(a.lost[.corrupt] == 1)
+        try c.set("percentage_of_dropped_buffers", to: 50)
+        let b = try drain(30)
+        try c.set("percentage_of_dropped_buffers", to: 0)
+        print("with 50% dropped buffers: \(b.frames) frames, lost \(b.lost); camera \(cam.counters)")
+        #expect((b.lost[.driverGap] ?? 0) > 5)
+    }
+
     /// Frames per second and CPU at 1920x1080 YUYV (vivid runs about 5 fps under emulation).
     @Test func fullHDThroughput() throws {
         let d = try vividDevice()
