@@ -57,9 +57,11 @@ public enum MovieWriterBenchmark {
         public var framesInFile: Int
         public var seconds: Double
         public var bytes: UInt64
+        /// Process CPU time spent (all threads).
+        public var cpuSeconds: Double
         public var fps: Double { Double(frames) / seconds }
         public var description: String {
-            "\(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps, \(framesInFile) in the file, \(bytes / 1024) KiB"
+            "\(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps (CPU \(String(format: "%.2f", cpuSeconds * 1000 / Double(frames))) ms/frame), \(framesInFile) in the file, \(bytes / 1024) KiB"
         }
     }
 
@@ -85,6 +87,7 @@ public enum MovieWriterBenchmark {
         let done = Done()
         try output.start(configuration: StreamConfiguration(format: source[0].format, interval: FrameInterval(fps: 30), bufferCount: 8))
         try output.startRecording(to: path, delegate: done)
+        let c0 = processCPUSeconds()
         let t0 = monotonicNanoseconds()
         for i in 0..<frames {
             let f = source[i % source.count]
@@ -94,8 +97,9 @@ public enum MovieWriterBenchmark {
         }
         output.finish(error: nil)
         let seconds = Double(monotonicNanoseconds() - t0) / 1e9
+        let cpu = processCPUSeconds() - c0
         if let e = done.error { throw e }
-        return Result(frames: frames, framesInFile: done.summary?.frames ?? 0, seconds: seconds, bytes: done.summary?.bytes ?? 0)
+        return Result(frames: frames, framesInFile: done.summary?.frames ?? 0, seconds: seconds, bytes: done.summary?.bytes ?? 0, cpuSeconds: cpu)
     }
 }
 
@@ -107,9 +111,10 @@ public enum DumpBenchmark {
         public var seconds: Double
         public var rawBytes: UInt64
         public var fileBytes: UInt64
+        public var cpuSeconds: Double = 0
         public var fps: Double { Double(frames) / seconds }
         public var description: String {
-            "\(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps, \(String(format: "%.0f", Double(rawBytes) / seconds / 1e6)) MB/s raw, ratio \(String(format: "%.2f", Double(rawBytes) / Double(max(fileBytes, 1))))"
+            "\(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps (CPU \(String(format: "%.2f", cpuSeconds * 1000 / Double(frames))) ms/frame), \(String(format: "%.0f", Double(rawBytes) / seconds / 1e6)) MB/s raw, ratio \(String(format: "%.2f", Double(rawBytes) / Double(max(fileBytes, 1))))"
         }
     }
 
@@ -119,6 +124,7 @@ public enum DumpBenchmark {
         let path = directory + "/vf-dumpbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).vfdump"
         defer { unlink(path) }
         let writer = try RawDumpWriter(path: path, format: source[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration)
+        let c0 = processCPUSeconds()
         let t0 = monotonicNanoseconds()
         for i in 0..<frames {
             let f = source[i % source.count]
@@ -128,7 +134,7 @@ public enum DumpBenchmark {
         }
         try writer.close()
         let seconds = Double(monotonicNanoseconds() - t0) / 1e9
-        return Result(frames: frames, seconds: seconds, rawBytes: writer.rawBytes, fileBytes: writer.bytesWritten)
+        return Result(frames: frames, seconds: seconds, rawBytes: writer.rawBytes, fileBytes: writer.bytesWritten, cpuSeconds: processCPUSeconds() - c0)
     }
 
     /// Reading it back (checksums verified, LZ4 decoded) into one frame.
@@ -142,10 +148,11 @@ public enum DumpBenchmark {
         try writer.close()
         let reader = try RawDumpReader(path: path)
         let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
+        let c0 = processCPUSeconds()
         let t0 = monotonicNanoseconds()
         for i in 0..<reader.frameCount { try reader.read(i, into: frame) }
         let seconds = Double(monotonicNanoseconds() - t0) / 1e9
-        return Result(frames: frames, seconds: seconds, rawBytes: writer.rawBytes, fileBytes: writer.bytesWritten)
+        return Result(frames: frames, seconds: seconds, rawBytes: writer.rawBytes, fileBytes: writer.bytesWritten, cpuSeconds: processCPUSeconds() - c0)
     }
 }
 
@@ -167,5 +174,59 @@ public enum PhotoBenchmark {
 public enum LZ4Probe {
     public static func compress(_ src: UnsafeRawBufferPointer, _ dst: UnsafeMutableRawPointer, accel: Int32) -> Int32 {
         LZ4_compress_fast(src.baseAddress!.assumingMemoryBound(to: CChar.self), dst.assumingMemoryBound(to: CChar.self), Int32(src.count), LZ4_compressBound(Int32(src.count)), accel)
+    }
+}
+
+/// Process CPU time (user + system), seconds.
+public func processCPUSeconds() -> Double {
+    var u = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &u)
+    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+}
+
+/// The movie benchmark side by side with GStreamer's `videotestsrc ! jpegenc ! qtmux ! filesink`
+/// (single-threaded, and with a `queue` splitting it over two threads), in the same run.
+public enum MovieComparison {
+    public struct Entry: Sendable, CustomStringConvertible {
+        public var name: String
+        public var frames: Int
+        public var seconds: Double
+        public var fps: Double { Double(frames) / seconds }
+        public var description: String { "\(name): \(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps" }
+    }
+
+    /// Runs one GStreamer pipeline (nil when gst-launch-1.0 is not installed or fails).
+    public static func gstreamer(_ pipeline: String, frames: Int, name: String) -> Entry? {
+        let gst = "/usr/bin/gst-launch-1.0"
+        guard FileManager.default.isExecutableFile(atPath: gst) else { return nil }
+        let out = "/tmp/vf-gstbench-\(getpid()).mov"
+        defer { unlink(out) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: gst)
+        p.arguments = ["-q"] + pipeline.replacingOccurrences(of: "NUM", with: String(frames)).replacingOccurrences(of: "OUT", with: out).split(separator: " ").map(String.init)
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        let t0 = monotonicNanoseconds()
+        guard (try? p.run()) != nil else { return nil }
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { return nil }
+        return Entry(name: name, frames: frames, seconds: Double(monotonicNanoseconds() - t0) / 1e9)
+    }
+
+    public static let pipelines: [(String, String)] = [
+        ("gstreamer jpegenc ! qtmux", "videotestsrc num-buffers=NUM ! video/x-raw,width=1920,height=1080 ! jpegenc ! qtmux ! filesink location=OUT"),
+        ("gstreamer queue ! jpegenc ! qtmux", "videotestsrc num-buffers=NUM ! video/x-raw,width=1920,height=1080 ! queue ! jpegenc ! qtmux ! filesink location=OUT"),
+        ("gstreamer YUY2 queue ! jpegenc ! qtmux", "videotestsrc num-buffers=NUM ! video/x-raw,format=YUY2,width=1920,height=1080 ! queue ! jpegenc ! qtmux ! filesink location=OUT"),
+    ]
+
+    /// GStreamer's pipelines, then Viewfinder's movie output with 1 and 2 encoder threads.
+    public static func run(frames: Int = 300, directory: String = "/tmp") throws -> [Entry] {
+        var out: [Entry] = []
+        for (name, p) in pipelines { if let e = gstreamer(p, frames: frames, name: name) { out.append(e) } }
+        for t in [1, 2] {
+            let r = try MovieWriterBenchmark.run(frames: frames, threads: t, directory: directory)
+            out.append(Entry(name: "viewfinder movie output, \(t) encoder thread\(t > 1 ? "s" : "")", frames: r.framesInFile, seconds: r.seconds))
+        }
+        return out
     }
 }
