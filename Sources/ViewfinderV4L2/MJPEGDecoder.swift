@@ -111,3 +111,43 @@ public final class MJPEGDecoder {
         target.bytesUsed = used
     }
 }
+
+/// Decodes MJPEG frames into frames of its own pool, for a consumer or stage that needs pixels.
+///
+/// The pool is sized on the first frame (from the JPEG header and the scale), so nothing is
+/// allocated per frame afterwards. A damaged JPEG throws (count it as ``DropReason/corrupt``);
+/// nil means every decoded frame is still held (count it as ``DropReason/outOfBuffers``).
+/// Used by one thread at a time.
+public final class MJPEGFrameDecoder {
+    public let scaleDenominator: Int
+    public let poolSize: Int
+    private let decoder: MJPEGDecoder
+    private var pool: FramePool?
+
+    public init(scaleDenominator: Int = 1, poolSize: Int = 4) throws(MJPEGError) {
+        guard MJPEGDecoder.scaleDenominators.contains(scaleDenominator) else {
+            throw .invalidScale(scaleDenominator, allowed: MJPEGDecoder.scaleDenominators)
+        }
+        self.scaleDenominator = scaleDenominator
+        self.poolSize = max(1, poolSize)
+        self.decoder = try MJPEGDecoder()
+    }
+
+    /// The decoded frame (one reference, the caller releases it), with the source's timing and
+    /// metadata; nil when the pool is exhausted.
+    public func decode(_ source: Frame) throws(MJPEGError) -> Frame? {
+        let jpeg = UnsafeRawBufferPointer(source.bytes)
+        let fmt = try decoder.outputFormat(for: try decoder.header(jpeg), scaleDenominator: scaleDenominator)
+        if pool == nil || pool!.frameCapacity < fmt.maxByteCount {
+            pool = FramePool(format: fmt, count: poolSize)
+        }
+        guard let out = pool!.acquire() else { return nil }
+        do {
+            try decoder.decode(source, scaleDenominator: scaleDenominator, into: out)
+        } catch {
+            out.release()
+            throw error
+        }
+        return out
+    }
+}

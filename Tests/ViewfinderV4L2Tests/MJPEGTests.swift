@@ -85,3 +85,25 @@ import CTurboJPEG
         expectLost(try nextEvent(cam), .corrupt, 1)
     }
 }
+
+@Suite struct MJPEGFrameDecoderTests {
+    @Test func decodesIntoItsOwnPoolAndReportsExhaustion() throws {
+        let jpeg = makeJPEG(width: 640, height: 480)
+        let src = Frame(capacity: 1 << 20, format: FrameFormat(.mjpeg, width: 640, height: 480))
+        src.bytesUsed = jpeg.count
+        for (i, b) in jpeg.enumerated() { src.data.storeBytes(of: b, toByteOffset: i, as: UInt8.self) }
+        src.sequence = 42
+        let d = try MJPEGFrameDecoder(scaleDenominator: 2, poolSize: 2)
+        let a = try #require(try d.decode(src))
+        let b = try #require(try d.decode(src))
+        #expect(a.format == FrameFormat(.yuv422p, width: 320, height: 240))
+        #expect(a.sequence == 42 && a.referenceCount == 1)
+        #expect(try d.decode(src) == nil) // both pool frames held
+        a.release()
+        let c = try #require(try d.decode(src))
+        c.release(); b.release()
+        src.bytesUsed = jpeg.count / 3 // damaged
+        #expect(throws: MJPEGError.self) { try d.decode(src) }
+        #expect(throws: MJPEGError.invalidScale(5, allowed: [1, 2, 4, 8])) { try MJPEGFrameDecoder(scaleDenominator: 5) }
+    }
+}
