@@ -27,6 +27,8 @@ public enum PhotoCaptureError: Error, Equatable, CustomStringConvertible {
     case sessionEnded
     case bracketingUnavailable(String)
     case encodingFailed(String)
+    case cancelled
+    case timedOut
 
     public var description: String {
         switch self {
@@ -36,6 +38,8 @@ public enum PhotoCaptureError: Error, Equatable, CustomStringConvertible {
         case .sessionEnded: return "the session ended before the capture completed"
         case .bracketingUnavailable(let r): return "exposure bracketing is not possible: \(r)"
         case .encodingFailed(let r): return "encoding the photo failed: \(r)"
+        case .cancelled: return "the capture was cancelled"
+        case .timedOut: return "no frame arrived in time for the capture"
         }
     }
 }

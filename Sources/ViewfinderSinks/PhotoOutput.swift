@@ -112,9 +112,27 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     public func capturePhotos(settings: PhotoSettings, timeoutSeconds: Double = 10) throws -> [CapturePhoto] {
         let collector = Collector()
         capture(settings: settings, delegate: collector)
-        guard collector.wait(timeoutSeconds: timeoutSeconds) else { throw PhotoCaptureError.sessionEnded }
+        if !collector.wait(timeoutSeconds: timeoutSeconds) {
+            // No frames came: withdraw the capture (the delegate still hears the end of it).
+            cancel(uniqueID: settings.uniqueID)
+            _ = collector.wait(timeoutSeconds: 5)
+            throw PhotoCaptureError.timedOut
+        }
         return try collector.result()
     }
+
+    /// Withdraws a capture that has not completed: it ends with ``PhotoCaptureError/cancelled``
+    /// (at once if it is still queued, at the next frame if it is in progress).
+    public func cancel(uniqueID: Int64) {
+        let queued = lock.withLock { () -> Job? in
+            if let i = queue.firstIndex(where: { $0.settings.uniqueID == uniqueID }) { return queue.remove(at: i) }
+            cancelled.insert(uniqueID)
+            return nil
+        }
+        if let queued { fail(queued, .cancelled) }
+    }
+
+    private var cancelled = Set<Int64>()
 
     private func validate(_ s: PhotoSettings) -> String? {
         if case .jpeg(let q, _) = s.codec, !(1...100).contains(q) { return "JPEG quality \(q) is outside 1...100" }
@@ -152,6 +170,11 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             current = lock.withLock { queue.isEmpty ? nil : queue.removeFirst() }
         }
         guard let job = current else { return }
+        if lock.withLock({ cancelled.remove(job.settings.uniqueID) != nil }) {
+            fail(job, .cancelled)
+            current = nil
+            return
+        }
         step(job, frame)
         if job.finished { current = nil }
     }

@@ -261,4 +261,30 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
         #expect(throws: SinkError.corruptData("YUYV 64x48 frame has 100 bytes, needs 6144")) { _ = try JPEGEncoder().encode(frame, quality: 90) }
         #expect(throws: SinkError.self) { _ = try [UInt8](repeating: 7, count: 50).withUnsafeBytes { try JPEGMarkers.makeStandalone($0, exif: nil) } }
     }
+
+    @Test func aCaptureWithoutFramesTimesOutAndIsWithdrawn() throws {
+        let output = PhotoOutput()
+        try output.start(configuration: config(format))
+        #expect(throws: PhotoCaptureError.timedOut) { _ = try output.capturePhotos(settings: PhotoSettings(), timeoutSeconds: 0.1) }
+        // A later frame does not revive it; a new capture works.
+        let events = PhotoEvents()
+        output.capture(settings: PhotoSettings(), delegate: events)
+        let f = Frame(capacity: format.maxByteCount, format: format)
+        fillFrame(f, index: 0)
+        output.consume(f)
+        #expect(events.calls == PhotoEvents.expected(1))
+        #expect(events.finalError == nil)
+        // Cancelling a capture in progress ends it at the next frame, with every callback.
+        let controls = FakeExposureControls()
+        output.bracketer = DeviceExposureBracketer(controls: controls)
+        let bracket = PhotoSettings(exposureBiases: [-1, 1])
+        let b = PhotoEvents()
+        output.capture(settings: bracket, delegate: b)
+        output.consume(f)
+        output.cancel(uniqueID: bracket.uniqueID)
+        output.consume(f)
+        #expect(b.calls == PhotoEvents.expected(2))
+        #expect(b.finalError == .cancelled)
+        #expect(controls.values["exposure_time_absolute"] == 100)
+    }
 }
