@@ -64,8 +64,8 @@ public struct ExposureOptions: StageOptions {
     public var hysteresis: Double = 0.25
     /// Consecutive frames beyond `hysteresis` before a converged loop adjusts again.
     public var patience: Int = 3
-    /// Luma is proportional to exposure^(1/gamma): 1 for linear data, 2 for the sim camera, 2.2 for sRGB-like cameras.
-    public var responseGamma: Double = 2
+    /// Luma is proportional to exposure^(1/gamma): 1 for linear data, 2.2 for sRGB-like cameras and the sim.
+    public var responseGamma: Double = 2.2
 
     public init() {}
 
@@ -87,7 +87,7 @@ public struct ExposureOptions: StageOptions {
             .double("tolerance", \.tolerance, range: 0.01...1, unit: "EV", "Error below which the loop is converged"),
             .double("hysteresis", \.hysteresis, range: 0.02...2, unit: "EV", "Error that makes a converged continuous loop adjust again"),
             .int("patience", \.patience, range: 1...60, unit: "frames", "Frames beyond the hysteresis before re-adjusting"),
-            .double("response_gamma", \.responseGamma, range: 1...3, "Luma ~ exposure^(1/gamma): 1 linear sensor data, 2 the sim camera (square-root tone curve), 2.2 sRGB-like cameras"),
+            .double("response_gamma", \.responseGamma, range: 1...3, "Luma ~ exposure^(1/gamma): 1 for linear sensor data, 2.2 for sRGB-like cameras and the sim camera (its gamma option)"),
         ]
     }
 

@@ -62,6 +62,8 @@ public enum Pyramid {
 }
 
 /// Global motion between two frames: translation, rotation and scale about the picture centre.
+/// Conventions as ``SimulationTruth``: positive dx/dy move the content right/down, a positive
+/// angle turns it counter-clockwise as seen.
 ///
 /// Luma is reduced to a pyramid (1/2, 1/4, 1/8). A grid of blocks is matched by SAD search at
 /// 1/8 for a robust coarse shift (the median over blocks), refined per block by Lucas–Kanade at 1/4
@@ -117,12 +119,88 @@ public final class MotionEstimator {
         Pyramid.halve(luma, into: cur[0])
         Pyramid.halve(cur[0], into: cur[1])
         Pyramid.halve(cur[1], into: cur[2])
-        defer { hasPrevious = true }
+        defer {
+            hasPrevious = true
+            savePatches(luma)
+        }
         guard hasPrevious else { return MotionEstimate(confidence: 0) }
-        return match()
+        return match(luma)
     }
 
-    private func match() -> MotionEstimate {
+    /// Half-size of the full-resolution refinement patches.
+    let half0 = 16
+    /// Full-resolution patches of the previous frame around each block centre (with a 1-pixel
+    /// border for gradients), for the final sub-pixel refinement.
+    private lazy var patches = UnsafeMutablePointer<UInt8>.allocate(capacity: centres.count * patchSide * patchSide)
+    private var patchSide: Int { 2 * half0 + 3 }
+    private var patchValid: [Bool] = []
+
+    deinit { patches.deallocate() }
+
+    private func savePatches(_ luma: LumaView) {
+        if patchValid.count != centres.count { patchValid = Array(repeating: false, count: centres.count) }
+        let side = patchSide, r = half0 + 1
+        for (i, c) in centres.enumerated() {
+            let x = c.x * 2, y = c.y * 2
+            guard x - r >= 0, y - r >= 0, x + r < luma.width, y + r < luma.height else { patchValid[i] = false; continue }
+            let dst = patches + i * side * side
+            for j in 0..<side {
+                let src = luma.pointer(x: x - r, y: y - r + j)
+                let row = dst + j * side
+                for k in 0..<side { row[k] = src[k &* luma.pixelStride] }
+            }
+            patchValid[i] = true
+        }
+    }
+
+    /// Lucas–Kanade at full resolution: the previous frame's patch `i` against `luma` from (dx, dy).
+    private func refine(_ i: Int, _ luma: LumaView, dx: Double, dy: Double) -> (dx: Double, dy: Double, w: Double)? {
+        guard i < patchValid.count, patchValid[i] else { return nil }
+        let side = patchSide, h = half0
+        let t = patches + i * side * side
+        let cx = centres[i].x * 2, cy = centres[i].y * 2
+        var gxx: Float = 0, gxy: Float = 0, gyy: Float = 0
+        for j in 1...(2 * h + 1) {
+            let row = t + j * side
+            for k in 1...(2 * h + 1) {
+                let gx = (Float(row[k + 1]) - Float(row[k - 1])) * 0.5
+                let gy = (Float(row[k + side]) - Float(row[k - side])) * 0.5
+                gxx += gx * gx; gxy += gx * gy; gyy += gy * gy
+            }
+        }
+        let det = gxx * gyy - gxy * gxy
+        guard det > 1e-6 else { return nil }
+        var ux = Float(dx), uy = Float(dy)
+        let s = luma.pixelStride, bpr = luma.bytesPerRow
+        for _ in 0..<2 {
+            let sx0 = Float(cx - h) + ux, sy0 = Float(cy - h) + uy
+            guard sx0 >= 0, sy0 >= 0, sx0 + Float(2 * h + 2) < Float(luma.width - 1), sy0 + Float(2 * h + 2) < Float(luma.height - 1) else { return nil }
+            let ix = Int(sx0), iy = Int(sy0)
+            let fx = sx0 - Float(ix), fy = sy0 - Float(iy)
+            var bx: Float = 0, by: Float = 0
+            for j in 0...(2 * h) {
+                let row = t + (j + 1) * side
+                let p = luma.pointer(x: ix, y: iy + j)
+                for k in 0...(2 * h) {
+                    let q = p + k &* s
+                    let a = Float(q[0]), b = Float(q[s]), c = Float(q[bpr]), d = Float(q[bpr &+ s])
+                    let top = a + (b - a) * fx
+                    let v = top + ((c + (d - c) * fx) - top) * fy
+                    let gx = (Float(row[k + 2]) - Float(row[k])) * 0.5
+                    let gy = (Float(row[k + 1 + side]) - Float(row[k + 1 - side])) * 0.5
+                    let e = Float(row[k + 1]) - v
+                    bx += gx * e; by += gy * e
+                }
+            }
+            let du = (gyy * bx - gxy * by) / det
+            let dv = (gxx * by - gxy * bx) / det
+            ux += du; uy += dv
+            if du * du + dv * dv < 1e-4 { break }
+        }
+        return (Double(ux), Double(uy), 0)
+    }
+
+    private func match(_ luma: LumaView) -> MotionEstimate {
         // 1. Coarse: SAD search at 1/8 per block, median shift.
         let p8 = prev[2], c8 = cur[2]
         var n = 0
@@ -155,7 +233,11 @@ public final class MotionEstimator {
             if let r = lk(prev[0], cur[0], c.x, c.y, half: half2, dx: dx * 2, dy: dy * 2, iterations: 3) {
                 dx = r.dx; dy = r.dy; w = r.w
             } else { ok = false }
-            disp[i] = (dx * 2, dy * 2, w, ok)
+            if ok, let r = refine(i, luma, dx: dx * 2, dy: dy * 2), abs(r.dx - dx * 2) < 2, abs(r.dy - dy * 2) < 2 {
+                disp[i] = (r.dx, r.dy, w, ok)
+            } else {
+                disp[i] = (dx * 2, dy * 2, w, ok)
+            }
         }
         // 3. Similarity fit with outlier rejection.
         let cx = Double(width) / 2, cy = Double(height) / 2
@@ -181,7 +263,7 @@ public final class MotionEstimator {
             return MotionEstimate(dx: gx, dy: gy, confidence: n > 0 ? 0.2 : 0)
         }
         let inliers = disp.reduce(0) { $0 + ($1.ok ? 1 : 0) }
-        return MotionEstimate(dx: f.tx, dy: f.ty, angle: f.theta, scale: 1 + f.k, confidence: Double(inliers) / Double(max(1, centres.count)))
+        return MotionEstimate(dx: f.tx, dy: f.ty, angle: -f.theta, scale: 1 + f.k, confidence: Double(inliers) / Double(max(1, centres.count)))
     }
 
     private func residual(_ f: (tx: Double, ty: Double, theta: Double, k: Double), _ i: Int, _ c: (x: Int, y: Int), _ cx: Double, _ cy: Double) -> Double {

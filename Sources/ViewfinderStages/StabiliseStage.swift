@@ -4,8 +4,9 @@ import Viewfinder
 public struct StabiliseOptions: StageOptions {
     /// Frames of look-ahead (the stage's delay).
     public var lookahead: Int = 15
-    /// Gaussian smoothing of the camera path, frames (sigma); 0 = lookahead / 2.
-    public var smoothing: Double = 0
+    /// Gaussian smoothing of the camera path, frames (sigma). The window reaches 3 sigma into the
+    /// past (up to 110 frames) and `lookahead` frames into the future.
+    public var smoothing: Double = 45
     /// Fraction of the picture kept after the crop that hides the borders (zoom = 1/keep).
     public var keep: Double = 0.9
     /// Whether to correct rotation as well as translation.
@@ -18,7 +19,7 @@ public struct StabiliseOptions: StageOptions {
     public static var fields: [OptionField<StabiliseOptions>] {
         [
             .int("lookahead", \.lookahead, range: 0...30, unit: "frames", "Look-ahead of the path smoothing; the stage delays frames by this much (timestamps stay with their frames)"),
-            .double("smoothing", \.smoothing, range: 0...60, unit: "frames", "Sigma of the Gaussian path smoothing (0: lookahead/2)"),
+            .double("smoothing", \.smoothing, range: 1...60, unit: "frames", "Sigma of the Gaussian path smoothing (window: 3 sigma of past, lookahead of future)"),
             .double("keep", \.keep, range: 0.85...1, unit: "fraction", "Part of the picture kept by the crop/zoom that hides the borders (0.85 keeps 85 %)"),
             .bool("rotation", \.rotation, "Correct rotation as well as translation"),
             .double("min_confidence", \.minConfidence, range: 0...1, "Estimates below this confidence count as no motion"),
@@ -31,8 +32,10 @@ public struct StabiliseOptions: StageOptions {
 ///
 /// For each frame the ``MotionEstimator`` measures translation, rotation (and scale) from the
 /// previous frame (`metadata.motion`); the camera path is their sum. The stage holds
-/// `lookahead` frames; when a frame has its look-ahead, the path is smoothed with a Gaussian over
-/// ±`lookahead` frames and the frame is warped in place by (smoothed − actual) path, zoomed by
+/// `lookahead` frames; when a frame has its look-ahead, the path is smoothed with Gaussian weights
+/// (sigma `smoothing`) over up to 3 sigma of past and `lookahead` frames of future — a weighted
+/// mean, blended toward a local linear fit when a deliberate pan would push the correction past
+/// half the crop margin — and the frame is warped in place by (smoothed − actual) path, zoomed by
 /// 1/`keep`, the correction clamped so no border shows (`metadata.correction`, its `scale` the zoom).
 /// Supports YUYV, UYVY, NV12, I420, YUV422P and GREY.
 public final class StabiliseStage: Stage {
@@ -64,7 +67,7 @@ public final class StabiliseStage: Stage {
     public init(options: StabiliseOptions) {
         self.options = options
         zoom = 1 / options.keep
-        sigma = options.smoothing > 0 ? options.smoothing : max(1, Double(options.lookahead) / 2)
+        sigma = options.smoothing
     }
 
     deinit {
@@ -132,22 +135,24 @@ public final class StabiliseStage: Stage {
         guard let frame = held[pos] else { return }
         let t = heldIndex[pos]
         let L = options.lookahead
-        let lo = max(0, t - L, newest - Self.capacity + 1)
+        // Past frames up to 3 sigma (as far as the history reaches), future up to the look-ahead.
+        let past = min(Int(3 * sigma), Self.capacity - L - 2)
+        let lo = max(0, t - past, newest - Self.capacity + 1)
         let hi = min(newest, t + L)
-        var sw = 0.0, sx = 0.0, sy = 0.0, sa = 0.0
-        let inv = 1 / (2 * sigma * sigma)
-        for k in lo...hi {
-            let d = Double(k - t)
-            let w = exp(-d * d * inv)
-            let s = k % Self.capacity
-            sw += w; sx += w * pathX[s]; sy += w * pathY[s]; sa += w * pathA[s]
-        }
-        let s = t % Self.capacity
-        var cx = sx / sw - pathX[s]
-        var cy = sy / sw - pathY[s]
-        var ca = options.rotation ? sa / sw - pathA[s] : 0
-        // Shrink the correction until the zoomed picture covers the frame (no border shows).
+        var sx = smooth(pathX, t, lo, hi), sy = smooth(pathY, t, lo, hi), sa = smooth(pathA, t, lo, hi)
+        // The weighted mean (best against shake) lags behind a deliberate pan; when its correction
+        // nears the crop margin, blend toward the local linear fit, which follows pans.
         let w = frame.format.width, h = frame.format.height
+        let marginX = Double(w) * (1 - options.keep) / 2, marginY = Double(h) * (1 - options.keep) / 2
+        let slot = t % Self.capacity
+        let use = max(abs(sx.mean - pathX[slot]) / max(marginX, 1), abs(sy.mean - pathY[slot]) / max(marginY, 1))
+        let b = min(1, max(0, (use - 0.5) / 0.5))
+        sx.mean += b * (sx.linear - sx.mean); sy.mean += b * (sy.linear - sy.mean); sa.mean += b * (sa.linear - sa.mean)
+        let s = t % Self.capacity
+        var cx = sx.mean - pathX[s]
+        var cy = sy.mean - pathY[s]
+        var ca = options.rotation ? sa.mean - pathA[s] : 0
+        // Shrink the correction until the zoomed picture covers the frame (no border shows).
         var map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
         var tries = 0
         while !covers(map, w, h) && tries < 30 {
@@ -162,6 +167,22 @@ public final class StabiliseStage: Stage {
         }
         frame.metadata.correction = MotionEstimate(dx: cx, dy: cy, angle: ca, scale: zoom, confidence: frame.metadata.motion?.confidence ?? 0)
         warped += 1
+    }
+
+    /// The path at frame `t` smoothed over frames lo...hi with Gaussian weights: the weighted mean,
+    /// and the local linear fit (unbiased for steady pans even with a lopsided window).
+    private func smooth(_ path: [Double], _ t: Int, _ lo: Int, _ hi: Int) -> (mean: Double, linear: Double) {
+        var s0 = 0.0, s1 = 0.0, s2 = 0.0, y0 = 0.0, y1 = 0.0
+        let inv = 1 / (2 * sigma * sigma)
+        for k in lo...hi {
+            let d = Double(k - t)
+            let w = exp(-d * d * inv)
+            let v = path[k % Self.capacity]
+            s0 += w; s1 += w * d; s2 += w * d * d; y0 += w * v; y1 += w * d * v
+        }
+        let det = s0 * s2 - s1 * s1
+        guard det > 1e-9 * s0 * s0 else { return (y0 / s0, y0 / s0) }
+        return (y0 / s0, (s2 * y0 - s1 * y1) / det)
     }
 
     private func covers(_ m: AffineMap, _ w: Int, _ h: Int) -> Bool {

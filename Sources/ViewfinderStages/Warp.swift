@@ -17,10 +17,11 @@ public struct AffineMap: Sendable, Equatable {
     }
 
     /// The map that shows the picture moved by (dx, dy), rotated by `angle` (radians, about the
-    /// centre) and zoomed by `zoom`: destination q = zoom·R(angle)·(p − c) + c + (dx, dy).
+    /// centre, positive counter-clockwise as seen) and zoomed by `zoom`:
+    /// destination q = zoom·R(θ)·(p − c) + c + (dx, dy), with θ = −angle in y-down pixel coordinates.
     public static func correction(dx: Double, dy: Double, angle: Double, zoom: Double, width: Int, height: Int) -> AffineMap {
         let cx = Double(width - 1) / 2, cy = Double(height - 1) / 2
-        let co = cos(angle) / zoom, si = sin(angle) / zoom
+        let co = cos(-angle) / zoom, si = sin(-angle) / zoom
         // p = R(−angle)(q − c − t)/zoom + c
         let a = co, b = si, c = -si, d = co
         let qx = -cx - dx, qy = -cy - dy

@@ -8,6 +8,8 @@ import Viewfinder
 func runExposureLoop(options: ExposureOptions, startExposure: Int64, startGain: Int64, frames: Int, texture: TestTexture, scene: (Int) -> Double = { _ in 1 }) throws -> [(total: Double, state: ControlLoopState?, error: Double?)] {
     let controls = FakeControls(latency: 2, exposure100us: startExposure, gain: startGain)
     let f = FrameFormat(.yuyv, width: 96, height: 72)
+    var options = options
+    options.responseGamma = 2 // the fake renders with the square-root tone curve
     let stage = ExposureStage(options: options)
     try stage.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, isLive: false))
     let frame = Frame(capacity: f.maxByteCount, format: f)

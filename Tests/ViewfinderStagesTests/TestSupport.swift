@@ -93,13 +93,14 @@ func fill(_ frame: Frame, _ value: (Int, Int) -> UInt8) {
 }
 
 /// Renders the texture as the sim's sensor would: `Y = 255·√(min(L·k, 1))`, shifted by
-/// (dx, dy) and rotated by `angle` about the centre (content motion), optionally box-blurred.
+/// (dx, dy) and rotated by `angle` (counter-clockwise as seen) about the centre, optionally box-blurred.
 func render(_ texture: TestTexture, into frame: Frame, exposure: Double = 1, dx: Double = 0, dy: Double = 0, angle: Double = 0, blur: Int = 0, noise: Double = 0, rng: inout TestRNG) {
     let f = frame.format
     let w = f.width, h = f.height
     let cx = Double(w - 1) / 2, cy = Double(h - 1) / 2
     let ox = Double(texture.width - w) / 2, oy = Double(texture.height - h) / 2
-    let co = cos(angle), si = sin(angle)
+    // Positive angle: counter-clockwise as seen (y points down, so the pixel rotation is -angle).
+    let co = cos(-angle), si = sin(-angle)
     var lin = [Float](repeating: 0, count: w * h)
     for y in 0..<h {
         for x in 0..<w {

@@ -1,0 +1,86 @@
+import ArgumentParser
+import Foundation
+import ViewfinderKit
+
+/// `viewfinder process --input IN --stages a,b --output OUT [--metadata frames.jsonl]`: runs stages
+/// over a YUV4MPEG2 file (or stdin) on this thread and writes the result as YUV4MPEG2 (or stdout),
+/// so `ffmpeg … -f yuv4mpegpipe - | viewfinder process --input - --output - … | ffmpeg …` works.
+///
+/// A malformed or truncated input ends the run with an error naming the byte offset; every frame
+/// before it has been processed and written (held look-ahead frames included).
+struct ProcessCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "process",
+        abstract: "Run stages over a YUV4MPEG2 file (4:2:0, 4:2:2, mono) and write YUV4MPEG2.",
+        discussion: "Use - for stdin/stdout. Example: viewfinder process --input in.y4m --stages stabilise:lookahead=15,focus --output out.y4m --metadata frames.jsonl")
+
+    @Option(help: "Input .y4m file, or - for stdin.") var input: String
+    @Option(help: "Stages, e.g. stabilise:lookahead=15,focus:mode=locked (see `viewfinder stages`).") var stages: String = ""
+    @Option(help: "Output .y4m file, or - for stdout.") var output: String
+    @Option(help: "Write one JSON line of metadata per output frame to this file.") var metadata: String?
+    @Flag(help: "Print no summary on stderr.") var quiet = false
+
+    func run() throws {
+        let registry = StageRegistry.builtIn
+        let specs = try StageSpec.parseList(stages).filter(\.enabled)
+        let built = try specs.map { try registry.makeStage($0) }
+        let reader = try Y4MReader(path: input)
+        let format = reader.format
+        let drops = DropCounters()
+        let chain = StageChain(stages: built, drops: drops)
+        let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval)
+        var meta: FileHandle?
+        if let path = metadata {
+            guard FileManager.default.createFile(atPath: path, contents: nil), let h = FileHandle(forWritingAtPath: path) else {
+                throw ValidationError("cannot create the metadata file '\(path)'")
+            }
+            meta = h
+        }
+        defer { try? meta?.close() }
+
+        var written = 0
+        var writeError: (any Error)?
+        let context = StageContext(format: format, frameIntervalNanoseconds: reader.header.interval?.nanoseconds ?? 0, controls: nil, isLive: false)
+        try chain.prepare(format: format, context: context) { frame in
+            defer { frame.release() }
+            guard writeError == nil else { return }
+            do {
+                try writer.write(frame)
+                written += 1
+                if let meta { try meta.write(contentsOf: Data((frame.metadataJSON() + "\n").utf8)) }
+            } catch { writeError = error }
+        }
+        // Enough frames for every stage's look-ahead plus the one being read.
+        let pool = FramePool(format: format, count: chain.delayFrames + 4)
+        var inputError: (any Error)?
+        let start = monotonicNanoseconds()
+        while writeError == nil {
+            guard let frame = pool.acquire() else {
+                throw ValidationError("the stages hold more frames than they declare (\(chain.delayFrames)); cannot continue")
+            }
+            do {
+                guard try reader.read(into: frame) else { frame.release(); break }
+            } catch {
+                frame.release()
+                inputError = error
+                break
+            }
+            frame.receiveTime = monotonicNanoseconds()
+            chain.run(frame)
+        }
+        chain.finish()
+        try writer.flush()
+        writer.close()
+        if let writeError { throw writeError }
+        if !quiet {
+            let secs = Double(monotonicNanoseconds() - start) / 1e9
+            var line = "process: \(reader.framesRead) frames read, \(written) written"
+            let d = drops.byName
+            if !d.isEmpty { line += ", dropped " + d.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
+            line += String(format: ", %.2f s (%.1f fps)", secs, Double(reader.framesRead) / max(secs, 1e-9))
+            for (n, us) in zip(chain.names, chain.meanMicroseconds) { line += String(format: "; %@ %.0f µs/frame", n, us) }
+            FileHandle.standardError.write(Data((line + "\n").utf8))
+        }
+        if let inputError { throw inputError }
+    }
+}

@@ -1,0 +1,106 @@
+import Viewfinder
+
+/// Timing of the stage kernels on a synthetic textured frame, for `Benchmarks/` and reports.
+///
+/// Each kernel runs `iterations` times after a warm-up; the median time is reported. Build with
+/// `-c release` (the package's release flags enable `-target-cpu x86-64-v3`): debug timings mean
+/// nothing.
+public enum StageBenchmarks {
+    public struct Result: Sendable, CustomStringConvertible {
+        public var name: String
+        /// Median time per call, ms.
+        public var milliseconds: Double
+        public var description: String {
+            let r = (milliseconds * 1000).rounded() / 1000
+            return "\(name): \(r) ms"
+        }
+    }
+
+    /// A frame with a deterministic texture (sums of integer sines and a hash) so kernels do work.
+    public static func makeFrame(_ format: FrameFormat, seed: UInt64 = 1, shiftX: Int = 0, shiftY: Int = 0) -> Frame {
+        let f = Frame(capacity: format.maxByteCount, format: format)
+        let p = f.data.assumingMemoryBound(to: UInt8.self)
+        p.initialize(repeating: 128, count: format.maxByteCount)
+        guard let l = format.lumaLayout else { return f }
+        for y in 0..<format.height {
+            for x in 0..<format.width {
+                let sx = x + shiftX, sy = y + shiftY
+                var h = UInt64(truncatingIfNeeded: (sx / 3) &* 73_856_093 ^ (sy / 3) &* 19_349_663) &+ seed
+                h = (h ^ (h >> 13)) &* 0x5BD1_E995
+                let v = 128 + 50 * sin(Double(sx) * 0.031) * cos(Double(sy) * 0.027) + Double(h % 61) - 30
+                p[l.offset + y * l.bytesPerRow + x * l.pixelStride] = UInt8(max(0, min(255, v)))
+            }
+        }
+        return f
+    }
+
+    static func median(_ iterations: Int, _ body: () -> Void) -> Double {
+        body()
+        var t: [Double] = []
+        t.reserveCapacity(iterations)
+        for _ in 0..<iterations {
+            let a = monotonicNanoseconds()
+            body()
+            t.append(Double(monotonicNanoseconds() - a) / 1e6)
+        }
+        t.sort()
+        return t[t.count / 2]
+    }
+
+    /// Runs every kernel on `pixelFormat` frames of `width`×`height`.
+    public static func run(width: Int = 1920, height: Int = 1080, pixelFormat: PixelFormat = .grey, iterations: Int = 50) -> [Result] {
+        let format = FrameFormat(pixelFormat, width: width, height: height)
+        let frame = makeFrame(format)
+        guard let luma = LumaView(frame) else { return [] }
+        var out: [Result] = []
+        let h = LumaHistogram()
+        var sink = 0.0
+        out.append(Result(name: "luma histogram, full frame (\(pixelFormat))", milliseconds: median(iterations) { h.reset(); h.add(luma) }))
+        out.append(Result(name: "luma histogram, 4x4 subsample (\(pixelFormat))", milliseconds: median(iterations) { h.reset(); h.add(luma, step: 4) }))
+        out.append(Result(name: "variance of Laplacian, full frame (\(pixelFormat))", milliseconds: median(iterations) { sink += FocusMeasures.laplacianVariance(luma).variance }))
+        out.append(Result(name: "Tenengrad, full frame (\(pixelFormat))", milliseconds: median(iterations) { sink += FocusMeasures.tenengrad(luma).value }))
+
+        // Exposure and focus stages per frame (their default metering/regions).
+        let context = StageContext(format: format, frameIntervalNanoseconds: 33_333_333)
+        let ae = ExposureStage(options: ExposureOptions())
+        try? ae.prepare(format: format, context: context)
+        out.append(Result(name: "exposure stage (centre-weighted, 4x4 subsample)", milliseconds: median(iterations) { _ = ae.process(frame) }))
+        let af = FocusStage(options: FocusOptions())
+        try? af.prepare(format: format, context: context)
+        out.append(Result(name: "focus stage (30 % window, both measures)", milliseconds: median(iterations) { _ = af.process(frame) }))
+
+        // Motion estimation alone (two alternating frames shifted by (3, 2)), then the whole stage.
+        let other = makeFrame(format, shiftX: 3, shiftY: 2)
+        let est = MotionEstimator(width: width, height: height)
+        var flip = false
+        out.append(Result(name: "motion estimation (\(pixelFormat))", milliseconds: median(iterations) {
+            flip.toggle()
+            sink += est.estimate(LumaView(flip ? other : frame)!).dx
+        }))
+        if pixelFormat != .rgb24 {
+            let scratch = UnsafeMutablePointer<UInt8>.allocate(capacity: format.maxByteCount)
+            scratch.update(from: frame.data.assumingMemoryBound(to: UInt8.self), count: format.maxByteCount)
+            let map = AffineMap.correction(dx: 2.3, dy: -1.7, angle: 0.004, zoom: 1.1, width: width, height: height)
+            out.append(Result(name: "warp, all planes (\(pixelFormat))", milliseconds: median(iterations) { Warp.frame(frame, from: scratch, map: map) }))
+            scratch.deallocate()
+            var o = StabiliseOptions()
+            o.lookahead = 15
+            let st = StabiliseStage(options: o)
+            try? st.prepare(format: format, context: context)
+            out.append(Result(name: "stabilise stage per frame, look-ahead 15 (\(pixelFormat))", milliseconds: median(iterations) {
+                flip.toggle()
+                let f = flip ? other : frame
+                f.retain()
+                if st.process(f) == .hold { while let r = st.nextReady() { r.release() } }
+            }))
+            st.finish()
+            while let r = st.nextReady() { r.release() }
+        }
+        if sink == 12345.678 { out.append(Result(name: "unlikely", milliseconds: sink)) }
+        return out
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

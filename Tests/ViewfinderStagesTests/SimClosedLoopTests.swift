@@ -1,0 +1,200 @@
+import Testing
+import Foundation
+import Viewfinder
+@testable import ViewfinderStages
+
+/// Drives `stage` in a closed loop with the sim camera (unpaced, so no threads): next frame,
+/// process, record, release. `record` sees each processed frame.
+func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: Int, frames: Int, stages: [any Stage], record: (Int, Frame) -> Void) throws {
+    let cam = try SimCamera(deviceString: device)
+    let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: width, height: height, fps: 30))
+    let ctx = StageContext(format: cfg.format, frameIntervalNanoseconds: cfg.interval.nanoseconds, controls: cam.controls, isLive: cam.isLive)
+    for s in stages { try s.prepare(format: cfg.format, context: ctx) }
+    try cam.start()
+    defer { cam.stop() }
+    var i = 0
+    var out: [Frame] = []
+    func deliver(_ f: Frame, from k: Int) {
+        var frame: Frame? = f
+        var idx = k
+        while let fr = frame, idx < stages.count {
+            switch stages[idx].process(fr) {
+            case .forward: idx += 1
+            case .drop: fr.release(); frame = nil
+            case .hold:
+                frame = nil
+                while let r = stages[idx].nextReady() { deliver(r, from: idx + 1) }
+            }
+        }
+        if let fr = frame { out.append(fr) }
+    }
+    var timeouts = 0
+    while i < frames {
+        guard case .frame(let f) = try cam.next(timeoutNanoseconds: 2_000_000_000) else {
+            timeouts += 1
+            try #require(timeouts < 3, "the sim ran out of buffers: a stage holds more frames than the pool has")
+            continue
+        }
+        deliver(f, from: 0)
+        for fr in out { record(i, fr); fr.release(); i += 1 }
+        out.removeAll()
+    }
+    for (k, s) in stages.enumerated() {
+        s.finish()
+        while let r = s.nextReady() { deliver(r, from: k + 1) }
+    }
+    for fr in out { record(i, fr); fr.release(); i += 1 }
+}
+
+@Suite("Closed loops on the sim camera")
+struct SimClosedLoopTests {
+    @Test("exposure: from 4 EV over or under, within 1/6 EV in 10 frames, overshoot < 1/3 EV, no oscillation", arguments: [
+        "exposure=10,gain=16", "exposure=0.6,gain=1", "exposure=10,gain=1",
+    ])
+    func exposure(start: String) throws {
+        var totals: [Double] = [], states: [ControlLoopState?] = [], lumas: [Double] = []
+        try runSim("sim:paced=false,latency=2,seed=4,\(start)", width: 320, height: 240, frames: 40, stages: [ExposureStage(options: ExposureOptions())]) { _, f in
+            let t = f.metadata.truth!
+            totals.append(t.appliedExposure * t.appliedGain)
+            states.append(f.metadata.exposureState)
+            lumas.append(f.metadata.meteredLuma ?? 0)
+        }
+        let final = totals.last!
+        let startEV = log2(totals[0] / final)
+        print("sim AE from \(start): start \(startEV) EV; per frame EV error: \(totals.prefix(14).map { (log2($0 / final) * 100).rounded() / 100 })")
+        for t in 10..<40 { #expect(abs(log2(totals[t] / final)) <= 1.0 / 6, "frame \(t)") }
+        for t in 0..<40 {
+            let e = log2(totals[t] / final)
+            if startEV > 0.5 { #expect(e > -1.0 / 3, "overshoot at frame \(t): \(e) EV") }
+            if startEV < -0.5 { #expect(e < 1.0 / 3, "overshoot at frame \(t): \(e) EV") }
+        }
+        // No oscillation: once converged the exposure does not move again.
+        #expect(Set(totals[15...]).count == 1)
+        #expect(states.last == .converged)
+        // The metered luma ends at the target (110) within 1/6 EV (gamma 2.2: x2^(1/13.2)).
+        #expect(abs(log2(lumas.last! / 110) * 2.2) <= 1.0 / 6)
+    }
+
+    @Test("spot metering follows a bright or a dark point of interest")
+    func spot() throws {
+        // Find the brightest and darkest 10 % cells of the scene at the start exposure.
+        var grid: [(NormalizedPoint, Double)] = []
+        try runSim("sim:paced=false,seed=4", format: .grey, width: 320, height: 240, frames: 1, stages: []) { _, f in
+            let l = LumaView(f)!
+            for gy in 0..<8 { for gx in 0..<8 {
+                let r = PixelRect(x: 20 + gx * 35, y: 20 + gy * 25, width: 32, height: 24)
+                grid.append((NormalizedPoint(x: (Double(r.x) + 16) / 320, y: (Double(r.y) + 12) / 240), LumaStatistics.mean(l, region: r)))
+            } }
+        }
+        grid.sort { $0.1 < $1.1 }
+        let dark = grid.first!.0, bright = grid.last!.0
+        func converge(_ p: NormalizedPoint) throws -> (total: Double, spot: Double) {
+            var o = ExposureOptions()
+            o.metering = .spot; o.point = p; o.spotSize = 0.08
+            var last = (0.0, 0.0)
+            try runSim("sim:paced=false,seed=4", format: .grey, width: 320, height: 240, frames: 30, stages: [ExposureStage(options: o)]) { _, f in
+                last = (f.metadata.truth!.appliedExposure * f.metadata.truth!.appliedGain, f.metadata.meteredLuma!)
+            }
+            return last
+        }
+        let b = try converge(bright), d = try converge(dark)
+        print("spot: bright point needs \(b.total) us*gain, dark point \(d.total)")
+        #expect(b.total < d.total / 1.5)
+        #expect(abs(log2(b.spot / 110) * 2.2) <= 1.0 / 6)
+        #expect(abs(log2(d.spot / 110) * 2.2) <= 1.0 / 6)
+    }
+
+    @Test("autofocus: lens within 2 % of the range in 25 frames from any start", arguments: [(0, 0.5), (1000, 0.25), (500, 1.6), (900, 0.9)])
+    func focus(start: Int, subject: Double) throws {
+        var o = FocusOptions()
+        o.mode = .auto
+        var errors: [Double] = []
+        var states: [ControlLoopState?] = []
+        try runSim("sim:paced=false,focus=\(start),subject=\(subject),seed=2", format: .grey, width: 320, height: 240, frames: 30, stages: [FocusStage(options: o)]) { _, f in
+            let t = f.metadata.truth!
+            errors.append(abs(t.appliedLensPosition - t.inFocusLensPosition))
+            states.append(f.metadata.focusState)
+        }
+        print("sim AF from \(start), subject \(subject) m: lens error per frame \(errors.map { Int($0) })")
+        for t in 25..<30 { #expect(errors[t] <= 20, "frame \(t): \(errors[t])") }
+        #expect(states.last == .locked)
+    }
+
+    @Test("continuous autofocus: at most one re-scan in 300 frames of a static scene")
+    func continuousStatic() throws {
+        let stage = FocusStage(options: FocusOptions())
+        var scanning = 0
+        var lastError = 0.0
+        try runSim("sim:paced=false,focus=100,subject=0.7,seed=6", format: .grey, width: 256, height: 192, frames: 300, stages: [stage]) { i, f in
+            if i >= 30 && f.metadata.focusState == .scanning { scanning += 1 }
+            lastError = abs(f.metadata.truth!.appliedLensPosition - f.metadata.truth!.inFocusLensPosition)
+        }
+        print("continuous AF: \(stage.scanCount) scans, \(scanning) scanning frames after frame 30, final error \(lastError)")
+        #expect(stage.scanCount <= 2)
+        #expect(lastError <= 20)
+    }
+
+    @Test("stabilise: residual high-frequency jitter against the sim's true shake, look-ahead 15")
+    func stabilise() throws {
+        var sx: [Double] = [], sy: [Double] = [], cx: [Double] = [], cy: [Double] = []
+        var seqs: [UInt64] = []
+        var o = StabiliseOptions()
+        o.lookahead = 15
+        try runSim("sim:paced=false,shake=3,seed=9,buffers=24", format: .yuyv, width: 480, height: 270, frames: 150, stages: [StabiliseStage(options: o)]) { _, f in
+            let t = f.metadata.truth!
+            let c = f.metadata.correction!
+            sx.append(t.shakeX); sy.append(t.shakeY); cx.append(c.dx); cy.append(c.dy)
+            seqs.append(f.sequence)
+        }
+        #expect(seqs == (0..<UInt64(seqs.count)).map { $0 })
+        #expect(seqs.count >= 90)
+        let rx = zip(sx, cx).map { $0 + $1 }, ry = zip(sy, cy).map { $0 + $1 }
+        let input = (highFrequencyRMS(sx) + highFrequencyRMS(sy)) / 2
+        let residual = (highFrequencyRMS(rx) + highFrequencyRMS(ry)) / 2
+        print("sim stabilise: input HF jitter \(input) px, residual \(residual) px = \(residual / input * 100) %")
+        #expect(residual / input <= 0.08)
+    }
+}
+
+/// A consumer twice as slow as capture that records the age of each frame it gets.
+final class SlowConsumer: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: `ages` is only touched on the consumer's thread, and read by the test
+    // after `waitUntilFinished()` has joined that thread.
+    let consumerName = "slow"
+    let delayNanoseconds: UInt64
+    var ages: [UInt64] = []
+    var discardsLateFrames: Bool { true }
+    var ringCapacity: Int { 4 }
+    init(delayNanoseconds: UInt64) { self.delayNanoseconds = delayNanoseconds; ages.reserveCapacity(4096) }
+    func consume(_ frame: Frame) {
+        ages.append(DeadlineFilter.age(of: frame))
+        sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + delayNanoseconds)
+    }
+}
+
+@Suite("Deadline in the engine")
+struct DeadlineEngineTests {
+    @Test("a consumer twice as slow as capture: delivered ages bounded (p99 < budget), books balance")
+    func slowConsumer() throws {
+        let cam = try SimCamera(deviceString: "sim:paced=true,fps=60,format=grey,width=160,height=120,buffers=16")
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .grey, width: 160, height: 120, fps: 60))
+        let slow = SlowConsumer(delayNanoseconds: 2 * cfg.interval.nanoseconds)
+        var o = DeadlineOptions()
+        o.maxAgeMs = 100
+        let stage = DeadlineStage(options: o)
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [stage], consumers: [slow], options: EngineOptions(durationSeconds: 2))
+        try engine.start()
+        engine.waitUntilFinished()
+        let st = engine.statistics
+        let c = st.consumers[0]
+        print("deadline: captured \(st.captured), delivered \(st.delivered), engine drops \(st.drops.byName), consumed \(c.consumed), consumer drops \(c.drops.byName)")
+        #expect(st.captured > 60)
+        #expect(st.captured == st.delivered + st.drops.total)
+        #expect(st.delivered == c.consumed + c.drops.total)
+        #expect(c.consumed < st.delivered) // it really was too slow
+        let ages = slow.ages.sorted()
+        let p99 = ages[min(ages.count - 1, Int(Double(ages.count) * 0.99))]
+        print("deadline: consumer frame age p50 \(Double(ages[ages.count / 2]) / 1e6) ms, p99 \(Double(p99) / 1e6) ms, max \(Double(ages.last!) / 1e6) ms")
+        #expect(p99 < 100_000_000)
+    }
+}
