@@ -232,7 +232,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             job.delegate.photoOutput(self, willCapturePhotoFor: job.resolved)
         }
         job.shots.append(Shot(bytes: Array(frame.bytes), format: frame.format, sequence: frame.sequence, timestamp: frame.timestamp,
-                              metadata: frame.metadata, pixelsModified: frame.pixelsModified, bias: bias, date: Date()))
+                              metadata: frame.metadata, pixelsModified: frame.pixelsModified, bias: bias, date: PhotoOutput.wallClock(of: frame.timestamp)))
         job.applied = nil
         guard job.shots.count == job.settings.shotCount else { return }
 
@@ -289,6 +289,19 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         }
         return CapturePhoto(resolvedSettings: job.resolved, photoCount: index + 1, exposureBias: shot.bias, isRawPhoto: raw, format: shot.format,
                             sequence: shot.sequence, timestamp: shot.timestamp, metadata: shot.metadata, captureDate: shot.date, data: data)
+    }
+
+    /// The wall-clock time of a capture timestamp: exact for CLOCK_REALTIME, converted through the
+    /// frame's age for CLOCK_MONOTONIC, now otherwise.
+    static func wallClock(of t: Timestamp) -> Date {
+        switch t.clock {
+        case .realtime: return Date(timeIntervalSince1970: t.seconds)
+        case .monotonic:
+            let now = monotonicNanoseconds()
+            guard t.nanoseconds > 0, t.nanoseconds <= now, now - t.nanoseconds < 3_600_000_000_000 else { return Date() }
+            return Date(timeIntervalSinceNow: -Double(now - t.nanoseconds) / 1e9)
+        default: return Date()
+        }
     }
 
     /// Completes a capture with `error`: the progress calls not made yet, one didFinishProcessing per
