@@ -132,9 +132,36 @@ final class SimScene: @unchecked Sendable {
         cv = .allocate(capacity: chromaWidth * chromaHeight + 64)
         cv.initialize(repeating: 0, count: chromaWidth * chromaHeight + 64)
         fill(self)
+        opticalLowPass()
         var sum: UInt64 = 0
         for i in 0..<(width * height) { sum &+= UInt64(luma[i]) }
         meanLuminance = Double(sum) / Double(width * height) / SimScene.midGrey
+    }
+
+    /// The lens's best-focus MTF and the sensor's anti-aliasing filter: a separable [1 2 1]/4 blur
+    /// applied once to the stored radiance. Without it the scene has full energy at the pixel
+    /// Nyquist frequency, and any sub-pixel resampling (the shake warp) would change sharpness
+    /// from frame to frame far more than a real camera's optics allow, fooling contrast autofocus.
+    private func opticalLowPass() {
+        let w = width, h = height
+        let tmp = UnsafeMutablePointer<UInt32>.allocate(capacity: max(w, h) + 2)
+        defer { tmp.deallocate() }
+        for y in 0..<h {
+            let r = luma + y * w
+            for x in 0..<w { tmp[x] = UInt32(r[x]) }
+            for x in 1..<(w - 1) { r[x] = UInt16((tmp[x - 1] + 2 * tmp[x] + tmp[x + 1] + 2) / 4) }
+        }
+        let prev = UnsafeMutablePointer<UInt32>.allocate(capacity: w)
+        defer { prev.deallocate() }
+        for x in 0..<w { prev[x] = UInt32(luma[x]) }
+        for y in 1..<(h - 1) {
+            let r = luma + y * w, below = luma + (y + 1) * w
+            for x in 0..<w {
+                let c = UInt32(r[x])
+                r[x] = UInt16((prev[x] + 2 * c + UInt32(below[x]) + 2) / 4)
+                prev[x] = c
+            }
+        }
     }
 
     // MARK: Image scenes
