@@ -58,3 +58,41 @@ public enum V4L2Benchmark {
         return spec
     }
 }
+
+import CTurboJPEG
+
+extension V4L2Benchmark {
+    /// Mean TurboJPEG decode time (ms) of a camera-like 4:2:2 q85 JPEG of `width`x`height` at
+    /// 1/`scaleDenominator` scale, through ``MJPEGDecoder`` (what a consumer needing pixels pays).
+    public static func mjpegDecodeMilliseconds(width: Int = 1920, height: Int = 1080, scaleDenominator: Int = 1, iterations: Int = 50) throws -> Double {
+        // A textured scene (gradients plus pseudo-random detail), so the entropy decoder has work.
+        var rgb = [UInt8](repeating: 0, count: width * height * 3)
+        var seed: UInt32 = 12345
+        for y in 0..<height {
+            for x in 0..<width {
+                seed = seed &* 1_103_515_245 &+ 12345
+                let n = UInt8(truncatingIfNeeded: seed >> 30) // sensor-like noise of a few levels
+                let i = (y * width + x) * 3
+                rgb[i] = UInt8(truncatingIfNeeded: x * 255 / width) &+ n
+                rgb[i + 1] = UInt8(truncatingIfNeeded: y * 255 / height) &+ n
+                rgb[i + 2] = UInt8(truncatingIfNeeded: (x + y) & 0xFF) &+ n
+            }
+        }
+        guard let enc = tjInitCompress() else { throw MJPEGError.noDecoder("tjInitCompress failed") }
+        defer { tjDestroy(enc) }
+        var out: UnsafeMutablePointer<UInt8>? = nil
+        var size: UInt = 0
+        guard tjCompress2(enc, rgb, Int32(width), 0, Int32(height), Int32(TJPF_RGB.rawValue), &out, &size, Int32(TJSAMP_422.rawValue), 85, 0) == 0, let out else {
+            throw MJPEGError.corrupt("encoding the benchmark image failed")
+        }
+        defer { tjFree(out) }
+        let jpeg = UnsafeRawBufferPointer(start: out, count: Int(size))
+        let decoder = try MJPEGDecoder()
+        let fmt = try decoder.outputFormat(for: try decoder.header(jpeg), scaleDenominator: scaleDenominator)
+        let target = Frame(capacity: fmt.maxByteCount, format: fmt)
+        try decoder.decode(jpeg, scaleDenominator: scaleDenominator, into: target)
+        let t0 = monotonicNanoseconds()
+        for _ in 0..<iterations { try decoder.decode(jpeg, scaleDenominator: scaleDenominator, into: target) }
+        return Double(monotonicNanoseconds() - t0) / Double(iterations) / 1e6
+    }
+}

@@ -95,5 +95,7 @@ final class PacedDriver: Sendable {
         #expect(r.frames == 500)
         #expect(r.captureNanosecondsPerFrame.isFinite && r.captureNanosecondsPerFrame > 0)
         #expect(r.requeueNanosecondsPerFrame.isFinite && r.requeueNanosecondsPerFrame > 0)
+        let ms = try V4L2Benchmark.mjpegDecodeMilliseconds(width: 320, height: 240, scaleDenominator: 2, iterations: 2)
+        #expect(ms.isFinite && ms > 0)
     }
 }
