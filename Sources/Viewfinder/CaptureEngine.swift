@@ -158,6 +158,17 @@ public final class CaptureEngine: @unchecked Sendable {
         }
     }
 
+    /// Frames a source must be able to have in flight so that a run with these stages and
+    /// consumers never runs out of buffers while every ring is merely full: the stage ring, the
+    /// frame in the chain, the look-ahead the stages hold, and each consumer's ring and the frame
+    /// it is working on, plus two for the source itself. Capped at `limit` (kernel drivers cap
+    /// their buffer counts; beyond it, a live source counts `out_of_buffers` drops).
+    public static func buffersNeeded(stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions, limit: Int = 64) -> Int {
+        let delay = stages.reduce(0) { $0 + $1.delayFrames }
+        let outputs = consumers.reduce(0) { $0 + $1.ringCapacity + 1 }
+        return min(limit, options.stageRingCapacity + 1 + delay + outputs + 2)
+    }
+
     /// The error the run ended with, if any.
     public var runtimeError: (any Error)? { errorBox.withLock { $0 } }
 

@@ -41,7 +41,7 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
     // consume, finish), then read after the engine has joined that thread.
     public let consumerName = "metadata"
     public let path: String
-    public var ringCapacity: Int { 64 }
+    public var ringCapacity: Int { 16 }
     public var overflowPolicy: OverflowPolicy { .dropNewest }
     private var file: UnsafeMutablePointer<FILE>?
     public private(set) var failure: String?

@@ -280,9 +280,6 @@ public final class CaptureSession: @unchecked Sendable {
         guard let request = c.preset.resolve(formats: device.formats, active: device.source.activeConfiguration, requested: device.settings.activeFormat) else {
             throw SessionError.presetUnsupported(preset: c.preset.rawValue, device: device.uniqueID, available: Self.sizes(device.formats))
         }
-        let cfg = try device.source.configure(request)
-        resolved = cfg
-
         // The device's modes become control stages at the head of the chain, configured from the
         // device settings with points of interest mapped to sensor coordinates.
         let videoConnection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
@@ -298,12 +295,18 @@ public final class CaptureSession: @unchecked Sendable {
         if !adopters.isEmpty {
             stages.insert(SettingsApplier(relay: relay, adopters: adopters), at: 0)
         }
+        let consumers: [any FrameConsumer] = connectionsStore.filter { $0.input === input && $0.isEnabled }.map { $0.output }
+        // Enough buffers for the look-ahead the stages hold and for every ring to fill.
+        var sized = request
+        sized.bufferCount = max(request.bufferCount, CaptureEngine.buffersNeeded(stages: stages, consumers: consumers, options: c.engineOptions))
+        let cfg = try device.source.configure(sized)
+        resolved = cfg
+
         relay.publish(settings, connection: videoConnection)
         let relay = self.relay
         device.onSettingsChange = { [weak videoConnection] s in relay.publish(s, connection: videoConnection) }
         try applyManualControls(settings, device: device)
 
-        let consumers: [any FrameConsumer] = connectionsStore.filter { $0.input === input && $0.isEnabled }.map { $0.output }
         let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions, logger: logger)
         e.onRuntimeError = { [weak self] error in
             if case DeviceError.disconnected = error { self?.emit(.wasInterrupted(reason: "video device not available")) }
