@@ -26,7 +26,7 @@ final class RecordingConsumer: FrameConsumer {
 final class PacedDriver: Sendable {
     let stopFlag = LockedBox(false)
     let thread: EngineThread
-    init(_ kernel: FakeV4L2Kernel, intervalMicroseconds: UInt64 = 2000, plan: @escaping @Sendable (Int) -> Void) {
+    init(_ kernel: FakeV4L2Kernel, intervalMicroseconds: UInt64 = 3000, plan: @escaping @Sendable (Int) -> Void) {
         let flag = stopFlag
         thread = EngineThread(name: "fake-driver") {
             var n = 0
@@ -48,7 +48,7 @@ final class PacedDriver: Sendable {
 @Suite struct EngineTests {
     func run(_ kernel: FakeV4L2Kernel, frames: UInt64, consumer: RecordingConsumer, plan: @escaping @Sendable (Int) -> Void) throws -> CaptureEngine {
         let cam = try makeCamera(kernel)
-        let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, bufferCount: 8))
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, bufferCount: 32))
         var options = EngineOptions(frameLimit: frames)
         options.stallTimeoutSeconds = 5
         let engine = CaptureEngine(source: cam, configuration: cfg, stages: [], consumers: [consumer], options: options, logger: quietLogger)
@@ -70,7 +70,11 @@ final class PacedDriver: Sendable {
         let s = engine.statistics
         #expect(engine.runtimeError == nil)
         #expect(s.captured >= 150)
-        #expect(s.drops[.driverGap] == 3, "drops: \(s.drops.byName)")
+        // The driver lost 3 frames on purpose, plus any it had no queued buffer for (only when
+        // this machine starves the capture thread for tens of milliseconds); each counted once.
+        let starvedDrops = UInt64(kernel.statistics().droppedNoBuffer)
+        #expect(s.drops[.driverGap] + s.drops[.outOfBuffers] == 3 + starvedDrops, "drops: \(s.drops.byName)")
+        if starvedDrops == 0 { #expect(s.drops[.driverGap] == 3) }
         #expect(s.drops[.corrupt] == 2, "drops: \(s.drops.byName)")
         #expect(s.captured == s.delivered + s.drops.total)
         let seqs = consumer.sequences.withLock { $0 }
