@@ -436,54 +436,75 @@ public final class SimRenderer {
             let ccol = min(scene.chromaWidth - cw - 1, max(0, Int((hPos / 2).rounded())))
             let cuRow = scene.cu + crow * scene.chromaWidth + ccol
             let cvRow = scene.cv + crow * scene.chromaWidth + ccol
-            let (uDst, vDst): (UnsafeMutablePointer<UInt8>, UnsafeMutablePointer<UInt8>)
-            switch pf {
-            case .i420:
-                let base = frame.data.assumingMemoryBound(to: UInt8.self)
-                let p1 = format.plane(1), p2 = format.plane(2)
-                uDst = base + p1.offset + (y / 2) * p1.bytesPerRow
-                vDst = base + p2.offset + (y / 2) * p2.bytesPerRow
-            case .yuv422p:
-                let base = frame.data.assumingMemoryBound(to: UInt8.self)
-                let p1 = format.plane(1), p2 = format.plane(2)
-                uDst = base + p1.offset + y * p1.bytesPerRow
-                vDst = base + p2.offset + y * p2.bytesPerRow
-            case .mjpeg:
-                uDst = planes! + W * H + y * cw
-                vDst = planes! + W * H + cw * H + y * cw
-            default:
-                uDst = uRow; vDst = vRow
-            }
-            for xc in 0..<cw {
-                let ys = Int32(yDst[2 &* xc]) &+ Int32(yDst[2 &* xc &+ 1])
-                var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
-                var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
-                u = u < 0 ? 0 : (u > 255 ? 255 : u)
-                v = v < 0 ? 0 : (v > 255 ? 255 : v)
-                uDst[xc] = UInt8(truncatingIfNeeded: u)
-                vDst[xc] = UInt8(truncatingIfNeeded: v)
-            }
-            // Packing.
-            let out = frame.data.assumingMemoryBound(to: UInt8.self)
+            // Chroma and packing in one pass: luma pairs are read as one UInt16, packed pixels
+            // pairs written as one UInt32 (contiguous accesses, so the loops vectorise).
+            let yPairs = UnsafeRawPointer(yDst)
+            let out = frame.data
             switch pf {
             case .yuyv:
                 let d = out + y * format.bytesPerRow
                 for xc in 0..<cw {
-                    d[4 &* xc] = yRow[2 &* xc]; d[4 &* xc &+ 1] = uRow[xc]
-                    d[4 &* xc &+ 2] = yRow[2 &* xc &+ 1]; d[4 &* xc &+ 3] = vRow[xc]
+                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
+                    let y0 = pair & 0xFF, y1 = pair >> 8
+                    let ys = Int32(bitPattern: y0 &+ y1)
+                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
+                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
+                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
+                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
+                    let word = y0 | UInt32(bitPattern: u) << 8 | y1 << 16 | UInt32(bitPattern: v) << 24
+                    d.storeBytes(of: word, toByteOffset: 4 &* xc, as: UInt32.self)
                 }
             case .uyvy:
                 let d = out + y * format.bytesPerRow
                 for xc in 0..<cw {
-                    d[4 &* xc] = uRow[xc]; d[4 &* xc &+ 1] = yRow[2 &* xc]
-                    d[4 &* xc &+ 2] = vRow[xc]; d[4 &* xc &+ 3] = yRow[2 &* xc &+ 1]
+                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
+                    let y0 = pair & 0xFF, y1 = pair >> 8
+                    let ys = Int32(bitPattern: y0 &+ y1)
+                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
+                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
+                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
+                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
+                    let word = UInt32(bitPattern: u) | y0 << 8 | UInt32(bitPattern: v) << 16 | y1 << 24
+                    d.storeBytes(of: word, toByteOffset: 4 &* xc, as: UInt32.self)
                 }
             case .nv12:
                 let p1 = format.plane(1)
                 let d = out + p1.offset + (y / 2) * p1.bytesPerRow
-                for xc in 0..<cw { d[2 &* xc] = uRow[xc]; d[2 &* xc &+ 1] = vRow[xc] }
+                for xc in 0..<cw {
+                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
+                    let ys = Int32(bitPattern: (pair & 0xFF) &+ (pair >> 8))
+                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
+                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
+                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
+                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
+                    d.storeBytes(of: UInt16(truncatingIfNeeded: u) | UInt16(truncatingIfNeeded: v) << 8, toByteOffset: 2 &* xc, as: UInt16.self)
+                }
             default:
-                break
+                let (uDst, vDst): (UnsafeMutablePointer<UInt8>, UnsafeMutablePointer<UInt8>)
+                let base = out.assumingMemoryBound(to: UInt8.self)
+                switch pf {
+                case .i420:
+                    let p1 = format.plane(1), p2 = format.plane(2)
+                    uDst = base + p1.offset + (y / 2) * p1.bytesPerRow
+                    vDst = base + p2.offset + (y / 2) * p2.bytesPerRow
+                case .yuv422p:
+                    let p1 = format.plane(1), p2 = format.plane(2)
+                    uDst = base + p1.offset + y * p1.bytesPerRow
+                    vDst = base + p2.offset + y * p2.bytesPerRow
+                default: // MJPEG: planar 4:2:2 for the encoder
+                    uDst = planes! + W * H + y * cw
+                    vDst = planes! + W * H + cw * H + y * cw
+                }
+                for xc in 0..<cw {
+                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
+                    let ys = Int32(bitPattern: (pair & 0xFF) &+ (pair >> 8))
+                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
+                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
+                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
+                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
+                    uDst[xc] = UInt8(truncatingIfNeeded: u)
+                    vDst[xc] = UInt8(truncatingIfNeeded: v)
+                }
             }
         }
         let tEnd = monotonicNanoseconds()
