@@ -46,6 +46,7 @@ public final class StabiliseStage: Stage {
     private var estimator: MotionEstimator?
     private var scratch: UnsafeMutableRawPointer?
     private var scratchBytes = 0
+    private var workspace: WarpWorkspace?
     private var format: FrameFormat?
     private let zoom: Double
     private let sigma: Double
@@ -91,6 +92,7 @@ public final class StabiliseStage: Stage {
             scratch?.deallocate()
             scratchBytes = format.maxByteCount
             scratch = .allocate(byteCount: scratchBytes, alignment: 64)
+            workspace = WarpWorkspace(maxWidth: format.width)
         }
         self.format = format
         estimator?.reset()
@@ -162,7 +164,7 @@ public final class StabiliseStage: Stage {
         }
         if let scratch, frame.bytesUsed <= scratchBytes {
             scratch.copyMemory(from: frame.data, byteCount: min(frame.bytesUsed, scratchBytes))
-            Warp.frame(frame, from: scratch.assumingMemoryBound(to: UInt8.self), map: map)
+            Warp.frame(frame, from: scratch.assumingMemoryBound(to: UInt8.self), map: map, workspace: workspace)
             frame.pixelsModified = true
         }
         frame.metadata.correction = MotionEstimate(dx: cx, dy: cy, angle: ca, scale: zoom, confidence: frame.metadata.motion?.confidence ?? 0)

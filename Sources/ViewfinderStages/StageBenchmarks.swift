@@ -81,7 +81,9 @@ public enum StageBenchmarks {
             let scratch = UnsafeMutablePointer<UInt8>.allocate(capacity: format.maxByteCount)
             scratch.update(from: frame.data.assumingMemoryBound(to: UInt8.self), count: format.maxByteCount)
             let map = AffineMap.correction(dx: 2.3, dy: -1.7, angle: 0.004, zoom: 1.1, width: width, height: height)
-            out.append(Result(name: "warp, all planes (\(pixelFormat))", milliseconds: median(iterations) { Warp.frame(frame, from: scratch, map: map) }))
+            let ws = WarpWorkspace(maxWidth: width)
+            out.append(Result(name: "warp, all planes (\(pixelFormat))", milliseconds: median(iterations) { Warp.frame(frame, from: scratch, map: map, workspace: ws) }))
+            out.append(Result(name: "warp, all planes, per-pixel path (\(pixelFormat))", milliseconds: median(max(3, iterations / 8)) { Warp.frame(frame, from: scratch, map: map) }))
             scratch.deallocate()
             var o = StabiliseOptions()
             o.lookahead = 15

@@ -29,8 +29,36 @@ public struct AffineMap: Sendable, Equatable {
     }
 }
 
+/// Scratch memory for ``Warp``: one intermediate row and the horizontal resampling tables.
+/// Allocate once (a stage's `prepare`) for the widest channel, reuse for every frame.
+public final class WarpWorkspace {
+    public let maxWidth: Int
+    static let phases = 32
+    let row: UnsafeMutablePointer<UInt8>
+    let index: UnsafeMutablePointer<Int32>
+    let weight: UnsafeMutablePointer<Int32>
+
+    public init(maxWidth: Int) {
+        self.maxWidth = max(maxWidth, 2)
+        row = .allocate(capacity: self.maxWidth + 64)
+        row.initialize(repeating: 0, count: self.maxWidth + 64)
+        index = .allocate(capacity: Self.phases * self.maxWidth)
+        index.initialize(repeating: 0, count: Self.phases * self.maxWidth)
+        weight = .allocate(capacity: Self.phases * self.maxWidth)
+        weight.initialize(repeating: 0, count: Self.phases * self.maxWidth)
+    }
+
+    deinit { row.deallocate(); index.deallocate(); weight.deallocate() }
+}
+
 /// Bilinear warping of one channel of a frame (a plane, or the luma or a chroma component of a
-/// packed format), in 16.16 fixed point.
+/// packed format), in fixed point.
+///
+/// Maps close to a similarity (the stabiliser's small rotations and zooms) go through two passes
+/// that vectorise: a vertical pass per output row that blends two source rows with a weight ramp
+/// (split where the source row changes), then a horizontal resampling of that row through tables
+/// of offsets and weights precomputed for 32 sub-pixel phases. Other maps, and rows that reach
+/// outside the source, take a plain per-pixel path that clamps at the edges.
 public enum Warp {
     /// One channel's memory layout.
     public struct Channel {
@@ -46,12 +74,125 @@ public enum Warp {
 
     /// Writes `dst(x, y) = src(map(x, y))`, bilinear; samples outside the source are clamped to its
     /// edge. `src` and `dst` have the same geometry and must not overlap.
-    public static func bilinear(from src: Channel, to dst: Channel, map: AffineMap) {
+    public static func bilinear(from src: Channel, to dst: Channel, map: AffineMap, workspace: WarpWorkspace? = nil) {
+        if let ws = workspace, ws.maxWidth >= src.width, twoPassApplies(map, src) {
+            switch src.pixelStride {
+            case 1: twoPass(src, dst, map, ws, stride: 1)
+            case 2: twoPass(src, dst, map, ws, stride: 2)
+            case 4: twoPass(src, dst, map, ws, stride: 4)
+            default: twoPass(src, dst, map, ws, stride: src.pixelStride)
+            }
+            return
+        }
         switch src.pixelStride {
         case 1: run(src, dst, map, stride: 1)
         case 2: run(src, dst, map, stride: 2)
         case 4: run(src, dst, map, stride: 4)
         default: run(src, dst, map, stride: src.pixelStride)
+        }
+    }
+
+    /// Whether the map is near enough a similarity for the two-pass path.
+    static func twoPassApplies(_ m: AffineMap, _ src: Channel) -> Bool {
+        m.a > 0.25 && m.a < 4 && abs(m.c) < 0.2 && abs(m.b) < 0.2 && m.d > 0.25 && m.d < 4 && src.width >= 4 && src.height >= 4
+    }
+
+    /// dst(x, y) = src(a·x + b·y + tx, c·x + d·y + ty) as I(u, y) = src(u, p·u + q·y + r) (vertical
+    /// pass), then dst(x, y) = I(a·x + b·y + tx, y) (horizontal pass).
+    @inline(__always)
+    static func twoPass(_ src: Channel, _ dst: Channel, _ m: AffineMap, _ ws: WarpWorkspace, stride s: Int) {
+        let w = src.width, h = src.height
+        let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
+        // Horizontal tables: for phase k (fraction k/32 of the row offset), source column and weight
+        // of output x are floor(a·x + k/32) and its fraction.
+        let phases = WarpWorkspace.phases
+        for k in 0..<phases {
+            let base = Double(k) / Double(phases)
+            let ip = ws.index + k * ws.maxWidth, wp = ws.weight + k * ws.maxWidth
+            for x in 0..<w {
+                let u = m.a * Double(x) + base
+                let iu = u.rounded(.down)
+                ip[x] = Int32(iu)
+                wp[x] = Int32(((u - iu) * 256).rounded(.down))
+            }
+        }
+        let span = m.a * Double(w - 1)
+        let tmp = ws.row
+        let sbase = UnsafePointer(src.base)
+        let bpr = src.bytesPerRow
+        let one = 65536.0
+        for y in 0..<min(h, dst.height) {
+            let off = m.b * Double(y) + m.tx
+            let u0 = off, u1 = off + span
+            // Source columns this row needs, and the source rows over them.
+            let lo = Int(min(u0, u1).rounded(.down)), hi = Int(max(u0, u1).rounded(.down)) + 2
+            let v0 = p * Double(lo) + q * Double(y) + r, v1 = p * Double(hi) + q * Double(y) + r
+            guard lo >= 0, hi <= w - 1, min(v0, v1) >= 0.05, max(v0, v1) < Double(h - 1) - 0.05 else {
+                rowGeneral(src, dst, m, y, stride: s)
+                continue
+            }
+            // Vertical pass over columns lo...hi into tmp[0...hi-lo].
+            let step = Int32((p * one).rounded())
+            var fv = Int32((v0 * one).rounded())
+            var u = lo
+            while u <= hi {
+                let iv = Int(fv &>> 16)
+                // The run of columns over which the source row stays iv.
+                var end = hi
+                if step > 0 {
+                    let toNext = (Int32(iv + 1) &<< 16) &- fv
+                    end = min(hi, u + Int((toNext &- 1) / step))
+                } else if step < 0 {
+                    let toPrev = fv &- (Int32(iv) &<< 16)
+                    end = min(hi, u + Int(toPrev / (0 &- step)))
+                }
+                let r0 = sbase + iv &* bpr, r1 = r0 + bpr
+                let n = end - u + 1
+                let t = tmp + (u - lo)
+                let fvStart = fv
+                for i in 0..<n {
+                    let k = (u &+ i) &* s
+                    let a = Int32(r0[k]), b = Int32(r1[k])
+                    let wy = ((fvStart &+ Int32(truncatingIfNeeded: i) &* step) &>> 8) & 0xFF
+                    t[i] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wy &+ 128) &>> 8)
+                }
+                fv = fvStart &+ Int32(truncatingIfNeeded: n) &* step
+                u = end + 1
+            }
+            // Horizontal pass from tmp.
+            let rel = off - Double(lo)
+            let n0 = rel.rounded(.down)
+            var phase = Int(((rel - n0) * Double(phases)).rounded())
+            var whole = Int(n0)
+            if phase == phases { phase = 0; whole += 1 }
+            let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
+            let tb = tmp + whole
+            let out = dst.base + y &* dst.bytesPerRow
+            for x in 0..<w {
+                let i = Int(ip[x])
+                let a = Int32(tb[i]), b = Int32(tb[i &+ 1])
+                out[x &* s] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wp[x] &+ 128) &>> 8)
+            }
+        }
+    }
+
+    /// One output row by the per-pixel path, clamping at the source's edges.
+    static func rowGeneral(_ src: Channel, _ dst: Channel, _ m: AffineMap, _ y: Int, stride s: Int) {
+        let w = src.width, h = src.height
+        let maxX = Double(w - 1) - 1e-6, maxY = Double(h - 1) - 1e-6
+        let bpr = src.bytesPerRow
+        let sbase = UnsafePointer(src.base)
+        let out = dst.base + y &* dst.bytesPerRow
+        for x in 0..<w {
+            let pt = m.apply(Double(x), Double(y))
+            let sx = min(max(pt.x, 0), maxX), sy = min(max(pt.y, 0), maxY)
+            let ix = Int(sx), iy = Int(sy)
+            let wx = Int32((sx - Double(ix)) * 256), wy = Int32((sy - Double(iy)) * 256)
+            let q = sbase + (iy &* bpr &+ ix &* s)
+            let v00 = Int32(q[0]), v01 = Int32(q[s]), v10 = Int32(q[bpr]), v11 = Int32(q[bpr &+ s])
+            let top = (v00 &<< 8) &+ (v01 &- v00) &* wx
+            let bot = (v10 &<< 8) &+ (v11 &- v10) &* wx
+            out[x &* s] = UInt8(truncatingIfNeeded: ((top &<< 8) &+ (bot &- top) &* wy &+ 32768) &>> 16)
         }
     }
 
@@ -100,7 +241,7 @@ public enum Warp {
 
     /// Warps every channel of a frame's pixels from `source` (a copy of the frame's bytes with the
     /// same format) into `frame`, with `map` given in luma coordinates.
-    public static func frame(_ frame: Frame, from source: UnsafeMutablePointer<UInt8>, map: AffineMap) {
+    public static func frame(_ frame: Frame, from source: UnsafeMutablePointer<UInt8>, map: AffineMap, workspace: WarpWorkspace? = nil) {
         let f = frame.format
         let dst = frame.data.assumingMemoryBound(to: UInt8.self)
         func ch(_ base: UnsafeMutablePointer<UInt8>, _ off: Int, _ w: Int, _ h: Int, _ bpr: Int, _ ps: Int) -> Channel {
@@ -108,34 +249,34 @@ public enum Warp {
         }
         switch f.pixelFormat {
         case .grey:
-            bilinear(from: ch(source, 0, f.width, f.height, f.bytesPerRow, 1), to: ch(dst, 0, f.width, f.height, f.bytesPerRow, 1), map: map)
+            bilinear(from: ch(source, 0, f.width, f.height, f.bytesPerRow, 1), to: ch(dst, 0, f.width, f.height, f.bytesPerRow, 1), map: map, workspace: workspace)
         case .i420, .yuv422p, .nv12:
             let y = f.plane(0)
-            bilinear(from: ch(source, y.offset, y.width, y.height, y.bytesPerRow, 1), to: ch(dst, y.offset, y.width, y.height, y.bytesPerRow, 1), map: map)
+            bilinear(from: ch(source, y.offset, y.width, y.height, y.bytesPerRow, 1), to: ch(dst, y.offset, y.width, y.height, y.bytesPerRow, 1), map: map, workspace: workspace)
             let sy: Double = f.pixelFormat == .yuv422p ? 1 : 2
             let cm = map.subsampled(2, sy)
             if f.pixelFormat == .nv12 {
                 let uv = f.plane(1)
                 for k in 0..<2 {
-                    bilinear(from: ch(source, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), to: ch(dst, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), map: cm)
+                    bilinear(from: ch(source, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), to: ch(dst, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), map: cm, workspace: workspace)
                 }
             } else {
                 for i in 1...2 {
                     let p = f.plane(i)
-                    bilinear(from: ch(source, p.offset, p.width, p.height, p.bytesPerRow, 1), to: ch(dst, p.offset, p.width, p.height, p.bytesPerRow, 1), map: cm)
+                    bilinear(from: ch(source, p.offset, p.width, p.height, p.bytesPerRow, 1), to: ch(dst, p.offset, p.width, p.height, p.bytesPerRow, 1), map: cm, workspace: workspace)
                 }
             }
         case .yuyv, .uyvy:
             let lumaOff = f.pixelFormat == .yuyv ? 0 : 1
             let chromaOff = f.pixelFormat == .yuyv ? 1 : 0
-            bilinear(from: ch(source, lumaOff, f.width, f.height, f.bytesPerRow, 2), to: ch(dst, lumaOff, f.width, f.height, f.bytesPerRow, 2), map: map)
+            bilinear(from: ch(source, lumaOff, f.width, f.height, f.bytesPerRow, 2), to: ch(dst, lumaOff, f.width, f.height, f.bytesPerRow, 2), map: map, workspace: workspace)
             let cm = map.subsampled(2, 1)
             for k in stride(from: 0, through: 2, by: 2) {
-                bilinear(from: ch(source, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), to: ch(dst, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), map: cm)
+                bilinear(from: ch(source, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), to: ch(dst, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), map: cm, workspace: workspace)
             }
         case .rgb24:
             for k in 0..<3 {
-                bilinear(from: ch(source, k, f.width, f.height, f.bytesPerRow, 3), to: ch(dst, k, f.width, f.height, f.bytesPerRow, 3), map: map)
+                bilinear(from: ch(source, k, f.width, f.height, f.bytesPerRow, 3), to: ch(dst, k, f.width, f.height, f.bytesPerRow, 3), map: map, workspace: workspace)
             }
         case .mjpeg:
             break

@@ -114,6 +114,24 @@ struct StabiliseTests {
         #expect(maxDiff <= 2)
     }
 
+    @Test("the two-pass warp matches the per-pixel warp", arguments: [PixelFormat.grey, .yuyv, .nv12, .i420])
+    func twoPassMatches(_ pf: PixelFormat) throws {
+        let f = FrameFormat(pf, width: 200, height: 120)
+        let a = StageBenchmarks.makeFrame(f), b = StageBenchmarks.makeFrame(f)
+        let copy = UnsafeMutablePointer<UInt8>.allocate(capacity: f.maxByteCount)
+        defer { copy.deallocate() }
+        copy.update(from: a.data.assumingMemoryBound(to: UInt8.self), count: f.maxByteCount)
+        for (dx, dy, angle) in [(2.3, -1.7, 0.004), (-5.5, 3.25, -0.02), (0.0, 0.0, 0.0)] {
+            let map = AffineMap.correction(dx: dx, dy: dy, angle: angle, zoom: 1.12, width: 200, height: 120)
+            Warp.frame(a, from: copy, map: map, workspace: WarpWorkspace(maxWidth: 200))
+            Warp.frame(b, from: copy, map: map)
+            let pa = a.data.assumingMemoryBound(to: UInt8.self), pb = b.data.assumingMemoryBound(to: UInt8.self)
+            var worst = 0
+            for i in 0..<f.maxByteCount { worst = max(worst, abs(Int(pa[i]) - Int(pb[i]))) }
+            #expect(worst <= 3, "map \(dx) \(dy) \(angle): max difference \(worst)")
+        }
+    }
+
     @Test("look-ahead 0 delivers each frame at once; unsupported formats are refused")
     func zeroLookahead() throws {
         var o = StabiliseOptions()
