@@ -211,6 +211,44 @@ struct VividTests {
         #expect((b.lost[.driverGap] ?? 0) > 5)
     }
 
+    /// A stream that stops delivering (vivid dropping 100% of buffers) is restarted, then the
+    /// device reopened, then reported stalled; frames resume after a restart when the driver recovers.
+    @Test func stalledStreamRecoveryOnTheRealDriver() throws {
+        let d = try vividDevice()
+        var options = V4L2Camera.Options()
+        options.stallTimeoutSeconds = 0.5
+        let cam = try V4L2Camera(path: d.id, options: options, logger: quietLogger)
+        defer {
+            try? cam.v4l2Controls.set("percentage_of_dropped_buffers", to: 0)
+            cam.close()
+        }
+        _ = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 180, fps: 60, bufferCount: 4))
+        try cam.start()
+        func frame() throws -> Bool {
+            for _ in 0..<20 { if case .frame(let f) = try cam.next(timeoutNanoseconds: 200_000_000) { f.release(); return true } }
+            return false
+        }
+        #expect(try frame())
+        // Recovery by restart.
+        try cam.v4l2Controls.set("percentage_of_dropped_buffers", to: 100)
+        let t0 = monotonicNanoseconds()
+        while cam.counters.restarts == 0 && monotonicNanoseconds() - t0 < 5_000_000_000 { _ = try cam.next(timeoutNanoseconds: 100_000_000) }
+        #expect(cam.counters.restarts == 1)
+        try cam.v4l2Controls.set("percentage_of_dropped_buffers", to: 0)
+        #expect(try frame(), "frames resume after the restart")
+        // Dead for good: restart, reopen, then a clear error.
+        try cam.v4l2Controls.set("percentage_of_dropped_buffers", to: 100)
+        var thrown: (any Error)?
+        let t1 = monotonicNanoseconds()
+        while thrown == nil && monotonicNanoseconds() - t1 < 10_000_000_000 {
+            do { _ = try cam.next(timeoutNanoseconds: 100_000_000) } catch { thrown = error }
+        }
+        print("stall: \(String(describing: thrown)) after \(fixed(Double(monotonicNanoseconds() - t1) / 1e9, 2)) s; camera \(cam.counters)")
+        guard case DeviceError.stalled? = thrown else { Issue.record("expected stalled, got \(String(describing: thrown))"); return }
+        #expect(cam.counters.restarts == 2)
+        #expect(cam.counters.reopens == 1)
+    }
+
     /// Frames per second and CPU at 1920x1080 YUYV (vivid runs about 5 fps under emulation).
     @Test func fullHDThroughput() throws {
         let d = try vividDevice()
