@@ -40,8 +40,9 @@ public final class WarpWorkspace {
 
     public init(maxWidth: Int) {
         self.maxWidth = max(maxWidth, 2)
-        row = .allocate(capacity: self.maxWidth + 64)
-        row.initialize(repeating: 0, count: self.maxWidth + 64)
+        // Room for a packed 4:2:2 row (two bytes per pixel).
+        row = .allocate(capacity: 2 * self.maxWidth + 64)
+        row.initialize(repeating: 0, count: 2 * self.maxWidth + 64)
         index = .allocate(capacity: Self.phases * self.maxWidth)
         index.initialize(repeating: 0, count: Self.phases * self.maxWidth)
         weight = .allocate(capacity: Self.phases * self.maxWidth)
@@ -176,6 +177,109 @@ public enum Warp {
         }
     }
 
+    /// Packed 4:2:2: the vertical pass runs over the row's bytes (luma and chroma share their
+    /// source rows at the same luma position, so one stride-1 pass serves both), then luma and
+    /// chroma are resampled horizontally from it.
+    static func packedTwoPass(source: UnsafeMutablePointer<UInt8>, dst: UnsafeMutablePointer<UInt8>, width w: Int, height h: Int, bytesPerRow bpr: Int, lumaOffset lo8: Int, chromaOffset co8: Int, map m: AffineMap, ws: WarpWorkspace) {
+        let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
+        let phases = WarpWorkspace.phases
+        for k in 0..<phases {
+            let base = Double(k) / Double(phases)
+            let ip = ws.index + k * ws.maxWidth, wp = ws.weight + k * ws.maxWidth
+            for x in 0..<w {
+                let u = m.a * Double(x) + base
+                let iu = u.rounded(.down)
+                ip[x] = Int32(iu)
+                wp[x] = Int32(((u - iu) * 256).rounded(.down))
+            }
+        }
+        let cw = w / 2
+        let span = m.a * Double(w - 1)
+        let tmp = ws.row
+        let sbase = UnsafePointer(source)
+        let one = 65536.0
+        let step = Int32((p * 0.5 * one).rounded()) // per byte: half a luma column
+        let luma = Channel(base: source, width: w, height: h, bytesPerRow: bpr, pixelStride: 2)
+        let lumaDst = Channel(base: dst + lo8, width: w, height: h, bytesPerRow: bpr, pixelStride: 2)
+        let cm = m.subsampled(2, 1)
+        for y in 0..<h {
+            let off = m.b * Double(y) + m.tx
+            let minU = min(off, off + span), maxU = max(off, off + span)
+            // Byte range of whole pixel pairs covering the luma and chroma samples this row needs.
+            let firstPair = Int(minU.rounded(.down)) / 2 - 1, lastPair = Int(maxU.rounded(.down)) / 2 + 2
+            let b0 = 4 * firstPair, b1 = 4 * lastPair + 3
+            let v0 = p * Double(b0) * 0.5 + q * Double(y) + r, v1 = p * Double(b1) * 0.5 + q * Double(y) + r
+            guard minU >= 0, firstPair >= 0, lastPair < cw, min(v0, v1) >= 0.05, max(v0, v1) < Double(h - 1) - 0.05 else {
+                rowGeneral(Channel(base: source + lo8, width: w, height: h, bytesPerRow: bpr, pixelStride: 2), lumaDst, m, y, stride: 2)
+                for c in 0..<2 {
+                    rowGeneral(Channel(base: source + co8 + 2 * c, width: cw, height: h, bytesPerRow: bpr, pixelStride: 4),
+                               Channel(base: dst + co8 + 2 * c, width: cw, height: h, bytesPerRow: bpr, pixelStride: 4), cm, y, stride: 4)
+                }
+                continue
+            }
+            _ = luma
+            var fv = Int32((v0 * one).rounded())
+            var b = b0
+            while b <= b1 {
+                let iv = Int(fv &>> 16)
+                var end = b1
+                if step > 0 {
+                    end = min(b1, b + Int(((Int32(iv + 1) &<< 16) &- fv &- 1) / step))
+                } else if step < 0 {
+                    end = min(b1, b + Int((fv &- (Int32(iv) &<< 16)) / (0 &- step)))
+                }
+                let r0 = sbase + iv &* bpr, r1 = r0 + bpr
+                let n = end - b + 1
+                let t = tmp + (b - b0)
+                let fs = fv
+                for i in 0..<n {
+                    let k = b &+ i
+                    let a0 = Int32(r0[k]), a1 = Int32(r1[k])
+                    let wy = ((fs &+ Int32(truncatingIfNeeded: i) &* step) &>> 8) & 0xFF
+                    t[i] = UInt8(truncatingIfNeeded: ((a0 &<< 8) &+ (a1 &- a0) &* wy &+ 128) &>> 8)
+                }
+                fv = fs &+ Int32(truncatingIfNeeded: n) &* step
+                b = end + 1
+            }
+            let out = dst + y &* bpr
+            // Luma: column i of the row is tmp[2·(i − 2·firstPair) + lo8].
+            do {
+                let rel = off - Double(2 * firstPair)
+                let n0 = rel.rounded(.down)
+                var phase = Int(((rel - n0) * Double(phases)).rounded())
+                var whole = Int(n0)
+                if phase == phases { phase = 0; whole += 1 }
+                let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
+                let tb = tmp + (2 * whole + lo8)
+                for x in 0..<w {
+                    let i = Int(ip[x]) &* 2
+                    let a0 = Int32(tb[i]), a1 = Int32(tb[i &+ 2])
+                    out[x &* 2 &+ lo8] = UInt8(truncatingIfNeeded: ((a0 &<< 8) &+ (a1 &- a0) &* wp[x] &+ 128) &>> 8)
+                }
+            }
+            // Chroma: pair j of the row is tmp[4·(j − firstPair) + co8] (U) and +2 (V).
+            do {
+                let offC = cm.b * Double(y) + cm.tx
+                let rel = offC - Double(firstPair)
+                let n0 = rel.rounded(.down)
+                var phase = Int(((rel - n0) * Double(phases)).rounded())
+                var whole = Int(n0)
+                if phase == phases { phase = 0; whole += 1 }
+                guard whole >= 0 else { continue }
+                let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
+                let tb = tmp + (4 * whole + co8)
+                for x in 0..<cw {
+                    let i = Int(ip[x]) &* 4
+                    let u0 = Int32(tb[i]), u1 = Int32(tb[i &+ 4])
+                    let v0 = Int32(tb[i &+ 2]), v1 = Int32(tb[i &+ 6])
+                    let wx = wp[x]
+                    out[x &* 4 &+ co8] = UInt8(truncatingIfNeeded: ((u0 &<< 8) &+ (u1 &- u0) &* wx &+ 128) &>> 8)
+                    out[x &* 4 &+ co8 &+ 2] = UInt8(truncatingIfNeeded: ((v0 &<< 8) &+ (v1 &- v0) &* wx &+ 128) &>> 8)
+                }
+            }
+        }
+    }
+
     /// One output row by the per-pixel path, clamping at the source's edges.
     static func rowGeneral(_ src: Channel, _ dst: Channel, _ m: AffineMap, _ y: Int, stride s: Int) {
         let w = src.width, h = src.height
@@ -269,6 +373,11 @@ public enum Warp {
         case .yuyv, .uyvy:
             let lumaOff = f.pixelFormat == .yuyv ? 0 : 1
             let chromaOff = f.pixelFormat == .yuyv ? 1 : 0
+            if let ws = workspace, ws.maxWidth >= f.width, f.width >= 8, f.width % 2 == 0,
+               twoPassApplies(map, Channel(base: dst, width: f.width, height: f.height, bytesPerRow: f.bytesPerRow, pixelStride: 2)) {
+                packedTwoPass(source: source, dst: dst, width: f.width, height: f.height, bytesPerRow: f.bytesPerRow, lumaOffset: lumaOff, chromaOffset: chromaOff, map: map, ws: ws)
+                return
+            }
             bilinear(from: ch(source, lumaOff, f.width, f.height, f.bytesPerRow, 2), to: ch(dst, lumaOff, f.width, f.height, f.bytesPerRow, 2), map: map, workspace: workspace)
             let cm = map.subsampled(2, 1)
             for k in stride(from: 0, through: 2, by: 2) {
