@@ -22,14 +22,16 @@ public final class RawDumpWriter {
     private var metadata: [UInt8] = []
     private var index: [DumpIndexEntry] = []
     private var closed = false
+    private var preallocator: Preallocator?
 
     public var framesWritten: Int { index.count }
     public var bytesWritten: UInt64 { file.offset }
     /// Sum of the frames' raw sizes.
     public private(set) var rawBytes: UInt64 = 0
 
-    /// Creates the dump and writes its stream header.
-    public init(path: String, format: FrameFormat, interval: FrameInterval = FrameInterval(numerator: 0, denominator: 0), device: String = "", overwrite: Bool = false, acceleration: Int = 1) throws {
+    /// Creates the dump and writes its stream header. `preallocate` reserves space ahead of the
+    /// writes on a helper thread (see `Preallocator`): faster on tmpfs, less fragmented on disks.
+    public init(path: String, format: FrameFormat, interval: FrameInterval = FrameInterval(numerator: 0, denominator: 0), device: String = "", overwrite: Bool = false, acceleration: Int = 1, preallocate: Bool = true) throws {
         guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
         self.path = path
         self.format = format
@@ -50,10 +52,12 @@ public final class RawDumpWriter {
         let sum = h.withUnsafeBytes { XXHash64.hash($0) }
         withUnsafeBytes(of: sum.littleEndian) { h += $0 }
         do { try h.withUnsafeBytes { try file.write($0) } } catch { unlink(path); throw error }
+        if preallocate { preallocator = Preallocator(fd: file.fd) }
     }
 
     deinit {
         if !closed { try? close() }
+        preallocator?.finish(size: Int64(file.offset))
         scratch.deallocate()
     }
 
@@ -114,6 +118,7 @@ public final class RawDumpWriter {
                 try file.writev([hb, mb, payload])
             }
         }
+        preallocator?.advance(to: Int64(file.offset))
         index.append(DumpIndexEntry(offset: offset, sequence: frame.sequence, timestampNanoseconds: frame.timestamp.nanoseconds, rawLength: UInt32(raw), storedLength: UInt32(payload.count)))
         rawBytes &+= UInt64(raw)
     }
@@ -146,6 +151,7 @@ public final class RawDumpWriter {
         }
         var trailer = RawDumpFormat.trailerMagic
         withUnsafeBytes(of: indexOffset.littleEndian) { trailer += $0 }
+        defer { preallocator?.finish(size: Int64(file.offset)); preallocator = nil }
         try h.withUnsafeBytes { a in try payload.withUnsafeBytes { b in try trailer.withUnsafeBytes { c in try file.writev([a, b, c]) } } }
     }
 

@@ -118,12 +118,12 @@ public enum DumpBenchmark {
         }
     }
 
-    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 600, noise: Int = 64, acceleration: Int = 1, directory: String = "/dev/shm") throws -> Result {
+    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, noise: Int = 64, acceleration: Int = 1, preallocate: Bool = true, directory: String = "/dev/shm") throws -> Result {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
         defer { for f in source { f.release() } }
         let path = directory + "/vf-dumpbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).vfdump"
         defer { unlink(path) }
-        let writer = try RawDumpWriter(path: path, format: source[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration)
+        let writer = try RawDumpWriter(path: path, format: source[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration, preallocate: preallocate)
         let c0 = processCPUSeconds()
         let t0 = monotonicNanoseconds()
         for i in 0..<frames {
