@@ -280,6 +280,80 @@ public enum Warp {
         }
     }
 
+    /// Interleaved two-channel rows (NV12's UV plane): one stride-1 vertical pass over the bytes,
+    /// then both channels resampled horizontally with the same table.
+    static func pairTwoPass(source: UnsafeMutablePointer<UInt8>, dst: UnsafeMutablePointer<UInt8>, columns w: Int, rows h: Int, bytesPerRow bpr: Int, map m: AffineMap, ws: WarpWorkspace) {
+        let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
+        let phases = WarpWorkspace.phases
+        for k in 0..<phases {
+            let base = Double(k) / Double(phases)
+            let ip = ws.index + k * ws.maxWidth, wp = ws.weight + k * ws.maxWidth
+            for x in 0..<w {
+                let u = m.a * Double(x) + base
+                let iu = u.rounded(.down)
+                ip[x] = Int32(iu)
+                wp[x] = Int32(((u - iu) * 256).rounded(.down))
+            }
+        }
+        let span = m.a * Double(w - 1)
+        let tmp = ws.row
+        let sbase = UnsafePointer(source)
+        let one = 65536.0
+        let step = Int32((p * 0.5 * one).rounded())
+        for y in 0..<h {
+            let off = m.b * Double(y) + m.tx
+            let minU = min(off, off + span), maxU = max(off, off + span)
+            let c0 = Int(minU.rounded(.down)), c1 = Int(maxU.rounded(.down)) + 2
+            let b0 = 2 * c0, b1 = 2 * c1 + 1
+            let v0 = p * Double(c0) + q * Double(y) + r, v1 = p * Double(c1) + q * Double(y) + r
+            guard minU >= 0, c1 < w, min(v0, v1) >= 0.05, max(v0, v1) < Double(h - 1) - 0.05 else {
+                for c in 0..<2 {
+                    rowGeneral(Channel(base: source + c, width: w, height: h, bytesPerRow: bpr, pixelStride: 2),
+                               Channel(base: dst + c, width: w, height: h, bytesPerRow: bpr, pixelStride: 2), m, y, stride: 2)
+                }
+                continue
+            }
+            var fv = Int32((v0 * one).rounded())
+            var b = b0
+            while b <= b1 {
+                let iv = Int(fv &>> 16)
+                var end = b1
+                if step > 0 {
+                    end = min(b1, b + Int(((Int32(iv + 1) &<< 16) &- fv &- 1) / step))
+                } else if step < 0 {
+                    end = min(b1, b + Int((fv &- (Int32(iv) &<< 16)) / (0 &- step)))
+                }
+                let r0 = sbase + iv &* bpr, r1 = r0 + bpr
+                let n = end - b + 1
+                let t = tmp + (b - b0)
+                let fs = fv
+                for i in 0..<n {
+                    let k = b &+ i
+                    let a0 = Int32(r0[k]), a1 = Int32(r1[k])
+                    let wy = ((fs &+ Int32(truncatingIfNeeded: i) &* step) &>> 8) & 0xFF
+                    t[i] = UInt8(truncatingIfNeeded: ((a0 &<< 8) &+ (a1 &- a0) &* wy &+ 128) &>> 8)
+                }
+                fv = fs &+ Int32(truncatingIfNeeded: n) &* step
+                b = end + 1
+            }
+            let rel = off - Double(c0)
+            let n0 = rel.rounded(.down)
+            var phase = Int(((rel - n0) * Double(phases)).rounded())
+            var whole = Int(n0)
+            if phase == phases { phase = 0; whole += 1 }
+            let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
+            let tb = tmp + 2 * whole
+            let out = dst + y &* bpr
+            for x in 0..<w {
+                let i = Int(ip[x]) &* 2
+                let u0 = Int32(tb[i]), u1 = Int32(tb[i &+ 2]), v0 = Int32(tb[i &+ 1]), v1 = Int32(tb[i &+ 3])
+                let wx = wp[x]
+                out[x &* 2] = UInt8(truncatingIfNeeded: ((u0 &<< 8) &+ (u1 &- u0) &* wx &+ 128) &>> 8)
+                out[x &* 2 &+ 1] = UInt8(truncatingIfNeeded: ((v0 &<< 8) &+ (v1 &- v0) &* wx &+ 128) &>> 8)
+            }
+        }
+    }
+
     /// One output row by the per-pixel path, clamping at the source's edges.
     static func rowGeneral(_ src: Channel, _ dst: Channel, _ m: AffineMap, _ y: Int, stride s: Int) {
         let w = src.width, h = src.height
@@ -361,6 +435,11 @@ public enum Warp {
             let cm = map.subsampled(2, sy)
             if f.pixelFormat == .nv12 {
                 let uv = f.plane(1)
+                if let ws = workspace, ws.maxWidth >= uv.width, uv.width >= 4,
+                   twoPassApplies(cm, Channel(base: dst, width: uv.width, height: uv.height, bytesPerRow: uv.bytesPerRow, pixelStride: 2)) {
+                    pairTwoPass(source: source + uv.offset, dst: dst + uv.offset, columns: uv.width, rows: uv.height, bytesPerRow: uv.bytesPerRow, map: cm, ws: ws)
+                    return
+                }
                 for k in 0..<2 {
                     bilinear(from: ch(source, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), to: ch(dst, uv.offset + k, uv.width, uv.height, uv.bytesPerRow, 2), map: cm, workspace: workspace)
                 }
