@@ -385,6 +385,45 @@ enum SimTest {
         for (_, l) in lumas { #expect(l == lumas[.yuyv]!) }
     }
 
+    /// Chroma samples (U then V, row by row) of a frame in any YUV format.
+    static func chroma(_ f: Frame) -> [UInt8] {
+        let fm = f.format, cw = fm.width / 2
+        let b = f.data.assumingMemoryBound(to: UInt8.self)
+        var u: [UInt8] = [], v: [UInt8] = []
+        switch fm.pixelFormat {
+        case .yuyv, .uyvy:
+            let o = fm.pixelFormat == .yuyv ? 1 : 0
+            for y in 0..<fm.height { for xc in 0..<cw { u.append(b[y * fm.bytesPerRow + 4 * xc + o]); v.append(b[y * fm.bytesPerRow + 4 * xc + o + 2]) } }
+        case .nv12:
+            let p = fm.plane(1)
+            for y in 0..<p.height { for xc in 0..<cw { u.append(b[p.offset + y * p.bytesPerRow + 2 * xc]); v.append(b[p.offset + y * p.bytesPerRow + 2 * xc + 1]) } }
+        default:
+            let p1 = fm.plane(1), p2 = fm.plane(2)
+            for y in 0..<p1.height { for xc in 0..<cw { u.append(b[p1.offset + y * p1.bytesPerRow + xc]); v.append(b[p2.offset + y * p2.bytesPerRow + xc]) } }
+        }
+        return u + v
+    }
+
+    @Test func formatsShareTheSameChroma() throws {
+        var c: [PixelFormat: [UInt8]] = [:]
+        for fmt in [PixelFormat.yuyv, .uyvy, .yuv422p, .nv12, .i420] {
+            let cam = try SimTest.open("sim:width=96,height=64,paced=false,noise=0,format=\(fmt.rawValue)")
+            let f = try SimTest.frame(cam)
+            c[fmt] = SimCameraTests.chroma(f)
+            f.release()
+        }
+        #expect(c[.yuyv] == c[.uyvy] && c[.yuyv] == c[.yuv422p])
+        #expect(c[.nv12] == c[.i420])
+        // 4:2:0 chroma is the even rows of the 4:2:2 chroma.
+        let cw = 48
+        let full: [UInt8] = c[.yuyv]!
+        var even422: [UInt8] = []
+        for row in stride(from: 0, to: 64, by: 2) { even422 += full[(row * cw)..<(row * cw + cw)] }
+        #expect(Array(c[.nv12]!.prefix(32 * cw)) == even422)
+        // The scene has colour: neither plane is flat grey.
+        #expect(Set(c[.yuyv]!).count > 8)
+    }
+
     @Test func mjpegDecodesToTheRenderedPicture() throws {
         let cam = try SimTest.open("sim:width=160,height=96,paced=false,format=mjpeg,quality=90")
         let f = try SimTest.frame(cam)
