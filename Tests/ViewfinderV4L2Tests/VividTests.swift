@@ -211,6 +211,22 @@ struct VividTests {
         #expect((b.lost[.driverGap] ?? 0) > 5)
     }
 
+    /// A second user of a streaming device gets DeviceError.busy (EBUSY from the driver).
+    @Test func secondUserOfAStreamingDeviceIsBusy() throws {
+        let d = try vividDevice()
+        let first = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { first.close() }
+        _ = try first.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 180, fps: 60, bufferCount: 4))
+        try first.start()
+        let second = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { second.close() }
+        #expect(throws: DeviceError.busy(device: d.id)) {
+            try second.configure(StreamRequest(pixelFormat: .yuyv, width: 640, height: 480))
+        }
+        // Controls stay usable from the second handle (V4L2 allows that while another streams).
+        #expect(try second.v4l2Controls.value(of: .brightness) >= 0)
+    }
+
     /// A stream that stops delivering (vivid dropping 100% of buffers) is restarted, then the
     /// device reopened, then reported stalled; frames resume after a restart when the driver recovers.
     @Test func stalledStreamRecoveryOnTheRealDriver() throws {
