@@ -75,3 +75,39 @@ import Foundation
         #expect(last > 95 && last < 135, "converged to \(last), target about 110")
     }
 }
+
+@Suite struct RuntimeConfigurationTests {
+    /// Device settings changed under the configuration lock while the session runs take effect
+    /// between frames, without a restart.
+    @Test func exposureBiasChangedWhileRunningTakesEffect() throws {
+        let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=140,exposure=8,latency=2", directory: .standard)
+        let session = CaptureSession(registry: .builtIn)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: dev))
+        try session.setSessionPreset(.inputPriority)
+        let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)
+        try session.addOutput(out)
+        try session.commitConfiguration()
+        try dev.configure { s in s.exposureMode = .continuous; s.focusMode = .locked }
+        final class Recorder: VideoDataOutputDelegate, @unchecked Sendable {
+            let device: CaptureDevice
+            let lumas = LockedBox<[Double]>([])
+            init(_ d: CaptureDevice) { device = d }
+            func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) {
+                let n = lumas.withLock { l -> Int in l.append(frame.metadata.truth?.renderedMeanLuma ?? 0); return l.count }
+                if n == 70 { try? device.configure { $0.exposureTargetBias = 1 } }
+            }
+        }
+        let r = Recorder(dev)
+        out.setDelegate(r, queue: nil)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        let l = r.lumas.withLock { $0 }
+        #expect(l.count == 140)
+        let before = l[50..<70].reduce(0, +) / 20
+        let after = l[120..<140].reduce(0, +) / 20
+        // +1 EV is about ×1.37 in gamma-2.2 luma (less where highlights clip).
+        #expect(after > before * 1.2, "mean luma \(before) before the change, \(after) after")
+    }
+}

@@ -1,13 +1,6 @@
 import Logging
 import Synchronization
 
-/// Stages that follow the device's exposure/focus settings adopt them through this protocol. The
-/// session calls ``adopt(_:)`` on the stage thread, between frames, whenever the settings change;
-/// points of interest arrive already mapped to sensor coordinates.
-public protocol DeviceSettingsAdopting: AnyObject {
-    func adopt(_ settings: DeviceSettings)
-}
-
 /// What a session reports while it runs.
 public enum SessionEvent: Sendable, CustomStringConvertible {
     case didStartRunning
@@ -281,20 +274,16 @@ public final class CaptureSession: @unchecked Sendable {
             throw SessionError.presetUnsupported(preset: c.preset.rawValue, device: device.uniqueID, available: Self.sizes(device.formats))
         }
         // The device's modes become control stages at the head of the chain, configured from the
-        // device settings with points of interest mapped to sensor coordinates.
+        // device settings with points of interest mapped to sensor coordinates. They run inside
+        // one `DeviceControlStages`, which rebuilds them between frames when the settings change.
         let videoConnection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
-        var stages: [any Stage] = []
-        var adopters: [any DeviceSettingsAdopting] = []
         let settings = device.settings
-        for spec in CaptureSession.controlStageSpecs(settings, connection: videoConnection, registry: registry, device: device) {
-            let s = try registry.makeStage(spec)
-            if let a = s as? any DeviceSettingsAdopting { adopters.append(a) }
-            stages.append(s)
+        let registry = self.registry
+        let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak videoConnection] s in
+            try CaptureSession.controlStageSpecs(s, connection: videoConnection, registry: registry, device: device).map { try registry.makeStage($0) }
         }
+        var stages: [any Stage] = [DeviceControlStages(relay: relay, initial: try build(settings), build: build, logger: logger)]
         for spec in c.stages where spec.enabled { stages.append(try registry.makeStage(spec)) }
-        if !adopters.isEmpty {
-            stages.insert(SettingsApplier(relay: relay, adopters: adopters), at: 0)
-        }
         let consumers: [any FrameConsumer] = connectionsStore.filter { $0.input === input && $0.isEnabled }.map { $0.output }
         // Enough buffers for the look-ahead the stages hold and for every ring to fill.
         var sized = request
@@ -302,9 +291,9 @@ public final class CaptureSession: @unchecked Sendable {
         let cfg = try device.source.configure(sized)
         resolved = cfg
 
-        relay.publish(settings, connection: videoConnection)
+        relay.publish(settings)
         let relay = self.relay
-        device.onSettingsChange = { [weak videoConnection] s in relay.publish(s, connection: videoConnection) }
+        device.onSettingsChange = { s in relay.publish(s) }
         try applyManualControls(settings, device: device)
 
         let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions, logger: logger)
@@ -319,9 +308,8 @@ public final class CaptureSession: @unchecked Sendable {
     }
 
     /// The `exposure` and `focus` stages that carry out the device's modes, when the registry has
-    /// them and the device has the controls they drive. Settings changed while running reach
-    /// stages that adopt ``DeviceSettingsAdopting`` between frames; others take them at the next
-    /// start.
+    /// them and the device has the controls they drive. Settings changed while running are applied
+    /// between frames by ``DeviceControlStages``.
     static func controlStageSpecs(_ s: DeviceSettings, connection: CaptureConnection?, registry: StageRegistry, device: CaptureDevice) -> [StageSpec] {
         func sensor(_ p: NormalizedPoint) -> JSONValue {
             let q = connection?.sensorPoint(fromUserPoint: p) ?? p
@@ -364,13 +352,8 @@ final class SettingsRelay: Sendable {
     private let box = LockedBox<DeviceSettings>(DeviceSettings())
     private let generation = Atomic<Int>(0)
 
-    func publish(_ s: DeviceSettings, connection: CaptureConnection?) {
-        var mapped = s
-        if let c = connection {
-            mapped.exposurePointOfInterest = s.exposurePointOfInterest.map { c.sensorPoint(fromUserPoint: $0) }
-            mapped.focusPointOfInterest = s.focusPointOfInterest.map { c.sensorPoint(fromUserPoint: $0) }
-        }
-        box.withLock { $0 = mapped }
+    func publish(_ s: DeviceSettings) {
+        box.withLock { $0 = s }
         generation.add(1, ordering: .releasing)
     }
 
@@ -378,29 +361,55 @@ final class SettingsRelay: Sendable {
     var settings: DeviceSettings { box.withLock { $0 } }
 }
 
-/// First stage of a session's chain: hands new device settings to the control stages between frames.
-final class SettingsApplier: Stage {
-    static let name = "_settings"
-    static let summary = "Applies device settings to the control stages between frames (internal)."
+/// First stage of a session's chain: runs the stages that carry out the device's exposure and
+/// focus modes, and rebuilds them between frames when the device's settings change (the
+/// `lockForConfiguration`/`unlockForConfiguration` model). Control stages read the applied
+/// exposure and lens position from each frame's metadata, so a rebuilt stage picks up where the
+/// device is. Nothing is allocated per frame; a rebuild allocates once per change.
+final class DeviceControlStages: Stage {
+    static let name = "device_controls"
+    static let summary = "Runs the exposure/focus stages the device's modes ask for (made by the session)."
     private let relay: SettingsRelay
-    private let adopters: [any DeviceSettingsAdopting]
-    private var seen = -1
+    private let build: @Sendable (DeviceSettings) throws -> [any Stage]
+    private let logger: Logger
+    private var stages: [any Stage]
+    private var seen: Int
+    private var prepared: (FrameFormat, StageContext)?
 
-    init(relay: SettingsRelay, adopters: [any DeviceSettingsAdopting]) {
+    init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], logger: Logger) {
         self.relay = relay
-        self.adopters = adopters
+        self.stages = initial
+        self.build = build
+        self.logger = logger
+        self.seen = relay.currentGeneration
     }
 
     init(options: NoOptions) throws {
-        throw SessionError.invalidConfiguration(reason: "the settings stage is made by the session, not by name")
+        throw SessionError.invalidConfiguration(reason: "the device control stages are made by the session, not by name")
+    }
+
+    func prepare(format: FrameFormat, context: StageContext) throws {
+        prepared = (format, context)
+        seen = relay.currentGeneration
+        for s in stages { try s.prepare(format: format, context: context) }
     }
 
     func process(_ frame: Frame) -> StageVerdict {
         let g = relay.currentGeneration
         if g != seen {
             seen = g
-            let s = relay.settings
-            for a in adopters { a.adopt(s) }
+            do {
+                let fresh = try build(relay.settings)
+                if let (f, c) = prepared { for s in fresh { try s.prepare(format: f, context: c) } }
+                stages = fresh
+            } catch {
+                logger.error("new device settings could not be applied, keeping the previous ones: \(error)")
+            }
+        }
+        for s in stages {
+            let v = s.process(frame)
+            // Control stages have no look-ahead: they forward or drop.
+            if v != .forward { return v }
         }
         return .forward
     }
