@@ -13,6 +13,9 @@ public struct StabiliseOptions: StageOptions {
     public var rotation: Bool = true
     /// Motion estimates below this confidence (0–1) count as no motion.
     public var minConfidence: Double = 0.15
+    /// Hold copies in the stage's own buffers and give the source's buffer back at once, so a
+    /// device with few buffers (V4L2 often has 4) is not starved by the look-ahead.
+    public var copyFrames: Bool = true
 
     public init() {}
 
@@ -23,6 +26,7 @@ public struct StabiliseOptions: StageOptions {
             .double("keep", \.keep, range: 0.85...1, unit: "fraction", "Part of the picture kept by the crop/zoom that hides the borders (0.85 keeps 85 %)"),
             .bool("rotation", \.rotation, "Correct rotation as well as translation"),
             .double("min_confidence", \.minConfidence, range: 0...1, "Estimates below this confidence count as no motion"),
+            .bool("copy_frames", \.copyFrames, "Hold copies in the stage's own buffers (lookahead + 4 frames) so the source's buffers go back at once"),
         ]
     }
 }
@@ -47,6 +51,7 @@ public final class StabiliseStage: Stage {
     private var scratch: UnsafeMutableRawPointer?
     private var scratchBytes = 0
     private var workspace: WarpWorkspace?
+    private var pool: FramePool?
     private var format: FrameFormat?
     private let zoom: Double
     private let sigma: Double
@@ -93,6 +98,7 @@ public final class StabiliseStage: Stage {
             scratchBytes = format.maxByteCount
             scratch = .allocate(byteCount: scratchBytes, alignment: 64)
             workspace = WarpWorkspace(maxWidth: format.width)
+            pool = options.copyFrames ? FramePool(format: format, count: options.lookahead + 4) : nil
         }
         self.format = format
         estimator?.reset()
@@ -123,6 +129,14 @@ public final class StabiliseStage: Stage {
             // Cannot happen with lookahead <= 30; pass the frame on rather than overflow.
             return .forward
         }
+        var frame = frame
+        // Give the source its buffer back: hold a copy (keeping one of our buffers for the warp).
+        if let pool, pool.available > 1, let own = pool.acquire() {
+            own.copyAttributes(from: frame)
+            own.data.copyMemory(from: frame.data, byteCount: min(frame.bytesUsed, own.capacity))
+            frame.release()
+            frame = own
+        }
         let tail = (head + count) % Self.capacity
         held[tail] = frame
         heldIndex[tail] = n
@@ -134,7 +148,7 @@ public final class StabiliseStage: Stage {
 
     private func warpNext(newest: Int) {
         let pos = (head + warped) % Self.capacity
-        guard let frame = held[pos] else { return }
+        guard var frame = held[pos] else { return }
         let t = heldIndex[pos]
         let L = options.lookahead
         // Past frames up to 3 sigma (as far as the history reaches), future up to the look-ahead.
@@ -162,7 +176,15 @@ public final class StabiliseStage: Stage {
             map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
             tries += 1
         }
-        if let scratch, frame.bytesUsed <= scratchBytes {
+        if let out = pool?.acquire() {
+            // Warp into a fresh buffer of ours; the source frame goes back to its owner.
+            out.copyAttributes(from: frame)
+            Warp.frame(out, from: frame.data.assumingMemoryBound(to: UInt8.self), map: map, workspace: workspace)
+            out.pixelsModified = true
+            frame.release()
+            frame = out
+            held[pos] = out
+        } else if let scratch, frame.bytesUsed <= scratchBytes {
             scratch.copyMemory(from: frame.data, byteCount: min(frame.bytesUsed, scratchBytes))
             Warp.frame(frame, from: scratch.assumingMemoryBound(to: UInt8.self), map: map, workspace: workspace)
             frame.pixelsModified = true

@@ -140,7 +140,7 @@ struct SimClosedLoopTests {
         var seqs: [UInt64] = []
         var o = StabiliseOptions()
         o.lookahead = 15
-        try runSim("sim:paced=false,shake=3,seed=9,buffers=24", format: .yuyv, width: 480, height: 270, frames: 150, stages: [StabiliseStage(options: o)]) { _, f in
+        try runSim("sim:paced=false,shake=3,seed=9,buffers=4", format: .yuyv, width: 480, height: 270, frames: 150, stages: [StabiliseStage(options: o)]) { _, f in
             let t = f.metadata.truth!
             let c = f.metadata.correction!
             sx.append(t.shakeX); sy.append(t.shakeY); cx.append(c.dx); cy.append(c.dy)

@@ -73,6 +73,7 @@ struct StabiliseTests {
             render(tex, into: fr, dx: x, dy: y, angle: a, noise: 1, rng: &rng)
             fr.sequence = UInt64(i)
             fr.timestamp = Timestamp(nanoseconds: UInt64(i) * 33_000_000 + 1)
+            fr.retain() // the reference the stage takes over
             frames.append(fr)
         }
         var o = StabiliseOptions()
@@ -141,9 +142,15 @@ struct StabiliseTests {
         try s.prepare(format: f, context: StageContext(format: f))
         let fr = Frame(capacity: f.maxByteCount, format: f)
         fill(fr) { x, y in UInt8((x * x + y * 3) & 255) }
+        fr.sequence = 42
+        fr.retain()
         #expect(s.process(fr) == .hold)
-        #expect(s.nextReady() === fr)
+        // The stage held a copy in its own buffer and gave the source's frame back at once.
+        #expect(fr.referenceCount == 0)
+        let out = try #require(s.nextReady())
+        #expect(out.sequence == 42 && out.pixelsModified)
         #expect(s.nextReady() == nil)
+        out.release()
         let mj = FrameFormat(.mjpeg, width: 128, height: 96)
         #expect(throws: ConfigurationError.self) { try s.prepare(format: mj, context: StageContext(format: mj)) }
         let tiny = FrameFormat(.grey, width: 16, height: 16)
