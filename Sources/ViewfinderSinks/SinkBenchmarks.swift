@@ -67,8 +67,8 @@ public enum MovieWriterBenchmark {
 
     /// Records `frames` frames of `width`x`height` to a movie in `directory` and returns the speed.
     /// Every frame is written (the output applies back-pressure; nothing is dropped).
-    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, directory: String = "/tmp") throws -> Result {
-        let (_, source) = BenchmarkFrames.make(width: width, height: height)
+    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, noise: Int = 8, directory: String = "/tmp") throws -> Result {
+        let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
         defer { for f in source { f.release() } }
         var settings = MovieOutputSettings()
         settings.encoderThreads = threads
@@ -177,6 +177,13 @@ public enum LZ4Probe {
     }
 }
 
+/// CPU time (user + system) of finished child processes, seconds.
+public func childrenCPUSeconds() -> Double {
+    var u = rusage()
+    getrusage(RUSAGE_CHILDREN.rawValue, &u)
+    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+}
+
 /// Process CPU time (user + system), seconds.
 public func processCPUSeconds() -> Double {
     var u = rusage()
@@ -191,8 +198,12 @@ public enum MovieComparison {
         public var name: String
         public var frames: Int
         public var seconds: Double
+        /// CPU time (user + system) of the run, all threads.
+        public var cpuSeconds: Double
         public var fps: Double { Double(frames) / seconds }
-        public var description: String { "\(name): \(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps" }
+        public var description: String {
+            "\(name): \(frames) frames in \(String(format: "%.3f", seconds)) s = \(String(format: "%.1f", fps)) fps, CPU \(String(format: "%.2f", cpuSeconds * 1000 / Double(max(frames, 1)))) ms/frame"
+        }
     }
 
     /// Runs one GStreamer pipeline (nil when gst-launch-1.0 is not installed or fails).
@@ -206,11 +217,12 @@ public enum MovieComparison {
         p.arguments = ["-q"] + pipeline.replacingOccurrences(of: "NUM", with: String(frames)).replacingOccurrences(of: "OUT", with: out).split(separator: " ").map(String.init)
         p.standardOutput = FileHandle.nullDevice
         p.standardError = FileHandle.nullDevice
+        let c0 = childrenCPUSeconds()
         let t0 = monotonicNanoseconds()
         guard (try? p.run()) != nil else { return nil }
         p.waitUntilExit()
         guard p.terminationStatus == 0 else { return nil }
-        return Entry(name: name, frames: frames, seconds: Double(monotonicNanoseconds() - t0) / 1e9)
+        return Entry(name: name, frames: frames, seconds: Double(monotonicNanoseconds() - t0) / 1e9, cpuSeconds: childrenCPUSeconds() - c0)
     }
 
     public static let pipelines: [(String, String)] = [
@@ -220,13 +232,33 @@ public enum MovieComparison {
     ]
 
     /// GStreamer's pipelines, then Viewfinder's movie output with 1 and 2 encoder threads.
-    public static func run(frames: Int = 300, directory: String = "/tmp") throws -> [Entry] {
+    /// `noise` is the sensor noise of Viewfinder's frames (8: camera-like; 0: a clean synthetic
+    /// picture closer to GStreamer's test pattern, which compresses far better than camera frames).
+    public static func run(frames: Int = 300, noise: Int = 8, directory: String = "/tmp") throws -> [Entry] {
         var out: [Entry] = []
         for (name, p) in pipelines { if let e = gstreamer(p, frames: frames, name: name) { out.append(e) } }
         for t in [1, 2] {
-            let r = try MovieWriterBenchmark.run(frames: frames, threads: t, directory: directory)
-            out.append(Entry(name: "viewfinder movie output, \(t) encoder thread\(t > 1 ? "s" : "")", frames: r.framesInFile, seconds: r.seconds))
+            let r = try MovieWriterBenchmark.run(frames: frames, threads: t, noise: noise, directory: directory)
+            out.append(Entry(name: "viewfinder movie output, \(t) encoder thread\(t > 1 ? "s" : ""), noise \(noise)", frames: r.framesInFile, seconds: r.seconds, cpuSeconds: r.cpuSeconds))
         }
         return out
+    }
+}
+
+/// The YUYV → planar 4:2:2 split that precedes every TurboJPEG encode of packed frames.
+public enum UnpackBenchmark {
+    public static func milliseconds(width: Int = 1920, height: Int = 1080, iterations: Int = 100) -> Double {
+        let (_, source) = BenchmarkFrames.make(width: width, height: height, count: 1)
+        defer { source[0].release() }
+        let y = UnsafeMutablePointer<UInt8>.allocate(capacity: width * height)
+        let u = UnsafeMutablePointer<UInt8>.allocate(capacity: width * height / 2)
+        let v = UnsafeMutablePointer<UInt8>.allocate(capacity: width * height / 2)
+        defer { y.deallocate(); u.deallocate(); v.deallocate() }
+        let src = UnsafePointer(source[0].data.assumingMemoryBound(to: UInt8.self))
+        let t0 = monotonicNanoseconds()
+        for _ in 0..<iterations {
+            unpackPacked422(src, bytesPerRow: width * 2, width: width, height: height, yOffset: 0, uOffset: 1, y: y, u: u, v: v)
+        }
+        return Double(monotonicNanoseconds() - t0) / 1e6 / Double(iterations)
     }
 }
