@@ -109,7 +109,7 @@ public final class SimRenderer {
         if let image {
             scene = SimScene.fromImage(image, width: SW, height: SH)
         } else {
-            scene = SimScene.procedural(width: SW, height: SH, unit: Double(H), seed: options.seed)
+            scene = SimScene.cachedProcedural(width: SW, height: SH, unit: Double(H), seed: options.seed)
         }
         rowA = .allocate(capacity: W + 2 * maxPad + 64); rowA.initialize(repeating: 0, count: W + 2 * maxPad + 64)
         bufB = .allocate(capacity: SW * SH + 64); bufB.initialize(repeating: 0, count: SW * SH + 64)

@@ -211,6 +211,24 @@ final class SimScene: @unchecked Sendable {
 
     // MARK: The procedural scene
 
+    private struct Key: Equatable { var width: Int; var height: Int; var unit: Double; var seed: UInt64 }
+    /// The last few procedural scenes built (immutable, so shared): reopening the sim at the same
+    /// size, as tests and sessions do, starts at once instead of re-rendering the scene.
+    private static let cache = LockedBox<[(Key, SimScene)]>([])
+
+    /// ``procedural(width:height:unit:seed:)``, shared with earlier cameras of the same geometry.
+    static func cachedProcedural(width: Int, height: Int, unit: Double, seed: UInt64) -> SimScene {
+        let key = Key(width: width, height: height, unit: unit, seed: seed)
+        if let hit = cache.withLock({ c in c.first(where: { $0.0 == key })?.1 }) { return hit }
+        let scene = procedural(width: width, height: height, unit: unit, seed: seed)
+        cache.withLock { c in
+            c.removeAll { $0.0 == key }
+            c.insert((key, scene), at: 0)
+            if c.count > 3 { c.removeLast(c.count - 3) }
+        }
+        return scene
+    }
+
     /// A deterministic pseudo-photographic composition: sky with a clipped sun, a horizon of
     /// buildings with windows, textured ground, a deep shadow, a test chart (checkerboard and a
     /// Siemens star) and a textured subject in the centre, all under fractal texture from 128 px
