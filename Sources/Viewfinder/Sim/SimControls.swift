@@ -119,6 +119,7 @@ public final class SimControls: DeviceControlling {
         controlLatencyFrames = max(1, latency)
         self.deviceName = deviceName
         base = SimControls.baseDescriptors(defaults: defaults)
+        variants = (0..<8).map { SimControls.flagged(SimControls.baseDescriptors(defaults: defaults), mask: $0) }
         var s = State()
         s.requested = defaults
         s.applied = defaults
@@ -126,18 +127,28 @@ public final class SimControls: DeviceControlling {
         state = Mutex(s)
     }
 
-    public var descriptors: [ControlDescriptor] {
-        let v = state.withLock { $0.requested }
-        return base.map { d in
+    /// The descriptors with their `inactive` flags, for each combination of the three automatic
+    /// modes (bit 0 auto exposure, bit 1 autofocus, bit 2 auto white balance), built once so that
+    /// reading them per frame allocates nothing.
+    private let variants: [[ControlDescriptor]]
+
+    static func flagged(_ base: [ControlDescriptor], mask: Int) -> [ControlDescriptor] {
+        base.map { d in
             var d = d
             switch d.name {
-            case "exposure_time_absolute", "gain": if v.exposureAuto == 3 { d.flags = ["inactive"] }
-            case "focus_absolute": if v.focusAuto == 1 { d.flags = ["inactive"] }
-            case "white_balance_temperature": if v.whiteBalanceAuto == 1 { d.flags = ["inactive"] }
+            case "exposure_time_absolute", "gain": if mask & 1 != 0 { d.flags = ["inactive"] }
+            case "focus_absolute": if mask & 2 != 0 { d.flags = ["inactive"] }
+            case "white_balance_temperature": if mask & 4 != 0 { d.flags = ["inactive"] }
             default: break
             }
             return d
         }
+    }
+
+    public var descriptors: [ControlDescriptor] {
+        let v = state.withLock { $0.requested }
+        let mask = (v.exposureAuto == 3 ? 1 : 0) | (v.focusAuto == 1 ? 2 : 0) | (v.whiteBalanceAuto == 1 ? 4 : 0)
+        return variants[mask]
     }
 
     public func value(of name: String) throws -> Int64 {
