@@ -75,6 +75,24 @@ struct SimClosedLoopTests {
         #expect(abs(log2(lumas.last! / 110) * 2.2) <= 1.0 / 6)
     }
 
+    @Test("anti-flicker: under 50 Hz light, exposure times in whole 10 ms half-periods and a steady loop")
+    func flicker() throws {
+        var o = ExposureOptions()
+        o.antiFlicker = .hz50
+        var totals: [Double] = [], exposures: [Double] = [], lumas: [Double] = []
+        // Dim light so that the loop needs more than one half-period of exposure.
+        try runSim("sim:paced=false,flicker=50,light=0.3,exposure=1,seed=5", width: 320, height: 240, frames: 40, stages: [ExposureStage(options: o)]) { _, f in
+            let t = f.metadata.truth!
+            totals.append(t.appliedExposure * t.appliedGain)
+            exposures.append(t.appliedExposure)
+            lumas.append(f.metadata.meteredLuma ?? 0)
+        }
+        print("flicker AE: exposures \(exposures.suffix(5)), metered luma \(lumas.suffix(5).map { ($0 * 10).rounded() / 10 })")
+        for e in exposures[20...] { #expect(e >= 10_000 && (e / 10_000).rounded() * 10_000 == e, "exposure \(e) µs is not whole half-periods") }
+        #expect(Set(totals[20...]).count == 1)
+        #expect(abs(log2(lumas.last! / 110) * 2.2) <= 1.0 / 6)
+    }
+
     @Test("spot metering follows a bright or a dark point of interest")
     func spot() throws {
         // Find the brightest and darkest 10 % cells of the scene at the start exposure.
