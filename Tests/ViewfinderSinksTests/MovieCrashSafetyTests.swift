@@ -140,4 +140,29 @@ private let childEnv = "VF_SINKS_CRASH_CHILD"
         let v = try #require(try ffprobe(path).stream("video"))
         #expect(intValue(v["nb_read_frames"]) == summary.frames)
     }
+
+    @Test func dumpOnAFullDiskKeepsEveryFrameWritten() throws {
+        guard let dir = mountSmallDisk("2m") else {
+            print("skipping the full-disk dump test: cannot mount a tmpfs here (needs root)")
+            return
+        }
+        defer { unmount(dir) }
+        let path = dir + "/full.vfdump"
+        let out = RawDumpOutput(path: path)
+        try out.start(configuration: StreamConfiguration(format: format, interval: FrameInterval(fps: 30), bufferCount: 8))
+        let pool = FramePool(format: format, count: 4)
+        var sent: [[UInt8]] = []
+        feed(out, pool: pool, range: 0..<30, noise: 250) { f, _ in sent.append(Array(f.bytes)) }  // 150 KiB each, incompressible
+        out.finish(error: nil)
+        #expect(out.error as? SinkError == .diskFull(path: path))
+        #expect(out.framesWritten > 5 && out.framesWritten < 30)
+        #expect(out.framesDropped == 30 - out.framesWritten)
+        let reader = try RawDumpReader(path: path)
+        #expect(reader.frameCount == out.framesWritten)
+        let frame = Frame(capacity: format.maxByteCount, format: format)
+        for i in 0..<reader.frameCount {
+            try reader.read(i, into: frame)
+            #expect(Array(frame.bytes) == sent[i])
+        }
+    }
 }

@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+import Viewfinder
+@testable import ViewfinderSinks
+
+/// The sinks behind the capture session, fed by the sim camera (real control latency, real
+/// exposure physics).
+@Suite struct SessionIntegrationTests {
+    func session(_ device: String, outputs: [any CaptureOutput]) throws -> (CaptureSession, CaptureDevice) {
+        let dev = try CaptureDevice.open(device, directory: .core)
+        let session = CaptureSession()
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: dev))
+        try dev.configure { s in s.exposureMode = .locked; s.focusMode = .locked }
+        try session.setSessionPreset(.inputPriority)
+        for o in outputs { try session.addOutput(o) }
+        try session.commitConfiguration()
+        return (session, dev)
+    }
+
+    @Test func bracketThroughTheSimCameraControls() throws {
+        let photo = PhotoOutput()
+        let (session, _) = try session("sim:width=320,height=240,fps=60,exposure=8,gain=1,latency=2", outputs: [photo])
+        #expect(photo.bracketer != nil)  // from the device's controls, at connection
+        try session.startRunning()
+        defer { session.stopRunning() }
+        let photos = try photo.capturePhotos(settings: PhotoSettings(exposureBiases: [-1, 0, 1]), timeoutSeconds: 10)
+        #expect(photos.count == 3)
+        // Each image was taken with its exposure (time × gain relative to the base).
+        let totals = photos.map { ($0.metadata.exposureTime ?? 0) * ($0.metadata.gain ?? 1) }
+        #expect(totals.count == 3)
+        if totals.count == 3 {
+            #expect(abs(log2(totals[0] / totals[1]) + 1) < 0.1, "\(totals)")
+            #expect(abs(log2(totals[2] / totals[1]) - 1) < 0.1, "\(totals)")
+            // And the pictures are brighter with the exposure.
+            let dec = try JPEGDecoder()
+            let means = try photos.map { p -> Double in
+                let d = try p.fileDataRepresentation().withUnsafeBytes { try dec.decodePlanes($0) }
+                return Double(d.y.reduce(0) { $0 + Int($1) }) / Double(d.y.count)
+            }
+            #expect(means[0] < means[1] && means[1] < means[2], "\(means)")
+        }
+    }
+
+    @Test func movieAndDumpBehindTheSession() throws {
+        let dir = makeTempDirectory()
+        let movie = MovieFileOutput()
+        let dump = RawDumpOutput(path: dir + "/s.vfdump")
+        let (session, _) = try session("sim:width=320,height=240,fps=30,paced=false,frames=45", outputs: [movie, dump])
+        let events = RecordingEvents()
+        try movie.startRecording(to: dir + "/s.mov", delegate: events)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        #expect(events.waitFinished())
+        let (_, summary, error) = events.finished[0]
+        #expect(error == nil)
+        #expect(summary.frames == 45)
+        #expect(dump.framesWritten == 45)
+        let v = try #require(try ffprobe(dir + "/s.mov").stream("video"))
+        #expect(intValue(v["nb_read_frames"]) == 45)
+        // The dump replays as a device, frame for frame.
+        let replay = try DumpSource(device: "dump:\(dir)/s.vfdump,paced=false")
+        #expect(replay.frameCount == 45)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+}
