@@ -12,38 +12,44 @@ public enum LumaStatistics {
     /// - Returns: the number of samples counted.
     @discardableResult
     public static func histogram(_ luma: LumaView, region: PixelRect? = nil, step: Int = 1, into counts: UnsafeMutablePointer<UInt32>) -> Int {
+        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 1024) { sub -> Int in
+            histogram(luma, region: region, step: step, into: counts, scratch: sub.baseAddress!)
+        }
+    }
+
+    /// As ``histogram(_:region:step:into:)``, with the caller's scratch of 1024 counters for the
+    /// four sub-histograms (so nothing is allocated per call).
+    @discardableResult
+    public static func histogram(_ luma: LumaView, region: PixelRect? = nil, step: Int = 1, into counts: UnsafeMutablePointer<UInt32>, scratch h: UnsafeMutablePointer<UInt32>) -> Int {
         let r = (region ?? PixelRect(x: 0, y: 0, width: luma.width, height: luma.height)).clamped(width: luma.width, height: luma.height)
         guard !r.isEmpty else { return 0 }
         let step = max(1, step)
         let cols = (r.width + step - 1) / step
         let rows = (r.height + step - 1) / step
         let sampleStride = luma.pixelStride &* step
-        return withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 1024) { sub -> Int in
-            let h = sub.baseAddress!
-            h.initialize(repeating: 0, count: 1024)
-            let h1 = h + 256, h2 = h + 512, h3 = h + 768
-            var y = 0
-            while y < rows {
-                let row = luma.pointer(x: r.x, y: r.y &+ y &* step)
-                var i = 0
-                var p = row
-                let quads = cols & ~3
-                while i < quads {
-                    let a = Int(p[0]), b = Int(p[sampleStride]), c = Int(p[sampleStride &* 2]), d = Int(p[sampleStride &* 3])
-                    h[a] &+= 1; h1[b] &+= 1; h2[c] &+= 1; h3[d] &+= 1
-                    p += sampleStride &* 4
-                    i &+= 4
-                }
-                while i < cols {
-                    h[Int(p[0])] &+= 1
-                    p += sampleStride
-                    i &+= 1
-                }
-                y &+= 1
+        h.update(repeating: 0, count: 1024)
+        let h1 = h + 256, h2 = h + 512, h3 = h + 768
+        var y = 0
+        while y < rows {
+            let row = luma.pointer(x: r.x, y: r.y &+ y &* step)
+            var i = 0
+            var p = row
+            let quads = cols & ~3
+            while i < quads {
+                let a = Int(p[0]), b = Int(p[sampleStride]), c = Int(p[sampleStride &* 2]), d = Int(p[sampleStride &* 3])
+                h[a] &+= 1; h1[b] &+= 1; h2[c] &+= 1; h3[d] &+= 1
+                p += sampleStride &* 4
+                i &+= 4
             }
-            for v in 0..<256 { counts[v] &+= h[v] &+ h1[v] &+ h2[v] &+ h3[v] }
-            return cols * rows
+            while i < cols {
+                h[Int(p[0])] &+= 1
+                p += sampleStride
+                i &+= 1
+            }
+            y &+= 1
         }
+        for v in 0..<256 { counts[v] &+= h[v] &+ h1[v] &+ h2[v] &+ h3[v] }
+        return cols * rows
     }
 
     /// Mean luma of `region`, every `step`-th sample, without a histogram (for quick checks).
@@ -76,20 +82,23 @@ public enum LumaStatistics {
 public final class LumaHistogram {
     /// The counts, 256 entries.
     public let counts: UnsafeMutablePointer<UInt32>
+    private let scratch: UnsafeMutablePointer<UInt32>
 
     public init() {
         counts = .allocate(capacity: 256)
         counts.initialize(repeating: 0, count: 256)
+        scratch = .allocate(capacity: 1024)
+        scratch.initialize(repeating: 0, count: 1024)
     }
 
-    deinit { counts.deallocate() }
+    deinit { counts.deallocate(); scratch.deallocate() }
 
     public func reset() { counts.update(repeating: 0, count: 256) }
 
     /// Adds the samples of `region` (every `step`-th) to the counts.
     @discardableResult
     public func add(_ luma: LumaView, region: PixelRect? = nil, step: Int = 1) -> Int {
-        LumaStatistics.histogram(luma, region: region, step: step, into: counts)
+        LumaStatistics.histogram(luma, region: region, step: step, into: counts, scratch: scratch)
     }
 
     /// Number of samples counted.
