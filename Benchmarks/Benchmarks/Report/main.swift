@@ -13,6 +13,8 @@ import Synchronization
 import ViewfinderKit
 
 let quick = CommandLine.arguments.contains("--quick")
+/// `--ring` measures only the rings (the engine's, the mutex baseline, boost's).
+let ringOnly = CommandLine.arguments.contains("--ring")
 let here = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 func shell(_ cmd: String) -> (Int32, String) {
@@ -85,6 +87,8 @@ if bc == 0, let boost = Double(bout.trimmingCharacters(in: .whitespacesAndNewlin
 } else {
     row("boost::lockfree::spsc_queue", "not run", "(g++/libboost-dev missing: \(bout.prefix(80)))")
 }
+
+if ringOnly { exit(0) }
 
 // MARK: Engine overhead
 
