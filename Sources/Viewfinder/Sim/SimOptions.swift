@@ -17,7 +17,7 @@
 /// | `frames` | end the stream after this many sensor frames (delivered or lost); 0 = never | frames | 0 |
 /// | `noise` | scale of the sensor noise (shot and read noise); 0 = noiseless | 0...10 | 1 |
 /// | `subject` | distance of the (flat) scene from the lens; sets the in-focus lens position `1000 x 0.2 m / subject` | metres, 0.2...1000 | 0.5 (in focus at 400) |
-/// | `light` | scene illumination relative to the reference (1 = the procedural scene averages about 18 % grey) | factor, 0.001...1000 | 1 |
+/// | `light` | scene illumination relative to the reference; at 1 the procedural view averages about 1.25x an 18 % grey card (bright sky), so 10 ms at unity gain gives mean luma about 115 | factor, 0.001...1000 | 1 |
 /// | `exposure` | initial exposure time (control `exposure_time_absolute`, rounded to 100 µs) | milliseconds | 10 |
 /// | `gain` | initial analogue gain (control `gain` = 100 x this) | factor, 1...16 | 1 |
 /// | `focus` | initial lens position (control `focus_absolute`) | 0...1000 | 400 |
