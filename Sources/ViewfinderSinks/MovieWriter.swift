@@ -274,7 +274,9 @@ public final class MovieWriter {
         }
         let bpf = 2 * channels
         guard pcm.count % bpf == 0 else { throw SinkError.invalidArgument(name: "pcm", reason: "\(pcm.count) bytes is not a whole number of \(channels)-channel 16-bit frames") }
-        guard let o = origin else { return }  // no time zero yet: nothing to align with
+        // Time zero is the first video frame; a movie without video starts with its first audio.
+        if !tracks.contains(where: { $0.isVideo }) { setOrigin(nanoseconds: timestampNanoseconds) }
+        guard let o = origin else { return }  // no video yet: nothing to align with
         let st = states[ti]
         var data = pcm
         var ts = timestampNanoseconds

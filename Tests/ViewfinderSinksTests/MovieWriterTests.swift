@@ -66,4 +66,18 @@ import Viewfinder
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data([1, 2, 3]))
         try? FileManager.default.removeItem(atPath: dir)
     }
+
+    @Test func audioOnlyMovie() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/a.mov"
+        let writer = try MovieWriter(path: path, tracks: [.pcmAudio(sampleRate: 8000, channels: 1)], fragmentInterval: 0.2)
+        let block = [Int16](repeating: 1000, count: 800)
+        for b in 0..<10 { try block.withUnsafeBytes { try writer.appendAudio($0, timestampNanoseconds: 3_000_000_000 + UInt64(b) * 100_000_000) } }
+        #expect(throws: SinkError.self) { try writer.appendVideo(UnsafeRawBufferPointer(start: nil, count: 0), timestampNanoseconds: 0) }
+        try writer.finish()
+        let a = try #require(try ffprobe(path).stream("audio"))
+        #expect(abs((doubleValue(a["duration"]) ?? 0) - 1.0) < 0.001)
+        #expect(try ffmpegDecodeErrors(path) == "")
+        try? FileManager.default.removeItem(atPath: dir)
+    }
 }
