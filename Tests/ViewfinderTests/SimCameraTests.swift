@@ -485,6 +485,37 @@ enum SimTest {
         #expect(try cam.simControls.value(of: "exposure_time_absolute") > 100)
     }
 
+    @Test func builtInAutofocusReachesTruth() throws {
+        let cam = try SimTest.open("sim:width=64,height=64,paced=false,focus=0,subject=0.4")
+        try cam.simControls.set("focus_automatic_continuous", to: 1)
+        #expect(cam.simControls.descriptor(.focusAbsolute)?.flags.contains("inactive") == true)
+        var lens: [Double] = []
+        for _ in 0..<30 { let f = try SimTest.frame(cam); lens.append(f.metadata.lensPosition!); f.release() }
+        #expect(lens.last == SimOptions.inFocusPosition(subjectDistance: 0.4))
+        for (a, b) in zip(lens, lens.dropFirst()) { #expect(b >= a && b - a <= 40) }
+    }
+
+    /// Manual white balance set warmer than the light (lower K) leaves a blue cast: U up, V down.
+    @Test func manualWhiteBalanceCastsColour() throws {
+        func meanUV(_ wb: Int64?) throws -> (Double, Double) {
+            let cam = try SimTest.open("sim:width=96,height=64,paced=false,noise=0,format=yuv422p,colortemp=5200")
+            if let wb {
+                try cam.simControls.set("white_balance_automatic", to: 0)
+                try cam.simControls.set("white_balance_temperature", to: wb)
+            }
+            for _ in 0..<2 { try SimTest.frame(cam).release() } // control latency
+            let f = try SimTest.frame(cam)
+            defer { f.release() }
+            #expect(f.metadata.whiteBalance == Double(wb ?? 5200))
+            let c = SimCameraTests.chroma(f).map(Double.init)
+            let half = c.count / 2
+            return (SimTest.mean(Array(c[..<half])), SimTest.mean(Array(c[half...])))
+        }
+        let auto = try meanUV(nil), warm = try meanUV(2800), cool = try meanUV(6500)
+        #expect(warm.0 > auto.0 + 3 && warm.1 < auto.1 - 3, "auto \(auto), 2800 K \(warm)")
+        #expect(cool.0 < auto.0 && cool.1 > auto.1, "auto \(auto), 6500 K \(cool)")
+    }
+
     @Test func runsInTheEngine() throws {
         let cam = try SimCamera(deviceString: "sim:width=128,height=96,paced=false,frames=20,shake=2,flicker=60")
         let cfg = try cam.configure(StreamRequest(pixelFormat: .nv12, width: 128, height: 96, fps: 30))

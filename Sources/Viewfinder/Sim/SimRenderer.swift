@@ -68,8 +68,6 @@ public final class SimRenderer {
     let colSum: UnsafeMutablePointer<UInt32>
     let idx: UnsafeMutablePointer<Int32>
     let yRow: UnsafeMutablePointer<UInt8>
-    let uRow: UnsafeMutablePointer<UInt8>
-    let vRow: UnsafeMutablePointer<UInt8>
     let noise: UnsafeMutablePointer<Float>
     static let noiseCount = 1 << 16
     let tone: UnsafeMutablePointer<UInt8>
@@ -120,8 +118,6 @@ public final class SimRenderer {
         colSum = .allocate(capacity: W + 16); colSum.initialize(repeating: 0, count: W + 16)
         idx = .allocate(capacity: W + 16); idx.initialize(repeating: 0, count: W + 16)
         yRow = .allocate(capacity: W + 16); yRow.initialize(repeating: 0, count: W + 16)
-        uRow = .allocate(capacity: W / 2 + 16); uRow.initialize(repeating: 128, count: W / 2 + 16)
-        vRow = .allocate(capacity: W / 2 + 16); vRow.initialize(repeating: 128, count: W / 2 + 16)
         noise = .allocate(capacity: SimRenderer.noiseCount + W + 16)
         var rng = SplitMix64(seed: options.seed ^ 0x4E015E)
         for i in 0..<(SimRenderer.noiseCount + W + 16) { noise[i] = Float(rng.gaussian()) }
@@ -146,7 +142,7 @@ public final class SimRenderer {
 
     deinit {
         rowA.deallocate(); bufB.deallocate(); bufC.deallocate(); colSum.deallocate(); idx.deallocate()
-        yRow.deallocate(); uRow.deallocate(); vRow.deallocate(); noise.deallocate(); tone.deallocate()
+        yRow.deallocate(); noise.deallocate(); tone.deallocate()
         planes?.deallocate(); planePointers.deallocate(); planeStrides.deallocate()
         if let tj { tjDestroy(tj) }
     }
@@ -292,7 +288,7 @@ public final class SimRenderer {
         // (the store might alias the object), which stops the loops from vectorising.
         let W = self.W, H = self.H, SW = self.SW
         let rowA = self.rowA, bufB = self.bufB, bufC = self.bufC, colSum = self.colSum, idx = self.idx
-        let yRow = self.yRow, uRow = self.uRow, vRow = self.vRow, noise = self.noise, tone = self.tone
+        let yRow = self.yRow, noise = self.noise, tone = self.tone
         let sceneLuma = scene.luma
         let th = state.shakeAngle, s = sin(th), c = cos(th)
         let tx = state.shakeX, ty = state.shakeY
