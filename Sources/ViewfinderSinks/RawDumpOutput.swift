@@ -78,22 +78,66 @@ public enum DumpConversion {
     /// dump's nominal rate (y4m has no per-frame timestamps).
     public static func exportY4M(dump: String, to output: String, overwrite: Bool = false) throws -> Result {
         let reader = try RawDumpReader(path: dump)
-        guard reader.format.pixelFormat != .mjpeg, reader.format.pixelFormat != .rgb24 else {
-            throw DumpError.unsupported("y4m export takes YUV or grey dumps; '\(dump)' holds \(reader.format.pixelFormat)")
+        guard reader.format.pixelFormat != .rgb24 else {
+            throw DumpError.unsupported("y4m export takes YUV, grey or MJPEG dumps; '\(dump)' holds \(reader.format.pixelFormat)")
         }
         if output != "-" && !overwrite && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval : FrameInterval(fps: 30)
-        let writer = try Y4MWriter(path: output, format: reader.format, interval: interval)
         let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
+        if reader.format.pixelFormat == .mjpeg {
+            // MJPEG is decoded to planar YUV at the first image's subsampling (4:2:2 or 4:2:0).
+            guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
+            let decoder = try JPEGDecoder()
+            var writer: Y4MWriter?
+            var planar: Frame?
+            for i in 0..<reader.frameCount {
+                try reader.read(i, into: frame)
+                let d = try decoder.decodePlanes(UnsafeRawBufferPointer(frame.bytes))
+                if writer == nil {
+                    let pf: PixelFormat = d.subsampling == .s420 ? .i420 : d.subsampling == .grey ? .grey : .yuv422p
+                    guard d.subsampling != .s444 else { throw DumpError.unsupported("y4m export of 4:4:4 JPEG is not supported") }
+                    let f = FrameFormat(pf, width: d.width, height: d.height, bytesPerRow: pf == .grey ? d.width : (d.width + 1) & ~1)
+                    planar = Frame(capacity: f.maxByteCount, format: f)
+                    writer = try Y4MWriter(path: output, format: f, interval: interval)
+                }
+                guard let p = planar, let w = writer, d.width == p.format.width, d.height == p.format.height else {
+                    throw DumpError.formatMismatch(path: dump, expected: "\(planar?.format.description ?? "?")", got: "\(d.width)x\(d.height) JPEG")
+                }
+                try copyPlanes(d, into: p)
+                try w.write(p)
+            }
+            try writer?.flush()
+            writer?.close()
+            return Result(frames: reader.frameCount, duration: Self.duration(reader, interval), damage: reader.damage)
+        }
+        let writer = try Y4MWriter(path: output, format: reader.format, interval: interval)
         for i in 0..<reader.frameCount {
             try reader.read(i, into: frame)
             try writer.write(frame)
         }
         try writer.flush()
         writer.close()
+        return Result(frames: reader.frameCount, duration: Self.duration(reader, interval), damage: reader.damage)
+    }
+
+    static func duration(_ reader: RawDumpReader, _ interval: FrameInterval) -> Double {
         let e = reader.entries
-        let duration = e.count > 1 ? Double(e.last!.timestampNanoseconds - e.first!.timestampNanoseconds) / 1e9 + interval.seconds : Double(e.count) * interval.seconds
-        return Result(frames: reader.frameCount, duration: duration, damage: reader.damage)
+        return e.count > 1 ? Double(e.last!.timestampNanoseconds - e.first!.timestampNanoseconds) / 1e9 + interval.seconds : Double(e.count) * interval.seconds
+    }
+
+    /// Copies decoded JPEG planes into a planar frame (whose chroma matches the JPEG's subsampling).
+    static func copyPlanes(_ d: (width: Int, height: Int, subsampling: ChromaSubsampling, y: [UInt8], u: [UInt8], v: [UInt8]), into f: Frame) throws {
+        let planes = [d.y, d.u, d.v]
+        for i in 0..<f.format.planeCount {
+            let g = f.format.plane(i)
+            let src = planes[i]
+            let w = i == 0 ? d.width : (d.width + 1) / 2
+            guard src.count >= w * g.height else { throw SinkError.corruptData("decoded plane \(i) is smaller than the frame's") }
+            src.withUnsafeBytes { s in
+                for r in 0..<g.height { (f.data + g.offset + r * g.bytesPerRow).copyMemory(from: s.baseAddress! + r * w, byteCount: min(w, g.bytesPerRow)) }
+            }
+        }
+        f.bytesUsed = f.format.maxByteCount
     }
 
     /// Makes a dump from a `.y4m` file; timestamps follow the y4m frame rate from `startNanoseconds`.

@@ -258,4 +258,30 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         let abc = Array("abc".utf8)
         #expect(abc.withUnsafeBytes { XXHash64.hash($0) } == 0x44BC_2CF5_AD77_0999)
     }
+
+    @Test func mjpegDumpExportsToY4M() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/m.vfdump"
+        let source = SyntheticSource(format: FrameFormat(.yuyv, width: 64, height: 48), count: 6, mjpeg: true)
+        let out = RawDumpOutput(path: path)
+        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [out])
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(out.framesWritten == 6)
+        let r = try DumpConversion.exportY4M(dump: path, to: dir + "/m.y4m")
+        #expect(r.frames == 6)
+        let v = try #require(try ffprobe(dir + "/m.y4m").stream("video"))
+        #expect(v["pix_fmt"] as? String == "yuv422p")
+        #expect(intValue(v["nb_read_frames"]) == 6)
+        // The pictures are the decoded JPEGs: compare the first luma plane with TurboJPEG's decode.
+        let y4m = try Y4MReader(path: dir + "/m.y4m")
+        let frame = Frame(capacity: y4m.format.maxByteCount, format: y4m.format)
+        #expect(try y4m.read(into: frame))
+        let reader = try RawDumpReader(path: path)
+        let jpeg = Frame(capacity: reader.maxRawLength, format: reader.format)
+        try reader.read(0, into: jpeg)
+        let d = try JPEGDecoder().decodePlanes(UnsafeRawBufferPointer(jpeg.bytes))
+        #expect(Array(UnsafeRawBufferPointer(start: frame.data, count: 64 * 48)) == d.y)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
 }
