@@ -104,11 +104,22 @@ public enum AtomicFile {
         } else {
             // link() fails with EEXIST if someone created the file meanwhile: never clobbers it.
             if link(tmp, path) != 0 {
-                let e = errno; unlink(tmp)
-                if e == EEXIST { throw SinkError.fileExists(path: path) }
-                throw SinkError.fromErrno(path: path, operation: "link", errno: e)
+                let e = errno
+                if e == EEXIST { unlink(tmp); throw SinkError.fileExists(path: path) }
+                if e == EPERM || e == EOPNOTSUPP || e == ENOSYS {
+                    // No hard links here (FAT/exFAT memory cards): check, then rename.
+                    if access(path, F_OK) == 0 { unlink(tmp); throw SinkError.fileExists(path: path) }
+                    if rename(tmp, path) != 0 {
+                        let e2 = errno; unlink(tmp)
+                        throw SinkError.fromErrno(path: path, operation: "rename", errno: e2)
+                    }
+                } else {
+                    unlink(tmp)
+                    throw SinkError.fromErrno(path: path, operation: "link", errno: e)
+                }
+            } else {
+                unlink(tmp)
             }
-            unlink(tmp)
         }
         syncDirectory(of: path)
     }
