@@ -282,7 +282,11 @@ public final class CaptureSession: @unchecked Sendable {
         let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak videoConnection] s in
             try CaptureSession.controlStageSpecs(s, connection: videoConnection, registry: registry, device: device).map { try registry.makeStage($0) }
         }
-        var stages: [any Stage] = [DeviceControlStages(relay: relay, initial: try build(settings), build: build, logger: logger)]
+        var stages: [any Stage] = []
+        // Only a device with exposure or focus controls can have modes to carry out.
+        if device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous) {
+            stages.append(DeviceControlStages(relay: relay, initial: try build(settings), build: build, logger: logger))
+        }
         for spec in c.stages where spec.enabled { stages.append(try registry.makeStage(spec)) }
         let consumers: [any FrameConsumer] = connectionsStore.filter { $0.input === input && $0.isEnabled }.map { $0.output }
         // Enough buffers for the look-ahead the stages hold and for every ring to fill.
