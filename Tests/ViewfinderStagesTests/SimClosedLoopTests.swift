@@ -5,7 +5,10 @@ import Viewfinder
 
 /// Drives `stage` in a closed loop with the sim camera (unpaced, so no threads): next frame,
 /// process, record, release. `record` sees each processed frame.
-func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: Int, frames: Int, stages: [any Stage], record: (Int, Frame) -> Void) throws {
+/// Times of `process` calls, ms, when a test wants them.
+final class TimeLog { var milliseconds: [Double] = [] }
+
+func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: Int, frames: Int, stages: [any Stage], times: TimeLog? = nil, record: (Int, Frame) -> Void) throws {
     let cam = try SimCamera(deviceString: device)
     let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: width, height: height, fps: 30))
     let ctx = StageContext(format: cfg.format, frameIntervalNanoseconds: cfg.interval.nanoseconds, controls: cam.controls, isLive: cam.isLive)
@@ -18,7 +21,10 @@ func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: I
         var frame: Frame? = f
         var idx = k
         while let fr = frame, idx < stages.count {
-            switch stages[idx].process(fr) {
+            let t0 = monotonicNanoseconds()
+            let verdict = stages[idx].process(fr)
+            times?.milliseconds.append(Double(monotonicNanoseconds() &- t0) / 1e6)
+            switch verdict {
             case .forward: idx += 1
             case .drop: fr.release(); frame = nil
             case .hold:
