@@ -173,9 +173,10 @@ public final class MovieWriter {
             if case .mjpegVideo(let w, let h) = t { b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16) } else { b.u32(0); b.u32(0) }
             b.end()
             b.begin("mdia")
-            b.begin("mdhd"); b.fullBoxHeader(version: 0, flags: 0)
-            b.u32(now); b.u32(now); b.u32(states[i].timescale)
-            mdhdPatchOffsets.append(UInt64(b.bytes.count)); b.u32(0)
+            // Version 1: a 64-bit duration (32 bits at 90 kHz would overflow after 13 hours).
+            b.begin("mdhd"); b.fullBoxHeader(version: 1, flags: 0)
+            b.u64(UInt64(now)); b.u64(UInt64(now)); b.u32(states[i].timescale)
+            mdhdPatchOffsets.append(UInt64(b.bytes.count)); b.u64(0)
             b.u16(0x7FFF); b.u16(0)  // language: unspecified; quality
             b.end()
             b.begin("hdlr"); b.fullBoxHeader(version: 0, flags: 0)
@@ -391,7 +392,7 @@ public final class MovieWriter {
         var trackDurations: [UInt64] = []
         for (i, st) in states.enumerated() {
             let mediaTicks = st.ticksWritten
-            try withUnsafeBytes(of: UInt32(clamping: mediaTicks).bigEndian) { try file.pwrite($0, at: mdhdPatchOffsets[i]) }
+            try withUnsafeBytes(of: mediaTicks.bigEndian) { try file.pwrite($0, at: mdhdPatchOffsets[i]) }
             let movieTicks = mediaTicks * UInt64(MovieWriter.movieTimescale) / UInt64(st.timescale)
             trackDurations.append(movieTicks)
             movieDuration = max(movieDuration, movieTicks)

@@ -62,15 +62,17 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     private final class Job {
         let settings: PhotoSettings
         let delegate: any PhotoCaptureDelegate
-        let resolved: ResolvedPhotoSettings
+        /// Resolved at capture time, or at the first frame when the stream format was not known yet.
+        var resolved: ResolvedPhotoSettings
+        var resolvedFinal: Bool
         var began = false, willCaptureSent = false, didCaptureSent = false, finished = false
         var delivered = 0
         var bracketActive = false
         var applied: (exposureTime: Double, gain: Double)?
         var waited = 0
         var shots: [Shot] = []
-        init(settings: PhotoSettings, delegate: any PhotoCaptureDelegate, resolved: ResolvedPhotoSettings) {
-            self.settings = settings; self.delegate = delegate; self.resolved = resolved
+        init(settings: PhotoSettings, delegate: any PhotoCaptureDelegate, resolved: ResolvedPhotoSettings, final: Bool = true) {
+            self.settings = settings; self.delegate = delegate; self.resolved = resolved; self.resolvedFinal = final
         }
     }
     private struct Shot {
@@ -88,16 +90,17 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         lock.lock()
         let reused = !usedIDs.insert(settings.uniqueID).inserted
         let cfg = configuration
-        let isRunning = running && !ended
+        // Running, or connected to a session that is starting (the first frame will come).
+        let isRunning = (running && !ended) || (!running && connectionBox.withLock { $0.connection != nil })
         let haveBracketer = bracketerValue != nil
         var resolved = resolve(settings, cfg)
         var refusal: PhotoCaptureError?
         if reused { refusal = .settingsReused(uniqueID: settings.uniqueID) }
         else if let r = validate(settings) { refusal = .invalidSettings(r) }
         else if !settings.exposureBiases.isEmpty && !haveBracketer { refusal = .bracketingUnavailable("no exposure control is attached to the photo output") }
-        else if !isRunning || cfg == nil { refusal = .notRunning }
+        else if !isRunning { refusal = .notRunning }
         if refusal == nil {
-            queue.append(Job(settings: settings, delegate: delegate, resolved: resolved))
+            queue.append(Job(settings: settings, delegate: delegate, resolved: resolved, final: cfg != nil))
             lock.unlock()
             return
         }
@@ -193,6 +196,11 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
 
     private func step(_ job: Job, _ frame: Frame) {
         if !job.began {
+            if !job.resolvedFinal {
+                let cfg = lock.withLock { configuration }
+                job.resolved = resolve(job.settings, cfg)
+                job.resolvedFinal = true
+            }
             job.began = true
             job.delegate.photoOutput(self, willBeginCaptureFor: job.resolved)
             if !job.settings.exposureBiases.isEmpty {
