@@ -26,7 +26,7 @@ public struct StabiliseOptions: StageOptions {
             .double("keep", \.keep, range: 0.85...1, unit: "fraction", "Part of the picture kept by the crop/zoom that hides the borders (0.85 keeps 85 %)"),
             .bool("rotation", \.rotation, "Correct rotation as well as translation"),
             .double("min_confidence", \.minConfidence, range: 0...1, "Estimates below this confidence count as no motion"),
-            .bool("copy_frames", \.copyFrames, "Hold copies in the stage's own buffers (lookahead + 4 frames) so the source's buffers go back at once"),
+            .bool("copy_frames", \.copyFrames, "Hold copies in the stage's own buffers (lookahead + 10 frames, enough for a downstream ring of 8) so the source's buffers go back at once; when they run out, frames are held and warped in place"),
         ]
     }
 }
@@ -98,7 +98,7 @@ public final class StabiliseStage: Stage {
             scratchBytes = format.maxByteCount
             scratch = .allocate(byteCount: scratchBytes, alignment: 64)
             workspace = WarpWorkspace(maxWidth: format.width)
-            pool = options.copyFrames ? FramePool(format: format, count: options.lookahead + 4) : nil
+            pool = options.copyFrames ? FramePool(format: format, count: options.lookahead + 10) : nil
         }
         self.format = format
         estimator?.reset()

@@ -222,3 +222,39 @@ struct DeadlineEngineTests {
         #expect(p99 < 100_000_000)
     }
 }
+
+/// Records the sequence numbers it receives.
+final class SequenceRecorder: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: `sequences` is only touched on the consumer's thread, and read by the
+    // test after `waitUntilFinished()` has joined that thread.
+    let consumerName = "recorder"
+    var sequences: [UInt64] = []
+    var corrected = 0
+    func consume(_ frame: Frame) {
+        sequences.append(frame.sequence)
+        if frame.metadata.correction != nil && frame.pixelsModified { corrected += 1 }
+    }
+}
+
+@Suite("Stabilise in the engine")
+struct StabiliseEngineTests {
+    @Test("a live sim with 4 buffers and look-ahead 8: no buffer starvation, frames in order, books balance")
+    func liveFewBuffers() throws {
+        let cam = try SimCamera(deviceString: "sim:paced=true,fps=10,format=grey,width=192,height=144,buffers=4,shake=3")
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .grey, width: 192, height: 144, fps: 10))
+        var o = StabiliseOptions()
+        o.lookahead = 8
+        let rec = SequenceRecorder()
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [StabiliseStage(options: o)], consumers: [rec], options: EngineOptions(durationSeconds: 2.5))
+        try engine.start()
+        engine.waitUntilFinished()
+        let st = engine.statistics
+        print("stabilise live: captured \(st.captured), delivered \(st.delivered), drops \(st.drops.byName), consumed \(rec.sequences.count)")
+        #expect(st.captured >= 20)
+        #expect(st.drops[.outOfBuffers] == 0)
+        #expect(st.captured == st.delivered + st.drops.total)
+        #expect(st.delivered == UInt64(rec.sequences.count) + st.consumers[0].drops.total)
+        #expect(rec.sequences == rec.sequences.sorted())
+        #expect(rec.corrected == rec.sequences.count)
+    }
+}
