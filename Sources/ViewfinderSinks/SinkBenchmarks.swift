@@ -67,8 +67,8 @@ public enum MovieWriterBenchmark {
 
     /// Records `frames` frames of `width`x`height` to a movie in `directory` and returns the speed.
     /// Every frame is written (the output applies back-pressure; nothing is dropped).
-    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, noise: Int = 8, directory: String = "/tmp") throws -> Result {
-        let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
+    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, noise: Int = 8, pixelFormat: PixelFormat = .yuyv, directory: String = "/tmp") throws -> Result {
+        let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise, pixelFormat: pixelFormat)
         defer { for f in source { f.release() } }
         var settings = MovieOutputSettings()
         settings.encoderThreads = threads
@@ -229,6 +229,7 @@ public enum MovieComparison {
         ("gstreamer jpegenc ! qtmux", "videotestsrc num-buffers=NUM ! video/x-raw,width=1920,height=1080 ! jpegenc ! qtmux ! filesink location=OUT"),
         ("gstreamer queue ! jpegenc ! qtmux", "videotestsrc num-buffers=NUM ! video/x-raw,width=1920,height=1080 ! queue ! jpegenc ! qtmux ! filesink location=OUT"),
         ("gstreamer YUY2 queue ! jpegenc ! qtmux", "videotestsrc num-buffers=NUM ! video/x-raw,format=YUY2,width=1920,height=1080 ! queue ! jpegenc ! qtmux ! filesink location=OUT"),
+        ("gstreamer I420 queue ! jpegenc ! qtmux", "videotestsrc num-buffers=NUM ! video/x-raw,format=I420,width=1920,height=1080 ! queue ! jpegenc ! qtmux ! filesink location=OUT"),
     ]
 
     /// GStreamer's pipelines, then Viewfinder's movie output with 1 and 2 encoder threads.
@@ -237,9 +238,11 @@ public enum MovieComparison {
     public static func run(frames: Int = 300, noise: Int = 8, directory: String = "/tmp") throws -> [Entry] {
         var out: [Entry] = []
         for (name, p) in pipelines { if let e = gstreamer(p, frames: frames, name: name) { out.append(e) } }
-        for t in [1, 2] {
-            let r = try MovieWriterBenchmark.run(frames: frames, threads: t, noise: noise, directory: directory)
-            out.append(Entry(name: "viewfinder movie output, \(t) encoder thread\(t > 1 ? "s" : ""), noise \(noise)", frames: r.framesInFile, seconds: r.seconds, cpuSeconds: r.cpuSeconds))
+        for pf in [PixelFormat.yuyv, .i420] {
+            for t in [1, 2] {
+                let r = try MovieWriterBenchmark.run(frames: frames, threads: t, noise: noise, pixelFormat: pf, directory: directory)
+                out.append(Entry(name: "viewfinder movie output \(pf), \(t) encoder thread\(t > 1 ? "s" : ""), noise \(noise)", frames: r.framesInFile, seconds: r.seconds, cpuSeconds: r.cpuSeconds))
+            }
         }
         return out
     }
