@@ -67,12 +67,13 @@ public enum MovieWriterBenchmark {
 
     /// Records `frames` frames of `width`x`height` to a movie in `directory` and returns the speed.
     /// Every frame is written (the output applies back-pressure; nothing is dropped).
-    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, noise: Int = 8, pixelFormat: PixelFormat = .yuyv, directory: String = "/tmp") throws -> Result {
+    public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, noise: Int = 8, pixelFormat: PixelFormat = .yuyv, subsampling: ChromaSubsampling? = nil, directory: String = "/tmp") throws -> Result {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise, pixelFormat: pixelFormat)
         defer { for f in source { f.release() } }
         var settings = MovieOutputSettings()
         settings.encoderThreads = threads
         settings.quality = quality
+        settings.subsampling = subsampling
         let output = MovieFileOutput(settings: settings)
         let path = directory + "/vf-moviebench-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).mov"
         defer { unlink(path) }
