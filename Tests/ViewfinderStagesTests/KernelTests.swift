@@ -108,3 +108,18 @@ struct KernelTests {
         #expect(h.add(l, region: PixelRect(x: -5, y: -5, width: 3, height: 3)) == 0)
     }
 }
+
+@Suite("Pyramid")
+struct PyramidTests {
+    @Test("halving packed 4:2:2 luma equals halving the same luma as GREY", arguments: [PixelFormat.yuyv, .uyvy])
+    func packedHalve(_ pf: PixelFormat) throws {
+        let g = StageBenchmarks.makeFrame(FrameFormat(.grey, width: 94, height: 38))
+        let lg = try #require(LumaView(g))
+        let p = Frame(capacity: FrameFormat(pf, width: 94, height: 38).maxByteCount, format: FrameFormat(pf, width: 94, height: 38))
+        fill(p) { x, y in lg.pointer(x: x, y: y).pointee }
+        let a = GreyImage(width: 47, height: 19), b = GreyImage(width: 47, height: 19)
+        Pyramid.halve(lg, into: a)
+        Pyramid.halve(try #require(LumaView(p)), into: b)
+        for i in 0..<(47 * 19) { #expect(a.pixels[i] == b.pixels[i]) }
+    }
+}
