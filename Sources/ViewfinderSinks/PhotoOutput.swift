@@ -91,7 +91,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         let reused = !usedIDs.insert(settings.uniqueID).inserted
         let cfg = configuration
         // Running, or connected to a session that is starting (the first frame will come).
-        let isRunning = (running && !ended) || (!running && connectionBox.withLock { $0.connection != nil })
+        let isRunning = !ended && (running || connectionBox.withLock { $0.connection != nil })
         let haveBracketer = bracketerValue != nil
         var resolved = resolve(settings, cfg)
         var refusal: PhotoCaptureError?
