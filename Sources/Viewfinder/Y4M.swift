@@ -166,6 +166,9 @@ public struct Y4MHeader: Sendable, Equatable {
         }
         guard let w else { throw Y4MError.malformedHeader(offset: offset, reason: "no width (W) tag") }
         guard let ht else { throw Y4MError.malformedHeader(offset: offset, reason: "no height (H) tag") }
+        guard w <= 16384, ht <= 16384, w * ht <= 8192 * 8192 else {
+            throw Y4MError.unsupported(offset: offset, reason: "\(w)x\(ht) is larger than 8192x8192 pixels")
+        }
         h.width = w; h.height = ht
         return h
     }

@@ -153,6 +153,21 @@ struct StabiliseTests {
         out.release()
         let mj = FrameFormat(.mjpeg, width: 128, height: 96)
         #expect(throws: ConfigurationError.self) { try s.prepare(format: mj, context: StageContext(format: mj)) }
+        // The smallest accepted size runs without a crash (too small for most blocks: no motion).
+        let small = FrameFormat(.yuyv, width: 64, height: 48)
+        let s2 = StabiliseStage(options: StabiliseOptions())
+        try s2.prepare(format: small, context: StageContext(format: small))
+        var outs: [Frame] = []
+        for i in 0..<4 {
+            let f = StageBenchmarks.makeFrame(small, shiftX: i)
+            f.retain()
+            _ = s2.process(f)
+            while let r = s2.nextReady() { outs.append(r) }
+        }
+        s2.finish()
+        while let r = s2.nextReady() { outs.append(r) }
+        #expect(outs.count == 4)
+        #expect(outs.allSatisfy { $0.metadata.motion?.dx.isFinite == true })
         let tiny = FrameFormat(.grey, width: 16, height: 16)
         #expect(throws: ConfigurationError.self) { try s.prepare(format: tiny, context: StageContext(format: tiny)) }
     }

@@ -37,6 +37,7 @@ struct Y4MTests {
             try Y4MHeader.parse(Array("YUV4MPEG2 W64 H48 C444".utf8))
         }
         #expect(throws: Y4MError.malformedHeader(offset: 0, reason: "no height (H) tag")) { try Y4MHeader.parse(Array("YUV4MPEG2 W64".utf8)) }
+        #expect(throws: Y4MError.unsupported(offset: 0, reason: "65536x65536 is larger than 8192x8192 pixels")) { try Y4MHeader.parse(Array("YUV4MPEG2 W65536 H65536".utf8)) }
     }
 
     @Test("write then read back I420, 4:2:2 and mono, odd sizes included", arguments: [
