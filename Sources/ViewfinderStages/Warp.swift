@@ -242,40 +242,42 @@ public enum Warp {
                 b = end + 1
             }
             let out = dst + y &* bpr
-            // Luma: column i of the row is tmp[2·(i − 2·firstPair) + lo8].
-            do {
-                let rel = off - Double(2 * firstPair)
-                let n0 = rel.rounded(.down)
-                var phase = Int(((rel - n0) * Double(phases)).rounded())
-                var whole = Int(n0)
-                if phase == phases { phase = 0; whole += 1 }
-                let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
-                let tb = tmp + (2 * whole + lo8)
-                for x in 0..<w {
-                    let i = Int(ip[x]) &* 2
-                    let a0 = Int32(tb[i]), a1 = Int32(tb[i &+ 2])
-                    out[x &* 2 &+ lo8] = UInt8(truncatingIfNeeded: ((a0 &<< 8) &+ (a1 &- a0) &* wp[x] &+ 128) &>> 8)
-                }
-            }
-            // Chroma: pair j of the row is tmp[4·(j − firstPair) + co8] (U) and +2 (V).
-            do {
-                let offC = cm.b * Double(y) + cm.tx
-                let rel = offC - Double(firstPair)
-                let n0 = rel.rounded(.down)
-                var phase = Int(((rel - n0) * Double(phases)).rounded())
-                var whole = Int(n0)
-                if phase == phases { phase = 0; whole += 1 }
-                guard whole >= 0 else { continue }
-                let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
-                let tb = tmp + (4 * whole + co8)
-                for x in 0..<cw {
-                    let i = Int(ip[x]) &* 4
-                    let u0 = Int32(tb[i]), u1 = Int32(tb[i &+ 4])
-                    let v0 = Int32(tb[i &+ 2]), v1 = Int32(tb[i &+ 6])
-                    let wx = wp[x]
-                    out[x &* 4 &+ co8] = UInt8(truncatingIfNeeded: ((u0 &<< 8) &+ (u1 &- u0) &* wx &+ 128) &>> 8)
-                    out[x &* 4 &+ co8 &+ 2] = UInt8(truncatingIfNeeded: ((v0 &<< 8) &+ (v1 &- v0) &* wx &+ 128) &>> 8)
-                }
+            // Luma column i of the row is tmp[2·(i − 2·firstPair) + lo8]; chroma pair j is
+            // tmp[4·(j − firstPair) + co8] (U) and +2 (V). One loop over output pairs writes each
+            // pair as one 32-bit word.
+            let rel = off - Double(2 * firstPair)
+            let n0 = rel.rounded(.down)
+            var phase = Int(((rel - n0) * Double(phases)).rounded())
+            var whole = Int(n0)
+            if phase == phases { phase = 0; whole += 1 }
+            let offC = cm.b * Double(y) + cm.tx
+            let relC = offC - Double(firstPair)
+            let n0C = relC.rounded(.down)
+            var phaseC = Int(((relC - n0C) * Double(phases)).rounded())
+            var wholeC = Int(n0C)
+            if phaseC == phases { phaseC = 0; wholeC += 1 }
+            guard wholeC >= 0 else { continue }
+            let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
+            let ipC = ws.index + phaseC * ws.maxWidth, wpC = ws.weight + phaseC * ws.maxWidth
+            let tl = tmp + (2 * whole + lo8)
+            let tc = tmp + (4 * wholeC + co8)
+            let outWords = UnsafeMutableRawPointer(out)
+            let yShift0 = UInt32(lo8 * 8), yShift1 = UInt32(lo8 * 8 + 16)
+            let uShift = UInt32(co8 * 8), vShift = UInt32(co8 * 8 + 16)
+            for k in 0..<cw {
+                let x0 = k &* 2, x1 = x0 &+ 1
+                let i0 = Int(ip[x0]) &* 2, i1 = Int(ip[x1]) &* 2
+                let a0 = Int32(tl[i0]), a1 = Int32(tl[i0 &+ 2]), b0 = Int32(tl[i1]), b1 = Int32(tl[i1 &+ 2])
+                let y0 = ((a0 &<< 8) &+ (a1 &- a0) &* wp[x0] &+ 128) &>> 8
+                let y1 = ((b0 &<< 8) &+ (b1 &- b0) &* wp[x1] &+ 128) &>> 8
+                let j = Int(ipC[k]) &* 4
+                let u0 = Int32(tc[j]), u1 = Int32(tc[j &+ 4]), v0 = Int32(tc[j &+ 2]), v1 = Int32(tc[j &+ 6])
+                let wc = wpC[k]
+                let u = ((u0 &<< 8) &+ (u1 &- u0) &* wc &+ 128) &>> 8
+                let v = ((v0 &<< 8) &+ (v1 &- v0) &* wc &+ 128) &>> 8
+                let word = UInt32(truncatingIfNeeded: y0) &<< yShift0 | UInt32(truncatingIfNeeded: y1) &<< yShift1
+                    | UInt32(truncatingIfNeeded: u) &<< uShift | UInt32(truncatingIfNeeded: v) &<< vShift
+                outWords.storeBytes(of: word, toByteOffset: k &* 4, as: UInt32.self)
             }
         }
     }
