@@ -136,22 +136,11 @@ row("per frame", String(format: "%.2f µs", v4l2us))
 
 // MARK: Sinks
 
-print("\n== Movie writing 1920x1080 with TurboJPEG (fps)")
 let frameCount = quick ? 120 : 300
-for threads in [1, 2] {
-    let r = try MovieWriterBenchmark.run(width: 1920, height: 1080, frames: frameCount, threads: threads, quality: 85, directory: "/dev/shm")
-    row("Viewfinder MJPEG .mov, \(threads) encoder thread(s)", "\(r)")
-}
-for (label, pipeline) in [("GStreamer videotestsrc ! jpegenc ! qtmux", "videotestsrc num-buffers=\(frameCount) ! video/x-raw,width=1920,height=1080,format=I420 ! jpegenc ! qtmux ! filesink location=/dev/shm/gst.mov"),
-                          ("GStreamer … ! queue ! jpegenc ! qtmux (2 threads)", "videotestsrc num-buffers=\(frameCount) ! video/x-raw,width=1920,height=1080,format=I420 ! queue ! jpegenc ! qtmux ! filesink location=/dev/shm/gst.mov")] {
-    var secs = 0.0
-    var code: Int32 = 0
-    var out = ""
-    secs = time { (code, out) = shell("gst-launch-1.0 -q \(pipeline)") }
-    if code == 0 { row(label, String(format: "%.0f fps", Double(frameCount) / secs)) } else { row(label, "not run", String(out.prefix(80))) }
-}
+print("\n== Movie writing 1920x1080, MJPEG .mov, same run as GStreamer (no frame dropped on either side)")
+for e in try MovieComparison.run(frames: frameCount, directory: "/dev/shm") { print("  \(e)") }
 print("\n== Raw LZ4 dump, noisy 1080p YUYV to /dev/shm")
-let d = try DumpBenchmark.run(width: 1920, height: 1080, frames: quick ? 200 : 600, noise: 64, acceleration: 1, directory: "/dev/shm")
+let d = try DumpBenchmark.run(width: 1920, height: 1080, frames: quick ? 150 : 300, noise: 64, acceleration: 1, directory: "/dev/shm")
 row("write", "\(d)")
 let dr = try DumpBenchmark.runRead(width: 1920, height: 1080, frames: quick ? 100 : 300, noise: 64, directory: "/dev/shm")
 row("read back", "\(dr)")
