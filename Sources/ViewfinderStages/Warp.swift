@@ -350,8 +350,9 @@ public enum Warp {
                 let i = Int(ip[x]) &* 2
                 let u0 = Int32(tb[i]), u1 = Int32(tb[i &+ 2]), v0 = Int32(tb[i &+ 1]), v1 = Int32(tb[i &+ 3])
                 let wx = wp[x]
-                out[x &* 2] = UInt8(truncatingIfNeeded: ((u0 &<< 8) &+ (u1 &- u0) &* wx &+ 128) &>> 8)
-                out[x &* 2 &+ 1] = UInt8(truncatingIfNeeded: ((v0 &<< 8) &+ (v1 &- v0) &* wx &+ 128) &>> 8)
+                let u = UInt16(truncatingIfNeeded: ((u0 &<< 8) &+ (u1 &- u0) &* wx &+ 128) &>> 8)
+                let v = UInt16(truncatingIfNeeded: ((v0 &<< 8) &+ (v1 &- v0) &* wx &+ 128) &>> 8)
+                UnsafeMutableRawPointer(out).storeBytes(of: u | v &<< 8, toByteOffset: x &* 2, as: UInt16.self)
             }
         }
     }
