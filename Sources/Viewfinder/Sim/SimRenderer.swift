@@ -222,7 +222,8 @@ public final class SimRenderer {
                 // One integer step per pixel: the fraction drifts by (dp - 1) per pixel, at most
                 // 0.05 px over the chunk, so the chunk uses its middle value (error <= 0.025 px).
                 let s = src + (ks &- 1)
-                let t = ((ps &+ (pe &- ps) / 2) >> 4) & 4095
+                // Fraction of the middle pixel: the whole-pixel steps do not change it.
+                let t = ((ps &+ Int32(truncatingIfNeeded: n / 2) &* (dp &- 65536)) >> 4) & 4095
                 let (w0, w1, w2, w3) = cubicWeights(t)
                 for j in 0..<n {
                     var v = (Int32(s[j]) &* w0 &+ Int32(s[j &+ 1]) &* w1 &+ Int32(s[j &+ 2]) &* w2 &+ Int32(s[j &+ 3]) &* w3 &+ 4096) >> 13
@@ -258,7 +259,7 @@ public final class SimRenderer {
                 // at most 0.05 px over the chunk, so the middle value is used (error <= 0.025 px).
                 let r1 = base + (ks &* stride &+ i)
                 let r0 = r1 - stride, r2 = r1 + stride, r3 = r2 + stride
-                let t = ((vs &+ (ve &- vs) / 2) >> 4) & 4095
+                let t = ((vs &+ Int32(truncatingIfNeeded: n / 2) &* dv) >> 4) & 4095
                 let (w0, w1, w2, w3) = cubicWeights(t)
                 for j in 0..<n {
                     var v = (Int32(r0[j]) &* w0 &+ Int32(r1[j]) &* w1 &+ Int32(r2[j]) &* w2 &+ Int32(r3[j]) &* w3 &+ 4096) >> 13
