@@ -48,9 +48,9 @@ public final class StageChain {
             let dt = monotonicNanoseconds() &- t0
             stageNanoseconds[i] &+= dt
             stageCalls[i] &+= 1
-            frame.metadata.stageNanoseconds &+= dt
             switch verdict {
             case .forward:
+                frame.metadata.stageNanoseconds &+= dt
                 if stage.delayFrames > 0 { drainReady(i) }
                 i += 1
             case .drop(let reason):
@@ -60,6 +60,7 @@ public final class StageChain {
                 if stage.delayFrames > 0 { drainReady(i) }
                 return
             case .hold:
+                // The stage owns the frame now (it may already have released it): do not touch it.
                 drainReady(i)
                 return
             }

@@ -3,6 +3,20 @@ import Foundation
 @testable import ViewfinderKit
 @testable import Viewfinder
 
+/// A session on `device` with continuous auto-exposure, locked focus, and a video data output
+/// that queues rather than discards, so a test sees every frame.
+func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSession, VideoDataOutput) {
+    let session = CaptureSession(registry: .builtIn)
+    session.beginConfiguration()
+    try session.addInput(CaptureDeviceInput(device: device))
+    try session.setSessionPreset(.inputPriority)
+    let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)
+    try session.addOutput(out)
+    try session.commitConfiguration()
+    try device.configure { s in s.exposureMode = .continuous; s.focusMode = .locked }
+    return (session, out)
+}
+
 @Suite struct KitTests {
     @Test func standardDirectoryOpensEveryKindAndNamesTheBadOnes() throws {
         let dir = DeviceDirectory.standard
@@ -49,14 +63,7 @@ import Foundation
 
     @Test func continuousExposureThroughTheSessionBrightensADarkScene() throws {
         let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=60,exposure=1,gain=1,latency=2", directory: .standard)
-        let session = CaptureSession(registry: .builtIn)
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: dev))
-        try session.setSessionPreset(.inputPriority)
-        let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)
-        try session.addOutput(out)
-        try session.commitConfiguration()
-        try dev.configure { s in s.exposureMode = .continuous; s.focusMode = .locked }
+        let (session, out) = try continuousExposureSession(dev)
         final class Lumas: VideoDataOutputDelegate, @unchecked Sendable {
             let values = LockedBox<[Double]>([])
             func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) {
@@ -81,14 +88,7 @@ import Foundation
     /// between frames, without a restart.
     @Test func exposureBiasChangedWhileRunningTakesEffect() throws {
         let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=140,exposure=8,latency=2", directory: .standard)
-        let session = CaptureSession(registry: .builtIn)
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: dev))
-        try session.setSessionPreset(.inputPriority)
-        let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)
-        try session.addOutput(out)
-        try session.commitConfiguration()
-        try dev.configure { s in s.exposureMode = .continuous; s.focusMode = .locked }
+        let (session, out) = try continuousExposureSession(dev)
         final class Recorder: VideoDataOutputDelegate, @unchecked Sendable {
             let device: CaptureDevice
             let lumas = LockedBox<[Double]>([])
