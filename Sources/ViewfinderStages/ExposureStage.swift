@@ -1,16 +1,7 @@
 import Viewfinder
 
-/// How the auto-exposure stage drives the device.
-public enum ExposureMode: String, OptionChoice {
-    /// Meter and publish, never touch the device.
-    case locked
-    /// Converge once, then lock (AVFoundation's `.autoExpose`).
-    case auto
-    /// Keep converging, with hysteresis so noise does not make it hunt (`.continuousAutoExposure`).
-    case continuous
-    /// Set the given exposure time and gain once, then meter only (`.custom`).
-    case custom
-}
+// The modes are the session's own `ExposureMode` (Viewfinder core), so the stage and
+// `CaptureDevice` speak the same type.
 
 /// Where the exposure stage looks.
 public enum MeteringMode: String, OptionChoice {

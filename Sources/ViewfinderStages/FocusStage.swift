@@ -1,14 +1,7 @@
 import Viewfinder
 
-/// How the focus stage drives the lens.
-public enum FocusMode: String, OptionChoice {
-    /// Measure only; move the lens once to `position` if given.
-    case locked
-    /// Scan once (coarse to fine), then lock (AVFoundation's `.autoFocus`).
-    case auto
-    /// Scan, then re-scan only when the scene really changes (`.continuousAutoFocus`).
-    case continuous
-}
+// The modes are the session's own `FocusMode` (Viewfinder core), so the stage and
+// `CaptureDevice` speak the same type.
 
 /// Which part of the picture the focus stage measures.
 public enum FocusRegion: String, OptionChoice {
