@@ -72,8 +72,7 @@ public final class FrameChannel: @unchecked Sendable {
     public func send(_ frame: Frame) -> Bool {
         if let h = held {
             // A frame is waiting for room that the consumer is making.
-            if let back = ring.push(h) {
-                _ = back
+            if ring.push(h) != nil {
                 // Still no room: the held frame is superseded by the newer one.
                 h.release()
                 drops.count(.ringFull)

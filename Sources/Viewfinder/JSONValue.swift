@@ -35,7 +35,7 @@ public enum JSONValue: Sendable, Equatable, Codable, CustomStringConvertible {
         switch self {
         case .null: return "null"
         case .bool(let b): return String(b)
-        case .number(let d): return d == d.rounded() && abs(d) < 1e15 ? String(Int64(d)) : String(d)
+        case .number(let d): return fmt(d)
         case .string(let s): return s
         case .array(let a): return "[" + a.map(\.description).joined(separator: ",") + "]"
         case .object(let o): return "{" + o.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }.joined(separator: ",") + "}"

@@ -87,7 +87,5 @@ public final class StageChain {
     }
 
     /// Mean time per call of each stage, µs.
-    public var meanMicroseconds: [Double] {
-        zip(stageNanoseconds, stageCalls).map { $1 == 0 ? 0 : Double($0) / Double($1) / 1000 }
-    }
+    public var meanMicroseconds: [Double] { stages.indices.map(meanMicroseconds(stage:)) }
 }
