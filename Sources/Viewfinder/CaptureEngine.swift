@@ -174,7 +174,9 @@ public final class CaptureEngine: @unchecked Sendable {
 
     /// Prepares the stages and consumers and starts the threads.
     public func start() throws {
-        let context = StageContext(format: configuration.format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls, isLive: source.isLive)
+        let needed = CaptureEngine.buffersNeeded(stages: chain.stages, consumers: consumers, options: options, limit: .max)
+        let context = StageContext(format: configuration.format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls, isLive: source.isLive,
+                                   sourceBuffers: configuration.bufferCount, buffersNeeded: needed)
         let channels = consumerChannels
         let stats = statistics
         try chain.prepare(format: configuration.format, context: context) { frame in

@@ -21,13 +21,25 @@ public struct StageContext: Sendable {
     public var controls: (any DeviceControlling)?
     /// Whether the source is live (paced by a clock) or not (a file, an unpaced simulation).
     public var isLive: Bool
+    /// Buffers the source really has (a driver may grant fewer than asked), 0 if unknown.
+    public var sourceBuffers: Int
+    /// Buffers this pipeline needs in flight (``CaptureEngine/buffersNeeded(stages:consumers:options:limit:)``),
+    /// 0 if unknown. A stage that holds frames for look-ahead can keep the source's own buffers
+    /// when `sourceBuffers >= buffersNeeded`, and must copy otherwise.
+    public var buffersNeeded: Int
 
-    public init(format: FrameFormat, frameIntervalNanoseconds: UInt64 = 0, controls: (any DeviceControlling)? = nil, isLive: Bool = true) {
+    public init(format: FrameFormat, frameIntervalNanoseconds: UInt64 = 0, controls: (any DeviceControlling)? = nil, isLive: Bool = true, sourceBuffers: Int = 0, buffersNeeded: Int = 0) {
         self.format = format
         self.frameIntervalNanoseconds = frameIntervalNanoseconds
         self.controls = controls
         self.isLive = isLive
+        self.sourceBuffers = sourceBuffers
+        self.buffersNeeded = buffersNeeded
     }
+
+    /// Whether the source has buffers enough for this pipeline's look-ahead and rings (false when
+    /// either count is unknown).
+    public var sourceHasBuffersToSpare: Bool { sourceBuffers > 0 && buffersNeeded > 0 && sourceBuffers >= buffersNeeded }
 }
 
 /// A processing stage: one step of the chain that runs on the stage thread.

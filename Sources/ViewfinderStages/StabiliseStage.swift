@@ -13,9 +13,20 @@ public struct StabiliseOptions: StageOptions {
     public var rotation: Bool = true
     /// Motion estimates below this confidence (0–1) count as no motion.
     public var minConfidence: Double = 0.15
-    /// Hold copies in the stage's own buffers and give the source's buffer back at once, so a
-    /// device with few buffers (V4L2 often has 4) is not starved by the look-ahead.
-    public var copyFrames: Bool = true
+    /// When to hold copies in the stage's own buffers (giving the source's buffer back at once)
+    /// rather than the source's frames: a device with few buffers (V4L2 often has 4) must not be
+    /// starved by the look-ahead, but a copy costs a frame of memory traffic.
+    public var copyFrames: CopyPolicy = .auto
+
+    /// When ``StabiliseStage`` copies frames it holds for its look-ahead.
+    public enum CopyPolicy: String, Sendable, CaseIterable, OptionChoice {
+        /// Copy unless the source has buffers to spare for the pipeline (``StageContext/sourceHasBuffersToSpare``).
+        case auto
+        /// Always copy.
+        case always
+        /// Never copy (the look-ahead holds the source's buffers).
+        case never
+    }
 
     public init() {}
 
@@ -26,7 +37,7 @@ public struct StabiliseOptions: StageOptions {
             .double("keep", \.keep, range: 0.85...1, unit: "fraction", "Part of the picture kept by the crop/zoom that hides the borders (0.85 keeps 85 %)"),
             .bool("rotation", \.rotation, "Correct rotation as well as translation"),
             .double("min_confidence", \.minConfidence, range: 0...1, "Estimates below this confidence count as no motion"),
-            .bool("copy_frames", \.copyFrames, "Hold copies in the stage's own buffers (lookahead + 10 frames, enough for a downstream ring of 8) so the source's buffers go back at once; when they run out, frames are held and warped in place"),
+            .choice("copy_frames", \.copyFrames, "Hold copies in the stage's own buffers so the source's go back at once: auto (only when the source has fewer buffers than the pipeline needs with this look-ahead), always, never. Warped frames go to the stage's own buffers (lookahead + 10, enough for a downstream ring of 8); when they run out, frames are warped in place"),
         ]
     }
 }
@@ -52,6 +63,8 @@ public final class StabiliseStage: Stage {
     private var scratchBytes = 0
     private var workspace: WarpWorkspace?
     private var pool: FramePool?
+    /// Whether incoming frames are copied (``StabiliseOptions/copyFrames`` resolved in `prepare`).
+    private var copying = true
     private var format: FrameFormat?
     private let zoom: Double
     private let sigma: Double
@@ -98,7 +111,12 @@ public final class StabiliseStage: Stage {
             scratchBytes = format.maxByteCount
             scratch = .allocate(byteCount: scratchBytes, alignment: 64)
             workspace = WarpWorkspace(maxWidth: format.width)
-            pool = options.copyFrames ? FramePool(format: format, count: options.lookahead + 10) : nil
+            pool = FramePool(format: format, count: options.lookahead + 10)
+        }
+        switch options.copyFrames {
+        case .always: copying = true
+        case .never: copying = false
+        case .auto: copying = !context.sourceHasBuffersToSpare
         }
         self.format = format
         estimator?.reset()
@@ -131,7 +149,7 @@ public final class StabiliseStage: Stage {
         }
         var frame = frame
         // Give the source its buffer back: hold a copy (keeping one of our buffers for the warp).
-        if let pool, pool.available > 1, let own = pool.acquire() {
+        if copying, let pool, pool.available > 1, let own = pool.acquire() {
             own.copyAttributes(from: frame)
             own.data.copyMemory(from: frame.data, byteCount: min(frame.bytesUsed, own.capacity))
             frame.release()

@@ -89,22 +89,36 @@ public enum StageBenchmarks {
             let scratch = UnsafeMutablePointer<UInt8>.allocate(capacity: format.maxByteCount)
             scratch.update(from: frame.data.assumingMemoryBound(to: UInt8.self), count: format.maxByteCount)
             let map = AffineMap.correction(dx: 2.3, dy: -1.7, angle: 0.004, zoom: 1.1, width: width, height: height)
+            let map2 = AffineMap.correction(dx: 2.1, dy: -1.6, angle: 0.0043, zoom: 1.1, width: width, height: height)
             let ws = WarpWorkspace(maxWidth: width)
-            out.append(Result(name: "warp, all planes (\(pixelFormat))", milliseconds: median(iterations) { Warp.frame(frame, from: scratch, map: map, workspace: ws) }))
+            // Two maps in turn, as a stabiliser's change every frame (its tables are rebuilt).
+            out.append(Result(name: "warp, all planes (\(pixelFormat))", milliseconds: median(iterations) {
+                flip.toggle()
+                Warp.frame(frame, from: scratch, map: flip ? map : map2, workspace: ws)
+            }))
             out.append(Result(name: "warp, all planes, per-pixel path (\(pixelFormat))", milliseconds: median(max(3, iterations / 8)) { Warp.frame(frame, from: scratch, map: map) }))
             scratch.deallocate()
-            var o = StabiliseOptions()
-            o.lookahead = 15
-            let st = StabiliseStage(options: o)
-            try? st.prepare(format: format, context: context)
-            out.append(Result(name: "stabilise stage per frame, look-ahead 15 (\(pixelFormat))", milliseconds: median(iterations) {
-                flip.toggle()
-                let f = flip ? other : frame
-                f.retain()
-                if st.process(f) == .hold { while let r = st.nextReady() { r.release() } }
-            }))
-            st.finish()
-            while let r = st.nextReady() { r.release() }
+            // The whole stage, copying incoming frames (a source with few buffers) and not (the
+            // session gave the source buffers to spare).
+            for spare in [false, true] {
+                var o = StabiliseOptions()
+                o.lookahead = 15
+                let st = StabiliseStage(options: o)
+                var c = context
+                if spare { c.sourceBuffers = 64; c.buffersNeeded = 40 }
+                try? st.prepare(format: format, context: c)
+                let step = {
+                    flip.toggle()
+                    let f = flip ? other : frame
+                    f.retain()
+                    if st.process(f) == .hold { while let r = st.nextReady() { r.release() } }
+                }
+                // Fill the look-ahead first: only then does every call estimate, copy and warp.
+                for _ in 0..<(o.lookahead + 2) { step() }
+                out.append(Result(name: "stabilise stage per frame, look-ahead 15, \(spare ? "no copy" : "copying") (\(pixelFormat))", milliseconds: median(iterations, step)))
+                st.finish()
+                while let r = st.nextReady() { r.release() }
+            }
         }
         if sink == 12345.678 { out.append(Result(name: "unlikely", milliseconds: sink)) }
         return out

@@ -29,27 +29,167 @@ public struct AffineMap: Sendable, Equatable {
     }
 }
 
-/// Scratch memory for ``Warp``: one intermediate row and the horizontal resampling tables.
+/// Scratch memory for ``Warp``: intermediate rows and the horizontal resampling tables.
 /// Allocate once (a stage's `prepare`) for the widest channel, reuse for every frame.
+///
+/// The horizontal pass resamples a row by a scale `a` (at most 1: the stabiliser zooms in) at one
+/// of 32 sub-pixel phases. For each phase the workspace keeps, per output column, the source
+/// column and weight (the scalar path), and per block of 16 output columns a base column, four
+/// lane masks and the weights (the vector path): with `a` in [0.8, 1] output lane j of a block
+/// reads source `base + j − z` with z in 0...3, so a block is five unaligned loads blended by
+/// masks made from z — no gather, which Swift cannot express and x86 does poorly. Tables are
+/// rebuilt when `a` changes (fixed point) and the block tables of a phase when it is first used.
 public final class WarpWorkspace {
     public let maxWidth: Int
     static let phases = 32
+    /// Bytes before and after each scratch row that the vector path may read (masked out).
+    static let pad = 64
+    let rowStorage: UnsafeMutablePointer<UInt8>
+    /// The vertical pass's row (room for a packed 4:2:2 row: two bytes per pixel).
     let row: UnsafeMutablePointer<UInt8>
+    /// Planar rows split from an interleaved row (luma or first channel, second, third), and the
+    /// planar outputs before they are interleaved again.
+    let planes: [UnsafeMutablePointer<UInt8>]
+    let outputs: [UnsafeMutablePointer<UInt8>]
     let index: UnsafeMutablePointer<Int32>
     let weight: UnsafeMutablePointer<Int32>
+    let blocks: Int
+    let blockBase: UnsafeMutablePointer<Int32>
+    /// Per block, lane j's z (source column base + j − z), 0...3.
+    let blockShift: UnsafeMutablePointer<SIMD16<Int8>>
+    let blockWeight: UnsafeMutablePointer<SIMD16<UInt8>>
+    /// Per phase: 0 block table not built, 1 built and usable, 2 built and not usable (scalar path).
+    let blockState: UnsafeMutablePointer<UInt8>
+    private(set) var scale = Double.nan
 
     public init(maxWidth: Int) {
         self.maxWidth = max(maxWidth, 2)
-        // Room for a packed 4:2:2 row (two bytes per pixel).
-        row = .allocate(capacity: 2 * self.maxWidth + 64)
-        row.initialize(repeating: 0, count: 2 * self.maxWidth + 64)
+        let rowBytes = 2 * self.maxWidth + 2 * Self.pad
+        let planeBytes = self.maxWidth + 2 * Self.pad
+        rowStorage = .allocate(capacity: rowBytes + 6 * planeBytes)
+        rowStorage.initialize(repeating: 0, count: rowBytes + 6 * planeBytes)
+        row = rowStorage + Self.pad
+        var p: [UnsafeMutablePointer<UInt8>] = []
+        for i in 0..<6 { p.append(rowStorage + rowBytes + i * planeBytes + Self.pad) }
+        planes = Array(p[0..<3])
+        outputs = Array(p[3..<6])
         index = .allocate(capacity: Self.phases * self.maxWidth)
         index.initialize(repeating: 0, count: Self.phases * self.maxWidth)
         weight = .allocate(capacity: Self.phases * self.maxWidth)
         weight.initialize(repeating: 0, count: Self.phases * self.maxWidth)
+        blocks = self.maxWidth / 16
+        blockBase = .allocate(capacity: Self.phases * max(1, blocks))
+        blockBase.initialize(repeating: 0, count: Self.phases * max(1, blocks))
+        blockShift = .allocate(capacity: Self.phases * max(1, blocks))
+        blockShift.initialize(repeating: .zero, count: Self.phases * max(1, blocks))
+        blockWeight = .allocate(capacity: Self.phases * max(1, blocks))
+        blockWeight.initialize(repeating: .zero, count: Self.phases * max(1, blocks))
+        blockState = .allocate(capacity: Self.phases)
+        blockState.initialize(repeating: 0, count: Self.phases)
     }
 
-    deinit { row.deallocate(); index.deallocate(); weight.deallocate() }
+    deinit {
+        rowStorage.deallocate(); index.deallocate(); weight.deallocate()
+        blockBase.deallocate(); blockShift.deallocate(); blockWeight.deallocate(); blockState.deallocate()
+    }
+
+    /// Makes the tables describe scale `a`: for phase k, output column x reads source columns
+    /// floor(a·x + k/32) and the next, with weight its fraction in 1/256.
+    func prepare(scale a: Double) {
+        guard a != scale else { return }
+        scale = a
+        let fa = Int64((a * 16_777_216).rounded()) // 2^24
+        for k in 0..<Self.phases {
+            let ip = index + k * maxWidth, wp = weight + k * maxWidth
+            var u = Int64(k) << 19 // k/32 in 2^24 units
+            for x in 0..<maxWidth {
+                ip[x] = Int32(truncatingIfNeeded: u &>> 24)
+                wp[x] = Int32(truncatingIfNeeded: (u &>> 16) & 0xFF)
+                u &+= fa
+            }
+            blockState[k] = 0
+        }
+    }
+
+    /// Builds phase k's block table on first use; whether the vector path applies to it.
+    @inline(__always)
+    func blocksUsable(phase k: Int) -> Bool {
+        if blockState[k] == 0 { buildBlocks(phase: k) }
+        return blockState[k] == 1
+    }
+
+    private func buildBlocks(phase k: Int) {
+        let ip = index + k * maxWidth, wp = weight + k * maxWidth
+        let zs = UnsafeMutableRawPointer(blockShift + k * blocks), ws = UnsafeMutableRawPointer(blockWeight + k * blocks)
+        var outOfRange: Int32 = 0
+        for b in 0..<blocks {
+            let x0 = b &* 16
+            let base = ip[x0]
+            blockBase[k &* blocks &+ b] = base
+            for j in 0..<16 {
+                let z = Int32(truncatingIfNeeded: j) &- (ip[x0 &+ j] &- base)
+                outOfRange |= z & ~3
+                zs.storeBytes(of: Int8(truncatingIfNeeded: z), toByteOffset: x0 &+ j, as: Int8.self)
+                ws.storeBytes(of: UInt8(truncatingIfNeeded: wp[x0 &+ j]), toByteOffset: x0 &+ j, as: UInt8.self)
+            }
+        }
+        blockState[k] = blocks > 0 && outOfRange == 0 ? 1 : 2
+    }
+
+    /// Resamples one planar row: `out[x] = lerp(src[i], src[i+1], w)` with (i, w) of phase `k`
+    /// for x in 0..<n. `src` may be read up to 3 bytes before and 16 after the columns used.
+    @inline(__always)
+    func resample(_ src: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>, count n: Int, phase k: Int) {
+        var x = 0
+        if n >= 16, blocksUsable(phase: k) {
+            let raw = UnsafeRawPointer(src)
+            let o = UnsafeMutableRawPointer(out)
+            let bases = blockBase + k * blocks, shifts = blockShift + k * blocks, weights = blockWeight + k * blocks
+            let full = min(n / 16, blocks)
+            for b in 0..<full {
+                let i = Int(bases[b])
+                let l1 = raw.loadUnaligned(fromByteOffset: i &+ 1, as: SIMD16<Int8>.self)
+                let l0 = raw.loadUnaligned(fromByteOffset: i, as: SIMD16<Int8>.self)
+                let m1 = raw.loadUnaligned(fromByteOffset: i &- 1, as: SIMD16<Int8>.self)
+                let m2 = raw.loadUnaligned(fromByteOffset: i &- 2, as: SIMD16<Int8>.self)
+                let m3 = raw.loadUnaligned(fromByteOffset: i &- 3, as: SIMD16<Int8>.self)
+                // Lane masks: all ones where z == k ((z ^ k) − 1 is −1 only then).
+                let z = shifts[b]
+                let k0 = (z &- 1) &>> 7, k1 = ((z ^ 1) &- 1) &>> 7, k2 = ((z ^ 2) &- 1) &>> 7, k3 = ((z ^ 3) &- 1) &>> 7
+                let left = (l0 & k0) | (m1 & k1) | (m2 & k2) | (m3 & k3)
+                let right = (l1 & k0) | (l0 & k1) | (m1 & k2) | (m2 & k3)
+                o.storeBytes(of: Self.lerp(left, right, weights[b]), toByteOffset: b &* 16, as: SIMD16<UInt8>.self)
+            }
+            x = full &* 16
+        }
+        let ip = index + k * maxWidth, wp = weight + k * maxWidth
+        while x < n {
+            let i = Int(ip[x])
+            let a = Int32(src[i]), b = Int32(src[i &+ 1])
+            out[x] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wp[x] &+ 128) &>> 8)
+            x &+= 1
+        }
+    }
+
+    /// (a·(256 − w) + b·w + 128) / 256 per lane, in 16 bits.
+    @inline(__always)
+    static func lerp(_ a: SIMD16<Int8>, _ b: SIMD16<Int8>, _ w: SIMD16<UInt8>) -> SIMD16<UInt8> {
+        let lo = half(a, b, w, 0), hi = half(a, b, w, 8)
+        return SIMD16<UInt8>(
+            UInt8(truncatingIfNeeded: lo[0]), UInt8(truncatingIfNeeded: lo[1]), UInt8(truncatingIfNeeded: lo[2]), UInt8(truncatingIfNeeded: lo[3]),
+            UInt8(truncatingIfNeeded: lo[4]), UInt8(truncatingIfNeeded: lo[5]), UInt8(truncatingIfNeeded: lo[6]), UInt8(truncatingIfNeeded: lo[7]),
+            UInt8(truncatingIfNeeded: hi[0]), UInt8(truncatingIfNeeded: hi[1]), UInt8(truncatingIfNeeded: hi[2]), UInt8(truncatingIfNeeded: hi[3]),
+            UInt8(truncatingIfNeeded: hi[4]), UInt8(truncatingIfNeeded: hi[5]), UInt8(truncatingIfNeeded: hi[6]), UInt8(truncatingIfNeeded: hi[7]))
+    }
+
+    @inline(__always)
+    static func half(_ a: SIMD16<Int8>, _ b: SIMD16<Int8>, _ w: SIMD16<UInt8>, _ o: Int) -> SIMD8<UInt16> {
+        @inline(__always) func u(_ v: Int8) -> UInt16 { UInt16(UInt8(bitPattern: v)) }
+        let va = SIMD8<UInt16>(u(a[o]), u(a[o + 1]), u(a[o + 2]), u(a[o + 3]), u(a[o + 4]), u(a[o + 5]), u(a[o + 6]), u(a[o + 7]))
+        let vb = SIMD8<UInt16>(u(b[o]), u(b[o + 1]), u(b[o + 2]), u(b[o + 3]), u(b[o + 4]), u(b[o + 5]), u(b[o + 6]), u(b[o + 7]))
+        let vw = SIMD8<UInt16>(UInt16(w[o]), UInt16(w[o + 1]), UInt16(w[o + 2]), UInt16(w[o + 3]), UInt16(w[o + 4]), UInt16(w[o + 5]), UInt16(w[o + 6]), UInt16(w[o + 7]))
+        return (va &* (256 &- vw) &+ vb &* vw &+ 128) &>> 8
+    }
 }
 
 /// Bilinear warping of one channel of a frame (a plane, or the luma or a chroma component of a
@@ -107,16 +247,7 @@ public enum Warp {
         // Horizontal tables: for phase k (fraction k/32 of the row offset), source column and weight
         // of output x are floor(a·x + k/32) and its fraction.
         let phases = WarpWorkspace.phases
-        for k in 0..<phases {
-            let base = Double(k) / Double(phases)
-            let ip = ws.index + k * ws.maxWidth, wp = ws.weight + k * ws.maxWidth
-            for x in 0..<w {
-                let u = m.a * Double(x) + base
-                let iu = u.rounded(.down)
-                ip[x] = Int32(iu)
-                wp[x] = Int32(((u - iu) * 256).rounded(.down))
-            }
-        }
+        ws.prepare(scale: m.a)
         let span = m.a * Double(w - 1)
         let tmp = ws.row
         let sbase = UnsafePointer(src.base)
@@ -149,15 +280,8 @@ public enum Warp {
                 }
                 let r0 = sbase + iv &* bpr, r1 = r0 + bpr
                 let n = end - u + 1
-                let t = tmp + (u - lo)
-                let fvStart = fv
-                for i in 0..<n {
-                    let k = (u &+ i) &* s
-                    let a = Int32(r0[k]), b = Int32(r1[k])
-                    let wy = ((fvStart &+ Int32(truncatingIfNeeded: i) &* step) &>> 8) & 0xFF
-                    t[i] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wy &+ 128) &>> 8)
-                }
-                fv = fvStart &+ Int32(truncatingIfNeeded: n) &* step
+                blendRun(r0 + u &* s, r1 + u &* s, into: tmp + (u - lo), count: n, weight: fv, step: step, stride: s)
+                fv = fv &+ Int32(truncatingIfNeeded: n) &* step
                 u = end + 1
             }
             // Horizontal pass from tmp.
@@ -166,13 +290,14 @@ public enum Warp {
             var phase = Int(((rel - n0) * Double(phases)).rounded())
             var whole = Int(n0)
             if phase == phases { phase = 0; whole += 1 }
-            let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
             let tb = tmp + whole
             let out = dst.base + y &* dst.bytesPerRow
-            for x in 0..<w {
-                let i = Int(ip[x])
-                let a = Int32(tb[i]), b = Int32(tb[i &+ 1])
-                out[x &* s] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wp[x] &+ 128) &>> 8)
+            if s == 1 {
+                ws.resample(tb, into: out, count: w, phase: phase)
+            } else {
+                let o = ws.outputs[0]
+                ws.resample(tb, into: o, count: w, phase: phase)
+                for x in 0..<w { out[x &* s] = o[x] }
             }
         }
     }
@@ -183,23 +308,13 @@ public enum Warp {
     static func packedTwoPass(source: UnsafeMutablePointer<UInt8>, dst: UnsafeMutablePointer<UInt8>, width w: Int, height h: Int, bytesPerRow bpr: Int, lumaOffset lo8: Int, chromaOffset co8: Int, map m: AffineMap, ws: WarpWorkspace) {
         let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
         let phases = WarpWorkspace.phases
-        for k in 0..<phases {
-            let base = Double(k) / Double(phases)
-            let ip = ws.index + k * ws.maxWidth, wp = ws.weight + k * ws.maxWidth
-            for x in 0..<w {
-                let u = m.a * Double(x) + base
-                let iu = u.rounded(.down)
-                ip[x] = Int32(iu)
-                wp[x] = Int32(((u - iu) * 256).rounded(.down))
-            }
-        }
+        ws.prepare(scale: m.a)
         let cw = w / 2
         let span = m.a * Double(w - 1)
         let tmp = ws.row
         let sbase = UnsafePointer(source)
         let one = 65536.0
         let step = Int32((p * 0.5 * one).rounded()) // per byte: half a luma column
-        let luma = Channel(base: source, width: w, height: h, bytesPerRow: bpr, pixelStride: 2)
         let lumaDst = Channel(base: dst + lo8, width: w, height: h, bytesPerRow: bpr, pixelStride: 2)
         let cm = m.subsampled(2, 1)
         for y in 0..<h {
@@ -217,7 +332,6 @@ public enum Warp {
                 }
                 continue
             }
-            _ = luma
             var fv = Int32((v0 * one).rounded())
             var b = b0
             while b <= b1 {
@@ -230,21 +344,14 @@ public enum Warp {
                 }
                 let r0 = sbase + iv &* bpr, r1 = r0 + bpr
                 let n = end - b + 1
-                let t = tmp + (b - b0)
-                let fs = fv
-                for i in 0..<n {
-                    let k = b &+ i
-                    let a0 = Int32(r0[k]), a1 = Int32(r1[k])
-                    let wy = ((fs &+ Int32(truncatingIfNeeded: i) &* step) &>> 8) & 0xFF
-                    t[i] = UInt8(truncatingIfNeeded: ((a0 &<< 8) &+ (a1 &- a0) &* wy &+ 128) &>> 8)
-                }
-                fv = fs &+ Int32(truncatingIfNeeded: n) &* step
+                blendRun(r0 + b, r1 + b, into: tmp + (b - b0), count: n, weight: fv, step: step, stride: 1)
+                fv = fv &+ Int32(truncatingIfNeeded: n) &* step
                 b = end + 1
             }
             let out = dst + y &* bpr
             // Luma column i of the row is tmp[2·(i − 2·firstPair) + lo8]; chroma pair j is
-            // tmp[4·(j − firstPair) + co8] (U) and +2 (V). One loop over output pairs writes each
-            // pair as one 32-bit word.
+            // tmp[4·(j − firstPair) + co8] (U) and +2 (V). Split them into planar rows, resample
+            // each, and interleave the results into the output row.
             let rel = off - Double(2 * firstPair)
             let n0 = rel.rounded(.down)
             var phase = Int(((rel - n0) * Double(phases)).rounded())
@@ -256,27 +363,36 @@ public enum Warp {
             var phaseC = Int(((relC - n0C) * Double(phases)).rounded())
             var wholeC = Int(n0C)
             if phaseC == phases { phaseC = 0; wholeC += 1 }
-            guard wholeC >= 0 else { continue }
-            let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
-            let ipC = ws.index + phaseC * ws.maxWidth, wpC = ws.weight + phaseC * ws.maxWidth
-            let tl = tmp + (2 * whole + lo8)
-            let tc = tmp + (4 * wholeC + co8)
+            let pairs = lastPair - firstPair + 1
+            let pY = ws.planes[0], pU = ws.planes[1], pV = ws.planes[2]
+            let words = UnsafeRawPointer(tmp)
+            let yShift = UInt32(lo8 * 8), uShift = UInt32(co8 * 8), vShift = UInt32(co8 * 8 + 16)
+            let pY16 = UnsafeMutableRawPointer(pY)
+            for k in 0..<pairs {
+                let word = words.loadUnaligned(fromByteOffset: k &* 4, as: UInt32.self)
+                let y0 = (word &>> yShift) & 0xFF, y1 = (word &>> (yShift &+ 16)) & 0xFF
+                pY16.storeBytes(of: UInt16(truncatingIfNeeded: y0 | y1 &<< 8), toByteOffset: k &* 2, as: UInt16.self)
+                pU[k] = UInt8(truncatingIfNeeded: word &>> uShift)
+                pV[k] = UInt8(truncatingIfNeeded: word &>> vShift)
+            }
+            guard wholeC >= 0, whole >= 0 else {
+                rowGeneral(Channel(base: source + lo8, width: w, height: h, bytesPerRow: bpr, pixelStride: 2), lumaDst, m, y, stride: 2)
+                for c in 0..<2 {
+                    rowGeneral(Channel(base: source + co8 + 2 * c, width: cw, height: h, bytesPerRow: bpr, pixelStride: 4),
+                               Channel(base: dst + co8 + 2 * c, width: cw, height: h, bytesPerRow: bpr, pixelStride: 4), cm, y, stride: 4)
+                }
+                continue
+            }
+            let oY = ws.outputs[0], oU = ws.outputs[1], oV = ws.outputs[2]
+            ws.resample(pY + whole, into: oY, count: w, phase: phase)
+            ws.resample(pU + wholeC, into: oU, count: cw, phase: phaseC)
+            ws.resample(pV + wholeC, into: oV, count: cw, phase: phaseC)
             let outWords = UnsafeMutableRawPointer(out)
+            let oY16 = UnsafeRawPointer(oY)
             let yShift0 = UInt32(lo8 * 8), yShift1 = UInt32(lo8 * 8 + 16)
-            let uShift = UInt32(co8 * 8), vShift = UInt32(co8 * 8 + 16)
             for k in 0..<cw {
-                let x0 = k &* 2, x1 = x0 &+ 1
-                let i0 = Int(ip[x0]) &* 2, i1 = Int(ip[x1]) &* 2
-                let a0 = Int32(tl[i0]), a1 = Int32(tl[i0 &+ 2]), b0 = Int32(tl[i1]), b1 = Int32(tl[i1 &+ 2])
-                let y0 = ((a0 &<< 8) &+ (a1 &- a0) &* wp[x0] &+ 128) &>> 8
-                let y1 = ((b0 &<< 8) &+ (b1 &- b0) &* wp[x1] &+ 128) &>> 8
-                let j = Int(ipC[k]) &* 4
-                let u0 = Int32(tc[j]), u1 = Int32(tc[j &+ 4]), v0 = Int32(tc[j &+ 2]), v1 = Int32(tc[j &+ 6])
-                let wc = wpC[k]
-                let u = ((u0 &<< 8) &+ (u1 &- u0) &* wc &+ 128) &>> 8
-                let v = ((v0 &<< 8) &+ (v1 &- v0) &* wc &+ 128) &>> 8
-                let word = UInt32(truncatingIfNeeded: y0) &<< yShift0 | UInt32(truncatingIfNeeded: y1) &<< yShift1
-                    | UInt32(truncatingIfNeeded: u) &<< uShift | UInt32(truncatingIfNeeded: v) &<< vShift
+                let yy = UInt32(oY16.loadUnaligned(fromByteOffset: k &* 2, as: UInt16.self))
+                let word = (yy & 0xFF) &<< yShift0 | (yy &>> 8) &<< yShift1 | UInt32(oU[k]) &<< uShift | UInt32(oV[k]) &<< vShift
                 outWords.storeBytes(of: word, toByteOffset: k &* 4, as: UInt32.self)
             }
         }
@@ -287,16 +403,7 @@ public enum Warp {
     static func pairTwoPass(source: UnsafeMutablePointer<UInt8>, dst: UnsafeMutablePointer<UInt8>, columns w: Int, rows h: Int, bytesPerRow bpr: Int, map m: AffineMap, ws: WarpWorkspace) {
         let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
         let phases = WarpWorkspace.phases
-        for k in 0..<phases {
-            let base = Double(k) / Double(phases)
-            let ip = ws.index + k * ws.maxWidth, wp = ws.weight + k * ws.maxWidth
-            for x in 0..<w {
-                let u = m.a * Double(x) + base
-                let iu = u.rounded(.down)
-                ip[x] = Int32(iu)
-                wp[x] = Int32(((u - iu) * 256).rounded(.down))
-            }
-        }
+        ws.prepare(scale: m.a)
         let span = m.a * Double(w - 1)
         let tmp = ws.row
         let sbase = UnsafePointer(source)
@@ -327,15 +434,8 @@ public enum Warp {
                 }
                 let r0 = sbase + iv &* bpr, r1 = r0 + bpr
                 let n = end - b + 1
-                let t = tmp + (b - b0)
-                let fs = fv
-                for i in 0..<n {
-                    let k = b &+ i
-                    let a0 = Int32(r0[k]), a1 = Int32(r1[k])
-                    let wy = ((fs &+ Int32(truncatingIfNeeded: i) &* step) &>> 8) & 0xFF
-                    t[i] = UInt8(truncatingIfNeeded: ((a0 &<< 8) &+ (a1 &- a0) &* wy &+ 128) &>> 8)
-                }
-                fv = fs &+ Int32(truncatingIfNeeded: n) &* step
+                blendRun(r0 + b, r1 + b, into: tmp + (b - b0), count: n, weight: fv, step: step, stride: 1)
+                fv = fv &+ Int32(truncatingIfNeeded: n) &* step
                 b = end + 1
             }
             let rel = off - Double(c0)
@@ -343,17 +443,35 @@ public enum Warp {
             var phase = Int(((rel - n0) * Double(phases)).rounded())
             var whole = Int(n0)
             if phase == phases { phase = 0; whole += 1 }
-            let ip = ws.index + phase * ws.maxWidth, wp = ws.weight + phase * ws.maxWidth
-            let tb = tmp + 2 * whole
-            let out = dst + y &* bpr
-            for x in 0..<w {
-                let i = Int(ip[x]) &* 2
-                let u0 = Int32(tb[i]), u1 = Int32(tb[i &+ 2]), v0 = Int32(tb[i &+ 1]), v1 = Int32(tb[i &+ 3])
-                let wx = wp[x]
-                let u = UInt16(truncatingIfNeeded: ((u0 &<< 8) &+ (u1 &- u0) &* wx &+ 128) &>> 8)
-                let v = UInt16(truncatingIfNeeded: ((v0 &<< 8) &+ (v1 &- v0) &* wx &+ 128) &>> 8)
-                UnsafeMutableRawPointer(out).storeBytes(of: u | v &<< 8, toByteOffset: x &* 2, as: UInt16.self)
+            // Split the two channels, resample each, interleave again.
+            let pU = ws.planes[0], pV = ws.planes[1], oU = ws.outputs[0], oV = ws.outputs[1]
+            let halfWords = UnsafeRawPointer(tmp)
+            for k in 0..<(c1 - c0 + 1) {
+                let v = halfWords.loadUnaligned(fromByteOffset: k &* 2, as: UInt16.self)
+                pU[k] = UInt8(truncatingIfNeeded: v)
+                pV[k] = UInt8(truncatingIfNeeded: v &>> 8)
             }
+            ws.resample(pU + whole, into: oU, count: w, phase: phase)
+            ws.resample(pV + whole, into: oV, count: w, phase: phase)
+            let out = UnsafeMutableRawPointer(dst + y &* bpr)
+            for x in 0..<w {
+                out.storeBytes(of: UInt16(oU[x]) | UInt16(oV[x]) &<< 8, toByteOffset: x &* 2, as: UInt16.self)
+            }
+        }
+    }
+
+    /// The vertical pass over one run of columns that share their two source rows:
+    /// `t[i] = lerp(r0[i·s], r1[i·s], w_i)` with the weight w_i bits 8–15 of `weight + i·step`
+    /// (16.16 fixed point). Everything in 16-bit lanes: those bits only need the sum mod 2^16, and
+    /// the blend, a·(256 − w) + b·w + 128 ≤ 65408, is exact in wrapping 16-bit arithmetic.
+    @inline(__always)
+    static func blendRun(_ r0: UnsafePointer<UInt8>, _ r1: UnsafePointer<UInt8>, into t: UnsafeMutablePointer<UInt8>, count n: Int, weight: Int32, step: Int32, stride s: Int) {
+        let f = UInt16(truncatingIfNeeded: weight), st = UInt16(truncatingIfNeeded: step)
+        for i in 0..<n {
+            let k = i &* s
+            let a = UInt16(r0[k]), b = UInt16(r1[k])
+            let wy = (f &+ UInt16(truncatingIfNeeded: i) &* st) &>> 8
+            t[i] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wy &+ 128) &>> 8)
         }
     }
 

@@ -20,6 +20,8 @@ import Logging
 /// device holds buffers → streaming restart, then a reopen, then ``DeviceError/stalled(device:seconds:)``;
 /// `ENODEV`/`EIO` mid-stream → ``DeviceError/disconnected(device:)`` from ``next(timeoutNanoseconds:)``.
 public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable {
+    /// The most buffers a capture queue gets (videobuf2's VB2_MAX_FRAME before Linux 6.8).
+    public static let maximumBuffers = 32
     // @unchecked Sendable: the stream state (`handle`, `config`, `slots`, `orphans`, `streaming`,
     // `queuedCount`, `starved`, `counters`) is only touched with `lock` held; the per-frame
     // bookkeeping below `MARK: capture thread` is only touched by the one thread that calls `next`
@@ -183,8 +185,10 @@ public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable
             throw DeviceError.unsupportedFormat(device: path, requested: "\(request.pixelFormat) \(request.width)x\(request.height)", available: offered())
         }
         let interval = applyRate(request, h)
+        // What REQBUFS will grant: videobuf2 caps a queue at 32 buffers (VB2_MAX_FRAME before
+        // Linux 6.8; uvcvideo keeps 32), so stages that hold frames plan with the real count.
         let c = StreamConfiguration(format: Self.frameFormat(request.pixelFormat, pix), interval: interval,
-                                    bufferCount: max(options.minimumBuffers, request.bufferCount))
+                                    bufferCount: min(Self.maximumBuffers, max(options.minimumBuffers, request.bufferCount)))
         lock.withLock { config = c }
         logger.info("\(path): configured \(c.format) bytesPerRow \(c.format.bytesPerRow) at \(c.interval)")
         return c

@@ -117,19 +117,31 @@ struct StabiliseTests {
 
     @Test("the two-pass warp matches the per-pixel warp", arguments: [PixelFormat.grey, .yuyv, .nv12, .i420])
     func twoPassMatches(_ pf: PixelFormat) throws {
-        let f = FrameFormat(pf, width: 200, height: 120)
-        let a = StageBenchmarks.makeFrame(f), b = StageBenchmarks.makeFrame(f)
-        let copy = UnsafeMutablePointer<UInt8>.allocate(capacity: f.maxByteCount)
-        defer { copy.deallocate() }
-        copy.update(from: a.data.assumingMemoryBound(to: UInt8.self), count: f.maxByteCount)
-        for (dx, dy, angle) in [(2.3, -1.7, 0.004), (-5.5, 3.25, -0.02), (0.0, 0.0, 0.0)] {
-            let map = AffineMap.correction(dx: dx, dy: dy, angle: angle, zoom: 1.12, width: 200, height: 120)
-            Warp.frame(a, from: copy, map: map, workspace: WarpWorkspace(maxWidth: 200))
-            Warp.frame(b, from: copy, map: map)
-            let pa = a.data.assumingMemoryBound(to: UInt8.self), pb = b.data.assumingMemoryBound(to: UInt8.self)
-            var worst = 0
-            for i in 0..<f.maxByteCount { worst = max(worst, abs(Int(pa[i]) - Int(pb[i]))) }
-            #expect(worst <= 3, "map \(dx) \(dy) \(angle): max difference \(worst)")
+        // Widths with and without a partial 16-column block; zooms from none past the 0.85 crop,
+        // and below 1.
+        for (width, height) in [(200, 120), (356, 64)] {
+            let f = FrameFormat(pf, width: width, height: height)
+            let a = StageBenchmarks.makeFrame(f), b = StageBenchmarks.makeFrame(f)
+            let copy = UnsafeMutablePointer<UInt8>.allocate(capacity: f.maxByteCount)
+            defer { copy.deallocate() }
+            copy.update(from: a.data.assumingMemoryBound(to: UInt8.self), count: f.maxByteCount)
+            let ws = WarpWorkspace(maxWidth: width)
+            for zoom in [1.0, 1.12, 1 / 0.85, 1.35, 0.93] {
+                var states = Set<UInt8>()
+                for (dx, dy, angle) in [(2.3, -1.7, 0.004), (-5.5, 3.25, -0.02), (0.0, 0.0, 0.0), (0.4, 0.1, 0.03)] {
+                    let map = AffineMap.correction(dx: dx, dy: dy, angle: angle, zoom: zoom, width: width, height: height)
+                    Warp.frame(a, from: copy, map: map, workspace: ws)
+                    Warp.frame(b, from: copy, map: map)
+                    let pa = a.data.assumingMemoryBound(to: UInt8.self), pb = b.data.assumingMemoryBound(to: UInt8.self)
+                    var worst = 0
+                    for i in 0..<f.maxByteCount { worst = max(worst, abs(Int(pa[i]) - Int(pb[i]))) }
+                    #expect(worst <= 3, "\(width)x\(height) zoom \(zoom) map \(dx) \(dy) \(angle): max difference \(worst)")
+                    for k in 0..<WarpWorkspace.phases { states.insert(ws.blockState[k]) }
+                }
+                // The stabiliser's zooms take the vector path (usable block tables); a zoom past
+                // 1.25 the scalar one. Without a zoom every row reaches the edge (per-pixel path).
+                if zoom > 1.05 { #expect(states.contains(zoom < 1.25 ? 1 : 2), "zoom \(zoom): block states \(states)") }
+            }
         }
     }
 

@@ -15,6 +15,8 @@ import ViewfinderKit
 let quick = CommandLine.arguments.contains("--quick")
 /// `--ring` measures only the rings (the engine's, the mutex baseline, boost's).
 let ringOnly = CommandLine.arguments.contains("--ring")
+/// `--stages` measures only the stage kernels and stages.
+let stagesOnly = CommandLine.arguments.contains("--stages")
 let here = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 func shell(_ cmd: String) -> (Int32, String) {
@@ -74,6 +76,20 @@ func mutexRate(_ n: Int) -> Double {
 
 print("Viewfinder benchmark report — \(Date())")
 print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores\n")
+if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLine.arguments.count {
+    // A loop to run under a sampling profiler: `--profile stabilise-yuyv` (perf record -e cpu-clock).
+    let what = CommandLine.arguments[i + 1]
+    let fmt: PixelFormat = what.hasSuffix("grey") ? .grey : what.hasSuffix("nv12") ? .nv12 : .yuyv
+    for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: fmt, iterations: 400) where r.name.contains(what.hasPrefix("warp") ? "warp, all planes (" : "stabil") { print(r) }
+    exit(0)
+}
+if stagesOnly {
+    for fmt in [PixelFormat.grey, .yuyv, .nv12] {
+        print("== Stage kernels and stages at 1920x1080 \(fmt) (ms per frame, median thread CPU time)")
+        for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: fmt, iterations: quick ? 20 : 100) { print("  \(r)") }
+    }
+    exit(0)
+}
 print("== Ring between two threads (million items/s, best of 5)")
 let n = quick ? 20_000_000 : 100_000_000
 let ring = (0..<5).map { _ in ringRate(n) }.max()!
