@@ -102,7 +102,10 @@ public final class MotionEstimator {
     private var hasPrevious = false
     /// Block centres at 1/2 resolution.
     private var centres: [(x: Int, y: Int)] = []
-    private var disp: [(dx: Double, dy: Double, w: Double, ok: Bool)] = []
+    /// Per block: displacement (full-resolution pixels), the structure tensor of its texture
+    /// (per pixel) that weights it in the fit, and whether it is used.
+    struct BlockMotion { var dx = 0.0, dy = 0.0, gxx = 0.0, gxy = 0.0, gyy = 0.0, ok = false }
+    private var disp: [BlockMotion] = []
     private var sadX: [Int] = []
     private var sadY: [Int] = []
     private var res: [Double] = []
@@ -129,7 +132,7 @@ public final class MotionEstimator {
                 centres.append((Int(x), Int(y)))
             }
         }
-        disp = Array(repeating: (0, 0, 0, false), count: centres.count)
+        disp = Array(repeating: BlockMotion(), count: centres.count)
         sadX = Array(repeating: 0, count: centres.count)
         sadY = Array(repeating: 0, count: centres.count)
         res.reserveCapacity(centres.count)
@@ -179,8 +182,34 @@ public final class MotionEstimator {
         }
     }
 
+    /// Texture below this (largest eigenvalue of the per-pixel structure tensor, grey levels²)
+    /// gives no constraint: sensor noise alone reaches a few units.
+    static let minTexture: Float = 6
+    /// Share of the largest eigenvalue added to the tensor's diagonal when solving a block: along
+    /// an edge (one-dimensional texture) the block then keeps its starting displacement instead of
+    /// sliding, and the fit gives that direction no weight (it uses the tensor itself).
+    static let regularisation: Float = 0.02
+
+    /// Solves (G + εI)·u = b for a block's update; ε from ``regularisation``.
+    @inline(__always)
+    static func solve(_ gxx: Float, _ gxy: Float, _ gyy: Float, _ bx: Float, _ by: Float) -> (Float, Float) {
+        let tr = gxx + gyy
+        let eps = regularisation * tr + 1e-3
+        let a = gxx + eps, c = gyy + eps
+        let det = a * c - gxy * gxy
+        return ((c * bx - gxy * by) / det, (a * by - gxy * bx) / det)
+    }
+
+    /// Largest eigenvalue of a 2×2 symmetric tensor.
+    @inline(__always)
+    static func largestEigenvalue(_ gxx: Float, _ gxy: Float, _ gyy: Float) -> Float {
+        let tr = gxx + gyy, det = gxx * gyy - gxy * gxy
+        return 0.5 * (tr + max(0, tr * tr - 4 * det).squareRoot())
+    }
+
     /// Lucas–Kanade at full resolution: the previous frame's patch `i` against `luma` from (dx, dy).
-    private func refine(_ i: Int, _ luma: LumaView, dx: Double, dy: Double) -> (dx: Double, dy: Double, w: Double)? {
+    /// Returns the displacement and the patch's structure tensor per pixel.
+    private func refine(_ i: Int, _ luma: LumaView, dx: Double, dy: Double) -> BlockMotion? {
         guard i < patchValid.count, patchValid[i] else { return nil }
         let side = patchSide, h = half0
         let t = patches + i * side * side
@@ -194,8 +223,8 @@ public final class MotionEstimator {
                 gxx += gx * gx; gxy += gx * gy; gyy += gy * gy
             }
         }
-        let det = gxx * gyy - gxy * gxy
-        guard det > 1e-6 else { return nil }
+        let npx = Float((2 * h + 1) * (2 * h + 1))
+        guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { return nil }
         var ux = Float(dx), uy = Float(dy)
         let s = luma.pixelStride, bpr = luma.bytesPerRow
         for _ in 0..<2 {
@@ -218,55 +247,55 @@ public final class MotionEstimator {
                     bx += gx * e; by += gy * e
                 }
             }
-            let du = (gyy * bx - gxy * by) / det
-            let dv = (gxx * by - gxy * bx) / det
+            let (du, dv) = Self.solve(gxx, gxy, gyy, bx, by)
             ux += du; uy += dv
             if du * du + dv * dv < 1e-4 { break }
         }
-        return (Double(ux), Double(uy), 0)
+        return BlockMotion(dx: Double(ux), dy: Double(uy), gxx: Double(gxx / npx), gxy: Double(gxy / npx), gyy: Double(gyy / npx), ok: true)
     }
 
     private func match(_ luma: LumaView) -> MotionEstimate {
-        // 1. Coarse: SAD search at 1/8 per block, median shift.
+        // 1. Coarse: SAD search at 1/8 per block (blocks with a clear minimum only), median shift.
         let p8 = prev[2], c8 = cur[2]
         var n = 0
-        // Every other block in each direction is enough for a robust median (a quarter of the cost).
-        for (idx, c) in centres.enumerated() where (idx % blocksX) % 2 == 0 && (idx / blocksX) % 2 == 0 {
+        let area = (2 * sadHalf + 1) * (2 * sadHalf + 1)
+        for (idx, c) in centres.enumerated() where (idx % blocksX) % 2 == 0 || (idx / blocksX) % 2 == 0 {
             let x = c.x / 4, y = c.y / 4
             let r = sadHalf + sadRange + 1
             guard x - r >= 0, y - r >= 0, x + r < p8.width, y + r < p8.height else { continue }
-            var best = Int.max, bx = 0, by = 0
+            var best = Int.max, bx = 0, by = 0, total = 0
             for dy in -sadRange...sadRange {
                 for dx in -sadRange...sadRange {
                     let s = sad(p8, c8, x, y, dx, dy, sadHalf)
+                    total += s
                     if s < best || (s == best && abs(dx) + abs(dy) < abs(bx) + abs(by)) { best = s; bx = dx; by = dy }
                 }
             }
+            // A flat block's SAD surface is flat: its minimum is noise.
+            let mean = total / ((2 * sadRange + 1) * (2 * sadRange + 1))
+            guard mean - best > 3 * area else { continue }
             sadX[n] = bx; sadY[n] = by; n += 1
         }
         var gx = 0.0, gy = 0.0
         if n > 0 {
-            gx = Double(median(&sadX, n)) * 4
-            gy = Double(median(&sadY, n)) * 4
+            gx = Double(median(&sadX, n)) * 8 // 1/8 resolution → full
+            gy = Double(median(&sadY, n)) * 8
         }
-        // 2. Per block: LK at 1/4 from the coarse shift, then at 1/2.
+        // 2. Per block: LK at 1/4 from the coarse shift, then at 1/2, then at full resolution.
         for (i, c) in centres.enumerated() {
-            var dx = gx / 2, dy = gy / 2 // at 1/4 resolution
-            var ok = true
-            var w = 0.0
-            if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: dx, dy: dy, iterations: 3) {
-                dx = r.dx; dy = r.dy
+            var m = BlockMotion(dx: gx, dy: gy)
+            if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: gx / 4, dy: gy / 4, iterations: 3) {
+                m.dx = r.dx * 4; m.dy = r.dy * 4
             }
-            if let r = lk(prev[0], cur[0], c.x, c.y, half: half2, dx: dx * 2, dy: dy * 2, iterations: 3) {
-                dx = r.dx; dy = r.dy; w = r.w
-            } else { ok = false }
-            if ok, let r = refine(i, luma, dx: dx * 2, dy: dy * 2), abs(r.dx - dx * 2) < 2, abs(r.dy - dy * 2) < 2 {
-                disp[i] = (r.dx, r.dy, w, ok)
-            } else {
-                disp[i] = (dx * 2, dy * 2, w, ok)
+            if let r = lk(prev[0], cur[0], c.x, c.y, half: half2, dx: m.dx / 2, dy: m.dy / 2, iterations: 3) {
+                m = r
+                m.dx *= 2; m.dy *= 2
+                if let f = refine(i, luma, dx: m.dx, dy: m.dy), abs(f.dx - m.dx) < 2, abs(f.dy - m.dy) < 2 { m = f }
             }
+            disp[i] = m
         }
-        // 3. Similarity fit with outlier rejection.
+        // 3. Similarity fit, each block weighted by its structure tensor (an edge constrains only
+        // across itself), with outlier rejection.
         let cx = Double(width) / 2, cy = Double(height) / 2
         var fit = fitSimilarity(cx: cx, cy: cy)
         for _ in 0..<2 {
@@ -278,7 +307,7 @@ public final class MotionEstimator {
             guard !res.isEmpty else { break }
             res.sort()
             let med = res[res.count / 2]
-            let limit = max(0.6, 3 * med)
+            let limit = max(0.5, 3 * med)
             var changed = false
             for (i, c) in centres.enumerated() where disp[i].ok && residual(f, i, c, cx, cy) > limit {
                 disp[i].ok = false; changed = true
@@ -290,46 +319,69 @@ public final class MotionEstimator {
             return MotionEstimate(dx: gx, dy: gy, confidence: n > 0 ? 0.2 : 0)
         }
         let inliers = disp.reduce(0) { $0 + ($1.ok ? 1 : 0) }
-        return MotionEstimate(dx: f.tx, dy: f.ty, angle: -f.theta, scale: 1 + f.k, confidence: Double(inliers) / Double(max(1, centres.count)))
+        // A dozen consistent textured blocks pin a similarity down; fewer, less surely.
+        return MotionEstimate(dx: f.tx, dy: f.ty, angle: -f.theta, scale: 1 + f.k, confidence: min(1, Double(inliers) / 12))
     }
 
+    /// A block's misfit along the direction its texture measures, pixels: sqrt(eᵀGe / λmax(G)).
     private func residual(_ f: (tx: Double, ty: Double, theta: Double, k: Double), _ i: Int, _ c: (x: Int, y: Int), _ cx: Double, _ cy: Double) -> Double {
         let px = Double(c.x * 2) - cx, py = Double(c.y * 2) - cy
-        let ex = f.tx - f.theta * py + f.k * px - disp[i].dx
-        let ey = f.ty + f.theta * px + f.k * py - disp[i].dy
-        return (ex * ex + ey * ey).squareRoot()
+        let d = disp[i]
+        let ex = f.tx - f.theta * py + f.k * px - d.dx
+        let ey = f.ty + f.theta * px + f.k * py - d.dy
+        let lmax = Double(Self.largestEigenvalue(Float(d.gxx), Float(d.gxy), Float(d.gyy)))
+        return ((ex * ex * d.gxx + 2 * ex * ey * d.gxy + ey * ey * d.gyy) / max(lmax, 1e-9)).squareRoot()
     }
 
-    /// Weighted least squares for dx = tx − θ·py + k·px, dy = ty + θ·px + k·py.
+    /// Least squares for dx = tx − θ·py + k·px, dy = ty + θ·px + k·py over the blocks in use,
+    /// each weighted by its 2×2 structure tensor. Nil when the blocks do not pin the motion down.
     private func fitSimilarity(cx: Double, cy: Double) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
-        var sw = 0.0, spx = 0.0, spy = 0.0, sdx = 0.0, sdy = 0.0
+        var N = [Double](repeating: 0, count: 16), r = [Double](repeating: 0, count: 4)
         var count = 0
+        let unit = 1000.0 // positions in kilopixels keep the system balanced
         for (i, c) in centres.enumerated() where disp[i].ok {
-            let w = disp[i].w
-            sw += w; spx += w * Double(c.x * 2); spy += w * Double(c.y * 2)
-            sdx += w * disp[i].dx; sdy += w * disp[i].dy
+            let d = disp[i]
+            let px = (Double(c.x * 2) - cx) / unit, py = (Double(c.y * 2) - cy) / unit
+            // Rows of A: (1, 0, −py, px) for dx and (0, 1, px, py) for dy.
+            let ax: (Double, Double, Double, Double) = (1, 0, -py, px), ay: (Double, Double, Double, Double) = (0, 1, px, py)
+            let axs = [ax.0, ax.1, ax.2, ax.3], ays = [ay.0, ay.1, ay.2, ay.3]
+            for u in 0..<4 {
+                // (Aᵀ G)_u = ax_u·(gxx, gxy) + ay_u·(gxy, gyy)
+                let gu0 = axs[u] * d.gxx + ays[u] * d.gxy, gu1 = axs[u] * d.gxy + ays[u] * d.gyy
+                for v in 0..<4 { N[u * 4 + v] += gu0 * axs[v] + gu1 * ays[v] }
+                r[u] += gu0 * d.dx + gu1 * d.dy
+            }
             count += 1
         }
-        guard count >= 2, sw > 0 else { return nil }
-        let mx = spx / sw, my = spy / sw, mdx = sdx / sw, mdy = sdy / sw
-        // With centred points the rotation/scale part decouples from the translation.
-        var sr = 0.0, st = 0.0, ss = 0.0
-        for (i, c) in centres.enumerated() where disp[i].ok {
-            let w = disp[i].w
-            let px = Double(c.x * 2) - mx, py = Double(c.y * 2) - my
-            let dx = disp[i].dx - mdx, dy = disp[i].dy - mdy
-            ss += w * (px * px + py * py)
-            st += w * (px * dy - py * dx)
-            sr += w * (px * dx + py * dy)
+        guard count >= 2 else { return nil }
+        // Without rotation and scale when few blocks or the 4×4 system is ill-conditioned.
+        let trace = N[0] + N[5] + N[10] + N[15]
+        if count >= 3, let q = Self.solve4(N, r, minPivot: 1e-6 * trace) {
+            return (q[0], q[1], q[2] / unit, q[3] / unit)
         }
-        guard ss > 0 else { return (mdx, mdy, 0, 0) }
-        let theta = count >= 3 ? st / ss : 0
-        let k = count >= 3 ? sr / ss : 0
-        // Translation at the picture centre.
-        let ox = mx - cx, oy = my - cy
-        let tx = mdx - (-theta * oy + k * ox)
-        let ty = mdy - (theta * ox + k * oy)
-        return (tx, ty, theta, k)
+        let det = N[0] * N[5] - N[1] * N[4]
+        guard det > 1e-9 * trace * trace else { return nil }
+        return ((N[5] * r[0] - N[1] * r[1]) / det, (N[0] * r[1] - N[4] * r[0]) / det, 0, 0)
+    }
+
+    /// Gaussian elimination with partial pivoting; nil when a pivot falls below `minPivot`.
+    static func solve4(_ m: [Double], _ rhs: [Double], minPivot: Double) -> [Double]? {
+        var a = m, b = rhs
+        for c in 0..<4 {
+            var piv = c
+            for r in (c + 1)..<4 where abs(a[r * 4 + c]) > abs(a[piv * 4 + c]) { piv = r }
+            guard abs(a[piv * 4 + c]) > minPivot else { return nil }
+            if piv != c {
+                for k in 0..<4 { a.swapAt(c * 4 + k, piv * 4 + k) }
+                b.swapAt(c, piv)
+            }
+            for r in 0..<4 where r != c {
+                let f = a[r * 4 + c] / a[c * 4 + c]
+                for k in c..<4 { a[r * 4 + k] -= f * a[c * 4 + k] }
+                b[r] -= f * b[c]
+            }
+        }
+        return (0..<4).map { b[$0] / a[$0 * 4 + $0] }
     }
 
     @inline(__always)
@@ -348,8 +400,9 @@ public final class MotionEstimator {
     }
 
     /// Lucas–Kanade translation of the block of half-size `half` at (x, y) in `a`, found in `b`
-    /// starting from (dx, dy). Nil when the block lacks texture or leaves the picture.
-    private func lk(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, half: Int, dx: Double, dy: Double, iterations: Int) -> (dx: Double, dy: Double, w: Double)? {
+    /// starting from (dx, dy), with the block's structure tensor per pixel. Nil when the block has
+    /// no texture or leaves the picture; along an edge the block keeps its starting displacement.
+    private func lk(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, half: Int, dx: Double, dy: Double, iterations: Int) -> BlockMotion? {
         guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { return nil }
         var gxx: Float = 0, gxy: Float = 0, gyy: Float = 0
         let w = a.width
@@ -361,11 +414,8 @@ public final class MotionEstimator {
                 gxx += gx * gx; gxy += gx * gy; gyy += gy * gy
             }
         }
-        let det = gxx * gyy - gxy * gxy
-        let tr = gxx + gyy
-        let minEig = 0.5 * (tr - (max(0, tr * tr - 4 * det)).squareRoot())
         let npx = Float((2 * half + 1) * (2 * half + 1))
-        guard det > 1e-6, minEig / npx > 1.0 else { return nil }
+        guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { return nil }
         var ux = Float(dx), uy = Float(dy)
         for _ in 0..<iterations {
             let sx = Float(x) + ux, sy = Float(y) + uy
@@ -381,12 +431,11 @@ public final class MotionEstimator {
                     bx += gx * e; by += gy * e
                 }
             }
-            let du = (gyy * bx - gxy * by) / det
-            let dv = (gxx * by - gxy * bx) / det
+            let (du, dv) = Self.solve(gxx, gxy, gyy, bx, by)
             ux += du; uy += dv
             if du * du + dv * dv < 1e-4 { break }
         }
-        return (Double(ux), Double(uy), Double(minEig / npx))
+        return BlockMotion(dx: Double(ux), dy: Double(uy), gxx: Double(gxx / npx), gxy: Double(gxy / npx), gyy: Double(gyy / npx), ok: true)
     }
 
     private func median(_ a: inout [Int], _ n: Int) -> Int {

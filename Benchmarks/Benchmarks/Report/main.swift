@@ -83,6 +83,14 @@ if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLin
     for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: fmt, iterations: 400) where r.name.contains(what.hasPrefix("warp") ? "warp, all planes (" : "stabil") { print(r) }
     exit(0)
 }
+if let i = CommandLine.arguments.firstIndex(of: "--diagnose") {
+    try diagnoseEstimator(CommandLine.arguments[i + 1])
+    exit(0)
+}
+if CommandLine.arguments.contains("--stabilise") {
+    try runStabiliseComparison(quick: quick)
+    exit(0)
+}
 if stagesOnly {
     for fmt in [PixelFormat.grey, .yuyv, .nv12] {
         print("== Stage kernels and stages at 1920x1080 \(fmt) (ms per frame, median thread CPU time)")
