@@ -30,6 +30,15 @@ let package = Package(
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
         .executableTarget(
+            name: "Stages",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "ViewfinderKit", package: viewfinder),
+            ],
+            path: "Benchmarks/Stages",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
+        .executableTarget(
             name: "viewfinder-report",
             dependencies: [
                 .product(name: "ViewfinderKit", package: viewfinder),

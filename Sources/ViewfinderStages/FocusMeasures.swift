@@ -53,13 +53,15 @@ public enum FocusMeasures {
                 let o = start &* s
                 for i in 0..<len {
                     let k = o &+ i &* s
-                    let c = Int32(mid[k])
-                    let l = Int32(mid[k &- s]), rr = Int32(mid[k &+ s])
-                    let u = Int32(up[k]), d = Int32(down[k])
-                    let lap = (c &* 4) &- l &- rr &- u &- d
-                    s1 &+= lap
-                    s2 &+= UInt32(bitPattern: lap &* lap)
-                    sp &+= UInt32(bitPattern: c)
+                    // 16-bit lanes (|lap| ≤ 1020); the square widens to 32 bits (pmaddwd).
+                    let c = Int16(mid[k])
+                    let l = Int16(mid[k &- s]), rr = Int16(mid[k &+ s])
+                    let u = Int16(up[k]), d = Int16(down[k])
+                    let lap = (c &<< 2) &- l &- rr &- u &- d
+                    let wide = Int32(lap)
+                    s1 &+= wide
+                    s2 &+= UInt32(bitPattern: wide &* wide)
+                    sp &+= UInt32(c)
                 }
                 sum &+= Int64(s1); sumSq &+= UInt64(s2); sumPix &+= UInt64(sp)
                 start &+= len
@@ -98,13 +100,14 @@ public enum FocusMeasures {
                 for i in 0..<len {
                     let k = o &+ i &* s
                     let kl = k &- s, kr = k &+ s
-                    let ul = Int32(up[kl]), uc = Int32(up[k]), ur = Int32(up[kr])
-                    let ml = Int32(mid[kl]), mc = Int32(mid[k]), mr = Int32(mid[kr])
-                    let dl = Int32(down[kl]), dc = Int32(down[k]), dr = Int32(down[kr])
-                    let gx = (ur &+ (mr &* 2) &+ dr) &- (ul &+ (ml &* 2) &+ dl)
-                    let gy = (dl &+ (dc &* 2) &+ dr) &- (ul &+ (uc &* 2) &+ ur)
+                    // 16-bit lanes (|g| ≤ 1020); gx² + gy² widens to 32 bits (pmaddwd).
+                    let ul = Int16(up[kl]), uc = Int16(up[k]), ur = Int16(up[kr])
+                    let ml = Int16(mid[kl]), mc = Int16(mid[k]), mr = Int16(mid[kr])
+                    let dl = Int16(down[kl]), dc = Int16(down[k]), dr = Int16(down[kr])
+                    let gx = Int32((ur &+ (mr &<< 1) &+ dr) &- (ul &+ (ml &<< 1) &+ dl))
+                    let gy = Int32((dl &+ (dc &<< 1) &+ dr) &- (ul &+ (uc &<< 1) &+ ur))
                     s2 &+= UInt32(bitPattern: gx &* gx &+ gy &* gy)
-                    sp &+= UInt32(bitPattern: mc)
+                    sp &+= UInt32(mc)
                 }
                 sumSq &+= UInt64(s2); sumPix &+= UInt64(sp)
                 start &+= len

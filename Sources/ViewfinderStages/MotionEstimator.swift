@@ -259,7 +259,10 @@ public final class MotionEstimator {
         let p8 = prev[2], c8 = cur[2]
         var n = 0
         let area = (2 * sadHalf + 1) * (2 * sadHalf + 1)
-        for (idx, c) in centres.enumerated() where (idx % blocksX) % 2 == 0 || (idx / blocksX) % 2 == 0 {
+        // A quarter of the blocks (every other one each way) first; the rest only when too few
+        // of those have texture enough for a clear minimum.
+        for pass in 0..<2 where pass == 0 || n < 4 {
+        for (idx, c) in centres.enumerated() where ((idx % blocksX) % 2 == 0 && (idx / blocksX) % 2 == 0) == (pass == 0) {
             let x = c.x / 4, y = c.y / 4
             let r = sadHalf + sadRange + 1
             guard x - r >= 0, y - r >= 0, x + r < p8.width, y + r < p8.height else { continue }
@@ -275,6 +278,7 @@ public final class MotionEstimator {
             let mean = total / ((2 * sadRange + 1) * (2 * sadRange + 1))
             guard mean - best > 3 * area else { continue }
             sadX[n] = bx; sadY[n] = by; n += 1
+        }
         }
         var gx = 0.0, gy = 0.0
         if n > 0 {
@@ -315,12 +319,92 @@ public final class MotionEstimator {
             if !changed { break }
             fit = fitSimilarity(cx: cx, cy: cy)
         }
-        guard let f = fit else {
+        guard var f = fit else {
             return MotionEstimate(dx: gx, dy: gy, confidence: n > 0 ? 0.2 : 0)
+        }
+        // 4. All inlier patches at full resolution at once: one similarity fitted to every pixel
+        // of them (Gauss–Newton), which uses the texture a single block cannot pin down (edges,
+        // faint texture: a sky with cables). With enough blocks textured both ways the block fit
+        // is already as good (0.01 px on photographs) and this is skipped.
+        var strong = 0
+        for d in disp where d.ok {
+            let lmax = Self.largestEigenvalue(Float(d.gxx), Float(d.gxy), Float(d.gyy))
+            let lmin = Float(d.gxx + d.gyy) - lmax
+            if lmin > 0.1 * lmax && lmax > 4 * Self.minTexture { strong += 1 }
+        }
+        for _ in 0..<(strong >= 16 ? 0 : 2) {
+            guard let g = refineJointly(luma, f, cx: cx, cy: cy) else { break }
+            let step = abs(g.tx - f.tx) + abs(g.ty - f.ty)
+            f = g
+            if step < 0.01 { break }
         }
         let inliers = disp.reduce(0) { $0 + ($1.ok ? 1 : 0) }
         // A dozen consistent textured blocks pin a similarity down; fewer, less surely.
         return MotionEstimate(dx: f.tx, dy: f.ty, angle: -f.theta, scale: 1 + f.k, confidence: min(1, Double(inliers) / 12))
+    }
+
+    /// One Gauss–Newton step of the similarity over the saved full-resolution patches of the inlier
+    /// blocks: previous-frame patch pixel X is sought in `luma` at X + d(X), d the similarity's
+    /// displacement; the template's own gradients stand in for the frame's (inverse compositional).
+    private func refineJointly(_ luma: LumaView, _ f: (tx: Double, ty: Double, theta: Double, k: Double), cx: Double, cy: Double) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
+        var H = [Double](repeating: 0, count: 16), g = [Double](repeating: 0, count: 4)
+        let side = patchSide, h = half0
+        let s = luma.pixelStride, bpr = luma.bytesPerRow
+        let unit: Float = 1000
+        var used = 0
+        for (i, c) in centres.enumerated() where disp[i].ok && i < patchValid.count && patchValid[i] {
+            let t = patches + i * side * side
+            let bx = c.x * 2, by = c.y * 2
+            // Positions relative to the picture centre, in kilopixels (balanced normal equations).
+            let px0 = Float(Double(bx - h) - cx) / unit, py0 = Float(Double(by - h) - cy) / unit
+            // The block's displacement at its centre; across 33 pixels the similarity's
+            // rotation and scale change it by well under a hundredth of a pixel, so one sampling
+            // offset serves the whole patch (the Jacobian keeps the per-pixel terms).
+            let pcx = Double(bx) - cx, pcy = Double(by) - cy
+            let dx = f.tx - f.theta * pcy + f.k * pcx, dy = f.ty + f.theta * pcx + f.k * pcy
+            let sx0 = Double(bx - h) + dx, sy0 = Double(by - h) + dy
+            guard sx0 >= 0, sy0 >= 0, sx0 + Double(2 * h + 2) < Double(luma.width - 1), sy0 + Double(2 * h + 2) < Double(luma.height - 1) else { continue }
+            let ix = Int(sx0), iy = Int(sy0)
+            let fx = Float(sx0 - Double(ix)), fy = Float(sy0 - Double(iy))
+            var h00: Float = 0, h01: Float = 0, h02: Float = 0, h03: Float = 0, h11: Float = 0, h12: Float = 0, h13: Float = 0, h22: Float = 0, h23: Float = 0, h33: Float = 0
+            var g0: Float = 0, g1: Float = 0, g2: Float = 0, g3: Float = 0
+            for j in 0...(2 * h) {
+                let row = t + (j + 1) * side
+                let p = luma.pointer(x: ix, y: iy + j)
+                let py = py0 + Float(j) / unit
+                for k in 0...(2 * h) {
+                    let q = p + k &* s
+                    let a = Float(q[0]), b = Float(q[s]), cc = Float(q[bpr]), d = Float(q[bpr &+ s])
+                    let top = a + (b - a) * fx
+                    let v = top + ((cc + (d - cc) * fx) - top) * fy
+                    let gx = (Float(row[k + 2]) - Float(row[k])) * 0.5
+                    let gy = (Float(row[k + 1 + side]) - Float(row[k + 1 - side])) * 0.5
+                    let e = Float(row[k + 1]) - v
+                    let px = px0 + Float(k) / unit
+                    // J = ∇T · ∂X'/∂(tx, ty, θ, k): (1, 0), (0, 1), (−py, px), (px, py)
+                    let j2 = -gx * py + gy * px, j3 = gx * px + gy * py
+                    h00 += gx * gx; h01 += gx * gy; h02 += gx * j2; h03 += gx * j3
+                    h11 += gy * gy; h12 += gy * j2; h13 += gy * j3
+                    h22 += j2 * j2; h23 += j2 * j3; h33 += j3 * j3
+                    g0 += gx * e; g1 += gy * e; g2 += j2 * e; g3 += j3 * e
+                }
+            }
+            let hs = [h00, h01, h02, h03, h11, h12, h13, h22, h23, h33].map(Double.init)
+            H[0] += hs[0]; H[1] += hs[1]; H[2] += hs[2]; H[3] += hs[3]
+            H[5] += hs[4]; H[6] += hs[5]; H[7] += hs[6]
+            H[10] += hs[7]; H[11] += hs[8]; H[15] += hs[9]
+            g[0] += Double(g0); g[1] += Double(g1); g[2] += Double(g2); g[3] += Double(g3)
+            used += 1
+        }
+        guard used >= 3 else { return nil }
+        for r in 0..<4 { for c in 0..<r { H[r * 4 + c] = H[c * 4 + r] } }
+        let trace = H[0] + H[5] + H[10] + H[15]
+        guard let d = Self.solve4(H, g, minPivot: 1e-9 * trace) else { return nil }
+        let u = Double(unit)
+        let out = (tx: f.tx + d[0], ty: f.ty + d[1], theta: f.theta + d[2] / u, k: f.k + d[3] / u)
+        // A step this large means the patches disagree with the blocks: keep the block fit.
+        guard abs(d[0]) < 1, abs(d[1]) < 1, out.tx.isFinite, out.theta.isFinite else { return nil }
+        return out
     }
 
     /// A block's misfit along the direction its texture measures, pixels: sqrt(eᵀGe / λmax(G)).

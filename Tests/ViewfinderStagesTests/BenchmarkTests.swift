@@ -12,7 +12,7 @@ struct BenchmarkTests {
     func timings(_ pf: PixelFormat) {
         let results = StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: pf, iterations: 40)
         for r in results { print("[stage-bench] \(r)") }
-        #expect(results.count == 10)
+        #expect(results.count == 11)
         #expect(results.allSatisfy { $0.milliseconds > 0 && $0.milliseconds.isFinite })
     }
 }

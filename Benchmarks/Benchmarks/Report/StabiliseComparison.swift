@@ -257,7 +257,7 @@ func makeShakenSequence(photo: String, frames: Int, shake: Double, seed: Int, to
 
 /// Runs the stabilise stage over a Y4M file on this thread; returns the median stage CPU time per
 /// frame (ms).
-func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOptions.CopyPolicy) throws -> Double {
+func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOptions.CopyPolicy, corrections: inout [MotionEstimate]) throws -> Double {
     let r = try Y4MReader(path: input)
     let w = try Y4MWriter(path: output, format: r.format, interval: r.header.interval)
     defer { w.close() }
@@ -268,7 +268,7 @@ func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOption
     try st.prepare(format: r.format, context: StageContext(format: r.format, frameIntervalNanoseconds: 33_333_333, isLive: false, sourceBuffers: 64, buffersNeeded: 40))
     let pool = r.makePool(count: 48)
     var times: [Double] = []
-    func drain() throws { while let f = st.nextReady() { try w.write(f); f.release() } }
+    func drain() throws { while let f = st.nextReady() { corrections.append(f.metadata.correction ?? MotionEstimate()); try w.write(f); f.release() } }
     while let f = pool.acquire() {
         guard try r.read(into: f) else { f.release(); break }
         let t0 = StageBenchmarks.threadCPUNanoseconds()
@@ -277,7 +277,7 @@ func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOption
         while let g = st.nextReady() { ready.append(g) }
         times.append(Double(StageBenchmarks.threadCPUNanoseconds() - t0) / 1e6)
         if v == .forward { ready.insert(f, at: 0) } else if case .drop = v { f.release() }
-        for g in ready { try w.write(g); g.release() }
+        for g in ready { corrections.append(g.metadata.correction ?? MotionEstimate()); try w.write(g); g.release() }
     }
     st.finish()
     try drain()
@@ -310,15 +310,23 @@ func runStabiliseComparison(quick: Bool) throws {
         let truth = try makeShakenSequence(photo: photo, frames: frames, shake: 5, seed: 11 + i, to: input)
         // Ours.
         let ours = "\(dir)/ours-\(i).y4m"
-        let ourMs = try runOurStabiliser(input: input, output: ours, copyFrames: .never)
+        var corr: [MotionEstimate] = []
+        let ourMs = try runOurStabiliser(input: input, output: ours, copyFrames: .never, corrections: &corr)
+        if corr.count == truth.x.count {
+            let rx = zip(truth.x, corr).map { $0 + $1.dx }, ry = zip(truth.y, corr).map { $0 + $1.dy }
+            let byMeta = (highFrequencyRMS(rx) + highFrequencyRMS(ry)) / (highFrequencyRMS(truth.x) + highFrequencyRMS(truth.y))
+            print(String(format: "  (stage's own books: true shake + applied correction leaves %.1f %%)", byMeta * 100))
+        }
         // FFmpeg: vidstab two-pass (smoothing 15 = the same ±15-frame window, optimal static zoom,
         // no borders) and deshake (defaults), one thread, pinned; decode/encode cost subtracted.
+        let peers = !CommandLine.arguments.contains("--no-peers")
         let ff = "ffmpeg -hide_banner -loglevel error -y -threads 1 -filter_threads 1 -i \(input)"
-        let (base, _) = timed("\(ff) -vf null -f yuv4mpegpipe \(dir)/null.y4m")
-        let (baseNull, _) = timed("\(ff) -vf null -f null -")
-        let (detect, ok1) = timed("\(ff) -vf vidstabdetect=shakiness=5:accuracy=15:result=\(dir)/t\(i).trf -f null -")
-        let (transform, ok2) = timed("\(ff) -vf vidstabtransform=input=\(dir)/t\(i).trf:smoothing=15:optzoom=1:crop=black -f yuv4mpegpipe \(dir)/vidstab-\(i).y4m")
-        let (deshake, ok3) = timed("\(ff) -vf deshake -f yuv4mpegpipe \(dir)/deshake-\(i).y4m")
+        let skip = (0.0, false)
+        let (base, _) = peers ? timed("\(ff) -vf null -f yuv4mpegpipe \(dir)/null.y4m") : skip
+        let (baseNull, _) = peers ? timed("\(ff) -vf null -f null -") : skip
+        let (detect, ok1) = peers ? timed("\(ff) -vf vidstabdetect=shakiness=5:accuracy=15:result=\(dir)/t\(i).trf -f null -") : skip
+        let (transform, ok2) = peers ? timed("\(ff) -vf vidstabtransform=input=\(dir)/t\(i).trf:smoothing=15:optzoom=1:crop=black -f yuv4mpegpipe \(dir)/vidstab-\(i).y4m") : skip
+        let (deshake, ok3) = peers ? timed("\(ff) -vf deshake -f yuv4mpegpipe \(dir)/deshake-\(i).y4m") : skip
         let vidstabMs = ((detect - baseNull) + (transform - base)) / Double(frames) * 1000
         let deshakeMs = (deshake - base) / Double(frames) * 1000
         // Measure everything the same way.
@@ -379,4 +387,43 @@ func diagnoseEstimator(_ photo: String) throws {
         }
     }
     print(String(format: "RMS error per axis: estimator %.3f px, dense %.3f px", (se / Double(2 * (n - 1))).squareRoot(), (sd / Double(2 * (n - 1))).squareRoot()))
+}
+
+/// The stage on the sim filming `photo`, from the frames' own metadata: estimator error and
+/// residual, per axis, high-frequency part.
+func diagnoseStage(_ photo: String, frames: Int, shake: Double, lookahead: Int) throws {
+    let sim = try SimCamera(deviceString: "sim:scene=\(photo),shake=\(shake),seed=11,paced=false,frames=\(frames),width=1920,height=1080,format=i420")
+    let cfg = try sim.configure(StreamRequest(pixelFormat: .i420, width: 1920, height: 1080, fps: 30, bufferCount: 64))
+    var o = StabiliseOptions()
+    o.lookahead = lookahead
+    let st = StabiliseStage(options: o)
+    try st.prepare(format: cfg.format, context: StageContext(format: cfg.format, frameIntervalNanoseconds: 33_333_333, isLive: false))
+    try sim.start()
+    defer { sim.stop() }
+    var tx: [Double] = [], ty: [Double] = [], ex: [Double] = [], ey: [Double] = [], cx: [Double] = [], cy: [Double] = [], ta: [Double] = [], ea: [Double] = [], ca: [Double] = []
+    func take(_ f: Frame) {
+        let t = f.metadata.truth!, m = f.metadata.motion!, c = f.metadata.correction!
+        tx.append(t.shakeX); ty.append(t.shakeY); ta.append(t.shakeAngle)
+        ex.append((ex.last ?? 0) + (ex.isEmpty ? 0 : m.dx)); ey.append((ey.last ?? 0) + (ey.isEmpty ? 0 : m.dy)); ea.append((ea.last ?? 0) + (ea.isEmpty ? 0 : m.angle))
+        cx.append(c.dx); cy.append(c.dy); ca.append(c.angle)
+        f.release()
+    }
+    loop: while true {
+        switch try sim.next(timeoutNanoseconds: 5_000_000_000) {
+        case .frame(let f):
+            if st.process(f) == .hold { while let g = st.nextReady() { take(g) } }
+        case .endOfStream: break loop
+        default: continue
+        }
+    }
+    st.finish()
+    while let g = st.nextReady() { take(g) }
+    let hf = { (a: [Double]) in highFrequencyRMS(a) }
+    print(String(format: "truth HF x %.3f y %.3f a %.5f", hf(tx), hf(ty), hf(ta)))
+    print(String(format: "estimator error HF x %.3f y %.3f a %.5f", hf(zip(tx, ex).map { $0 - $1 }), hf(zip(ty, ey).map { $0 - $1 }), hf(zip(ta, ea).map { $0 - $1 })))
+    print(String(format: "residual (truth + correction) HF x %.3f y %.3f a %.5f", hf(zip(tx, cx).map { $0 + $1 }), hf(zip(ty, cy).map { $0 + $1 }), hf(zip(ta, ca).map { $0 + $1 })))
+    print(String(format: "estimated path + correction HF x %.3f y %.3f", hf(zip(ex, cx).map { $0 + $1 }), hf(zip(ey, cy).map { $0 + $1 })))
+    for t in stride(from: 0, to: tx.count, by: max(1, tx.count / 25)) {
+        print(String(format: "%3d truth %7.2f est %7.2f corr %7.2f | y truth %7.2f est %7.2f corr %7.2f", t, tx[t] - tx[0], ex[t], cx[t], ty[t] - ty[0], ey[t], cy[t]))
+    }
 }

@@ -83,6 +83,11 @@ if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLin
     for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: fmt, iterations: 400) where r.name.contains(what.hasPrefix("warp") ? "warp, all planes (" : "stabil") { print(r) }
     exit(0)
 }
+if let i = CommandLine.arguments.firstIndex(of: "--diagnose-stage") {
+    let a = CommandLine.arguments
+    try diagnoseStage(a[i + 1], frames: Int(a[i + 2])!, shake: Double(a[i + 3])!, lookahead: Int(a[i + 4])!)
+    exit(0)
+}
 if let i = CommandLine.arguments.firstIndex(of: "--diagnose") {
     try diagnoseEstimator(CommandLine.arguments[i + 1])
     exit(0)
