@@ -16,15 +16,18 @@ public struct AffineMap: Sendable, Equatable {
         AffineMap(a: a, b: b * sy / sx, c: c * sx / sy, d: d, tx: tx / sx, ty: ty / sy)
     }
 
-    /// The map that shows the picture moved by (dx, dy), rotated by `angle` (radians, about the
-    /// centre, positive counter-clockwise as seen) and zoomed by `zoom`:
-    /// destination q = zoom·R(θ)·(p − c) + c + (dx, dy), with θ = −angle in y-down pixel coordinates.
+    /// The map that shows the picture moved by (dx, dy) and rotated by `angle` (radians, about the
+    /// centre, positive counter-clockwise as seen), both in source pixels, then zoomed by `zoom`
+    /// about the centre: destination q = c + zoom·(R(θ)·(p − c) + (dx, dy)), θ = −angle in y-down
+    /// pixel coordinates. The zoom scales the correction with the picture: a shake of s source
+    /// pixels shows as zoom·s in the output, so a correction of −s must too (applied after the
+    /// zoom, it would leave (zoom − 1)·s of every shake: 11 % at the default crop).
     public static func correction(dx: Double, dy: Double, angle: Double, zoom: Double, width: Int, height: Int) -> AffineMap {
         let cx = Double(width - 1) / 2, cy = Double(height - 1) / 2
         let co = cos(-angle) / zoom, si = sin(-angle) / zoom
-        // p = R(−angle)(q − c − t)/zoom + c
+        // p = R(−angle)·((q − c)/zoom − t) + c = R(−angle)·(q − c − zoom·t)/zoom + c
         let a = co, b = si, c = -si, d = co
-        let qx = -cx - dx, qy = -cy - dy
+        let qx = -cx - zoom * dx, qy = -cy - zoom * dy
         return AffineMap(a: a, b: b, c: c, d: d, tx: a * qx + b * qy + cx, ty: c * qx + d * qy + cy)
     }
 }
