@@ -309,7 +309,7 @@ public final class MotionEstimator {
                 res.append(residual(f, i, c, cx, cy))
             }
             guard !res.isEmpty else { break }
-            res.sort()
+            Self.insertionSort(&res)
             let med = res[res.count / 2]
             let limit = max(0.5, 3 * med)
             var changed = false
@@ -347,7 +347,7 @@ public final class MotionEstimator {
     /// blocks: previous-frame patch pixel X is sought in `luma` at X + d(X), d the similarity's
     /// displacement; the template's own gradients stand in for the frame's (inverse compositional).
     private func refineJointly(_ luma: LumaView, _ f: (tx: Double, ty: Double, theta: Double, k: Double), cx: Double, cy: Double) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
-        var H = [Double](repeating: 0, count: 16), g = [Double](repeating: 0, count: 4)
+        var H = InlineArray<16, Double>(repeating: 0), g = InlineArray<4, Double>(repeating: 0)
         let side = patchSide, h = half0
         let s = luma.pixelStride, bpr = luma.bytesPerRow
         let unit: Float = 1000
@@ -389,10 +389,9 @@ public final class MotionEstimator {
                     g0 += gx * e; g1 += gy * e; g2 += j2 * e; g3 += j3 * e
                 }
             }
-            let hs = [h00, h01, h02, h03, h11, h12, h13, h22, h23, h33].map(Double.init)
-            H[0] += hs[0]; H[1] += hs[1]; H[2] += hs[2]; H[3] += hs[3]
-            H[5] += hs[4]; H[6] += hs[5]; H[7] += hs[6]
-            H[10] += hs[7]; H[11] += hs[8]; H[15] += hs[9]
+            H[0] += Double(h00); H[1] += Double(h01); H[2] += Double(h02); H[3] += Double(h03)
+            H[5] += Double(h11); H[6] += Double(h12); H[7] += Double(h13)
+            H[10] += Double(h22); H[11] += Double(h23); H[15] += Double(h33)
             g[0] += Double(g0); g[1] += Double(g1); g[2] += Double(g2); g[3] += Double(g3)
             used += 1
         }
@@ -420,15 +419,14 @@ public final class MotionEstimator {
     /// Least squares for dx = tx − θ·py + k·px, dy = ty + θ·px + k·py over the blocks in use,
     /// each weighted by its 2×2 structure tensor. Nil when the blocks do not pin the motion down.
     private func fitSimilarity(cx: Double, cy: Double) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
-        var N = [Double](repeating: 0, count: 16), r = [Double](repeating: 0, count: 4)
+        var N = InlineArray<16, Double>(repeating: 0), r = InlineArray<4, Double>(repeating: 0)
         var count = 0
         let unit = 1000.0 // positions in kilopixels keep the system balanced
         for (i, c) in centres.enumerated() where disp[i].ok {
             let d = disp[i]
             let px = (Double(c.x * 2) - cx) / unit, py = (Double(c.y * 2) - cy) / unit
             // Rows of A: (1, 0, −py, px) for dx and (0, 1, px, py) for dy.
-            let ax: (Double, Double, Double, Double) = (1, 0, -py, px), ay: (Double, Double, Double, Double) = (0, 1, px, py)
-            let axs = [ax.0, ax.1, ax.2, ax.3], ays = [ay.0, ay.1, ay.2, ay.3]
+            let axs: InlineArray<4, Double> = [1, 0, -py, px], ays: InlineArray<4, Double> = [0, 1, px, py]
             for u in 0..<4 {
                 // (Aᵀ G)_u = ax_u·(gxx, gxy) + ay_u·(gxy, gyy)
                 let gu0 = axs[u] * d.gxx + ays[u] * d.gxy, gu1 = axs[u] * d.gxy + ays[u] * d.gyy
@@ -449,7 +447,7 @@ public final class MotionEstimator {
     }
 
     /// Gaussian elimination with partial pivoting; nil when a pivot falls below `minPivot`.
-    static func solve4(_ m: [Double], _ rhs: [Double], minPivot: Double) -> [Double]? {
+    static func solve4(_ m: InlineArray<16, Double>, _ rhs: InlineArray<4, Double>, minPivot: Double) -> InlineArray<4, Double>? {
         var a = m, b = rhs
         for c in 0..<4 {
             var piv = c
@@ -465,7 +463,9 @@ public final class MotionEstimator {
                 b[r] -= f * b[c]
             }
         }
-        return (0..<4).map { b[$0] / a[$0 * 4 + $0] }
+        var x = InlineArray<4, Double>(repeating: 0)
+        for i in 0..<4 { x[i] = b[i] / a[i * 4 + i] }
+        return x
     }
 
     @inline(__always)
@@ -520,6 +520,19 @@ public final class MotionEstimator {
             if du * du + dv * dv < 1e-4 { break }
         }
         return BlockMotion(dx: Double(ux), dy: Double(uy), gxx: Double(gxx / npx), gxy: Double(gxy / npx), gyy: Double(gyy / npx), ok: true)
+    }
+
+    /// In place, without the temporary buffer the standard library's sort may allocate.
+    static func insertionSort(_ a: inout [Double]) {
+        a.withUnsafeMutableBufferPointer { p in
+            guard p.count > 1 else { return }
+            for i in 1..<p.count {
+                let v = p[i]
+                var j = i - 1
+                while j >= 0 && p[j] > v { p[j + 1] = p[j]; j -= 1 }
+                p[j + 1] = v
+            }
+        }
     }
 
     private func median(_ a: inout [Int], _ n: Int) -> Int {

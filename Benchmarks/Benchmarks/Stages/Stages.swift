@@ -72,6 +72,8 @@ let benchmarks: @Sendable () -> Void = {
         }
         Benchmark("motion estimation (\(pf))") { benchmark in
             let est = MotionEstimator(width: 1920, height: 1080)
+            _ = est.estimate(b.luma) // a previous frame to match against
+            benchmark.startMeasurement()
             for _ in benchmark.scaledIterations {
                 b.flip.toggle()
                 blackHole(est.estimate(LumaView(b.flip ? b.other : b.frame)!))
