@@ -94,6 +94,10 @@ struct KernelTests {
         let mc = FocusMeasures.measure(try #require(LumaView(c)))
         let raw = FocusMeasures.measure(la)
         #expect(mc == raw)
+        // Regions with odd offsets and widths (vector blocks of 16 plus a scalar tail on GREY).
+        for rect in [PixelRect(x: 7, y: 5, width: 101, height: 77), PixelRect(x: 1, y: 1, width: 19, height: 3), PixelRect(x: 30, y: 40, width: 130, height: 80)] {
+            #expect(FocusMeasures.measure(try #require(LumaView(c)), region: rect) == FocusMeasures.measure(la, region: rect), "\(rect)")
+        }
     }
 
     @Test("a region outside or too small gives zero, not a crash")
