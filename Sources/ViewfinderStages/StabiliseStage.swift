@@ -88,6 +88,8 @@ public final class StabiliseStage: Stage {
     private var warped = 0
     private var frameNumber = 0
     private var finishing = false
+    /// Share of the pan-following estimate in the smoothed path (see `warpNext`).
+    private var blend = 0.0
 
     public init(options: StabiliseOptions) {
         self.options = options
@@ -127,6 +129,7 @@ public final class StabiliseStage: Stage {
         self.format = format
         estimator?.reset()
         frameNumber = 0
+        blend = 0
         finishing = false
     }
 
@@ -144,8 +147,14 @@ public final class StabiliseStage: Stage {
         if n == 0 {
             pathX[slot] = 0; pathY[slot] = 0; pathA[slot] = 0
         } else {
-            pathX[slot] = pathX[prevSlot] + m.dx
-            pathY[slot] = pathY[prevSlot] + m.dy
+            // Poses compose: this frame is the previous one turned by the frame's angle about the
+            // centre and moved, so the previous translation turns too. (Adding translations as
+            // if they did not is fine for shake alone, but during a pan of hundreds of pixels the
+            // shake's rotation times that translation shows up as jitter.)
+            let co = cos(m.angle), si = sin(m.angle)
+            let px = pathX[prevSlot], py = pathY[prevSlot]
+            pathX[slot] = co * px + si * py + m.dx
+            pathY[slot] = -si * px + co * py + m.dy
             pathA[slot] = pathA[prevSlot] + m.angle
         }
         frameNumber += 1
@@ -186,19 +195,32 @@ public final class StabiliseStage: Stage {
         let marginX = Double(w) * (1 - options.keep) / 2, marginY = Double(h) * (1 - options.keep) / 2
         let slot = t % Self.capacity
         let use = max(abs(sx.mean - pathX[slot]) / max(marginX, 1), abs(sy.mean - pathY[slot]) / max(marginY, 1))
-        let b = min(1, max(0, (use - 0.5) / 0.5))
+        // The handover moves by at most 1/15 per frame, eased (raised cosine): switching at once
+        // jumps the picture by the mean's lag (15 px on a test pan) between two frames, and a
+        // linear ramp starts and stops the extra motion abruptly.
+        let target = min(1, max(0, (use - 0.5) / 0.5))
+        blend += min(1.0 / 15, max(-1.0 / 15, target - blend))
+        let b = 0.5 * (1 - cos(Double.pi * blend))
         sx.mean += b * (sx.linear - sx.mean); sy.mean += b * (sy.linear - sy.mean); sa.mean += b * (sa.linear - sa.mean)
         let s = t % Self.capacity
-        var cx = sx.mean - pathX[s]
-        var cy = sy.mean - pathY[s]
+        // Turn the frame to the smoothed angle (ca), then move it so its pose becomes the smoothed
+        // one: d = T̄ − R(ca)·T, R the rotation as seen (y down).
         var ca = options.rotation ? sa.mean - pathA[s] : 0
+        let co = cos(ca), si = sin(ca)
+        var cx = sx.mean - (co * pathX[s] + si * pathY[s])
+        var cy = sy.mean - (-si * pathX[s] + co * pathY[s])
         // Shrink the correction until the zoomed picture covers the frame (no border shows).
+        // The largest share of the correction that still covers, by bisection: continuous in
+        // the correction, so reaching the margin bends the picture's path instead of jumping it.
         var map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
-        var tries = 0
-        while !covers(map, w, h) && tries < 30 {
-            cx *= 0.85; cy *= 0.85; ca *= 0.85
+        if !covers(map, w, h) {
+            var lo = 0.0, hi = 1.0
+            for _ in 0..<20 {
+                let mid = (lo + hi) / 2
+                if covers(AffineMap.correction(dx: cx * mid, dy: cy * mid, angle: ca * mid, zoom: zoom, width: w, height: h), w, h) { lo = mid } else { hi = mid }
+            }
+            cx *= lo; cy *= lo; ca *= lo
             map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
-            tries += 1
         }
         if let out = pool?.acquire() {
             // Warp into a fresh buffer of ours; the source frame goes back to its owner.
