@@ -24,6 +24,19 @@ func runHolding(_ stage: any Stage, _ frames: [Frame]) -> [Frame] {
     return out
 }
 
+/// High-frequency jitter of a sequence as its pictures show it: the motion between consecutive
+/// frames (the estimator, times `scale`) added up into a path, from frame `first` on.
+func measuredJitter(_ seq: [Frame], scale: Double = 1, from first: Int = 0) throws -> Double {
+    let f = try #require(seq.first).format
+    let est = MotionEstimator(width: f.width, height: f.height)
+    var px = [0.0], py = [0.0]
+    for (i, fr) in seq.enumerated() {
+        let m = est.estimate(try #require(LumaView(fr)))
+        if i > 0 { px.append(px.last! + m.dx * scale); py.append(py.last! + m.dy * scale) }
+    }
+    return (highFrequencyRMS(Array(px[first...])) + highFrequencyRMS(Array(py[first...]))) / 2
+}
+
 @Suite("Stabilisation")
 struct StabiliseTests {
     @Test("motion estimator recovers a known translation and rotation", arguments: [PixelFormat.grey, .yuyv, .nv12])
@@ -140,14 +153,7 @@ struct StabiliseTests {
         // frames, measured on their pixels and brought back to source pixels (÷ zoom). A
         // correction applied after the zoom once left (zoom − 1) of every shake here while the
         // books above said all was well.
-        let est = MotionEstimator(width: f.width, height: f.height)
-        var px = [0.0], py = [0.0]
-        let zoom = 1 / o.keep
-        for (i, fr) in out.enumerated() {
-            let m = est.estimate(try #require(LumaView(fr)))
-            if i > 0 { px.append(px.last! + m.dx / zoom); py.append(py.last! + m.dy / zoom) }
-        }
-        let seen = (highFrequencyRMS(px) + highFrequencyRMS(py)) / 2
+        let seen = try measuredJitter(out, scale: o.keep)
         print("stabilise output pictures: \(seen / inJ * 100) % of the input jitter")
         #expect(seen / inJ <= 0.08)
         for fr in out { fr.release() }
@@ -175,15 +181,6 @@ struct StabiliseTests {
             render(tex, into: fr, dx: co * x + si * y, dy: -si * x + co * y, angle: a, noise: 1, rng: &rng)
             fr.retain()
             frames.append(fr)
-        }
-        func measuredJitter(_ seq: [Frame], scale: Double, from first: Int = 0) throws -> Double {
-            let est = MotionEstimator(width: f.width, height: f.height)
-            var px = [0.0], py = [0.0]
-            for (i, fr) in seq.enumerated() {
-                let m = est.estimate(try #require(LumaView(fr)))
-                if i > 0 { px.append(px.last! + m.dx * scale); py.append(py.last! + m.dy * scale) }
-            }
-            return (highFrequencyRMS(Array(px[first...])) + highFrequencyRMS(Array(py[first...]))) / 2
         }
         let inJ = try measuredJitter(frames, scale: 1), inPan = try measuredJitter(frames, scale: 1, from: 55)
         var o = StabiliseOptions()
