@@ -251,10 +251,33 @@ struct StabiliseEngineTests {
         let st = engine.statistics
         print("stabilise live: captured \(st.captured), delivered \(st.delivered), drops \(st.drops.byName), consumed \(rec.sequences.count)")
         #expect(st.captured >= 20)
-        #expect(st.drops[.outOfBuffers] == 0)
+        // A live source drops (counted) when the stage thread is held up for longer than its
+        // four buffers last (400 ms here): seen once in CI with the TSan run's parallel suites
+        // taking both cores. That is the engine working; starvation by the look-ahead itself is
+        // tested deterministically below.
+        #expect(st.drops[.outOfBuffers] <= 1)
         #expect(st.captured == st.delivered + st.drops.total)
         #expect(st.delivered == UInt64(rec.sequences.count) + st.consumers[0].drops.total)
         #expect(rec.sequences == rec.sequences.sorted())
         #expect(rec.corrected == rec.sequences.count)
+    }
+
+    /// A non-live source waits for buffers rather than dropping: if the look-ahead of 8 held the
+    /// source's own 4 buffers, this run would never finish.
+    @Test("4 source buffers, look-ahead 8, a source that waits for buffers: every frame comes through")
+    func fewBuffersNoStarvation() throws {
+        let cam = try SimCamera(deviceString: "sim:paced=false,frames=60,format=grey,width=192,height=144,buffers=4,shake=3")
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .grey, width: 192, height: 144, fps: 10))
+        var o = StabiliseOptions()
+        o.lookahead = 8
+        let rec = SequenceRecorder()
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [StabiliseStage(options: o)], consumers: [rec])
+        try engine.start()
+        let finished = engine.waitUntilFinished(timeoutSeconds: 60)
+        if !finished { engine.stop(); _ = engine.waitUntilFinished(timeoutSeconds: 10) }
+        #expect(finished)
+        #expect(rec.sequences == (0..<60).map(UInt64.init))
+        #expect(rec.corrected == 60)
+        #expect(engine.statistics.drops.total == 0)
     }
 }
