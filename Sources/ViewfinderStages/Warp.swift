@@ -114,6 +114,14 @@ public final class WarpWorkspace {
         }
     }
 
+    /// A source offset as whole pixels and the nearest of the 32 sub-pixel phases.
+    @inline(__always)
+    static func split(_ offset: Double) -> (whole: Int, phase: Int) {
+        let n0 = offset.rounded(.down)
+        let phase = Int(((offset - n0) * Double(phases)).rounded())
+        return phase == phases ? (Int(n0) + 1, 0) : (Int(n0), phase)
+    }
+
     /// Builds phase k's block table on first use; whether the vector path applies to it.
     @inline(__always)
     func blocksUsable(phase k: Int) -> Bool {
@@ -249,7 +257,6 @@ public enum Warp {
         let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
         // Horizontal tables: for phase k (fraction k/32 of the row offset), source column and weight
         // of output x are floor(a·x + k/32) and its fraction.
-        let phases = WarpWorkspace.phases
         ws.prepare(scale: m.a)
         let span = m.a * Double(w - 1)
         let tmp = ws.row
@@ -289,10 +296,7 @@ public enum Warp {
             }
             // Horizontal pass from tmp.
             let rel = off - Double(lo)
-            let n0 = rel.rounded(.down)
-            var phase = Int(((rel - n0) * Double(phases)).rounded())
-            var whole = Int(n0)
-            if phase == phases { phase = 0; whole += 1 }
+            let (whole, phase) = WarpWorkspace.split(rel)
             let tb = tmp + whole
             let out = dst.base + y &* dst.bytesPerRow
             if s == 1 {
@@ -310,7 +314,6 @@ public enum Warp {
     /// chroma are resampled horizontally from it.
     static func packedTwoPass(source: UnsafeMutablePointer<UInt8>, dst: UnsafeMutablePointer<UInt8>, width w: Int, height h: Int, bytesPerRow bpr: Int, lumaOffset lo8: Int, chromaOffset co8: Int, map m: AffineMap, ws: WarpWorkspace) {
         let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
-        let phases = WarpWorkspace.phases
         ws.prepare(scale: m.a)
         let cw = w / 2
         let span = m.a * Double(w - 1)
@@ -356,16 +359,10 @@ public enum Warp {
             // tmp[4·(j − firstPair) + co8] (U) and +2 (V). Split them into planar rows, resample
             // each, and interleave the results into the output row.
             let rel = off - Double(2 * firstPair)
-            let n0 = rel.rounded(.down)
-            var phase = Int(((rel - n0) * Double(phases)).rounded())
-            var whole = Int(n0)
-            if phase == phases { phase = 0; whole += 1 }
+            let (whole, phase) = WarpWorkspace.split(rel)
             let offC = cm.b * Double(y) + cm.tx
             let relC = offC - Double(firstPair)
-            let n0C = relC.rounded(.down)
-            var phaseC = Int(((relC - n0C) * Double(phases)).rounded())
-            var wholeC = Int(n0C)
-            if phaseC == phases { phaseC = 0; wholeC += 1 }
+            let (wholeC, phaseC) = WarpWorkspace.split(relC)
             let pairs = lastPair - firstPair + 1
             let pY = ws.planes[0], pU = ws.planes[1], pV = ws.planes[2]
             let words = UnsafeRawPointer(tmp)
@@ -405,7 +402,6 @@ public enum Warp {
     /// then both channels resampled horizontally with the same table.
     static func pairTwoPass(source: UnsafeMutablePointer<UInt8>, dst: UnsafeMutablePointer<UInt8>, columns w: Int, rows h: Int, bytesPerRow bpr: Int, map m: AffineMap, ws: WarpWorkspace) {
         let p = m.c / m.a, q = m.d - m.b * m.c / m.a, r = m.ty - m.c * m.tx / m.a
-        let phases = WarpWorkspace.phases
         ws.prepare(scale: m.a)
         let span = m.a * Double(w - 1)
         let tmp = ws.row
@@ -442,10 +438,7 @@ public enum Warp {
                 b = end + 1
             }
             let rel = off - Double(c0)
-            let n0 = rel.rounded(.down)
-            var phase = Int(((rel - n0) * Double(phases)).rounded())
-            var whole = Int(n0)
-            if phase == phases { phase = 0; whole += 1 }
+            let (whole, phase) = WarpWorkspace.split(rel)
             // Split the two channels, resample each, interleave again.
             let pU = ws.planes[0], pV = ws.planes[1], oU = ws.outputs[0], oV = ws.outputs[1]
             let halfWords = UnsafeRawPointer(tmp)
