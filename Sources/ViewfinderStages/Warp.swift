@@ -275,25 +275,7 @@ public enum Warp {
             }
             // Vertical pass over columns lo...hi into tmp[0...hi-lo].
             let step = Int32((p * one).rounded())
-            var fv = Int32((v0 * one).rounded())
-            var u = lo
-            while u <= hi {
-                let iv = Int(fv &>> 16)
-                // The run of columns over which the source row stays iv.
-                var end = hi
-                if step > 0 {
-                    let toNext = (Int32(iv + 1) &<< 16) &- fv
-                    end = min(hi, u + Int((toNext &- 1) / step))
-                } else if step < 0 {
-                    let toPrev = fv &- (Int32(iv) &<< 16)
-                    end = min(hi, u + Int(toPrev / (0 &- step)))
-                }
-                let r0 = sbase + iv &* bpr, r1 = r0 + bpr
-                let n = end - u + 1
-                blendRun(r0 + u &* s, r1 + u &* s, into: tmp + (u - lo), count: n, weight: fv, step: step, stride: s)
-                fv = fv &+ Int32(truncatingIfNeeded: n) &* step
-                u = end + 1
-            }
+            verticalPass(sbase, bytesPerRow: bpr, columns: lo...hi, stride: s, start: Int32((v0 * one).rounded()), step: step, into: tmp)
             // Horizontal pass from tmp.
             let rel = off - Double(lo)
             let (whole, phase) = WarpWorkspace.split(rel)
@@ -338,22 +320,7 @@ public enum Warp {
                 }
                 continue
             }
-            var fv = Int32((v0 * one).rounded())
-            var b = b0
-            while b <= b1 {
-                let iv = Int(fv &>> 16)
-                var end = b1
-                if step > 0 {
-                    end = min(b1, b + Int(((Int32(iv + 1) &<< 16) &- fv &- 1) / step))
-                } else if step < 0 {
-                    end = min(b1, b + Int((fv &- (Int32(iv) &<< 16)) / (0 &- step)))
-                }
-                let r0 = sbase + iv &* bpr, r1 = r0 + bpr
-                let n = end - b + 1
-                blendRun(r0 + b, r1 + b, into: tmp + (b - b0), count: n, weight: fv, step: step, stride: 1)
-                fv = fv &+ Int32(truncatingIfNeeded: n) &* step
-                b = end + 1
-            }
+            verticalPass(sbase, bytesPerRow: bpr, columns: b0...b1, stride: 1, start: Int32((v0 * one).rounded()), step: step, into: tmp)
             let out = dst + y &* bpr
             // Luma column i of the row is tmp[2·(i − 2·firstPair) + lo8]; chroma pair j is
             // tmp[4·(j − firstPair) + co8] (U) and +2 (V). Split them into planar rows, resample
@@ -421,22 +388,7 @@ public enum Warp {
                 }
                 continue
             }
-            var fv = Int32((v0 * one).rounded())
-            var b = b0
-            while b <= b1 {
-                let iv = Int(fv &>> 16)
-                var end = b1
-                if step > 0 {
-                    end = min(b1, b + Int(((Int32(iv + 1) &<< 16) &- fv &- 1) / step))
-                } else if step < 0 {
-                    end = min(b1, b + Int((fv &- (Int32(iv) &<< 16)) / (0 &- step)))
-                }
-                let r0 = sbase + iv &* bpr, r1 = r0 + bpr
-                let n = end - b + 1
-                blendRun(r0 + b, r1 + b, into: tmp + (b - b0), count: n, weight: fv, step: step, stride: 1)
-                fv = fv &+ Int32(truncatingIfNeeded: n) &* step
-                b = end + 1
-            }
+            verticalPass(sbase, bytesPerRow: bpr, columns: b0...b1, stride: 1, start: Int32((v0 * one).rounded()), step: step, into: tmp)
             let rel = off - Double(c0)
             let (whole, phase) = WarpWorkspace.split(rel)
             // Split the two channels, resample each, interleave again.
@@ -453,6 +405,31 @@ public enum Warp {
             for x in 0..<w {
                 out.storeBytes(of: UInt16(oU[x]) | UInt16(oV[x]) &<< 8, toByteOffset: x &* 2, as: UInt16.self)
             }
+        }
+    }
+
+    /// The vertical pass over `columns` of one output row into `tmp[0...]`: the source row at
+    /// column c is `start + (c − first)·step` (16.16 fixed point), split into runs of columns that
+    /// share their two source rows, each blended by ``blendRun``.
+    @inline(__always)
+    static func verticalPass(_ sbase: UnsafePointer<UInt8>, bytesPerRow bpr: Int, columns: ClosedRange<Int>, stride s: Int, start: Int32, step: Int32, into tmp: UnsafeMutablePointer<UInt8>) {
+        let first = columns.lowerBound, last = columns.upperBound
+        var fv = start
+        var u = first
+        while u <= last {
+            let iv = Int(fv &>> 16)
+            // The run of columns over which the source row stays iv.
+            var end = last
+            if step > 0 {
+                end = min(last, u + Int(((Int32(iv + 1) &<< 16) &- fv &- 1) / step))
+            } else if step < 0 {
+                end = min(last, u + Int((fv &- (Int32(iv) &<< 16)) / (0 &- step)))
+            }
+            let r0 = sbase + iv &* bpr, r1 = r0 + bpr
+            let n = end - u + 1
+            blendRun(r0 + u &* s, r1 + u &* s, into: tmp + (u - first), count: n, weight: fv, step: step, stride: s)
+            fv = fv &+ Int32(truncatingIfNeeded: n) &* step
+            u = end + 1
         }
     }
 

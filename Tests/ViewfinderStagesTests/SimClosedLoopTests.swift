@@ -238,15 +238,22 @@ final class SequenceRecorder: FrameConsumer, @unchecked Sendable {
 
 @Suite("Stabilise in the engine")
 struct StabiliseEngineTests {
-    @Test("a live sim with 4 buffers and look-ahead 8: frames in order, every one corrected, books balance")
-    func liveFewBuffers() throws {
-        let cam = try SimCamera(deviceString: "sim:paced=true,fps=10,format=grey,width=192,height=144,buffers=4,shake=3")
+    /// A 192x144 GREY sim with 4 buffers (the rest of its options in `sim`) through the stabiliser
+    /// with look-ahead 8 into a recorder; started.
+    func startFewBuffers(_ sim: String, options: EngineOptions = EngineOptions()) throws -> (CaptureEngine, SequenceRecorder) {
+        let cam = try SimCamera(deviceString: "sim:\(sim),format=grey,width=192,height=144,buffers=4,shake=3")
         let cfg = try cam.configure(StreamRequest(pixelFormat: .grey, width: 192, height: 144, fps: 10))
         var o = StabiliseOptions()
         o.lookahead = 8
         let rec = SequenceRecorder()
-        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [StabiliseStage(options: o)], consumers: [rec], options: EngineOptions(durationSeconds: 2.5))
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [StabiliseStage(options: o)], consumers: [rec], options: options)
         try engine.start()
+        return (engine, rec)
+    }
+
+    @Test("a live sim with 4 buffers and look-ahead 8: frames in order, every one corrected, books balance")
+    func liveFewBuffers() throws {
+        let (engine, rec) = try startFewBuffers("paced=true,fps=10", options: EngineOptions(durationSeconds: 2.5))
         engine.waitUntilFinished()
         let st = engine.statistics
         print("stabilise live: captured \(st.captured), delivered \(st.delivered), drops \(st.drops.byName), consumed \(rec.sequences.count)")
@@ -266,13 +273,7 @@ struct StabiliseEngineTests {
     /// source's own 4 buffers, this run would never finish.
     @Test("4 source buffers, look-ahead 8, a source that waits for buffers: every frame comes through")
     func fewBuffersNoStarvation() throws {
-        let cam = try SimCamera(deviceString: "sim:paced=false,frames=60,format=grey,width=192,height=144,buffers=4,shake=3")
-        let cfg = try cam.configure(StreamRequest(pixelFormat: .grey, width: 192, height: 144, fps: 10))
-        var o = StabiliseOptions()
-        o.lookahead = 8
-        let rec = SequenceRecorder()
-        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [StabiliseStage(options: o)], consumers: [rec])
-        try engine.start()
+        let (engine, rec) = try startFewBuffers("paced=false,frames=60")
         let finished = engine.waitUntilFinished(timeoutSeconds: 60)
         if !finished { engine.stop(); _ = engine.waitUntilFinished(timeoutSeconds: 10) }
         #expect(finished)
