@@ -4,7 +4,7 @@
 # --bench, the peers the benchmarks compare against. Runs apt-get update once, only if something
 # is missing. Needs root, or sudo.
 set -euo pipefail
-packages=(pkg-config libv4l-dev libturbojpeg0-dev libasound2-dev liblz4-dev ffmpeg util-linux)
+packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev ffmpeg util-linux)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(g++ libboost-dev gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good)
 fi

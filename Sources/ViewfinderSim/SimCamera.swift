@@ -1,3 +1,4 @@
+import Viewfinder
 import Logging
 #if canImport(Glibc)
 import Glibc
