@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Viewfinder needs on Debian 12 when it is missing: the C libraries it links
 # (through pkg-config), ffmpeg (the tests read the movies back with ffprobe/ffmpeg), python3
-# (scripts/check-public-api.sh) and, with --bench, the peers the benchmarks compare against. Runs apt-get update once, only if something
-# is missing. Needs root, or sudo.
+# (scripts/check-public-api.sh) and, with --bench, the peers the benchmarks compare against.
+# Runs apt-get update once, only if something is missing. Needs root, or sudo.
 set -euo pipefail
 packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev ffmpeg util-linux python3)
 if [ "${1:-}" = "--bench" ]; then
