@@ -190,12 +190,17 @@ public struct ControlDescriptor: Sendable, Equatable, Codable {
     public var range: ClosedRange<Int64> { minimum...max(minimum, maximum) }
 }
 
-/// The controls of a device. Thread-safe: stages call `set` on the stage thread while the capture
-/// thread streams; a change applies between frames (after ``controlLatencyFrames`` frames).
+/// The controls of a device. Thread-safe (the session configures from any thread while the capture
+/// thread streams). Stages do not call them while frames flow: they queue changes on
+/// ``StageContext/controlRequests`` and the capture side writes them between frames; a change
+/// applies after ``controlLatencyFrames`` frames.
 public protocol DeviceControlling: AnyObject, Sendable {
     var descriptors: [ControlDescriptor] { get }
     func value(of name: String) throws -> Int64
     func set(_ name: String, to value: Int64) throws
+    /// Writes a standard control. The capture side calls this for every queued request: a device
+    /// should do it without allocating (the default looks the descriptor up by name).
+    func set(_ standard: StandardControl, to value: Int64) throws
     /// Frames between a `set` and the first frame it affects (the sim's setting; estimated for V4L2).
     var controlLatencyFrames: Int { get }
 }

@@ -84,6 +84,8 @@ public final class FocusStage: Stage {
     enum Phase { case idle, coarse, fine, moving, locked, monitoring }
     private var phase: Phase = .idle
     private var controls: (any DeviceControlling)?
+    /// Where `process` queues lens moves (the capture side writes them).
+    private var requests: ControlRequestQueue?
     private var latency = 0
     private var lensMin = 0.0, lensMax = 1000.0
     private var region = PixelRect(x: 0, y: 0, width: 1, height: 1)
@@ -121,6 +123,7 @@ public final class FocusStage: Stage {
         case .rect: region = PixelRect.normalised(options.rect[0], options.rect[1], options.rect[2], options.rect[3], width: format.width, height: format.height)
         }
         controls = context.controls
+        requests = context.controlRequests
         latency = context.controls?.controlLatencyFrames ?? 0
         frameCount = 0
         phase = .idle
@@ -155,7 +158,7 @@ public final class FocusStage: Stage {
         frame.metadata.focus = m
         let s = score(m)
         // The lens position this frame was taken with.
-        let lens = frame.metadata.lensPosition ?? frame.metadata.truth?.appliedLensPosition
+        let lens = frame.metadata.lensPosition ?? frame.metadata.exposedWith.focus.map(Double.init) ?? frame.metadata.truth?.appliedLensPosition
             ?? history[(frameCount - latency + history.count * 4) % history.count]
         frameCount += 1
         framesInPhase += 1
@@ -281,9 +284,10 @@ public final class FocusStage: Stage {
     private func move(to position: Double) {
         let p = min(lensMax, max(lensMin, position.rounded()))
         history[frameCount % history.count] = p
-        guard let c = controls else { return }
+        guard controls != nil else { return }
         if p != commanded || phase == .coarse || phase == .fine {
-            do { try c.set(.focusAbsolute, to: Int64(p)) } catch { controlErrors += 1 }
+            // Queued for the capture side to write: no device call on the stage thread.
+            if !(requests?.request(.focusAbsolute, to: Int64(p)) ?? false) { controlErrors += 1 }
         }
         commanded = p
     }

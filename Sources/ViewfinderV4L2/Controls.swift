@@ -69,6 +69,12 @@ public final class V4L2Controls: DeviceControlling, @unchecked Sendable {
         }
     }
 
+    /// Writes a standard control by its meaning, without building the descriptor list (the
+    /// capture side calls this between frames for the stages' queued requests).
+    public func set(_ standard: StandardControl, to value: Int64) throws {
+        try set(standard.rawValue, to: value)
+    }
+
     private func error(_ e: Errno, control c: KernelControl, operation: String, value: Int64?) -> DeviceError {
         let d = c.descriptor
         switch e {
