@@ -131,7 +131,9 @@ public protocol CaptureSource: AnyObject, Sendable {
     /// Sets the stream format; returns what the device actually chose, or throws when it can't.
     func configure(_ request: StreamRequest) throws -> StreamConfiguration
     func start() throws
-    /// Waits up to `timeoutNanoseconds` for the next event.
+    /// Waits up to `timeoutNanoseconds` for the next event. A frame's reference passes to the
+    /// engine, which alone can give it back; code driving a source by hand uses
+    /// ``nextSample(timeoutNanoseconds:)`` instead.
     func next(timeoutNanoseconds: UInt64) throws -> SourceEvent
     func stop()
 }

@@ -55,3 +55,27 @@ public struct FrameLease: ~Copyable, @unchecked Sendable {
         return SampleBuffer(adopting: frame)
     }
 }
+
+/// What ``CaptureSource/nextSample(timeoutNanoseconds:)`` returns: a ``SourceEvent`` whose frame
+/// is owned through a ``SampleBuffer``.
+public enum SourceSample {
+    case sample(SampleBuffer)
+    case timeout
+    case lost(DropReason, count: Int)
+    case endOfStream
+}
+
+extension CaptureSource {
+    /// The next event for code that drives a source by hand, outside an engine: the frame comes
+    /// as a ``SampleBuffer``, so it goes back to its pool or device when the last reference to the
+    /// sample buffer goes. (``next(timeoutNanoseconds:)`` hands the engine a reference only the
+    /// engine can give back.)
+    public func nextSample(timeoutNanoseconds: UInt64) throws -> SourceSample {
+        switch try next(timeoutNanoseconds: timeoutNanoseconds) {
+        case .frame(let f): return .sample(SampleBuffer(adopting: f))
+        case .timeout: return .timeout
+        case .lost(let r, let n): return .lost(r, count: n)
+        case .endOfStream: return .endOfStream
+        }
+    }
+}

@@ -92,6 +92,9 @@ public final class FocusStage: Stage {
     /// Scan targets and the score seen at each (NaN until seen).
     private var targets: [Double] = []
     private var scores: [Double] = []
+    /// Scan positions and scores sorted by position, for `peak()` (storage reserved up front).
+    private var sortedPositions: [Double] = []
+    private var sortedScores: [Double] = []
     private var nextTarget = 0
     private var commanded = 0.0
     /// Lens commands by frame count, for frames without lens metadata.
@@ -112,6 +115,8 @@ public final class FocusStage: Stage {
         self.options = options
         targets.reserveCapacity(32)
         scores.reserveCapacity(32)
+        sortedPositions.reserveCapacity(32)
+        sortedScores.reserveCapacity(32)
     }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
@@ -241,9 +246,20 @@ public final class FocusStage: Stage {
     /// The interpolated peak of the scores: a parabola through the logs of the best and its
     /// neighbours (a Gaussian fit), clamped to half a step either side.
     private func peak() -> (position: Double, best: Double, step: Double) {
-        let order = targets.indices.sorted { targets[$0] < targets[$1] }
-        let pos = order.map { targets[$0] }
-        let sc = order.map { scores[$0].isNaN ? 0 : scores[$0] }
+        // Insertion sort by position into reserved storage: no allocation on the stage thread.
+        sortedPositions.removeAll(keepingCapacity: true)
+        sortedScores.removeAll(keepingCapacity: true)
+        for i in targets.indices {
+            let t = targets[i], v = scores[i].isNaN ? 0 : scores[i]
+            var k = sortedPositions.count
+            sortedPositions.append(t); sortedScores.append(v)
+            while k > 0 && sortedPositions[k - 1] > t {
+                sortedPositions[k] = sortedPositions[k - 1]; sortedScores[k] = sortedScores[k - 1]
+                k -= 1
+            }
+            sortedPositions[k] = t; sortedScores[k] = v
+        }
+        let pos = sortedPositions, sc = sortedScores
         var best = 0
         for i in sc.indices where sc[i] > sc[best] { best = i }
         let step = pos.count > 1 ? (pos[pos.count - 1] - pos[0]) / Double(pos.count - 1) : 0
