@@ -88,6 +88,8 @@ public final class FocusStage: Stage {
     private var requests: ControlRequestQueue?
     private var latency = 0
     private var lensMin = 0.0, lensMax = 1000.0
+    /// The focus control's step (device units): positions are sent on its grid.
+    private var lensStep = 1.0
     private var region = PixelRect(x: 0, y: 0, width: 1, height: 1)
     /// Scan targets and the score seen at each (NaN until seen).
     private var targets: [Double] = []
@@ -134,6 +136,7 @@ public final class FocusStage: Stage {
         phase = .idle
         if let c = controls, let d = c.descriptor(.focusAbsolute) {
             lensMin = Double(d.minimum); lensMax = Double(max(d.maximum, d.minimum + 1))
+            lensStep = Double(max(d.step, 1))
             commanded = (try? c.value(of: .focusAbsolute)).map(Double.init) ?? lensMin
             for i in history.indices { history[i] = commanded }
             if options.mode != .locked || options.position >= 0, c.supports(.focusAuto) { try? c.set(.focusAuto, to: 0) }
@@ -229,7 +232,7 @@ public final class FocusStage: Stage {
         let fromLow = commanded - lensMin <= lensMax - commanded
         for i in 0..<n {
             let t = lensMin + (lensMax - lensMin) * Double(i) / Double(n - 1)
-            targets.append(t.rounded())
+            targets.append(snap(t))
             scores.append(.nan)
         }
         if !fromLow { targets.reverse() }
@@ -284,21 +287,28 @@ public final class FocusStage: Stage {
             scores.removeAll(keepingCapacity: true)
             for i in 0..<n {
                 let t = min(lensMax, max(lensMin, centre - half + 2 * half * Double(i) / Double(n - 1)))
-                targets.append(t.rounded())
+                targets.append(snap(t))
                 scores.append(.nan)
             }
             if abs(targets[n - 1] - commanded) < abs(targets[0] - commanded) { targets.reverse() }
             phase = .fine
             nextTarget = 0
         } else {
-            finalTarget = min(lensMax, max(lensMin, p.position.rounded()))
+            finalTarget = snap(p.position)
             phase = .moving
             move(to: finalTarget)
         }
     }
 
+    /// The nearest position on the control's grid, within its range.
+    @inline(__always)
+    private func snap(_ x: Double) -> Double {
+        let v = lensMin + ((x - lensMin) / lensStep).rounded() * lensStep
+        return min(lensMax, max(lensMin, v))
+    }
+
     private func move(to position: Double) {
-        let p = min(lensMax, max(lensMin, position.rounded()))
+        let p = snap(position)
         history[frameCount % history.count] = p
         guard controls != nil else { return }
         if p != commanded || phase == .coarse || phase == .fine {
