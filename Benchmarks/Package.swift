@@ -4,6 +4,7 @@
 //
 //   cd Benchmarks && swift package benchmark            # package-benchmark suites (Engine)
 //   cd Benchmarks && swift run -c release viewfinder-report   # side-by-side figures with the peers
+//   cd Benchmarks && swift package benchmark thresholds check --target Allocations   # CI: 0 allocations per frame
 import Foundation
 import PackageDescription
 
@@ -37,6 +38,15 @@ let package = Package(
                 .product(name: "ViewfinderKit", package: viewfinder),
             ],
             path: "Benchmarks/Stages",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
+        .executableTarget(
+            name: "Allocations",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "ViewfinderKit", package: viewfinder),
+            ],
+            path: "Benchmarks/Allocations",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
         .executableTarget(

@@ -15,8 +15,8 @@ public protocol FrameConsumer: AnyObject, Sendable {
     var discardsLateFrames: Bool { get }
     /// Called on the consumer's thread before the first frame.
     func start(configuration: StreamConfiguration) throws
-    /// Called on the consumer's thread for each frame. The frame is released after the call;
-    /// retain it to keep it longer.
+    /// Called on the consumer's thread for each frame, lent for the call: to keep it longer, keep a
+    /// ``SampleBuffer`` made with ``SampleBuffer/init(retaining:)``.
     func consume(_ frame: Frame)
     /// Called on the consumer's thread after the last frame; `error` is the session's runtime
     /// error, if the stream ended with one.
@@ -128,6 +128,11 @@ public final class CaptureEngine: @unchecked Sendable {
     public private(set) var configuration: StreamConfiguration
     private let logger: Logger
 
+    /// Control changes the stages queue; the capture thread writes them between frames. Nil when
+    /// the source has no controls.
+    public let controlRequests: ControlRequestQueue?
+    /// The control values each frame was exposed with, from the writes made (capture thread).
+    private let delayedControls: DelayedControls?
     private let stageChannel: FrameChannel
     private let consumerChannels: [FrameChannel]
     private var threads: [EngineThread] = []
@@ -151,6 +156,9 @@ public final class CaptureEngine: @unchecked Sendable {
         self.logger = logger
         self.statistics = EngineStatistics(stageNames: stages.map { type(of: $0).name }, consumerNames: consumers.map(\.consumerName))
         self.chain = StageChain(stages: stages, drops: statistics.drops)
+        let controls = source.controls
+        self.controlRequests = controls.map { _ in ControlRequestQueue() }
+        self.delayedControls = controls.map { DelayedControls(latency: $0.controlLatencyFrames) }
         let live = source.isLive
         self.stageChannel = FrameChannel(name: "stages", capacity: options.stageRingCapacity, policy: live ? options.livePolicy : .wait, drops: statistics.drops)
         self.consumerChannels = zip(consumers, statistics.consumers).map { c, s in
@@ -175,19 +183,20 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Prepares the stages and consumers and starts the threads.
     public func start() throws {
         let needed = CaptureEngine.buffersNeeded(stages: chain.stages, consumers: consumers, options: options, limit: .max)
-        let context = StageContext(format: configuration.format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls, isLive: source.isLive,
-                                   sourceBuffers: configuration.bufferCount, buffersNeeded: needed)
+        let context = StageContext(format: configuration.format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls,
+                                   controlRequests: controlRequests, isLive: source.isLive, sourceBuffers: configuration.bufferCount, buffersNeeded: needed)
         let channels = consumerChannels
         let stats = statistics
         try chain.prepare(format: configuration.format, context: context) { frame in
+            // Lent by the chain: each channel gets a reference of its own.
             stats.countDelivered()
             stats.latency.record(nanoseconds: CaptureEngine.age(of: frame))
             let n = channels.count
-            if n == 0 { frame.release(); return }
+            if n == 0 { return }
             frame.retain(n)
             for ch in channels { ch.send(frame) }
-            frame.release()
         }
+        seedDelayedControls()
         statistics.markStart()
         try source.start()
 
@@ -237,6 +246,21 @@ public final class CaptureEngine: @unchecked Sendable {
         return now > t ? now - t : 0
     }
 
+    /// The values in effect before streaming (stages may have written some in `prepare`).
+    private func seedDelayedControls() {
+        guard let d = delayedControls, let c = source.controls else { return }
+        var v = ExposedControls()
+        for std in ExposedControls.tracked where c.supports(std) { v[std] = try? c.value(of: std) }
+        d.reset(v)
+    }
+
+    /// Capture side of the control path, between frames: writes what the stages queued.
+    @inline(__always)
+    private func applyControlRequests(_ controls: (any DeviceControlling)?, lastSequence: UInt64?) {
+        guard let q = controlRequests, let controls, q.pending > 0 else { return }
+        q.apply(to: controls, afterFrame: lastSequence, delayed: delayedControls)
+    }
+
     private func fail(_ error: any Error) {
         let first = errorBox.withLock { e -> Bool in
             if e == nil { e = error; return true }
@@ -256,7 +280,9 @@ public final class CaptureEngine: @unchecked Sendable {
         let stallNs = UInt64(options.stallTimeoutSeconds * 1e9)
         var lastFrameAt = monotonicNanoseconds()
         var lastSequence: UInt64? = nil
+        let controls = source.controls
         captureLoop: while !stopRequested.load(ordering: .relaxed) {
+            applyControlRequests(controls, lastSequence: lastSequence)
             if let limit, statistics.captured >= limit { break }
             if let deadline, monotonicNanoseconds() >= deadline { break }
             let event: SourceEvent
@@ -278,6 +304,10 @@ public final class CaptureEngine: @unchecked Sendable {
                     f.metadata.droppedBefore &+= UInt32(truncatingIfNeeded: gap)
                 }
                 lastSequence = f.sequence
+                if let d = delayedControls {
+                    let exposed = d.values(forFrame: f.sequence)
+                    if f.metadata.exposedWith.isEmpty { f.metadata.exposedWith = exposed }
+                }
                 statistics.countCaptured()
                 stageChannel.send(f)
             case .lost(let reason, let n):

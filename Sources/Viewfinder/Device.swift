@@ -131,7 +131,9 @@ public protocol CaptureSource: AnyObject, Sendable {
     /// Sets the stream format; returns what the device actually chose, or throws when it can't.
     func configure(_ request: StreamRequest) throws -> StreamConfiguration
     func start() throws
-    /// Waits up to `timeoutNanoseconds` for the next event.
+    /// Waits up to `timeoutNanoseconds` for the next event. A frame's reference passes to the
+    /// engine, which alone can give it back; code driving a source by hand uses
+    /// ``nextSample(timeoutNanoseconds:)`` instead.
     func next(timeoutNanoseconds: UInt64) throws -> SourceEvent
     func stop()
 }
@@ -190,12 +192,17 @@ public struct ControlDescriptor: Sendable, Equatable, Codable {
     public var range: ClosedRange<Int64> { minimum...max(minimum, maximum) }
 }
 
-/// The controls of a device. Thread-safe: stages call `set` on the stage thread while the capture
-/// thread streams; a change applies between frames (after ``controlLatencyFrames`` frames).
+/// The controls of a device. Thread-safe (the session configures from any thread while the capture
+/// thread streams). Stages do not call them while frames flow: they queue changes on
+/// ``StageContext/controlRequests`` and the capture side writes them between frames; a change
+/// applies after ``controlLatencyFrames`` frames.
 public protocol DeviceControlling: AnyObject, Sendable {
     var descriptors: [ControlDescriptor] { get }
     func value(of name: String) throws -> Int64
     func set(_ name: String, to value: Int64) throws
+    /// Writes a standard control. The capture side calls this for every queued request: a device
+    /// should do it without allocating (the default looks the descriptor up by name).
+    func set(_ standard: StandardControl, to value: Int64) throws
     /// Frames between a `set` and the first frame it affects (the sim's setting; estimated for V4L2).
     var controlLatencyFrames: Int { get }
 }

@@ -1,16 +1,29 @@
 import Synchronization
 
 /// Something that takes a frame back when its last user releases it: a buffer pool, or a device
-/// that re-queues the kernel buffer behind it.
-public protocol FrameRecycler: AnyObject, Sendable {
+/// that re-queues the kernel buffer behind it. Internal to the package: only the engine's own
+/// reference counting gives frames back.
+package protocol FrameRecycler: AnyObject, Sendable {
     func recycle(_ frame: Frame)
 }
 
 /// One video frame: its pixels (owned by a pool or lent by a device) and everything known about it.
 ///
-/// Frames are preallocated and reused: nothing is allocated per frame in steady state. A frame is
-/// reference counted *explicitly* (``retain(_:)``/``release()``) on top of ARC: when the last
-/// consumer releases it, it goes back to its ``FrameRecycler``.
+/// Frames are preallocated and reused: nothing is allocated per frame in steady state. Inside the
+/// engine a frame is reference counted explicitly on top of ARC: when its last holder lets go it
+/// goes back to its ``FrameRecycler`` (a pool, or a V4L2 device that re-queues its kernel buffer).
+/// That count is internal to the package: code outside it cannot retain or release a frame, so it
+/// can neither release one twice nor keep a kernel buffer from going back. It sees frames in three
+/// ways, none of which needs a count:
+///
+/// - lent for the duration of a call (``Stage/process(_:)``, ``FrameConsumer/consume(_:)``);
+/// - held by a stage that answers ``StageVerdict/hold``: the engine keeps the hold and tracks it,
+///   gets the frame back through ``Stage/nextReady()``, and reclaims (and counts) any the stage
+///   never hands back;
+/// - owned through a ``SampleBuffer`` (ARC: holding it holds the frame, its `deinit` gives the
+///   frame back) or a ``FrameLease`` (`~Copyable`: exactly one owner, given back at its end).
+///
+/// A frame's pixels are only valid while it is lent or owned in one of those ways.
 ///
 /// Threading: a frame is mutated by one thread at a time — the source fills it, the stage thread
 /// runs the chain on it, then sinks only read it. Hand-offs go through ``SPSCRing``, whose
@@ -37,12 +50,25 @@ public final class Frame: @unchecked Sendable {
     public var pixelsModified: Bool = false
 
     private let references = Atomic<Int>(0)
+    /// Which stage has the frame (its index in the chain: lent during `process`, then held after a
+    /// `.hold`), ``stageOwned`` for a frame a stage took from a pool of its own, or -1. Read and
+    /// written by the stage thread only (sources never touch it, so a recycled frame may carry a
+    /// stale value; the chain sets it before each use).
+    package var holder: Int = -1
+    /// ``holder`` of a frame a stage acquired itself (from its own pool) to hand on later.
+    package static let stageOwned = -2
     private let ownsMemory: Bool
     /// Where the frame goes back to when released.
-    public let recycler: (any FrameRecycler)?
+    package let recycler: (any FrameRecycler)?
 
-    /// A frame over its own memory of `capacity` bytes (64-byte aligned).
-    public init(capacity: Int, format: FrameFormat, index: Int = 0, recycler: (any FrameRecycler)? = nil) {
+    /// A frame over its own memory of `capacity` bytes (64-byte aligned), owned by ARC alone (it
+    /// belongs to no pool): for tests, files and stages' scratch pictures.
+    public convenience init(capacity: Int, format: FrameFormat, index: Int = 0) {
+        self.init(capacity: capacity, format: format, index: index, recycler: nil)
+    }
+
+    /// A frame over its own memory that goes back to `recycler` when its last holder lets go.
+    package init(capacity: Int, format: FrameFormat, index: Int = 0, recycler: (any FrameRecycler)?) {
         self.data = UnsafeMutableRawPointer.allocate(byteCount: max(capacity, 1), alignment: 64)
         self.capacity = capacity
         self.ownsMemory = true
@@ -57,7 +83,7 @@ public final class Frame: @unchecked Sendable {
     }
 
     /// A frame over memory someone else owns (a V4L2 mmap buffer).
-    public init(borrowing data: UnsafeMutableRawPointer, capacity: Int, format: FrameFormat, index: Int, recycler: (any FrameRecycler)?) {
+    package init(borrowing data: UnsafeMutableRawPointer, capacity: Int, format: FrameFormat, index: Int, recycler: (any FrameRecycler)?) {
         self.data = data
         self.capacity = capacity
         self.ownsMemory = false
@@ -95,23 +121,47 @@ public final class Frame: @unchecked Sendable {
 
     // MARK: Explicit references
 
+    // Internal to the package: outside it, frames are lent, held through the engine, or owned by a
+    // `SampleBuffer`/`FrameLease`, so no user code can unbalance the count.
+
     /// Current number of holders (for tests and diagnostics).
-    public var referenceCount: Int { references.load(ordering: .relaxed) }
+    package var referenceCount: Int { references.load(ordering: .relaxed) }
 
     /// Marks the frame as held by `count` more users. Call before handing it to them.
     @inline(__always)
-    public func retain(_ count: Int = 1) {
+    package func retain(_ count: Int = 1) {
         // Relaxed: the hand-off to the new holders is ordered by the ring's release/acquire.
         references.add(count, ordering: .relaxed)
     }
 
     /// Gives up one hold; the last one sends the frame back to its recycler.
     @inline(__always)
-    public func release() {
+    package func release() {
         // acquiringAndReleasing: every holder's reads happen before the recycler reuses the memory.
         let (old, _) = references.subtract(1, ordering: .acquiringAndReleasing)
         precondition(old > 0, "Frame released more often than retained")
         if old == 1 { recycler?.recycle(self) }
+    }
+
+    /// Takes one more reference only if the frame is held by someone now (never resurrects a frame
+    /// that went back to its recycler). Returns whether it did.
+    @inline(__always)
+    package func retainIfHeld() -> Bool {
+        var current = references.load(ordering: .relaxed)
+        while current > 0 {
+            let (exchanged, original) = references.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    /// A stage gives up a frame it holds (for the engine or from its own pool): the engine no
+    /// longer tracks it, and the reference goes.
+    @inline(__always)
+    package func releaseHold() {
+        holder = -1
+        release()
     }
 
     /// Copies everything but the pixels from `other` (format, timing, metadata).

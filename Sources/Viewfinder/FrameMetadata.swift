@@ -168,6 +168,10 @@ public struct FrameMetadata: Sendable, Equatable {
     public var gain: Double?
     /// Lens (focus) position in the device's focus units.
     public var lensPosition: Double?
+    /// The control values the frame was exposed with, in device units: set by the capture side
+    /// from the writes it made and the device's control latency (``DelayedControls``). Stages read
+    /// these instead of asking the device.
+    public var exposedWith = ExposedControls()
     /// White balance temperature, K.
     public var whiteBalance: Double?
     /// Focus measures of the metered region.

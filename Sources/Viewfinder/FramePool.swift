@@ -2,9 +2,10 @@ import Synchronization
 
 /// A fixed set of preallocated frames, recycled by reference count.
 ///
-/// ``acquire()`` hands out a frame with one reference; when the last holder calls
-/// ``Frame/release()`` the frame comes back. In steady state nothing is allocated: the free list
-/// is an array whose capacity is reserved up front.
+/// Inside the engine ``acquire()`` hands out a frame with one reference; when its last holder lets
+/// go the frame comes back. Outside it, ``lease()`` hands out a ``FrameLease``: `~Copyable`, so the
+/// frame has exactly one owner and goes back exactly once, when the lease ends. In steady state
+/// nothing is allocated: the free list is an array whose capacity is reserved up front.
 public final class FramePool: FrameRecycler, @unchecked Sendable {
     // @unchecked Sendable: `free` is only touched with `lock` held.
     public let format: FrameFormat
@@ -35,7 +36,7 @@ public final class FramePool: FrameRecycler, @unchecked Sendable {
     /// A free frame with one reference, or nil when every frame is in use (count it as
     /// ``DropReason/outOfBuffers``).
     @inline(__always)
-    public func acquire() -> Frame? {
+    package func acquire() -> Frame? {
         lock.lock()
         let f = free.popLast()
         lock.unlock()
@@ -47,7 +48,7 @@ public final class FramePool: FrameRecycler, @unchecked Sendable {
 
     /// Waits up to `timeoutNanoseconds` for a free frame (for non-live sources, which apply
     /// back-pressure instead of dropping).
-    public func acquire(timeoutNanoseconds: UInt64) -> Frame? {
+    package func acquire(timeoutNanoseconds: UInt64) -> Frame? {
         let deadline = monotonicNanoseconds() &+ timeoutNanoseconds
         lock.lock()
         while free.isEmpty {
@@ -63,7 +64,27 @@ public final class FramePool: FrameRecycler, @unchecked Sendable {
         return f
     }
 
-    public func recycle(_ frame: Frame) {
+    /// A free frame for a stage to fill and hand on through ``Stage/nextReady()`` (the engine then
+    /// takes over its reference).
+    @inline(__always)
+    package func acquireForStage() -> Frame? {
+        guard let f = acquire() else { return nil }
+        f.holder = Frame.stageOwned
+        return f
+    }
+
+    /// A free frame, owned by the lease until it ends; nil when every frame is in use.
+    @inline(__always)
+    public func lease() -> FrameLease? {
+        acquire().map(FrameLease.init(owning:))
+    }
+
+    /// Waits up to `timeoutNanoseconds` for a free frame.
+    public func lease(timeoutNanoseconds: UInt64) -> FrameLease? {
+        acquire(timeoutNanoseconds: timeoutNanoseconds).map(FrameLease.init(owning:))
+    }
+
+    package func recycle(_ frame: Frame) {
         lock.lock()
         free.append(frame)
         if waiters > 0 { lock.signal() }

@@ -4,8 +4,12 @@ public enum StageVerdict: Sendable, Equatable {
     case forward
     /// Drop the frame; it is counted under `reason` (usually ``DropReason/stage`` or ``DropReason/late``).
     case drop(DropReason)
-    /// The stage keeps the frame (it holds the reference) and hands it on later through
-    /// ``Stage/nextReady()`` — for stages with look-ahead.
+    /// The stage keeps the frame and hands it on later through ``Stage/nextReady()`` — for stages
+    /// with look-ahead. The engine's hold passes to the stage and the engine keeps track of it: the
+    /// stage never counts references, and a frame it never hands back is reclaimed by the engine
+    /// (counted as a ``DropReason/stage`` drop and in ``StageChain/reclaimed``) rather than leaked —
+    /// at ``Stage/finish()``, or earlier when the stage holds more than its ``Stage/delayFrames``
+    /// plus ``StageChain/holdSlack`` frames.
     case hold
 }
 
@@ -17,8 +21,14 @@ public struct StageContext: Sendable {
     public var format: FrameFormat
     /// Nominal time between frames, ns (0 if unknown).
     public var frameIntervalNanoseconds: UInt64
-    /// The device's controls, when the source is a device the stage may drive.
+    /// The device's controls, when the source is a device the stage may drive: descriptors and
+    /// current values, for ``Stage/prepare(format:context:)``. While frames flow, a stage changes
+    /// controls through ``controlRequests`` and reads the values each frame was exposed with from
+    /// its metadata (``FrameMetadata/exposedWith``), never with a device call.
     public var controls: (any DeviceControlling)?
+    /// Where a stage queues control changes from ``Stage/process(_:)``: lock-free, no allocation;
+    /// the capture side writes them between frames. Present whenever ``controls`` is.
+    public var controlRequests: ControlRequestQueue?
     /// Whether the source is live (paced by a clock) or not (a file, an unpaced simulation).
     public var isLive: Bool
     /// Buffers the source really has (a driver may grant fewer than asked), 0 if unknown.
@@ -28,10 +38,14 @@ public struct StageContext: Sendable {
     /// when `sourceBuffers >= buffersNeeded`, and must copy otherwise.
     public var buffersNeeded: Int
 
-    public init(format: FrameFormat, frameIntervalNanoseconds: UInt64 = 0, controls: (any DeviceControlling)? = nil, isLive: Bool = true, sourceBuffers: Int = 0, buffersNeeded: Int = 0) {
+    /// With `controls` and no `controlRequests`, a queue is made; whoever drives the stages applies it
+    /// between frames (``ControlRequestQueue/apply(to:afterFrame:delayed:)``), as the engine does.
+    public init(format: FrameFormat, frameIntervalNanoseconds: UInt64 = 0, controls: (any DeviceControlling)? = nil, controlRequests: ControlRequestQueue? = nil,
+                isLive: Bool = true, sourceBuffers: Int = 0, buffersNeeded: Int = 0) {
         self.format = format
         self.frameIntervalNanoseconds = frameIntervalNanoseconds
         self.controls = controls
+        self.controlRequests = controlRequests ?? (controls == nil ? nil : ControlRequestQueue())
         self.isLive = isLive
         self.sourceBuffers = sourceBuffers
         self.buffersNeeded = buffersNeeded
@@ -66,13 +80,16 @@ public protocol Stage: AnyObject, SendableMetatype {
     /// Called once before the first frame (and again if the format changes).
     func prepare(format: FrameFormat, context: StageContext) throws
 
-    /// Processes one frame in place.
+    /// Processes one frame in place. The frame is lent for the call; answer
+    /// ``StageVerdict/hold`` to keep it.
     func process(_ frame: Frame) -> StageVerdict
 
     /// Frames of delay the stage introduces (look-ahead). Timestamps are not changed by the delay.
     var delayFrames: Int { get }
 
-    /// A held frame that is ready to go on, oldest first; nil when none is.
+    /// A held frame that is ready to go on, oldest first; nil when none is. Only frames the stage
+    /// holds (answered ``StageVerdict/hold`` for and not yet handed back) go on; anything else is
+    /// ignored and counted (``StageChain/misreturned``), so handing a frame back twice does nothing.
     func nextReady() -> Frame?
 
     /// Called at the end of the stream: afterwards ``nextReady()`` must give back every held frame.

@@ -103,7 +103,8 @@ public struct ExposureMeasurement: Sendable, Equatable {
 /// Auto-exposure: meters luma and drives exposure time, then gain, through the device's controls.
 ///
 /// The loop is predictive: from the exposure and gain a frame was actually taken with (its
-/// metadata, else the last value known to have landed) and its metered error it computes in one
+/// metadata — ``FrameMetadata/exposedWith`` as the capture side recorded it, or the source's own —
+/// else the last value known to have landed) and its metered error it computes in one
 /// step the exposure that reaches the target, sends it, and then ignores frames taken before that
 /// change landed (the device's ``DeviceControlling/controlLatencyFrames``), so it does not hunt.
 /// Exposure time goes up first, to the frame interval or the anti-flicker limit (whole mains
@@ -117,6 +118,10 @@ public final class ExposureStage: Stage {
     private let histogram = LumaHistogram()
     private let centreHistogram = LumaHistogram()
     private var controls: (any DeviceControlling)?
+    /// Where `process` queues exposure and gain changes (the capture side writes them).
+    private var requests: ControlRequestQueue?
+    private var hasExposureControl = false
+    private var hasGainControl = false
     private var latency = 2
     private var frameInterval: Double = 33_333 // µs
     private var halfPeriod: Double = 0 // µs, 0 = no anti-flicker
@@ -150,6 +155,9 @@ public final class ExposureStage: Stage {
             throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.pixelFormat) has no luma plane to meter")
         }
         controls = context.controls
+        requests = context.controlRequests
+        hasExposureControl = context.controls?.supports(.exposureTime) ?? false
+        hasGainControl = context.controls?.supports(.gain) ?? false
         latency = context.controls?.controlLatencyFrames ?? 0
         frameInterval = context.frameIntervalNanoseconds > 0 ? Double(context.frameIntervalNanoseconds) / 1000 : 33_333
         maxExposure = options.maxExposureMs > 0 ? options.maxExposureMs * 1000 : frameInterval
@@ -188,7 +196,15 @@ public final class ExposureStage: Stage {
         if let c = controls, options.mode != .locked {
             if c.supports(.exposureAuto) { try? c.set(.exposureAuto, to: 1) }
             if options.mode == .custom {
-                send(exposure: options.exposureMs * 1000, gain: options.gain)
+                // Before streaming: written at once.
+                do {
+                    let e = options.exposureMs * 1000, g = options.gain
+                    if hasExposureControl { try c.set(.exposureTime, to: Int64((e / 100).rounded())) }
+                    if hasGainControl { try c.set(.gain, to: Int64((g * options.gainUnit).rounded())) }
+                    commanded(exposure: e, gain: g)
+                } catch {
+                    controlErrors += 1
+                }
             }
         }
     }
@@ -232,10 +248,12 @@ public final class ExposureStage: Stage {
         frame.metadata.meteredLuma = m.meanLuma
         frame.metadata.exposureError = m.errorEV
 
-        // What this frame was taken with.
-        let appliedE = frame.metadata.exposureTime ?? frame.metadata.truth?.appliedExposure ?? knownExposure
-        let appliedG = frame.metadata.gain ?? frame.metadata.truth?.appliedGain ?? knownGain
-        let hasMetadata = frame.metadata.exposureTime != nil || frame.metadata.truth != nil
+        // What this frame was taken with: the source's own record, else what the capture side
+        // recorded from its writes and the device's latency.
+        let exposed = frame.metadata.exposedWith
+        let appliedE = frame.metadata.exposureTime ?? exposed.exposureTime.map { Double($0) * 100 } ?? frame.metadata.truth?.appliedExposure ?? knownExposure
+        let appliedG = frame.metadata.gain ?? exposed.gain.map { Double($0) / options.gainUnit } ?? frame.metadata.truth?.appliedGain ?? knownGain
+        let hasMetadata = frame.metadata.exposureTime != nil || exposed.exposureTime != nil || frame.metadata.truth != nil
         if awaiting {
             if hasMetadata {
                 if abs(log2(appliedE * appliedG / (commandedExposure * commandedGain))) < 0.02 { awaiting = false }
@@ -292,19 +310,21 @@ public final class ExposureStage: Stage {
         return (e, (g * options.gainUnit).rounded() / options.gainUnit)
     }
 
+    /// Queues a change for the capture side to write (no device call on the stage thread).
     private func send(exposure: Double, gain: Double) {
-        guard let c = controls else { return }
-        do {
-            if c.supports(.exposureTime) { try c.set(.exposureTime, to: Int64((exposure / 100).rounded())) }
-            if c.supports(.gain) { try c.set(.gain, to: Int64((gain * options.gainUnit).rounded())) }
-            commandedExposure = exposure
-            commandedGain = gain
-            awaiting = true
-            framesUntilLanded = latency + 1
-            commandsSent += 1
-        } catch {
-            controlErrors += 1
-        }
+        guard let q = requests else { return }
+        var ok = true
+        if hasExposureControl { ok = q.request(.exposureTime, to: Int64((exposure / 100).rounded())) && ok }
+        if hasGainControl { ok = q.request(.gain, to: Int64((gain * options.gainUnit).rounded())) && ok }
+        if ok { commanded(exposure: exposure, gain: gain) } else { controlErrors += 1 }
+    }
+
+    private func commanded(exposure: Double, gain: Double) {
+        commandedExposure = exposure
+        commandedGain = gain
+        awaiting = true
+        framesUntilLanded = latency + 1
+        commandsSent += 1
     }
 
     /// The exposure and gain the stage last asked for (µs, x).

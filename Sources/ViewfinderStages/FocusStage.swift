@@ -84,12 +84,19 @@ public final class FocusStage: Stage {
     enum Phase { case idle, coarse, fine, moving, locked, monitoring }
     private var phase: Phase = .idle
     private var controls: (any DeviceControlling)?
+    /// Where `process` queues lens moves (the capture side writes them).
+    private var requests: ControlRequestQueue?
     private var latency = 0
     private var lensMin = 0.0, lensMax = 1000.0
+    /// The focus control's step (device units): positions are sent on its grid.
+    private var lensStep = 1.0
     private var region = PixelRect(x: 0, y: 0, width: 1, height: 1)
     /// Scan targets and the score seen at each (NaN until seen).
     private var targets: [Double] = []
     private var scores: [Double] = []
+    /// Scan positions and scores sorted by position, for `peak()` (storage reserved up front).
+    private var sortedPositions: [Double] = []
+    private var sortedScores: [Double] = []
     private var nextTarget = 0
     private var commanded = 0.0
     /// Lens commands by frame count, for frames without lens metadata.
@@ -110,6 +117,8 @@ public final class FocusStage: Stage {
         self.options = options
         targets.reserveCapacity(32)
         scores.reserveCapacity(32)
+        sortedPositions.reserveCapacity(32)
+        sortedScores.reserveCapacity(32)
     }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
@@ -121,11 +130,13 @@ public final class FocusStage: Stage {
         case .rect: region = PixelRect.normalised(options.rect[0], options.rect[1], options.rect[2], options.rect[3], width: format.width, height: format.height)
         }
         controls = context.controls
+        requests = context.controlRequests
         latency = context.controls?.controlLatencyFrames ?? 0
         frameCount = 0
         phase = .idle
         if let c = controls, let d = c.descriptor(.focusAbsolute) {
             lensMin = Double(d.minimum); lensMax = Double(max(d.maximum, d.minimum + 1))
+            lensStep = Double(max(d.step, 1))
             commanded = (try? c.value(of: .focusAbsolute)).map(Double.init) ?? lensMin
             for i in history.indices { history[i] = commanded }
             if options.mode != .locked || options.position >= 0, c.supports(.focusAuto) { try? c.set(.focusAuto, to: 0) }
@@ -155,7 +166,7 @@ public final class FocusStage: Stage {
         frame.metadata.focus = m
         let s = score(m)
         // The lens position this frame was taken with.
-        let lens = frame.metadata.lensPosition ?? frame.metadata.truth?.appliedLensPosition
+        let lens = frame.metadata.lensPosition ?? frame.metadata.exposedWith.focus.map(Double.init) ?? frame.metadata.truth?.appliedLensPosition
             ?? history[(frameCount - latency + history.count * 4) % history.count]
         frameCount += 1
         framesInPhase += 1
@@ -221,7 +232,7 @@ public final class FocusStage: Stage {
         let fromLow = commanded - lensMin <= lensMax - commanded
         for i in 0..<n {
             let t = lensMin + (lensMax - lensMin) * Double(i) / Double(n - 1)
-            targets.append(t.rounded())
+            targets.append(snap(t))
             scores.append(.nan)
         }
         if !fromLow { targets.reverse() }
@@ -238,9 +249,20 @@ public final class FocusStage: Stage {
     /// The interpolated peak of the scores: a parabola through the logs of the best and its
     /// neighbours (a Gaussian fit), clamped to half a step either side.
     private func peak() -> (position: Double, best: Double, step: Double) {
-        let order = targets.indices.sorted { targets[$0] < targets[$1] }
-        let pos = order.map { targets[$0] }
-        let sc = order.map { scores[$0].isNaN ? 0 : scores[$0] }
+        // Insertion sort by position into reserved storage: no allocation on the stage thread.
+        sortedPositions.removeAll(keepingCapacity: true)
+        sortedScores.removeAll(keepingCapacity: true)
+        for i in targets.indices {
+            let t = targets[i], v = scores[i].isNaN ? 0 : scores[i]
+            var k = sortedPositions.count
+            sortedPositions.append(t); sortedScores.append(v)
+            while k > 0 && sortedPositions[k - 1] > t {
+                sortedPositions[k] = sortedPositions[k - 1]; sortedScores[k] = sortedScores[k - 1]
+                k -= 1
+            }
+            sortedPositions[k] = t; sortedScores[k] = v
+        }
+        let pos = sortedPositions, sc = sortedScores
         var best = 0
         for i in sc.indices where sc[i] > sc[best] { best = i }
         let step = pos.count > 1 ? (pos[pos.count - 1] - pos[0]) / Double(pos.count - 1) : 0
@@ -265,25 +287,33 @@ public final class FocusStage: Stage {
             scores.removeAll(keepingCapacity: true)
             for i in 0..<n {
                 let t = min(lensMax, max(lensMin, centre - half + 2 * half * Double(i) / Double(n - 1)))
-                targets.append(t.rounded())
+                targets.append(snap(t))
                 scores.append(.nan)
             }
             if abs(targets[n - 1] - commanded) < abs(targets[0] - commanded) { targets.reverse() }
             phase = .fine
             nextTarget = 0
         } else {
-            finalTarget = min(lensMax, max(lensMin, p.position.rounded()))
+            finalTarget = snap(p.position)
             phase = .moving
             move(to: finalTarget)
         }
     }
 
+    /// The nearest position on the control's grid, within its range.
+    @inline(__always)
+    private func snap(_ x: Double) -> Double {
+        let v = lensMin + ((x - lensMin) / lensStep).rounded() * lensStep
+        return min(lensMax, max(lensMin, v))
+    }
+
     private func move(to position: Double) {
-        let p = min(lensMax, max(lensMin, position.rounded()))
+        let p = snap(position)
         history[frameCount % history.count] = p
-        guard let c = controls else { return }
+        guard controls != nil else { return }
         if p != commanded || phase == .coarse || phase == .fine {
-            do { try c.set(.focusAbsolute, to: Int64(p)) } catch { controlErrors += 1 }
+            // Queued for the capture side to write: no device call on the stage thread.
+            if !(requests?.request(.focusAbsolute, to: Int64(p)) ?? false) { controlErrors += 1 }
         }
         commanded = p
     }

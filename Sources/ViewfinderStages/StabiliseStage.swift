@@ -98,7 +98,7 @@ public final class StabiliseStage: Stage {
     }
 
     deinit {
-        for i in 0..<count { held[(head + i) % Self.capacity]?.release() }
+        for i in 0..<count { held[(head + i) % Self.capacity]?.releaseHold() }
         scratch?.deallocate()
     }
 
@@ -164,10 +164,10 @@ public final class StabiliseStage: Stage {
         }
         var frame = frame
         // Give the source its buffer back: hold a copy (keeping one of our buffers for the warp).
-        if copying, let pool, pool.available > 1, let own = pool.acquire() {
+        if copying, let pool, pool.available > 1, let own = pool.acquireForStage() {
             own.copyAttributes(from: frame)
             own.data.copyMemory(from: frame.data, byteCount: min(frame.bytesUsed, own.capacity))
-            frame.release()
+            frame.releaseHold()
             frame = own
         }
         let tail = (head + count) % Self.capacity
@@ -222,12 +222,12 @@ public final class StabiliseStage: Stage {
             cx *= lo; cy *= lo; ca *= lo
             map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
         }
-        if let out = pool?.acquire() {
+        if let out = pool?.acquireForStage() {
             // Warp into a fresh buffer of ours; the source frame goes back to its owner.
             out.copyAttributes(from: frame)
             Warp.frame(out, from: frame.data.assumingMemoryBound(to: UInt8.self), map: map, workspace: workspace)
             out.pixelsModified = true
-            frame.release()
+            frame.releaseHold()
             frame = out
             held[pos] = out
         } else if let scratch, frame.bytesUsed <= scratchBytes {

@@ -9,7 +9,34 @@ public final class V4L2Controls: DeviceControlling, @unchecked Sendable {
     // the ioctls themselves are thread-safe in the kernel.
     private struct State {
         var handle: V4L2Handle?
-        var table: [KernelControl]
+        var table: [KernelControl] { didSet { fast = State.fastTable(table) } }
+        /// What writing each standard integer control needs, by ``StandardControl/index``: plain
+        /// values, so the capture thread's writes copy no strings or collections.
+        var fast: [FastControl?]
+        init(handle: V4L2Handle?, table: [KernelControl]) {
+            self.handle = handle
+            self.table = table
+            self.fast = State.fastTable(table)
+        }
+        static func fastTable(_ table: [KernelControl]) -> [FastControl?] {
+            var f = [FastControl?](repeating: nil, count: StandardControl.allCases.count)
+            for c in table {
+                guard let std = c.descriptor.standard else { continue }
+                let d = c.descriptor
+                guard d.kind == .integer || d.kind == .integer64 || d.kind == .boolean else { continue }
+                f[std.index] = FastControl(id: d.id, type: c.type, rawFlags: c.rawFlags, minimum: d.minimum, maximum: d.maximum, step: d.step)
+            }
+            return f
+        }
+    }
+    /// A standard integer control, as the allocation-free write path needs it.
+    struct FastControl {
+        var id: UInt32
+        var type: UInt32
+        var rawFlags: UInt32
+        var minimum: Int64
+        var maximum: Int64
+        var step: Int64
     }
     private let state: LockedBox<State>
     public let device: String
@@ -69,6 +96,23 @@ public final class V4L2Controls: DeviceControlling, @unchecked Sendable {
         }
     }
 
+    /// Writes a standard control by its meaning, without building the descriptor list (the
+    /// capture side calls this between frames for the stages' queued requests).
+    public func set(_ standard: StandardControl, to value: Int64) throws {
+        let (found, handle) = state.withLock { s in (s.fast[standard.index], s.handle) }
+        guard let c = found, let handle, c.rawFlags & V4L2.ctrlFlagReadOnly == 0,
+              value >= c.minimum, value <= c.maximum, c.step <= 1 || (value - c.minimum) % c.step == 0 else {
+            // Menus, unknown or read-only controls, bad values: the general path (and its errors).
+            try set(standard.rawValue, to: value)
+            return
+        }
+        if case .failure(let e) = setValue(id: c.id, type: c.type, handle, value) {
+            let kc = state.withLock { s in s.table.first(where: { $0.descriptor.id == c.id }) }
+            if let kc { throw error(e, control: kc, operation: "VIDIOC_S_EXT_CTRLS", value: value) }
+            throw DeviceError.io(device: device, operation: "VIDIOC_S_EXT_CTRLS '\(standard.rawValue)'", errno: e.rawValue, message: e.message)
+        }
+    }
+
     private func error(_ e: Errno, control c: KernelControl, operation: String, value: Int64?) -> DeviceError {
         let d = c.descriptor
         switch e {
@@ -104,9 +148,13 @@ public final class V4L2Controls: DeviceControlling, @unchecked Sendable {
     }
 
     private func setValue(_ c: KernelControl, _ h: V4L2Handle, _ value: Int64) -> Result<Void, Errno> {
+        setValue(id: c.descriptor.id, type: c.type, h, value)
+    }
+
+    private func setValue(id: UInt32, type: UInt32, _ h: V4L2Handle, _ value: Int64) -> Result<Void, Errno> {
         var ctrl = v4l2_ext_control()
-        ctrl.id = c.descriptor.id
-        if c.type == V4L2.ctrlTypeInteger64 { ctrl.value64 = value } else { ctrl.value = Int32(truncatingIfNeeded: value) }
+        ctrl.id = id
+        if type == V4L2.ctrlTypeInteger64 { ctrl.value64 = value } else { ctrl.value = Int32(truncatingIfNeeded: value) }
         var r: Result<Void, Errno> = .success(())
         withUnsafeMutablePointer(to: &ctrl) { p in
             var list = v4l2_ext_controls()

@@ -66,7 +66,8 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
         let (session, out) = try continuousExposureSession(dev)
         final class Lumas: VideoDataOutputDelegate, @unchecked Sendable {
             let values = LockedBox<[Double]>([])
-            func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) {
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                let frame = sampleBuffer.frame
                 if let m = frame.metadata.truth?.renderedMeanLuma { values.withLock { $0.append(m) } }
             }
         }
@@ -93,7 +94,8 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
             let device: CaptureDevice
             let lumas = LockedBox<[Double]>([])
             init(_ d: CaptureDevice) { device = d }
-            func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) {
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                let frame = sampleBuffer.frame
                 let n = lumas.withLock { l -> Int in l.append(frame.metadata.truth?.renderedMeanLuma ?? 0); return l.count }
                 if n == 70 { try? device.configure { $0.exposureTargetBias = 1 } }
             }

@@ -11,7 +11,7 @@ func runExposureLoop(options: ExposureOptions, startExposure: Int64, startGain: 
     var options = options
     options.responseGamma = 2 // the fake renders with the square-root tone curve
     let stage = ExposureStage(options: options)
-    try stage.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, isLive: false))
+    try stage.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, controlRequests: controls.requests, isLive: false))
     let frame = Frame(capacity: f.maxByteCount, format: f)
     var rng = TestRNG(3)
     var out: [(Double, ControlLoopState?, Double?)] = []
@@ -39,7 +39,7 @@ struct ExposureTests {
         var o = ExposureOptions()
         o.antiFlicker = .hz50
         let s = ExposureStage(options: o)
-        try s.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls))
+        try s.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, controlRequests: controls.requests))
         var r = s.split(5_000)
         #expect(r.exposure == 5_000 && r.gain == 1)
         r = s.split(25_000) // above one half-period: whole 10 ms steps, gain makes up the rest
@@ -54,7 +54,7 @@ struct ExposureTests {
         var o60 = ExposureOptions()
         o60.antiFlicker = .hz60
         let s60 = ExposureStage(options: o60)
-        try s60.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls))
+        try s60.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, controlRequests: controls.requests))
         let q = s60.split(20_000)
         #expect(q.exposure == 16_600) // two 8.33 ms half-periods, on the device's 100 µs grid
         #expect(abs(q.exposure * q.gain - 20_000) < 150)
@@ -112,7 +112,7 @@ struct ExposureTests {
         o.mode = .custom; o.exposureMs = 12.3; o.gain = 2.5
         let f = FrameFormat(.grey, width: 64, height: 48)
         let s = ExposureStage(options: o)
-        try s.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls))
+        try s.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, controlRequests: controls.requests))
         #expect(controls.values["exposure_time_absolute"] == 123)
         #expect(controls.values["gain"] == 250)
         #expect(controls.values["auto_exposure"] == 1)
@@ -163,7 +163,7 @@ func runFocusLoop(options: FocusOptions, start: Int64, inFocus: (Int) -> Double,
     let controls = FakeControls(latency: 2, focus: start)
     let f = FrameFormat(.grey, width: 80, height: 60)
     let stage = FocusStage(options: options)
-    try stage.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, isLive: false))
+    try stage.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, controlRequests: controls.requests, isLive: false))
     let frame = Frame(capacity: f.maxByteCount, format: f)
     var rng = TestRNG(5)
     var lens: [Double] = [], states: [ControlLoopState?] = []

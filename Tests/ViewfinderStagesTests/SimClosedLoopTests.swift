@@ -36,12 +36,16 @@ func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: I
         if let fr = frame { out.append(fr) }
     }
     var timeouts = 0
+    var last: UInt64? = nil
     while i < frames {
+        // The capture side's part: write what the stages queued, between frames.
+        if let q = ctx.controlRequests, let c = cam.controls { q.apply(to: c, afterFrame: last) }
         guard case .frame(let f) = try cam.next(timeoutNanoseconds: 2_000_000_000) else {
             timeouts += 1
             try #require(timeouts < 3, "the sim ran out of buffers: a stage holds more frames than the pool has")
             continue
         }
+        last = f.sequence
         deliver(f, from: 0)
         for fr in out { record(i, fr); fr.release(); i += 1 }
         out.removeAll()

@@ -150,6 +150,8 @@ final class FakeControls: DeviceControlling, @unchecked Sendable {
     var applied: [String: Int64] = [:]
     let latency: Int
     var sets = 0
+    /// What the stages queue; ``nextFrame()`` writes it first, as the engine's capture thread does.
+    let requests = ControlRequestQueue()
 
     init(latency: Int, exposure100us: Int64 = 100, gain: Int64 = 100, focus: Int64 = 0) {
         self.latency = latency
@@ -181,6 +183,7 @@ final class FakeControls: DeviceControlling, @unchecked Sendable {
 
     /// Advances one frame: returns the values the next frame is taken with.
     func nextFrame() -> [String: Int64] {
+        requests.apply(to: self, afterFrame: nil)
         var keep: [(frames: Int, name: String, value: Int64)] = []
         for p in pending {
             if p.frames - 1 <= 0 { applied[p.name] = p.value } else { keep.append((p.frames - 1, p.name, p.value)) }

@@ -119,7 +119,7 @@ func webcamFormats() -> [FormatDescription] {
         session.connections.first { $0.output === b }!.isEnabled = false
         final class Counter: VideoDataOutputDelegate, @unchecked Sendable {
             let n = LockedBox(0)
-            func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) { n.withLock { $0 += 1 } }
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) { n.withLock { $0 += 1 } }
         }
         let ca = Counter(), cb = Counter()
         a.setDelegate(ca, queue: nil)
@@ -146,7 +146,7 @@ func webcamFormats() -> [FormatDescription] {
             let ok = LockedBox((0, 0))
             let key: DispatchSpecificKey<String>
             init(key: DispatchSpecificKey<String>) { self.key = key }
-            func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) {
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
                 let label = DispatchQueue.getSpecific(key: key)
                 ok.withLock { $0.0 += 1; if label == "test.frames" { $0.1 += 1 } }
             }

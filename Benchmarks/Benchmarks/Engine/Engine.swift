@@ -56,7 +56,7 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark("Frame pool acquire+release", configuration: .init(scalingFactor: .mega)) { benchmark in
         let pool = FramePool(format: FrameFormat(.grey, width: 16, height: 16), count: 8)
         benchmark.startMeasurement()
-        for _ in benchmark.scaledIterations { let f = pool.acquire()!; f.release() }
+        for _ in benchmark.scaledIterations { if let lease = pool.lease() { blackHole(lease.frame.index) } }
     }
     // Engine overhead: pool, ring hops, 4 no-op stages, a null sink (frames in steady state).
     // Allocations per frame = mallocCountTotal / 1000 once the fixed start-up cost is subtracted
@@ -76,7 +76,7 @@ let benchmarks: @Sendable () -> Void = {
         try cam.start()
         benchmark.startMeasurement()
         for _ in benchmark.scaledIterations {
-            if case .frame(let f) = try cam.next(timeoutNanoseconds: 1_000_000_000) { f.release() }
+            if case .sample(let s) = try cam.nextSample(timeoutNanoseconds: 1_000_000_000) { blackHole(s) }
         }
         benchmark.stopMeasurement()
         cam.stop()

@@ -180,9 +180,8 @@ func readLumas(_ path: String) throws -> [RegImage] {
     let r = try Y4MReader(path: path)
     let pool = r.makePool(count: 2)
     var out: [RegImage] = []
-    while let f = pool.acquire() {
-        defer { f.release() }
-        guard try r.read(into: f), let l = LumaView(f) else { break }
+    while let lease = pool.lease() {
+        guard try r.read(into: lease.frame), let l = LumaView(lease.frame) else { break }
         out.append(RegImage(luma: l))
     }
     return out
@@ -241,9 +240,9 @@ func makeShakenSequence(photo: String, frames: Int, shake: Double, seed: Int, to
     defer { sim.stop(); w.close() }
     var tx: [Double] = [], ty: [Double] = [], ta: [Double] = []
     loop: while true {
-        switch try sim.next(timeoutNanoseconds: 5_000_000_000) {
-        case .frame(let f):
-            defer { f.release() }
+        switch try sim.nextSample(timeoutNanoseconds: 5_000_000_000) {
+        case .sample(let s):
+            let f = s.frame
             try w.write(f)
             let t = f.metadata.truth ?? SimulationTruth()
             tx.append(t.shakeX); ty.append(t.shakeY); ta.append(t.shakeAngle)
@@ -265,21 +264,27 @@ func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOption
     o.lookahead = 15
     o.copyFrames = copyFrames
     let st = StabiliseStage(options: o)
-    try st.prepare(format: r.format, context: StageContext(format: r.format, frameIntervalNanoseconds: 33_333_333, isLive: false, sourceBuffers: 64, buffersNeeded: 40))
+    // The stage in a chain of its own, as the engine runs it: frames that come out are kept as
+    // sample buffers and written after the timed part.
+    let chain = StageChain(stages: [st], drops: DropCounters())
+    var ready: [SampleBuffer] = []
+    try chain.prepare(format: r.format, context: StageContext(format: r.format, frameIntervalNanoseconds: 33_333_333, isLive: false, sourceBuffers: 64, buffersNeeded: 40)) { f in
+        if let b = SampleBuffer(retaining: f) { ready.append(b) }
+    }
     let pool = r.makePool(count: 48)
     var times: [Double] = []
-    func drain() throws { while let f = st.nextReady() { corrections.append(f.metadata.correction ?? MotionEstimate()); try w.write(f); f.release() } }
-    while let f = pool.acquire() {
-        guard try r.read(into: f) else { f.release(); break }
-        let t0 = StageBenchmarks.threadCPUNanoseconds()
-        let v = st.process(f)
-        var ready: [Frame] = []
-        while let g = st.nextReady() { ready.append(g) }
-        times.append(Double(StageBenchmarks.threadCPUNanoseconds() - t0) / 1e6)
-        if v == .forward { ready.insert(f, at: 0) } else if case .drop = v { f.release() }
-        for g in ready { corrections.append(g.metadata.correction ?? MotionEstimate()); try w.write(g); g.release() }
+    func drain() throws {
+        for b in ready { corrections.append(b.metadata.correction ?? MotionEstimate()); try w.write(b.frame) }
+        ready.removeAll()
     }
-    st.finish()
+    while let lease = pool.lease() {
+        guard try r.read(into: lease.frame) else { break }
+        let t0 = StageBenchmarks.threadCPUNanoseconds()
+        chain.submit(lease.frame)
+        times.append(Double(StageBenchmarks.threadCPUNanoseconds() - t0) / 1e6)
+        try drain()
+    }
+    chain.finish()
     try drain()
     try w.flush()
     times.sort()
@@ -367,9 +372,9 @@ func diagnoseEstimator(_ photo: String) throws {
     var pt = SimulationTruth()
     var n = 0, se = 0.0, sd = 0.0
     loop: while true {
-        switch try sim.next(timeoutNanoseconds: 5_000_000_000) {
-        case .frame(let f):
-            defer { f.release() }
+        switch try sim.nextSample(timeoutNanoseconds: 5_000_000_000) {
+        case .sample(let s):
+            let f = s.frame
             let l = LumaView(f)!
             let m = est.estimate(l)
             let img = RegImage(luma: l)
@@ -397,7 +402,11 @@ func diagnoseStage(_ photo: String, frames: Int, shake: Double, lookahead: Int) 
     var o = StabiliseOptions()
     o.lookahead = lookahead
     let st = StabiliseStage(options: o)
-    try st.prepare(format: cfg.format, context: StageContext(format: cfg.format, frameIntervalNanoseconds: 33_333_333, isLive: false))
+    let chain = StageChain(stages: [st], drops: DropCounters())
+    var out: [SampleBuffer] = []
+    try chain.prepare(format: cfg.format, context: StageContext(format: cfg.format, frameIntervalNanoseconds: 33_333_333, isLive: false)) { f in
+        if let b = SampleBuffer(retaining: f) { out.append(b) }
+    }
     try sim.start()
     defer { sim.stop() }
     var tx: [Double] = [], ty: [Double] = [], ex: [Double] = [], ey: [Double] = [], cx: [Double] = [], cy: [Double] = [], ta: [Double] = [], ea: [Double] = [], ca: [Double] = []
@@ -406,18 +415,19 @@ func diagnoseStage(_ photo: String, frames: Int, shake: Double, lookahead: Int) 
         tx.append(t.shakeX); ty.append(t.shakeY); ta.append(t.shakeAngle)
         ex.append((ex.last ?? 0) + (ex.isEmpty ? 0 : m.dx)); ey.append((ey.last ?? 0) + (ey.isEmpty ? 0 : m.dy)); ea.append((ea.last ?? 0) + (ea.isEmpty ? 0 : m.angle))
         cx.append(c.dx); cy.append(c.dy); ca.append(c.angle)
-        f.release()
     }
     loop: while true {
-        switch try sim.next(timeoutNanoseconds: 5_000_000_000) {
-        case .frame(let f):
-            if st.process(f) == .hold { while let g = st.nextReady() { take(g) } }
+        switch try sim.nextSample(timeoutNanoseconds: 5_000_000_000) {
+        case .sample(let s):
+            chain.submit(s.frame)
+            for b in out { take(b.frame) }
+            out.removeAll()
         case .endOfStream: break loop
         default: continue
         }
     }
-    st.finish()
-    while let g = st.nextReady() { take(g) }
+    chain.finish()
+    for b in out { take(b.frame) }
     let hf = { (a: [Double]) in highFrequencyRMS(a) }
     print(String(format: "truth HF x %.3f y %.3f a %.5f", hf(tx), hf(ty), hf(ta)))
     print(String(format: "estimator error HF x %.3f y %.3f a %.5f", hf(zip(tx, ex).map { $0 - $1 }), hf(zip(ty, ey).map { $0 - $1 }), hf(zip(ta, ea).map { $0 - $1 })))

@@ -30,12 +30,29 @@ final class StageBench: @unchecked Sendable {
         workspace = WarpWorkspace(maxWidth: 1920)
     }
 
-    /// Feeds the stabiliser alternating frames; returns after each frame has gone through.
-    func stabilise(_ st: StabiliseStage) {
-        flip.toggle()
-        let f = flip ? other : frame
-        f.retain()
-        if st.process(f) == .hold { while let r = st.nextReady() { r.release() } }
+    /// Distinct frames for the stabiliser's look-ahead (a frame is held once at a time), made on
+    /// first use: alternately `frame` and `other`.
+    lazy var lookahead: [Frame] = (0..<24).map { i in
+        let f = Frame(capacity: format.maxByteCount, format: format)
+        let src = i % 2 == 0 ? frame : other
+        f.copyAttributes(from: src)
+        f.data.copyMemory(from: src.data, byteCount: format.maxByteCount)
+        return f
+    }
+    var next = 0
+
+    /// The stabiliser in a chain of its own (which keeps its holds), as the engine runs it.
+    func chain(_ st: StabiliseStage, context: StageContext) throws -> StageChain {
+        let chain = StageChain(stages: [st], drops: DropCounters())
+        try chain.prepare(format: format, context: context) { _ in }
+        return chain
+    }
+
+    /// Feeds the stabiliser the next frame; returns after each ready frame has gone through.
+    func stabilise(_ chain: StageChain) {
+        let f = lookahead[next]
+        next = (next + 1) % lookahead.count
+        chain.submit(f)
     }
 }
 
@@ -94,13 +111,12 @@ let benchmarks: @Sendable () -> Void = {
                 let st = StabiliseStage(options: o)
                 var c = b.context
                 if spare { c.sourceBuffers = 64; c.buffersNeeded = 40 }
-                try st.prepare(format: b.format, context: c)
-                for _ in 0..<20 { b.stabilise(st) } // fill the look-ahead
+                let chain = try b.chain(st, context: c)
+                for _ in 0..<20 { b.stabilise(chain) } // fill the look-ahead
                 benchmark.startMeasurement()
-                for _ in benchmark.scaledIterations { b.stabilise(st) }
+                for _ in benchmark.scaledIterations { b.stabilise(chain) }
                 benchmark.stopMeasurement()
-                st.finish()
-                while let r = st.nextReady() { r.release() }
+                chain.finish()
             }
         }
         Benchmark("deadline stage per frame (\(pf))") { benchmark in

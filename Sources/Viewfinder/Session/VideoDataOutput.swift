@@ -3,23 +3,16 @@ import Synchronization
 
 /// Receives frames from a ``VideoDataOutput`` (AVFoundation's `AVCaptureVideoDataOutputSampleBufferDelegate`).
 public protocol VideoDataOutputDelegate: AnyObject, Sendable {
-    /// A frame, on the delegate's queue. It stays valid during the call; `retain()` it to keep it
-    /// longer and `release()` it when done.
-    func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?)
+    /// A frame, on the delegate's queue, as a sample buffer: keep the sample buffer to keep the
+    /// frame (its buffer goes back to the pool or the device when the last reference to the sample
+    /// buffer goes, exactly once — there is nothing to release by hand).
+    func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?)
     /// A frame that was dropped before it reached the delegate, and why.
     func videoDataOutput(_ output: VideoDataOutput, didDrop sequence: UInt64, reason: DropReason)
 }
 
 extension VideoDataOutputDelegate {
     public func videoDataOutput(_ output: VideoDataOutput, didDrop sequence: UInt64, reason: DropReason) {}
-}
-
-/// A frame handed to an async consumer; the frame goes back to its pool when this is released.
-public final class VideoFrame: @unchecked Sendable {
-    // @unchecked Sendable: the frame is read-only once delivered to outputs.
-    public let frame: Frame
-    init(_ frame: Frame) { frame.retain(); self.frame = frame }
-    deinit { frame.release() }
 }
 
 /// Delivers frames to a delegate on a caller-chosen queue, or as an `AsyncSequence`
@@ -40,7 +33,7 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
     private struct State {
         var delegate: (any VideoDataOutputDelegate)?
         var queue: DispatchQueue?
-        var continuations: [UInt64: AsyncStream<VideoFrame>.Continuation] = [:]
+        var continuations: [UInt64: AsyncStream<SampleBuffer>.Continuation] = [:]
         var nextID: UInt64 = 0
         var connection: CaptureConnection?
     }
@@ -62,9 +55,10 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
     }
 
     /// Frames as an async sequence. With late-frame discarding only the newest unconsumed frame is
-    /// kept; otherwise up to 8 are buffered. Each `VideoFrame` returns its buffer when released.
-    public func frames() -> AsyncStream<VideoFrame> {
-        let policy: AsyncStream<VideoFrame>.Continuation.BufferingPolicy = discardLate ? .bufferingNewest(1) : .bufferingNewest(8)
+    /// kept; otherwise up to 8 are buffered. Each sample buffer gives its frame back when the last
+    /// reference to it goes.
+    public func frames() -> AsyncStream<SampleBuffer> {
+        let policy: AsyncStream<SampleBuffer>.Continuation.BufferingPolicy = discardLate ? .bufferingNewest(1) : .bufferingNewest(8)
         return AsyncStream(bufferingPolicy: policy) { continuation in
             let id = state.withLock { s -> UInt64 in s.nextID += 1; s.continuations[s.nextID] = continuation; return s.nextID }
             continuation.onTermination = { [weak self] _ in _ = self?.state.withLock { $0.continuations.removeValue(forKey: id) } }
@@ -81,14 +75,20 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         state.withLock { if $0.connection === connection { $0.connection = nil } }
     }
 
+    /// A sample buffer holding one more reference to `frame` (lent to `consume`).
+    private func sampleBuffer(_ frame: Frame) -> SampleBuffer {
+        frame.retain()
+        return SampleBuffer(adopting: frame)
+    }
+
     public func consume(_ frame: Frame) {
         let (delegate, queue, conts, connection) = state.withLock { ($0.delegate, $0.queue, $0.continuations, $0.connection) }
         for c in conts.values {
-            if case .dropped = c.yield(VideoFrame(frame)) { lateDrops.add(1, ordering: .relaxed) }
+            if case .dropped = c.yield(sampleBuffer(frame)) { lateDrops.add(1, ordering: .relaxed) }
         }
         guard let delegate else { return }
         guard let queue else {
-            delegate.videoDataOutput(self, didOutput: frame, from: connection)
+            delegate.videoDataOutput(self, didOutput: sampleBuffer(frame), from: connection)
             delivered.add(1, ordering: .relaxed)
             return
         }
@@ -99,17 +99,16 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
             return
         }
         busy.store(true, ordering: .relaxed)
-        frame.retain()
+        let buffer = sampleBuffer(frame)
         queue.async {
-            delegate.videoDataOutput(self, didOutput: frame, from: connection)
-            frame.release()
+            delegate.videoDataOutput(self, didOutput: buffer, from: connection)
             self.delivered.add(1, ordering: .relaxed)
             self.busy.store(false, ordering: .releasing)
         }
     }
 
     public func finish(error: (any Error)?) {
-        let conts = state.withLock { s -> [AsyncStream<VideoFrame>.Continuation] in
+        let conts = state.withLock { s -> [AsyncStream<SampleBuffer>.Continuation] in
             let c = Array(s.continuations.values); s.continuations = [:]; return c
         }
         for c in conts { c.finish() }

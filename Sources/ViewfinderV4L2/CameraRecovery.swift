@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CV4L2
+import Viewfinder
+import Logging
+
+/// Recovery of a stalled stream: restart streaming, then reopen the device, then give up.
+extension V4L2Camera {
+    /// Stall recovery: restart streaming, then reopen, then give up. Capture thread only.
+    func checkStall(now: UInt64) throws {
+        guard options.recoverStalls else { return }
+        let limit = UInt64(options.stallTimeoutSeconds * 1e9)
+        guard now &- lastFrameAt > limit else { return }
+        if stallStage == 0 { stallSince = lastFrameAt }
+        let seconds = Double(now &- stallSince) / 1e9
+        switch stallStage {
+        case 0:
+            logger.warning("\(path): no frame for \(options.stallTimeoutSeconds) s: restarting the stream")
+            try lock.withLock { () throws -> Void in
+                counterState.restarts += 1
+                guard let h = handle else { return }
+                _ = h.streamOff()
+                for i in slots.indices where slots[i].state == .queued { slots[i].state = .idle }
+                queuedCount = 0
+                for i in slots.indices where slots[i].state == .idle {
+                    if case .failure(let e) = h.queueBuffer(i) { throw mapStreamError(e, operation: "VIDIOC_QBUF") }
+                    slots[i].state = .queued
+                    queuedCount += 1
+                }
+                if case .failure(let e) = h.streamOn() { throw mapStreamError(e, operation: "VIDIOC_STREAMON") }
+            }
+        case 1:
+            logger.warning("\(path): still no frame after a restart: reopening the device")
+            try lock.withLock { () throws -> Void in
+                counterState.reopens += 1
+                if let h = handle { _ = h.streamOff() }
+                streaming = false
+                for s in slots {
+                    if s.state == .engine { orphans[ObjectIdentifier(s.frame)] = Mapping(address: s.address, length: s.length) }
+                    else { _ = syscalls.munmap(s.address, length: s.length) }
+                }
+                slots = []
+                queuedCount = 0
+                let h = try reopenLocked()
+                if let cfg = config {
+                    if conversion == nil, case .failure(let e) = h.setFormat(fourcc: cfg.format.pixelFormat.fourcc, width: cfg.format.width, height: cfg.format.height) {
+                        throw mapStreamError(e, operation: "VIDIOC_S_FMT")
+                    }
+                    _ = h.setInterval(cfg.interval)
+                }
+                try startLocked()
+            }
+        default:
+            throw DeviceError.stalled(device: path, seconds: (seconds * 10).rounded() / 10)
+        }
+        stallStage += 1
+        lastKernelSequence = nil
+        lastFrameAt = now
+    }
+}
