@@ -19,6 +19,12 @@ echo "== ring and channel tests under the thread sanitizer" >&2
 flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
 TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests"
 
+echo "== frames cannot be retained, released or recycled from outside the package" >&2
+bash scripts/check-frame-api.sh
+
+echo "== allocation thresholds: 0 allocations per frame, fake V4L2 device, exposure+focus, controls flowing" >&2
+bash scripts/check-allocations.sh
+
 echo "== a user's package registers its own stage through the plugin and runs it by name" >&2
 flock "$LOCK" swift build --package-path Examples/CustomStage
 Examples/CustomStage/.build/debug/custom-stage-demo "negative:strength=1,null"
