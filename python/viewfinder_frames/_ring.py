@@ -33,6 +33,10 @@ class NotARing(ValueError):
     """/dev/shm/NAME exists but is not a Viewfinder frame ring of a layout this reader knows."""
 
 
+class _Incomplete(Exception):
+    """The file exists but its header is not written yet."""
+
+
 class RingFinished(Exception):
     """The writer has ended the run and every frame was offered."""
 
@@ -199,25 +203,37 @@ class FrameReader:
         deadline = time.monotonic() + wait
         while True:
             try:
-                fd = os.open("/dev/shm/" + name, os.O_RDONLY | os.O_CLOEXEC)
+                size = self._open()
                 break
-            except FileNotFoundError:
+            except (RingNotFound, _Incomplete) as e:
+                # Not there yet, or its writer is still laying out the header (magic goes last).
                 if time.monotonic() >= deadline:
-                    raise RingNotFound("no shared-memory ring '%s' (/dev/shm/%s)" % (name, name)) from None
+                    if isinstance(e, _Incomplete):
+                        raise NotARing(str(e)) from None
+                    raise
                 time.sleep(0.01)
-        try:
-            size = os.fstat(fd).st_size
-            if size < HEADER_SIZE:
-                raise NotARing("/dev/shm/%s is too small to be a frame ring" % name)
-            self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        finally:
-            os.close(fd)
-        self._parse_header(size)
         self._words = np.frombuffer(self._mm, dtype="<u8", count=size // 8)
         self._words32 = np.frombuffer(self._mm, dtype="<u4", count=HEADER_SIZE // 4)
         self._futex_address = self._words32.ctypes.data + _FUTEX_OFFSET
         published = int(self._words[_PUBLISHED_WORD])
         self.next_index = published - 1 if published > 0 else 0
+
+    def _open(self):
+        try:
+            fd = os.open("/dev/shm/" + self.name, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise RingNotFound("no shared-memory ring '%s' (/dev/shm/%s)" % (self.name, self.name)) from None
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_SIZE:
+                raise _Incomplete("/dev/shm/%s is too small to be a frame ring" % self.name)
+            self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        if self._mm[:8] == b"\0" * 8:
+            raise _Incomplete("/dev/shm/%s has no ring header" % self.name)
+        self._parse_header(size)
+        return size
 
     def _parse_header(self, size):
         h = _HEADER.unpack_from(self._mm, 0)

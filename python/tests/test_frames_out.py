@@ -1,0 +1,203 @@
+"""End-to-end tests of the frame outputs from Python: `viewfinder run --shm/--output` read by
+viewfinder_frames and NumPy. VIEWFINDER_BIN names the CLI (default: .build/debug/viewfinder)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+import uuid
+
+import numpy as np
+
+from viewfinder_frames import FrameReader, RingNotFound, _convert
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("VIEWFINDER_BIN", os.path.join(ROOT, ".build", "debug", "viewfinder"))
+
+
+def ring_name():
+    return "vfpy-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+
+
+def start(args, **kw):
+    return subprocess.Popen([BIN, "run", "--json"] + args, stdout=kw.pop("stdout", subprocess.PIPE),
+                            stderr=kw.pop("stderr", subprocess.PIPE), **kw)
+
+
+def summary(proc, text):
+    """The run's JSON summary (on stdout, or stderr when stdout carries frames)."""
+    start = text.index("{")
+    return json.loads(text[start:])
+
+
+class SharedMemoryTests(unittest.TestCase):
+    def test_frames_and_metadata_intact_and_in_order_on_both_routes(self):
+        name = ring_name()
+        raw = "/tmp/%s.raw" % name
+        meta = "/tmp/%s.jsonl" % name
+        device = "pattern:width=320,height=240,format=i420,fps=150,paced=true,frames=150"
+        proc = start(["--device", device, "--shm", name, "--shm-slots", "32", "--output", raw,
+                      "--output-format", "raw", "--metadata", meta])
+        frames = []
+        with FrameReader(name, wait=10) as reader:
+            for f in reader:
+                frames.append(f.copy())
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        s = summary(proc, out.decode())
+        self.assertEqual(s["captured"], 150)
+        self.assertGreater(len(frames), 100)           # attached after the first few
+        idx = [f.index for f in frames]
+        self.assertEqual(idx, list(range(idx[0], idx[0] + len(idx))))
+        self.assertEqual([f.sequence for f in frames], idx)
+        size = 320 * 240 * 3 // 2
+        data = np.fromfile(raw, np.uint8)
+        self.assertEqual(data.size, 150 * size)
+        with open(meta) as m:
+            lines = [json.loads(l) for l in m]
+        for f in frames:
+            self.assertEqual(f.format, "i420")
+            self.assertEqual((f.y.shape, f.u.shape, f.v.shape), ((240, 320), (120, 160), (120, 160)))
+            stacked = np.concatenate([f.y.ravel(), f.u.ravel(), f.v.ravel()])
+            self.assertTrue(np.array_equal(stacked, data[f.sequence * size:(f.sequence + 1) * size]))
+            self.assertEqual(f.metadata, lines[f.sequence])
+            self.assertEqual(f.metadata["sequence"], f.sequence)
+        self.assertFalse(os.path.exists("/dev/shm/" + name))   # removed at the end
+        os.remove(raw)
+        os.remove(meta)
+
+    def test_zero_copy_views_and_validity(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=100,paced=true,frames=60",
+                      "--shm", name, "--shm-slots", "4"])
+        with FrameReader(name, wait=10) as reader:
+            f = reader.read(timeout=5)
+            self.assertIsNotNone(f)
+            self.assertFalse(f.y.flags.owndata)           # a view of the shared memory
+            self.assertFalse(f.array.flags.writeable)     # mapped read-only
+            self.assertEqual(f.array.shape, (48, 64, 2))
+            kept = f.copy()
+            self.assertTrue(kept.y.flags.writeable or kept.y.base is not None)
+            first_y = kept.y.copy()
+            time.sleep(0.2)                                # the writer laps a 4-slot ring
+            self.assertFalse(f.valid())
+            self.assertTrue(kept.valid())
+            self.assertTrue(np.array_equal(kept.y, first_y))
+        proc.communicate(timeout=30)
+
+    def test_slow_reader_never_slows_a_live_source_and_sees_gaps(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=640,height=480,fps=200,paced=true,frames=200",
+                      "--shm", name, "--shm-slots", "4"])
+        got = []
+        with FrameReader(name, wait=10) as reader:
+            for f in reader:
+                got.append(f.index)
+                time.sleep(0.03)                           # ~33 fps against 200
+            missed = reader.missed
+        out, err = proc.communicate(timeout=30)
+        s = summary(proc, out.decode())
+        self.assertEqual(s["captured"], 200)
+        self.assertEqual(s["dropped_total"], 0)
+        self.assertLess(s["seconds"], 1.5)
+        self.assertGreater(missed, 0)
+        self.assertEqual(got, sorted(got))
+
+    def test_reader_started_mid_stream_picks_up_cleanly(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=320,height=240,fps=100,paced=true,frames=100",
+                      "--shm", name, "--shm-slots", "8"])
+        with FrameReader(name, wait=10) as probe:
+            while probe.published < 40:
+                time.sleep(0.01)
+        with FrameReader(name) as reader:
+            start_index = reader.next_index
+            seen = [f.index for f in reader]
+        proc.communicate(timeout=30)
+        self.assertGreaterEqual(start_index, 39)
+        self.assertEqual(seen[0], start_index)
+        self.assertEqual(seen, list(range(seen[0], 100)))
+
+    def test_stale_ring_of_a_killed_run_is_replaced_and_removed_at_the_end(self):
+        name = ring_name()
+        killed = start(["--device", "pattern:width=160,height=120,fps=50,paced=true", "--shm", name],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with FrameReader(name, wait=10) as reader:
+            self.assertIsNotNone(reader.read(timeout=5))
+            os.kill(killed.pid, signal.SIGKILL)
+            killed.wait(timeout=10)
+            self.assertTrue(os.path.exists("/dev/shm/" + name))   # a killed run leaves it behind
+            self.assertFalse(reader.writer_alive())
+            reader.timeout = 0.2
+            list(reader)                                   # iteration ends: the writer is gone
+        proc = start(["--device", "pattern:width=160,height=120,fps=50,paced=true,frames=20", "--shm", name])
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        s = summary(proc, out.decode())
+        self.assertEqual(s["shm"]["replaced_stale_ring_of_pid"], killed.pid)
+        self.assertEqual(s["shm"]["frames"], 20)
+        self.assertFalse(os.path.exists("/dev/shm/" + name))
+        with self.assertRaises(RingNotFound):
+            FrameReader(name)
+
+
+class PipeTests(unittest.TestCase):
+    def test_raw_pipe_into_numpy(self):
+        proc = start(["--device", "pattern:width=320,height=240,format=yuyv,frames=30", "--output", "-",
+                      "--output-format", "raw"])
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        frames = np.frombuffer(out, np.uint8).reshape(-1, 240, 320, 2)
+        self.assertEqual(frames.shape[0], 30)
+        self.assertIn("raw yuyv 320x240, 153600 bytes per frame", err.decode())
+        s = summary(proc, err.decode()[err.decode().index("{"):])
+        self.assertEqual(s["pipe"]["frames"], 30)
+        self.assertTrue(np.array_equal(frames[0], frames[4]))   # the pattern repeats every 4 frames
+        self.assertFalse(np.array_equal(frames[0], frames[1]))
+
+    def test_y4m_pipe(self):
+        proc = start(["--device", "pattern:width=64,height=48,format=nv12,frames=10", "--output", "-"])
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        header, rest = out.split(b"\n", 1)
+        self.assertTrue(header.startswith(b"YUV4MPEG2 W64 H48"))
+        self.assertEqual(rest.count(b"FRAME\n"), 10)
+        self.assertEqual(len(rest), 10 * (6 + 64 * 48 * 3 // 2))
+
+    def test_reader_that_closes_the_pipe_ends_the_run_cleanly(self):
+        proc = start(["--device", "pattern:width=320,height=240,format=yuyv", "--output", "-",
+                      "--output-format", "raw"])
+        proc.stdout.read(3 * 320 * 240 * 2)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+        proc.wait(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)          # no SIGPIPE death
+        s = summary(proc, err[err.index("{"):])
+        p = s["pipe"]
+        self.assertTrue(p["reader_closed"])
+        self.assertEqual(s["captured"], s["delivered"] + s["dropped_total"])
+        self.assertEqual(p["frames"] + p["after_close"] + p["consumer_late"], s["delivered"])
+
+
+class ConversionTests(unittest.TestCase):
+    def test_to_bgr_with_and_without_opencv_agree(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=50,paced=true,frames=10",
+                      "--shm", name])
+        with FrameReader(name, wait=10) as reader:
+            f = reader.read(timeout=5).copy()
+        proc.communicate(timeout=30)
+        mine = _convert.to_bgr(f, use_opencv=False)
+        self.assertEqual(mine.shape, (48, 64, 3))
+        if _convert.cv2 is not None:
+            theirs = f.to_bgr()
+            # OpenCV's YUYV path is limited-range BT.601, ours full-range: same picture, scaled.
+            self.assertGreater(np.corrcoef(mine.ravel().astype(float), theirs.ravel().astype(float))[0, 1], 0.95)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
