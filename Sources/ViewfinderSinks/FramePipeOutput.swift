@@ -31,7 +31,12 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     public var onClosed: (@Sendable () -> Void)?
     private let logger: Logger
     private var fd: Int32 = -1
+    private var frameFormatAtStart: FrameFormat?
+    /// The general y4m writer: odd sizes and padded rows.
     private var y4m: Y4MWriter?
+    /// Planes of one frame for the fast y4m path (packed 4:2:2 split, NV12 chroma split).
+    private var scratch: UnsafeMutablePointer<UInt8>?
+    private var fastY4M = false
     private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var error: (any Error)? }
     private let state = LockedBox(Counts())
 
@@ -90,6 +95,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
 
     private func open(_ configuration: StreamConfiguration) throws {
         let f = configuration.format
+        frameFormatAtStart = f
         if format == .raw && f.pixelFormat.isCompressed {
             throw SinkError.unsupportedFormat("raw frame output takes uncompressed frames; the stream is \(f.pixelFormat) (use --shm for MJPEG)")
         }
@@ -99,8 +105,51 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         }
         // A bigger pipe buffer (if it is a pipe) lets a reader take a 1080p frame in fewer wake-ups.
         _ = vf_set_pipe_size(fd, 1 << 20)
-        if format == .y4m {
+        guard format == .y4m else { return }
+        if Self.fastY4MPath(f) {
+            // Planes straight from the frame (or split once into scratch), one write each: no
+            // staging copy.
+            let header = Y4MHeader(width: f.width, height: f.height, pixelFormat: f.pixelFormat, fps: configuration.interval)
+            try writeAll(Array(header.line.utf8))
+            scratch = .allocate(capacity: f.width * f.height * 2)
+            fastY4M = true
+        } else {
             y4m = try Y4MWriter(fileDescriptor: fd, path: path, ownsDescriptor: false, format: f, interval: configuration.interval)
+        }
+    }
+
+    /// Even sizes with rows as the formats' minimum pitch take the fast path.
+    static func fastY4MPath(_ f: FrameFormat) -> Bool {
+        switch f.pixelFormat {
+        case .yuyv, .uyvy, .nv12, .i420, .yuv422p, .grey:
+            return f.width % 2 == 0 && f.height % 2 == 0 && f.bytesPerRow == FrameFormat.minimumBytesPerRow(f.pixelFormat, width: f.width)
+        default:
+            return false
+        }
+    }
+
+    private static let frameMarker = Array("FRAME\n".utf8)
+
+    private func writeY4MFast(_ frame: Frame) throws {
+        let f = frame.format
+        guard f == frameFormatAtStart ?? f, let scratch, frame.capacity >= f.maxByteCount else {
+            throw Y4MError.formatMismatch(expected: "\(frameFormatAtStart?.description ?? "?")", got: "\(f)")
+        }
+        try writeAll(Self.frameMarker)
+        let src = frame.data.assumingMemoryBound(to: UInt8.self)
+        let (w, h) = (f.width, f.height)
+        switch f.pixelFormat {
+        case .yuyv, .uyvy:
+            let yuyv = f.pixelFormat == .yuyv
+            unpackPacked422(src, bytesPerRow: f.bytesPerRow, width: w, height: h, yOffset: yuyv ? 0 : 1, uOffset: yuyv ? 1 : 0,
+                            y: scratch, u: scratch + w * h, v: scratch + w * h + w / 2 * h)
+            try writeAll(scratch, w * h * 2)
+        case .nv12:
+            try writeAll(src, w * h)
+            deinterleave(src + w * h, bytesPerRow: w, width: w / 2, height: h / 2, u: scratch, v: scratch + w / 2 * (h / 2))
+            try writeAll(scratch, w / 2 * (h / 2) * 2)
+        default:
+            try writeAll(src, f.maxByteCount)   // I420, YUV422P, GREY: the planes as they lie
         }
     }
 
@@ -111,7 +160,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         }
         if gone { return }
         do {
-            if let y = y4m { try y.write(frame) } else { try writeRaw(frame) }
+            if fastY4M { try writeY4MFast(frame) } else if let y = y4m { try y.write(frame) } else { try writeRaw(frame) }
             state.withLock { $0.written += 1 }
         } catch {
             state.withLock { $0.afterClose += 1 }
@@ -155,6 +204,10 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         }
     }
 
+    private func writeAll(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try writeAll($0.baseAddress!, $0.count) }
+    }
+
     private func writeAll(_ p: UnsafeRawPointer, _ count: Int) throws {
         var done = 0
         while done < count {
@@ -170,6 +223,8 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     public func finish(error: (any Error)?) {
         if let y = y4m { try? y.flush(); y.close() }
         y4m = nil
+        scratch?.deallocate()
+        scratch = nil
         _ = vf_clear_pending_sigpipe()
         if fd > 1 { Glibc.close(fd) }
         fd = -1

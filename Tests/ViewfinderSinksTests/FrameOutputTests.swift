@@ -246,6 +246,27 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    @Test(arguments: [FrameFormat(.yuyv, width: 40, height: 30), FrameFormat(.uyvy, width: 40, height: 30),
+                      FrameFormat(.nv12, width: 40, height: 30), FrameFormat(.yuyv, width: 40, height: 30, bytesPerRow: 96)])
+    func y4mOfEveryFormatIsWhatY4MWriterWrites(_ fmt: FrameFormat) throws {
+        let dir = makeTempDirectory()
+        let (r, w) = pipePair()
+        let drain = PipeDrain(fd: r)
+        let source = SyntheticSource(format: fmt, count: 5)
+        let output = FramePipeOutput(path: "/dev/fd/\(w)", format: .y4m)
+        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [output])
+        try engine.start()
+        engine.waitUntilFinished()
+        close(w)
+        drain.join()
+        let reference = try Y4MWriter(path: dir + "/ref.y4m", format: fmt, interval: source.configuration.interval)
+        let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+        for i in 0..<5 { fillFrame(f, index: i); try reference.write(f) }
+        reference.close()
+        #expect(drain.data == [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/ref.y4m"))))
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
     @Test func rawFramesAreTheBarePlanes() throws {
         let fmt = FrameFormat(.yuyv, width: 40, height: 30)
         let (r, w) = pipePair()
