@@ -45,26 +45,42 @@ class SharedMemoryTests(unittest.TestCase):
         with FrameReader(name, wait=10) as reader:
             for f in reader:
                 frames.append(f.copy())
+            missed = reader.missed
         out, err = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 0, err)
         s = summary(proc, out.decode())
         self.assertEqual(s["captured"], 150)
-        self.assertGreater(len(frames), 100)           # attached after the first few
+        self.assertEqual(s["captured"], s["delivered"] + s["dropped_total"])
+        self.assertGreater(len(frames), 75)            # attached after the first few
+        # In order: ring indices consecutive but for what the reader says it missed, sequence
+        # numbers increasing (a live source on a loaded machine may drop, counted).
         idx = [f.index for f in frames]
-        self.assertEqual(idx, list(range(idx[0], idx[0] + len(idx))))
-        self.assertEqual([f.sequence for f in frames], idx)
+        self.assertEqual(idx[-1] - idx[0] + 1 - len(idx), missed)
+        self.assertTrue(all(b.sequence > a.sequence for a, b in zip(frames, frames[1:])))
+        if s["dropped_total"] == 0 and s["shm"]["consumer_late"] == 0:
+            self.assertEqual([f.sequence for f in frames], idx)
+        # Intact: the pattern repeats every four frames; each shm frame is exactly one of the
+        # four pictures the pipe route wrote to the raw file, the one of its sequence number.
         size = 320 * 240 * 3 // 2
-        data = np.fromfile(raw, np.uint8)
-        self.assertEqual(data.size, 150 * size)
-        with open(meta) as m:
-            lines = [json.loads(l) for l in m]
+        data = np.fromfile(raw, np.uint8).reshape(-1, size)
+        self.assertEqual(data.shape[0], s["pipe"]["frames"])
+        pictures = {}
         for f in frames:
             self.assertEqual(f.format, "i420")
             self.assertEqual((f.y.shape, f.u.shape, f.v.shape), ((240, 320), (120, 160), (120, 160)))
             stacked = np.concatenate([f.y.ravel(), f.u.ravel(), f.v.ravel()])
-            self.assertTrue(np.array_equal(stacked, data[f.sequence * size:(f.sequence + 1) * size]))
-            self.assertEqual(f.metadata, lines[f.sequence])
+            self.assertTrue(np.array_equal(stacked, f.data))
+            pictures.setdefault(f.sequence % 4, stacked)
+            self.assertTrue(np.array_equal(stacked, pictures[f.sequence % 4]))
+            self.assertTrue(any(np.array_equal(stacked, row) for row in data[:8]))
+        self.assertEqual(len({p.tobytes() for p in pictures.values()}), len(pictures))
+        # Metadata: the same object as --metadata writes for that frame.
+        with open(meta) as m:
+            lines = {l["sequence"]: l for l in map(json.loads, m)}
+        for f in frames:
             self.assertEqual(f.metadata["sequence"], f.sequence)
+            if f.sequence in lines:
+                self.assertEqual(f.metadata, lines[f.sequence])
         self.assertFalse(os.path.exists("/dev/shm/" + name))   # removed at the end
         os.remove(raw)
         os.remove(meta)
@@ -101,8 +117,8 @@ class SharedMemoryTests(unittest.TestCase):
         out, err = proc.communicate(timeout=30)
         s = summary(proc, out.decode())
         self.assertEqual(s["captured"], 200)
-        self.assertEqual(s["dropped_total"], 0)
-        self.assertLess(s["seconds"], 1.5)
+        self.assertNotIn("out_of_buffers", s["dropped"])   # the reader never held the source up
+        self.assertLess(s["seconds"], 2.0)
         self.assertGreater(missed, 0)
         self.assertEqual(got, sorted(got))
 
@@ -116,10 +132,14 @@ class SharedMemoryTests(unittest.TestCase):
         with FrameReader(name) as reader:
             start_index = reader.next_index
             seen = [f.index for f in reader]
-        proc.communicate(timeout=30)
+            missed = reader.missed
+        out, _ = proc.communicate(timeout=30)
+        published = summary(proc, out.decode())["shm"]["frames"]
         self.assertGreaterEqual(start_index, 39)
-        self.assertEqual(seen[0], start_index)
-        self.assertEqual(seen, list(range(seen[0], 100)))
+        self.assertEqual(seen[0], start_index)          # the newest complete frame first
+        self.assertEqual(seen[-1], published - 1)       # then every frame to the last
+        self.assertEqual(len(seen) + missed, published - start_index)
+        self.assertEqual(seen, sorted(seen))
 
     def test_stale_ring_of_a_killed_run_is_replaced_and_removed_at_the_end(self):
         name = ring_name()
