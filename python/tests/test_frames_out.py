@@ -203,6 +203,54 @@ class PipeTests(unittest.TestCase):
         self.assertEqual(p["frames"] + p["after_close"] + p["consumer_late"], s["delivered"])
 
 
+class ExampleTests(unittest.TestCase):
+    """The examples in python/examples, headless, against the sim camera through stabilise."""
+    EXAMPLES = os.path.join(ROOT, "python", "examples")
+
+    def run_example(self, script, args, frames):
+        name = ring_name()
+        proc = start(["--device", "sim:width=320,height=240,fps=30,shake=3", "--stages", "stabilise",
+                      "--frames", str(frames), "--shm", name], stdout=subprocess.DEVNULL)
+        try:
+            done = subprocess.run([sys.executable, os.path.join(self.EXAMPLES, script), name] + args,
+                                  capture_output=True, timeout=120)
+        finally:
+            proc.wait(timeout=60)
+            proc.stderr.close()
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        return done.stdout.decode()
+
+    def test_edge_map(self):
+        path = "/tmp/%s-edges.png" % ring_name()
+        out = self.run_example("edge_map.py", ["--save", path, "--frames", "10"], 60)
+        self.assertIn("wrote", out)
+        edges = _read_png_size(path)
+        self.assertEqual(edges, (320, 240))
+        os.remove(path)
+
+    def test_dataset_writer(self):
+        directory = "/tmp/%s-dataset" % ring_name()
+        out = self.run_example("dataset_writer.py", [directory, "--every", "5", "--count", "4"], 90)
+        self.assertIn("saved 4 frames", out)
+        stems = sorted(f[:-4] for f in os.listdir(directory) if f.endswith(".png"))
+        self.assertEqual(len(stems), 4)
+        for stem in stems:
+            with open(os.path.join(directory, stem + ".json")) as f:
+                meta = json.load(f)
+            self.assertEqual(meta["sequence"] % 5, 0)
+            self.assertEqual("%09d" % meta["sequence"], stem)
+            self.assertIn("correction", meta)             # the stabilise stage's metadata came along
+            self.assertEqual(_read_png_size(os.path.join(directory, stem + ".png")), (320, 240))
+        subprocess.run(["rm", "-rf", directory], check=True)
+
+
+def _read_png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    return tuple(int.from_bytes(head[16 + 4 * i:20 + 4 * i], "big") for i in range(2))
+
+
 class ConversionTests(unittest.TestCase):
     def test_to_bgr_with_and_without_opencv_agree(self):
         name = ring_name()
