@@ -15,6 +15,14 @@ private func uniqueRingName(_ tag: String = #function) -> String {
     "vftest-\(tag.filter { $0.isLetter })-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
 }
 
+/// A live (paced) YUYV test pattern.
+private func pacedPattern(width: Int, height: Int, fps: Double, frames: UInt64) throws -> (PatternSource, StreamConfiguration) {
+    var o = PatternSource.Options()
+    o.width = width; o.height = height; o.fps = fps; o.paced = true; o.frames = frames
+    let source = PatternSource(options: o)
+    return (source, try source.configure(StreamRequest(pixelFormat: .yuyv, width: width, height: height, fps: fps)))
+}
+
 private func ringExists(_ name: String) -> Bool { FileManager.default.fileExists(atPath: "/dev/shm/" + name) }
 
 private func metadataSequence(_ json: String?) -> UInt64? {
@@ -126,10 +134,7 @@ private final class PipeDrain: @unchecked Sendable {
     @Test func engineRunPublishesEveryFrameToAReaderAndRemovesTheRing() throws {
         let name = uniqueRingName()
         // A live (paced) source, so the writer is never ahead of the reader by a ring's worth.
-        var o = PatternSource.Options()
-        o.width = 160; o.height = 120; o.fps = 100; o.paced = true; o.frames = 100
-        let source = PatternSource(options: o)
-        let cfg = try source.configure(StreamRequest(pixelFormat: .yuyv, width: 160, height: 120, fps: 100))
+        let (source, cfg) = try pacedPattern(width: 160, height: 120, fps: 100, frames: 100)
         let output = SharedMemoryOutput(name: name, slots: 16)
         let recorder = ChecksumRecorder()
         let engine = CaptureEngine(source: source, configuration: cfg, stages: [], consumers: [output, recorder])
@@ -173,10 +178,7 @@ private final class PipeDrain: @unchecked Sendable {
 
     @Test func aSlowOrVanishedReaderNeverSlowsALiveSource() throws {
         let name = uniqueRingName()
-        var o = PatternSource.Options()
-        o.width = 320; o.height = 240; o.fps = 250; o.paced = true; o.frames = 250
-        let source = PatternSource(options: o)
-        let cfg = try source.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, fps: 250))
+        let (source, cfg) = try pacedPattern(width: 320, height: 240, fps: 250, frames: 250)
         let output = SharedMemoryOutput(name: name, slots: 4)
         let engine = CaptureEngine(source: source, configuration: cfg, stages: [], consumers: [output])
         let missed = Atomic<UInt64>(0)
@@ -231,21 +233,28 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
         return (fds[0], fds[1])
     }
 
-    @Test func y4mThroughAPipeArrivesIntactAndInOrderWithItsMetadata() throws {
-        let dir = makeTempDirectory()
+    /// Runs `count` synthetic frames of `fmt` through a pipe output (plus `others`); returns the
+    /// output and every byte the reader got.
+    private func runThroughPipe(_ fmt: FrameFormat, count: Int, as format: FramePipeOutput.Format, others: [any FrameConsumer] = []) throws -> (FramePipeOutput, [UInt8]) {
         let (r, w) = pipePair()
         let drain = PipeDrain(fd: r)
-        let source = SyntheticSource(format: format, count: 40)
-        let output = FramePipeOutput(path: "/dev/fd/\(w)", format: .y4m)
-        let metadata = MetadataWriter(path: dir + "/frames.jsonl")
-        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [output, metadata])
+        let source = SyntheticSource(format: fmt, count: count)
+        let output = FramePipeOutput(path: "/dev/fd/\(w)", format: format)
+        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [output] + others)
         try engine.start()
         engine.waitUntilFinished()
         close(w)
         drain.join()
+        return (output, drain.data)
+    }
+
+    @Test func y4mThroughAPipeArrivesIntactAndInOrderWithItsMetadata() throws {
+        let dir = makeTempDirectory()
+        let metadata = MetadataWriter(path: dir + "/frames.jsonl")
+        let (output, data) = try runThroughPipe(format, count: 40, as: .y4m, others: [metadata])
         #expect(output.framesWritten == 40 && !output.readerClosed && output.error == nil)
         let path = dir + "/out.y4m"
-        try Data(drain.data).write(to: URL(fileURLWithPath: path))
+        try Data(data).write(to: URL(fileURLWithPath: path))
         let reader = try Y4MReader(path: path)
         #expect(reader.format.width == 64 && reader.format.pixelFormat == .i420)
         let f = Frame(capacity: reader.format.maxByteCount, format: reader.format)
@@ -264,39 +273,24 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
                       FrameFormat(.nv12, width: 40, height: 30), FrameFormat(.yuyv, width: 40, height: 30, bytesPerRow: 96)])
     func y4mOfEveryFormatIsWhatY4MWriterWrites(_ fmt: FrameFormat) throws {
         let dir = makeTempDirectory()
-        let (r, w) = pipePair()
-        let drain = PipeDrain(fd: r)
-        let source = SyntheticSource(format: fmt, count: 5)
-        let output = FramePipeOutput(path: "/dev/fd/\(w)", format: .y4m)
-        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [output])
-        try engine.start()
-        engine.waitUntilFinished()
-        close(w)
-        drain.join()
-        let reference = try Y4MWriter(path: dir + "/ref.y4m", format: fmt, interval: source.configuration.interval)
+        let (_, data) = try runThroughPipe(fmt, count: 5, as: .y4m)
+        let reference = try Y4MWriter(path: dir + "/ref.y4m", format: fmt, interval: SyntheticSource(format: fmt, count: 0).configuration.interval)
         let f = Frame(capacity: fmt.maxByteCount, format: fmt)
         for i in 0..<5 { fillFrame(f, index: i); try reference.write(f) }
         reference.close()
-        #expect(drain.data == [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/ref.y4m"))))
+        #expect(data == [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/ref.y4m"))))
         try? FileManager.default.removeItem(atPath: dir)
     }
 
     @Test func rawFramesAreTheBarePlanes() throws {
         let fmt = FrameFormat(.yuyv, width: 40, height: 30)
-        let (r, w) = pipePair()
-        let drain = PipeDrain(fd: r)
-        let source = SyntheticSource(format: fmt, count: 12)
-        let output = FramePipeOutput(path: "/dev/fd/\(w)", format: .raw)
-        let engine = CaptureEngine(source: source, configuration: source.configuration, stages: [], consumers: [output])
-        try engine.start()
-        engine.waitUntilFinished()
-        close(w)
-        drain.join()
+        let (output, data) = try runThroughPipe(fmt, count: 12, as: .raw)
+        #expect(output.framesWritten == 12)
         let size = FramePipeOutput.rawFrameBytes(fmt)
         #expect(size == 40 * 2 * 30)
         #expect(FramePipeOutput.rawLayout(of: fmt).contains("30 rows of 80 bytes"))
-        #expect(drain.data.count == 12 * size)
-        for i in 0..<12 { #expect(Array(drain.data[i * size..<(i + 1) * size]) == expectedPixels(fmt, sequence: i)) }
+        #expect(data.count == 12 * size)
+        for i in 0..<12 { #expect(Array(data[i * size..<(i + 1) * size]) == expectedPixels(fmt, sequence: i)) }
     }
 
     @Test func aReaderThatClosesThePipeEndsTheRunWithBalancedBooks() throws {
@@ -322,10 +316,7 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
 
     @Test func aSlowPipeReaderNeverSlowsALiveSourceAndItsDropsAreCounted() throws {
         let (r, w) = pipePair()
-        var o = PatternSource.Options()
-        o.width = 320; o.height = 240; o.fps = 200; o.paced = true; o.frames = 200
-        let source = PatternSource(options: o)
-        let cfg = try source.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, fps: 200))
+        let (source, cfg) = try pacedPattern(width: 320, height: 240, fps: 200, frames: 200)
         // The reader takes a 64 KiB chunk every 20 ms: about 3 MB/s against 30 MB/s of frames.
         let drain = PipeDrain(fd: r, delayPerChunkMicroseconds: 20_000)
         let output = FramePipeOutput(path: "/dev/fd/\(w)", format: .raw)
