@@ -30,6 +30,8 @@ let package = Package(
         .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev"])]),
         .systemLibrary(name: "CTurboJPEG", pkgConfig: "libturbojpeg", providers: [.apt(["libturbojpeg0-dev"])]),
         .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
+        // Linux futex wake/wait and a per-thread SIGPIPE block (glibc's syscall() is variadic).
+        .systemLibrary(name: "CFutex"),
 
         // The engine: frames, pool, ring, stages, flow and the capture session. Links no codec.
         .target(
@@ -56,10 +58,10 @@ let package = Package(
             dependencies: ["Viewfinder", "CV4L2", "CTurboJPEG"],
             swiftSettings: hotLoopFlags
         ),
-        // Sinks: JPEG stills, movie files, LZ4 raw dumps.
+        // Sinks: JPEG stills, movie files, LZ4 raw dumps, frames to a pipe or a shared-memory ring.
         .target(
             name: "ViewfinderSinks",
-            dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4"],
+            dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4", "CFutex"],
             swiftSettings: hotLoopFlags
         ),
         // Everything together: device discovery over sim, V4L2 and dumps; the built-in stage registry.
@@ -94,6 +96,6 @@ let package = Package(
         .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit"]),
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
-        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "CTurboJPEG", "CLZ4"]),
+        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "CTurboJPEG", "CLZ4", "CFutex"]),
     ]
 )

@@ -12,6 +12,9 @@ echo "== unit tests" >&2
 flock "$LOCK" swift build --build-tests
 swift test --skip-build
 
+echo "== frames out from Python: python/ installed with pip, read from the shm ring and the pipe" >&2
+VIEWFINDER_BIN="$PWD/.build/debug/viewfinder" bash scripts/python-tests.sh
+
 echo "== public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit" >&2
 VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 

@@ -63,6 +63,7 @@ struct RunCommand: ParsableCommand {
     @Option(help: "Stop after this many seconds.") var duration: Double?
     @Flag(help: "Print the summary as one JSON object.") var json = false
     @Option(help: "Write one JSON line of metadata per frame to this file.") var metadata: String?
+    @OptionGroup var frameOutput: FrameOutputOptions
 
     func validate() throws {
         if stages != nil && config != nil { throw ValidationError("give --stages or --config, not both") }
@@ -98,6 +99,7 @@ struct RunCommand: ParsableCommand {
         try session.setEngineOptions(options)
         let null = NullConsumer(name: "null")
         try session.addOutput(null)
+        let frameOutputs = try frameOutput.addOutputs(to: session)
         var writer: MetadataWriter?
         if let metadata {
             let w = MetadataWriter(path: metadata)
@@ -116,6 +118,7 @@ struct RunCommand: ParsableCommand {
         sigint.resume()
 
         try session.startRunning()
+        frameOutputs.announce(session.streamConfiguration)
         let showStatus = !json && isatty(STDERR_FILENO) != 0
         let status = showStatus ? StatusLine(session: session) : nil
         session.waitUntilFinished()
@@ -125,7 +128,9 @@ struct RunCommand: ParsableCommand {
         guard let stats = session.statistics else { return }
         let cfg = session.streamConfiguration
         let summary = Summary(device: dev.uniqueID, configuration: cfg, stats: stats, errors: errors.withLock { $0 }, metadataLines: writer?.lines, metadataPath: metadata)
-        if json { print(summary.json) } else { print(summary.text) }
+        let outputsSummary = frameOutputs.summary(stats)
+        let report = json ? jsonString(summary.dictionary.merging(outputsSummary) { a, _ in a }) : summary.text + frameOutputs.text(stats)
+        FrameOutputs.printSummary(report, toStderr: frameOutput.usesStdout)
         if let w = writer, let f = w.failure { throw fail(DeviceError.io(device: w.path, operation: "write metadata", errno: 0, message: f)) }
         if let e = errors.withLock({ $0.first }) { throw fail(RuntimeFailure(message: e)) }
     }

@@ -33,6 +33,14 @@ extension RawDumpOutput: CaptureOutput {
     public var acceptedMediaTypes: Set<MediaType> { [.video] }
 }
 
+extension FramePipeOutput: CaptureOutput {
+    public var acceptedMediaTypes: Set<MediaType> { [.video] }
+}
+
+extension SharedMemoryOutput: CaptureOutput {
+    public var acceptedMediaTypes: Set<MediaType> { [.video] }
+}
+
 /// A connection held without keeping it alive.
 struct WeakConnection: Sendable {
     // The connection is Sendable (its state is locked); weak so the output never extends its life.

@@ -1,6 +1,6 @@
 // Side-by-side figures: Viewfinder's measurements next to the peers', measured in the same run.
 //
-//   cd Benchmarks && swift run -c release viewfinder-report [--quick]
+//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out]
 //
 // Needs g++ and libboost-dev for the ring reference and gst-launch-1.0 for the movie peer
 // (`bash scripts/install-deps.sh --bench`); a peer that is missing is reported as such.
@@ -92,6 +92,10 @@ if let i = CommandLine.arguments.firstIndex(of: "--diagnose") {
     try diagnoseEstimator(CommandLine.arguments[i + 1])
     exit(0)
 }
+if CommandLine.arguments.contains("--frames-out") {
+    try FramesOutReport.run(quick: quick)
+    exit(0)
+}
 if CommandLine.arguments.contains("--stabilise") {
     try runStabiliseComparison(quick: quick)
     exit(0)
@@ -179,3 +183,7 @@ let dr = try DumpBenchmark.runRead(width: 1920, height: 1080, frames: quick ? 10
 row("read back", "\(dr)")
 print("\n== Still photo 1920x1080: one TurboJPEG encode q90")
 row("encode", String(format: "%.2f ms", try PhotoBenchmark.encodeMilliseconds(iterations: quick ? 10 : 50)))
+
+// MARK: Frames out
+
+try FramesOutReport.run(quick: quick)

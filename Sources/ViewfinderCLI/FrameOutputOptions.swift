@@ -1,0 +1,94 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import ViewfinderKit
+
+/// `run`'s frame outputs for other programs: a y4m/raw stream to a file or pipe, and a
+/// shared-memory ring.
+struct FrameOutputOptions: ParsableArguments {
+    @Option(help: "Write the frames that leave the stages to this file, or '-' for stdout (a pipe), as y4m (or --output-format raw).")
+    var output: String?
+    @Option(name: .customLong("output-format"), help: "Format of --output: y4m (default) or raw (bare planes; the layout is printed to stderr).")
+    var outputFormat: String = "y4m"
+    @Option(help: "Publish the frames into the POSIX shared-memory ring /dev/shm/NAME (for python/ FrameReader and other local readers).")
+    var shm: String?
+    @Option(name: .customLong("shm-slots"), help: "Frames the shared-memory ring holds (2…1024).")
+    var shmSlots: Int = 8
+
+    func validate() throws {
+        guard FramePipeOutput.Format(rawValue: outputFormat) != nil else {
+            throw ValidationError("unknown --output-format '\(outputFormat)' (known: \(FramePipeOutput.Format.allCases.map(\.rawValue).joined(separator: ", ")))")
+        }
+        if output == nil && outputFormat != "y4m" { throw ValidationError("--output-format needs --output") }
+        if output == "-" && isatty(STDOUT_FILENO) != 0 { throw ValidationError("refusing to write frames to a terminal: pipe --output - into a program, or give a file") }
+        if !(2...1024).contains(shmSlots) { throw ValidationError("--shm-slots must be within 2…1024") }
+        if let s = shm, s.isEmpty || s.contains("/") { throw ValidationError("--shm takes a bare name (no '/'); the ring is /dev/shm/NAME") }
+    }
+
+    /// Whether the frames go to stdout (then the summary goes to stderr).
+    var usesStdout: Bool { output == "-" }
+
+    /// Adds the requested outputs to a session being configured. A reader closing the pipe (or a
+    /// failed write) stops the run.
+    func addOutputs(to session: CaptureSession) throws -> FrameOutputs {
+        var outs = FrameOutputs()
+        if let output {
+            let pipe = FramePipeOutput(path: output, format: FramePipeOutput.Format(rawValue: outputFormat) ?? .y4m)
+            pipe.onClosed = { DispatchQueue.global().async { session.stopRunning() } }
+            try session.addOutput(pipe)
+            outs.pipe = pipe
+        }
+        if let shm {
+            let ring = SharedMemoryOutput(name: shm, slots: shmSlots)
+            try session.addOutput(ring)
+            outs.shm = ring
+        }
+        return outs
+    }
+}
+
+/// The frame outputs of one run, and their part of the summary.
+struct FrameOutputs {
+    var pipe: FramePipeOutput?
+    var shm: SharedMemoryOutput?
+
+    /// Tells the reader of a raw stream its layout (stderr: stdout carries the frames).
+    func announce(_ configuration: StreamConfiguration?) {
+        guard let pipe, pipe.format == .raw, let c = configuration else { return }
+        FileHandle.standardError.write(Data("viewfinder: \(FramePipeOutput.rawLayout(of: c.format))\n".utf8))
+    }
+
+    /// Summary entries: per output, frames written and the books (`delivered` = written +
+    /// `consumer_late` + `after_close` for the pipe; = published + `consumer_late` + `mismatched`).
+    func summary(_ stats: EngineStatistics) -> [String: Any] {
+        var d: [String: Any] = [:]
+        func late(_ name: String) -> UInt64 { stats.consumers.first { $0.name == name }?.drops.total ?? 0 }
+        if let p = pipe {
+            var e: [String: Any] = ["path": p.path, "format": p.format.rawValue, "frames": p.framesWritten,
+                                    "consumer_late": late(p.consumerName), "after_close": p.framesAfterClose, "reader_closed": p.readerClosed]
+            if let err = p.error { e["error"] = "\(err)" }
+            d["pipe"] = e
+        }
+        if let s = shm {
+            var e: [String: Any] = ["name": s.ringName, "slots": s.slotCount, "frames": s.framesPublished,
+                                    "consumer_late": late(s.consumerName), "mismatched": s.framesMismatched]
+            if let pid = s.replacedStaleWriter { e["replaced_stale_ring_of_pid"] = pid }
+            d["shm"] = e
+        }
+        return d
+    }
+
+    func text(_ stats: EngineStatistics) -> String {
+        var s = ""
+        for (key, value) in summary(stats).sorted(by: { $0.key < $1.key }) {
+            guard let e = value as? [String: Any] else { continue }
+            s += "\n  \(key): " + e.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        }
+        return s
+    }
+
+    /// Where the summary goes: stderr when stdout carries the frames.
+    static func printSummary(_ text: String, toStderr: Bool) {
+        if toStderr { FileHandle.standardError.write(Data((text + "\n").utf8)) } else { print(text) }
+    }
+}

@@ -1,0 +1,236 @@
+import CFutex
+import Logging
+import Viewfinder
+
+/// Writes the frames that leave the stage chain to a file or a pipe (`-` for stdout), as
+/// YUV4MPEG2 or as bare planes, for `ffmpeg -i -`, a NumPy reader, or anything else that reads a
+/// stream.
+///
+/// Flow: the engine gives the output its own ring and thread, so a slow reader only ever holds up
+/// this thread. With a live source, frames the pipe cannot take in time are dropped at the ring
+/// (counted on this output's path: ``consumerLate``); with a non-live source the engine waits
+/// (back-pressure). When the reader closes the pipe, the write fails with EPIPE — SIGPIPE is
+/// blocked on this output's thread, so it does not kill the process — ``readerClosed`` is set,
+/// ``onClosed`` runs once (the CLI stops the run there), and the frames still arriving are
+/// counted in ``framesAfterClose``: every delivered frame is written, late, or after the close.
+public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: the writers are confined to the consumer thread; counters are in `state`.
+    public enum Format: String, Sendable, CaseIterable {
+        /// YUV4MPEG2: 4:2:0, 4:2:2 planar or mono (NV12 is written as I420, YUYV/UYVY as 4:2:2 planar).
+        case y4m
+        /// Each frame's planes, rows without padding, one after the other (see ``rawLayout(of:)``).
+        case raw
+    }
+
+    public let consumerName: String
+    public let path: String
+    public let format: Format
+    public var ringCapacity: Int { 4 }
+    /// Called once, on the output's thread, when the output can write no more: the reader closed
+    /// the pipe, or opening or writing failed. The CLI stops the run there.
+    public var onClosed: (@Sendable () -> Void)?
+    private let logger: Logger
+    private var fd: Int32 = -1
+    private var frameFormatAtStart: FrameFormat?
+    /// The general y4m writer: odd sizes and padded rows.
+    private var y4m: Y4MWriter?
+    /// Planes of one frame for the fast y4m path (packed 4:2:2 split, NV12 chroma split).
+    private var scratch: UnsafeMutablePointer<UInt8>?
+    private var fastY4M = false
+    private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var error: (any Error)? }
+    private let state = LockedBox(Counts())
+
+    public init(path: String, format: Format = .y4m, name: String = "pipe", logger: Logger = Logger(label: "viewfinder.pipe")) {
+        self.path = path
+        self.format = format
+        self.consumerName = name
+        self.logger = logger
+    }
+
+    public var framesWritten: UInt64 { state.withLock { $0.written } }
+    /// Frames that reached the output after the reader had closed the pipe (not written).
+    public var framesAfterClose: UInt64 { state.withLock { $0.afterClose } }
+    public var readerClosed: Bool { state.withLock { $0.readerClosed } }
+    /// A write error other than the reader closing the pipe (a full disk, …).
+    public var error: (any Error)? { state.withLock { $0.error } }
+
+    /// The layout of one raw frame in words a reader can act on: plane by plane, shape and bytes.
+    public static func rawLayout(of f: FrameFormat) -> String {
+        var parts: [String] = []
+        var total = 0
+        for i in 0..<f.planeCount {
+            let (rowBytes, rows) = rawPlane(f, i)
+            parts.append("plane \(i): \(rows) rows of \(rowBytes) bytes")
+            total += rowBytes * rows
+        }
+        return "raw \(f.pixelFormat.rawValue) \(f.width)x\(f.height), \(total) bytes per frame, no headers; " + parts.joined(separator: ", ")
+    }
+
+    /// Bytes per frame of the raw format.
+    public static func rawFrameBytes(_ f: FrameFormat) -> Int {
+        (0..<f.planeCount).reduce(0) { acc, i in let p = rawPlane(f, i); return acc + p.rowBytes * p.rows }
+    }
+
+    static func rawPlane(_ f: FrameFormat, _ i: Int) -> (rowBytes: Int, rows: Int) {
+        let g = f.plane(i)
+        let perSample: Int
+        switch f.pixelFormat {
+        case .yuyv, .uyvy: perSample = 2
+        case .rgb24: perSample = 3
+        case .nv12: perSample = i == 0 ? 1 : 2
+        default: perSample = 1
+        }
+        return (g.width * perSample, g.height)
+    }
+
+    public func start(configuration: StreamConfiguration) throws {
+        // Thread-directed SIGPIPE from a write on this thread stays blocked: the write gets EPIPE.
+        _ = vf_block_sigpipe_on_this_thread()
+        do {
+            try open(configuration)
+        } catch {
+            try handleWriteError(error)
+        }
+    }
+
+    private func open(_ configuration: StreamConfiguration) throws {
+        let f = configuration.format
+        frameFormatAtStart = f
+        if format == .raw && f.pixelFormat.isCompressed {
+            throw SinkError.unsupportedFormat("raw frame output takes uncompressed frames; the stream is \(f.pixelFormat) (use --shm for MJPEG)")
+        }
+        if path == "-" { fd = 1 } else {
+            fd = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw SinkError.fromErrno(path: path, operation: "open for writing") }
+        }
+        // A bigger pipe buffer (if it is a pipe) lets a reader take a 1080p frame in fewer wake-ups.
+        _ = vf_set_pipe_size(fd, 1 << 20)
+        guard format == .y4m else { return }
+        if Self.fastY4MPath(f) {
+            // Planes straight from the frame (or split once into scratch), one write each: no
+            // staging copy.
+            let header = Y4MHeader(width: f.width, height: f.height, pixelFormat: f.pixelFormat, fps: configuration.interval)
+            try writeAll(Array(header.line.utf8))
+            scratch = .allocate(capacity: f.width * f.height * 2)
+            fastY4M = true
+        } else {
+            y4m = try Y4MWriter(fileDescriptor: fd, path: path, ownsDescriptor: false, format: f, interval: configuration.interval)
+        }
+    }
+
+    /// Even sizes with rows as the formats' minimum pitch take the fast path.
+    static func fastY4MPath(_ f: FrameFormat) -> Bool {
+        switch f.pixelFormat {
+        case .yuyv, .uyvy, .nv12, .i420, .yuv422p, .grey:
+            return f.width % 2 == 0 && f.height % 2 == 0 && f.bytesPerRow == FrameFormat.minimumBytesPerRow(f.pixelFormat, width: f.width)
+        default:
+            return false
+        }
+    }
+
+    private static let frameMarker = Array("FRAME\n".utf8)
+
+    private func writeY4MFast(_ frame: Frame) throws {
+        let f = frame.format
+        guard f == frameFormatAtStart ?? f, let scratch, frame.capacity >= f.maxByteCount else {
+            throw Y4MError.formatMismatch(expected: "\(frameFormatAtStart?.description ?? "?")", got: "\(f)")
+        }
+        try writeAll(Self.frameMarker)
+        let src = frame.data.assumingMemoryBound(to: UInt8.self)
+        let (w, h) = (f.width, f.height)
+        switch f.pixelFormat {
+        case .yuyv, .uyvy:
+            let yuyv = f.pixelFormat == .yuyv
+            unpackPacked422(src, bytesPerRow: f.bytesPerRow, width: w, height: h, yOffset: yuyv ? 0 : 1, uOffset: yuyv ? 1 : 0,
+                            y: scratch, u: scratch + w * h, v: scratch + w * h + w / 2 * h)
+            try writeAll(scratch, w * h * 2)
+        case .nv12:
+            try writeAll(src, w * h)
+            deinterleave(src + w * h, bytesPerRow: w, width: w / 2, height: h / 2, u: scratch, v: scratch + w / 2 * (h / 2))
+            try writeAll(scratch, w / 2 * (h / 2) * 2)
+        default:
+            try writeAll(src, f.maxByteCount)   // I420, YUV422P, GREY: the planes as they lie
+        }
+    }
+
+    public func consume(_ frame: Frame) {
+        let gone = state.withLock { c -> Bool in
+            if c.readerClosed || c.error != nil { c.afterClose += 1; return true }
+            return false
+        }
+        if gone { return }
+        do {
+            if fastY4M { try writeY4MFast(frame) } else if let y = y4m { try y.write(frame) } else { try writeRaw(frame) }
+            state.withLock { $0.written += 1 }
+        } catch {
+            state.withLock { $0.afterClose += 1 }
+            try? handleWriteError(error)
+        }
+    }
+
+    /// EPIPE ends the output quietly (the reader went away); other errors are kept and logged.
+    private func handleWriteError(_ error: any Error) throws {
+        let e: Int32
+        switch error {
+        case Y4MError.io(_, _, let n, _): e = n
+        case SinkError.io(_, _, let n, _): e = n
+        default: e = 0
+        }
+        _ = vf_clear_pending_sigpipe()
+        if e == EPIPE {
+            let first = state.withLock { c -> Bool in defer { c.readerClosed = true }; return !c.readerClosed }
+            if first { onClosed?() }
+            return
+        }
+        logger.error("frame output '\(path)': \(error)")
+        state.withLock { $0.error = $0.error ?? error }
+        onClosed?()
+        throw error
+    }
+
+    private func writeRaw(_ frame: Frame) throws {
+        let f = frame.format
+        guard !f.pixelFormat.isCompressed, frame.capacity >= f.maxByteCount else {
+            throw SinkError.unsupportedFormat("raw frame output got \(f)")
+        }
+        for i in 0..<f.planeCount {
+            let g = f.plane(i)
+            let (rowBytes, rows) = Self.rawPlane(f, i)
+            if g.bytesPerRow == rowBytes {
+                try writeAll(frame.data + g.offset, rowBytes * rows)
+            } else {
+                for r in 0..<rows { try writeAll(frame.data + g.offset + r * g.bytesPerRow, rowBytes) }
+            }
+        }
+    }
+
+    private func writeAll(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try writeAll($0.baseAddress!, $0.count) }
+    }
+
+    private func writeAll(_ p: UnsafeRawPointer, _ count: Int) throws {
+        var done = 0
+        while done < count {
+            let n = write(fd, p + done, count - done)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw SinkError.fromErrno(path: path, operation: "write")
+            }
+            done += n
+        }
+    }
+
+    public func finish(error: (any Error)?) {
+        if let y = y4m { try? y.flush(); y.close() }
+        y4m = nil
+        scratch?.deallocate()
+        scratch = nil
+        _ = vf_clear_pending_sigpipe()
+        if fd > 1 { Glibc.close(fd) }
+        fd = -1
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,0 +1,271 @@
+"""End-to-end tests of the frame outputs from Python: `viewfinder run --shm/--output` read by
+viewfinder_frames and NumPy. VIEWFINDER_BIN names the CLI (default: .build/debug/viewfinder)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+import uuid
+
+import numpy as np
+
+from viewfinder_frames import FrameReader, RingNotFound, _convert
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("VIEWFINDER_BIN", os.path.join(ROOT, ".build", "debug", "viewfinder"))
+
+
+def ring_name():
+    return "vfpy-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+
+
+def start(args, **kw):
+    return subprocess.Popen([BIN, "run", "--json"] + args, stdout=kw.pop("stdout", subprocess.PIPE),
+                            stderr=kw.pop("stderr", subprocess.PIPE), **kw)
+
+
+def summary(proc, text):
+    """The run's JSON summary (on stdout, or stderr when stdout carries frames)."""
+    start = text.index("{")
+    return json.loads(text[start:])
+
+
+class SharedMemoryTests(unittest.TestCase):
+    def test_frames_and_metadata_intact_and_in_order_on_both_routes(self):
+        name = ring_name()
+        raw = "/tmp/%s.raw" % name
+        meta = "/tmp/%s.jsonl" % name
+        device = "pattern:width=320,height=240,format=i420,fps=150,paced=true,frames=150"
+        proc = start(["--device", device, "--shm", name, "--shm-slots", "32", "--output", raw,
+                      "--output-format", "raw", "--metadata", meta])
+        frames = []
+        with FrameReader(name, wait=10) as reader:
+            for f in reader:
+                frames.append(f.copy())
+            missed = reader.missed
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        s = summary(proc, out.decode())
+        self.assertEqual(s["captured"], 150)
+        self.assertEqual(s["captured"], s["delivered"] + s["dropped_total"])
+        self.assertGreater(len(frames), 75)            # attached after the first few
+        # In order: ring indices consecutive but for what the reader says it missed, sequence
+        # numbers increasing (a live source on a loaded machine may drop, counted).
+        idx = [f.index for f in frames]
+        self.assertEqual(idx[-1] - idx[0] + 1 - len(idx), missed)
+        self.assertTrue(all(b.sequence > a.sequence for a, b in zip(frames, frames[1:])))
+        if s["dropped_total"] == 0 and s["shm"]["consumer_late"] == 0:
+            self.assertEqual([f.sequence for f in frames], idx)
+        # Intact: the pattern repeats every four frames; each shm frame is exactly one of the
+        # four pictures the pipe route wrote to the raw file, the one of its sequence number.
+        size = 320 * 240 * 3 // 2
+        data = np.fromfile(raw, np.uint8).reshape(-1, size)
+        self.assertEqual(data.shape[0], s["pipe"]["frames"])
+        pictures = {}
+        for f in frames:
+            self.assertEqual(f.format, "i420")
+            self.assertEqual((f.y.shape, f.u.shape, f.v.shape), ((240, 320), (120, 160), (120, 160)))
+            stacked = np.concatenate([f.y.ravel(), f.u.ravel(), f.v.ravel()])
+            self.assertTrue(np.array_equal(stacked, f.data))
+            pictures.setdefault(f.sequence % 4, stacked)
+            self.assertTrue(np.array_equal(stacked, pictures[f.sequence % 4]))
+            self.assertTrue(any(np.array_equal(stacked, row) for row in data[:8]))
+        self.assertEqual(len({p.tobytes() for p in pictures.values()}), len(pictures))
+        # Metadata: the same object as --metadata writes for that frame.
+        with open(meta) as m:
+            lines = {l["sequence"]: l for l in map(json.loads, m)}
+        for f in frames:
+            self.assertEqual(f.metadata["sequence"], f.sequence)
+            if f.sequence in lines:
+                self.assertEqual(f.metadata, lines[f.sequence])
+        self.assertFalse(os.path.exists("/dev/shm/" + name))   # removed at the end
+        os.remove(raw)
+        os.remove(meta)
+
+    def test_zero_copy_views_and_validity(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=100,paced=true,frames=60",
+                      "--shm", name, "--shm-slots", "4"])
+        with FrameReader(name, wait=10) as reader:
+            f = reader.read(timeout=5)
+            self.assertIsNotNone(f)
+            self.assertFalse(f.y.flags.owndata)           # a view of the shared memory
+            self.assertFalse(f.array.flags.writeable)     # mapped read-only
+            self.assertEqual(f.array.shape, (48, 64, 2))
+            kept = f.copy()
+            self.assertTrue(kept.y.flags.writeable or kept.y.base is not None)
+            first_y = kept.y.copy()
+            time.sleep(0.2)                                # the writer laps a 4-slot ring
+            self.assertFalse(f.valid())
+            self.assertTrue(kept.valid())
+            self.assertTrue(np.array_equal(kept.y, first_y))
+        proc.communicate(timeout=30)
+
+    def test_slow_reader_never_slows_a_live_source_and_sees_gaps(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=640,height=480,fps=200,paced=true,frames=200",
+                      "--shm", name, "--shm-slots", "4"])
+        got = []
+        with FrameReader(name, wait=10) as reader:
+            for f in reader:
+                got.append(f.index)
+                time.sleep(0.03)                           # ~33 fps against 200
+            missed = reader.missed
+        out, err = proc.communicate(timeout=30)
+        s = summary(proc, out.decode())
+        self.assertEqual(s["captured"], 200)
+        self.assertNotIn("out_of_buffers", s["dropped"])   # the reader never held the source up
+        self.assertLess(s["seconds"], 2.0)
+        self.assertGreater(missed, 0)
+        self.assertEqual(got, sorted(got))
+
+    def test_reader_started_mid_stream_picks_up_cleanly(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=320,height=240,fps=100,paced=true,frames=100",
+                      "--shm", name, "--shm-slots", "8"])
+        with FrameReader(name, wait=10) as probe:
+            while probe.published < 40:
+                time.sleep(0.01)
+        with FrameReader(name) as reader:
+            start_index = reader.next_index
+            seen = [f.index for f in reader]
+            missed = reader.missed
+        out, _ = proc.communicate(timeout=30)
+        published = summary(proc, out.decode())["shm"]["frames"]
+        self.assertGreaterEqual(start_index, 39)
+        self.assertEqual(seen[0], start_index)          # the newest complete frame first
+        self.assertEqual(seen[-1], published - 1)       # then every frame to the last
+        self.assertEqual(len(seen) + missed, published - start_index)
+        self.assertEqual(seen, sorted(seen))
+
+    def test_stale_ring_of_a_killed_run_is_replaced_and_removed_at_the_end(self):
+        name = ring_name()
+        killed = start(["--device", "pattern:width=160,height=120,fps=50,paced=true", "--shm", name],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with FrameReader(name, wait=10) as reader:
+            self.assertIsNotNone(reader.read(timeout=5))
+            os.kill(killed.pid, signal.SIGKILL)
+            killed.wait(timeout=10)
+            self.assertTrue(os.path.exists("/dev/shm/" + name))   # a killed run leaves it behind
+            self.assertFalse(reader.writer_alive())
+            reader.timeout = 0.2
+            list(reader)                                   # iteration ends: the writer is gone
+        proc = start(["--device", "pattern:width=160,height=120,fps=50,paced=true,frames=20", "--shm", name])
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        s = summary(proc, out.decode())
+        self.assertEqual(s["shm"]["replaced_stale_ring_of_pid"], killed.pid)
+        self.assertEqual(s["shm"]["frames"], 20)
+        self.assertFalse(os.path.exists("/dev/shm/" + name))
+        with self.assertRaises(RingNotFound):
+            FrameReader(name)
+
+
+class PipeTests(unittest.TestCase):
+    def test_raw_pipe_into_numpy(self):
+        proc = start(["--device", "pattern:width=320,height=240,format=yuyv,frames=30", "--output", "-",
+                      "--output-format", "raw"])
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        frames = np.frombuffer(out, np.uint8).reshape(-1, 240, 320, 2)
+        self.assertEqual(frames.shape[0], 30)
+        self.assertIn("raw yuyv 320x240, 153600 bytes per frame", err.decode())
+        s = summary(proc, err.decode()[err.decode().index("{"):])
+        self.assertEqual(s["pipe"]["frames"], 30)
+        self.assertTrue(np.array_equal(frames[0], frames[4]))   # the pattern repeats every 4 frames
+        self.assertFalse(np.array_equal(frames[0], frames[1]))
+
+    def test_y4m_pipe(self):
+        proc = start(["--device", "pattern:width=64,height=48,format=nv12,frames=10", "--output", "-"])
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        header, rest = out.split(b"\n", 1)
+        self.assertTrue(header.startswith(b"YUV4MPEG2 W64 H48"))
+        self.assertEqual(rest.count(b"FRAME\n"), 10)
+        self.assertEqual(len(rest), 10 * (6 + 64 * 48 * 3 // 2))
+
+    def test_reader_that_closes_the_pipe_ends_the_run_cleanly(self):
+        proc = start(["--device", "pattern:width=320,height=240,format=yuyv", "--output", "-",
+                      "--output-format", "raw"])
+        proc.stdout.read(3 * 320 * 240 * 2)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+        proc.wait(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)          # no SIGPIPE death
+        s = summary(proc, err[err.index("{"):])
+        p = s["pipe"]
+        self.assertTrue(p["reader_closed"])
+        self.assertEqual(s["captured"], s["delivered"] + s["dropped_total"])
+        self.assertEqual(p["frames"] + p["after_close"] + p["consumer_late"], s["delivered"])
+
+
+class ExampleTests(unittest.TestCase):
+    """The examples in python/examples, headless, against the sim camera through stabilise."""
+    EXAMPLES = os.path.join(ROOT, "python", "examples")
+
+    def run_example(self, script, args, frames):
+        name = ring_name()
+        proc = start(["--device", "sim:width=320,height=240,fps=30,shake=3", "--stages", "stabilise",
+                      "--frames", str(frames), "--shm", name], stdout=subprocess.DEVNULL)
+        try:
+            done = subprocess.run([sys.executable, os.path.join(self.EXAMPLES, script), name] + args,
+                                  capture_output=True, timeout=120)
+        finally:
+            proc.wait(timeout=60)
+            proc.stderr.close()
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        return done.stdout.decode()
+
+    def test_edge_map(self):
+        path = "/tmp/%s-edges.png" % ring_name()
+        out = self.run_example("edge_map.py", ["--save", path, "--frames", "10"], 60)
+        self.assertIn("wrote", out)
+        edges = _read_png_size(path)
+        self.assertEqual(edges, (320, 240))
+        os.remove(path)
+
+    def test_dataset_writer(self):
+        directory = "/tmp/%s-dataset" % ring_name()
+        out = self.run_example("dataset_writer.py", [directory, "--every", "5", "--count", "4"], 90)
+        self.assertIn("saved 4 frames", out)
+        stems = sorted(f[:-4] for f in os.listdir(directory) if f.endswith(".png"))
+        self.assertEqual(len(stems), 4)
+        for stem in stems:
+            with open(os.path.join(directory, stem + ".json")) as f:
+                meta = json.load(f)
+            self.assertEqual(meta["sequence"] % 5, 0)
+            self.assertEqual("%09d" % meta["sequence"], stem)
+            self.assertIn("correction", meta)             # the stabilise stage's metadata came along
+            self.assertEqual(_read_png_size(os.path.join(directory, stem + ".png")), (320, 240))
+        subprocess.run(["rm", "-rf", directory], check=True)
+
+
+def _read_png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    return tuple(int.from_bytes(head[16 + 4 * i:20 + 4 * i], "big") for i in range(2))
+
+
+class ConversionTests(unittest.TestCase):
+    def test_to_bgr_with_and_without_opencv_agree(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=50,paced=true,frames=10",
+                      "--shm", name])
+        with FrameReader(name, wait=10) as reader:
+            f = reader.read(timeout=5).copy()
+        proc.communicate(timeout=30)
+        mine = _convert.to_bgr(f, use_opencv=False)
+        self.assertEqual(mine.shape, (48, 64, 3))
+        if _convert.cv2 is not None:
+            theirs = f.to_bgr()
+            # OpenCV's YUYV path is limited-range BT.601, ours full-range: same picture, scaled.
+            self.assertGreater(np.corrcoef(mine.ravel().astype(float), theirs.ravel().astype(float))[0, 1], 0.95)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
