@@ -5,7 +5,8 @@
 # It dumps the package's public symbol graphs (`swift package dump-symbol-graph`, public
 # symbols, SPI excluded) and reads those of ViewfinderKit and every module it re-exports
 # (`@_exported import`, followed transitively), including their extensions of other modules'
-# types. It also fails when a library module imports ViewfinderTestSupport.
+# types. It also fails when a library module imports ViewfinderTestSupport, or when the core
+# module `Viewfinder` depends on a C library target (it links no codec).
 #
 #   bash scripts/check-public-api.sh      # exit 0 when clean; 1 with one line per offending symbol
 set -euo pipefail
@@ -21,6 +22,23 @@ if [ -n "$leaks" ]; then
     echo "$leaks" | sed 's/^/  /' >&2
     exit 1
 fi
+
+# The core engine links no codec: no C library target among its dependencies, direct or not.
+desc=$(flock "$LOCK" swift package describe --type json)
+python3 - "$desc" <<'EOF2'
+import json, sys
+targets = {t["name"]: t for t in json.loads(sys.argv[1])["targets"]}
+seen, todo = set(), ["Viewfinder"]
+while todo:
+    name = todo.pop()
+    if name in seen or name not in targets:
+        continue
+    seen.add(name)
+    todo.extend(targets[name].get("target_dependencies", []))
+codecs = sorted(n for n in seen if targets[n].get("type") == "system-target")
+if codecs:
+    sys.exit(f"check-public-api: the core module Viewfinder links C libraries: {', '.join(codecs)} (they belong in ViewfinderSim, ViewfinderSinks or ViewfinderV4L2)")
+EOF2
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -38,8 +38,10 @@ func time(_ body: () throws -> Void) rethrows -> Double {
     return Double(monotonicNanoseconds() - t0) / 1e9
 }
 
+/// One line of the report: the measure, its value and a note in columns (a long value is never cut).
 func row(_ what: String, _ value: String, _ note: String = "") {
-    print(what.padding(toLength: 58, withPad: " ", startingAt: 0) + " " + value.padding(toLength: 22, withPad: " ", startingAt: 0) + " " + note)
+    func column(_ s: String, _ width: Int) -> String { s.count >= width ? s : s.padding(toLength: width, withPad: " ", startingAt: 0) }
+    print(column(what, 58) + " " + column(value, 22) + " " + note)
 }
 
 // MARK: Ring
