@@ -45,6 +45,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "ViewfinderKit", package: viewfinder),
+                .product(name: "ViewfinderTestSupport", package: viewfinder),
             ],
             path: "Benchmarks/Allocations",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]

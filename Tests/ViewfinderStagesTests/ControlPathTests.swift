@@ -2,6 +2,7 @@ import Testing
 import Foundation
 @testable import Viewfinder
 @testable import ViewfinderStages
+import ViewfinderSim
 
 /// A device whose every control write takes `delay` (a slow USB control transfer), recording the
 /// threads that write.

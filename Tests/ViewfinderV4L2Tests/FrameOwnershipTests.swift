@@ -3,6 +3,7 @@ import Foundation
 import CV4L2
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// The fake kernel, recording which thread writes controls.
 final class ControlThreadRecorder: V4L2Syscalls, @unchecked Sendable {

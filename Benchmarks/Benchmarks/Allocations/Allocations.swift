@@ -7,6 +7,7 @@
 import Benchmark
 import Foundation
 import ViewfinderKit
+import ViewfinderTestSupport
 
 /// A V4L2 capture on the fake kernel (320x240 YUYV, as fast as the engine takes frames) through
 /// the auto-exposure and autofocus stages into a null sink, started and warmed up before the

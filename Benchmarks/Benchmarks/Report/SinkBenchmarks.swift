@@ -7,15 +7,16 @@ import Glibc
 /// Camera-like test frames: a smooth scene (gradients and a few edges) with sensor noise, the way
 /// the benchmarks feed the sinks. Filled once, reused round-robin.
 public enum BenchmarkFrames {
-    /// `count` distinct YUYV frames of `width`x`height` from a pool (each holds one reference).
-    public static func make(width: Int, height: Int, count: Int = 8, noise: Int = 8, pixelFormat: PixelFormat = .yuyv) -> (FramePool, [Frame]) {
+    /// `count` distinct frames of `width`x`height` from a pool, held by sample buffers (they go
+    /// back to the pool with the last reference).
+    public static func make(width: Int, height: Int, count: Int = 8, noise: Int = 8, pixelFormat: PixelFormat = .yuyv) -> (FramePool, [SampleBuffer]) {
         let format = FrameFormat(pixelFormat, width: width, height: height)
         let pool = FramePool(format: format, count: count)
-        var frames: [Frame] = []
+        var frames: [SampleBuffer] = []
         for i in 0..<count {
-            let f = pool.acquire()!
-            fill(f, index: i, noise: noise)
-            frames.append(f)
+            let buffer = pool.lease()!.share()
+            fill(buffer.frame, index: i, noise: noise)
+            frames.append(buffer)
         }
         return (pool, frames)
     }
@@ -68,7 +69,6 @@ public enum MovieWriterBenchmark {
     /// Every frame is written (the output applies back-pressure; nothing is dropped).
     public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, threads: Int = 2, quality: Int = 85, noise: Int = 8, pixelFormat: PixelFormat = .yuyv, subsampling: ChromaSubsampling? = nil, directory: String = "/tmp") throws -> Result {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise, pixelFormat: pixelFormat)
-        defer { for f in source { f.release() } }
         var settings = MovieOutputSettings()
         settings.encoderThreads = threads
         settings.quality = quality
@@ -85,12 +85,12 @@ public enum MovieWriterBenchmark {
             }
         }
         let done = Done()
-        try output.start(configuration: StreamConfiguration(format: source[0].format, interval: FrameInterval(fps: 30), bufferCount: 8))
+        try output.start(configuration: StreamConfiguration(format: source[0].frame.format, interval: FrameInterval(fps: 30), bufferCount: 8))
         try output.startRecording(to: path, delegate: done)
         let c0 = processCPUSeconds()
         let t0 = monotonicNanoseconds()
         for i in 0..<frames {
-            let f = source[i % source.count]
+            let f = source[i % source.count].frame
             f.sequence = UInt64(i)
             f.timestamp = Timestamp(nanoseconds: 1_000_000_000 &+ UInt64(i) &* 33_333_333)
             output.consume(f)
@@ -120,14 +120,13 @@ public enum DumpBenchmark {
 
     public static func run(width: Int = 1920, height: Int = 1080, frames: Int = 300, noise: Int = 64, acceleration: Int = 1, preallocate: Bool = true, directory: String = "/dev/shm") throws -> Result {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
-        defer { for f in source { f.release() } }
         let path = directory + "/vf-dumpbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).vfdump"
         defer { unlink(path) }
-        let writer = try RawDumpWriter(path: path, format: source[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration, preallocate: preallocate)
+        let writer = try RawDumpWriter(path: path, format: source[0].frame.format, interval: FrameInterval(fps: 30), acceleration: acceleration, preallocate: preallocate)
         let c0 = processCPUSeconds()
         let t0 = monotonicNanoseconds()
         for i in 0..<frames {
-            let f = source[i % source.count]
+            let f = source[i % source.count].frame
             f.sequence = UInt64(i)
             f.timestamp = Timestamp(nanoseconds: UInt64(i) &* 33_333_333)
             try writer.append(f)
@@ -140,11 +139,10 @@ public enum DumpBenchmark {
     /// Reading it back (checksums verified, LZ4 decoded) into one frame.
     public static func runRead(width: Int = 1920, height: Int = 1080, frames: Int = 300, noise: Int = 64, directory: String = "/dev/shm") throws -> Result {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
-        defer { for f in source { f.release() } }
         let path = directory + "/vf-dumpbench-read-\(getpid()).vfdump"
         defer { unlink(path) }
-        let writer = try RawDumpWriter(path: path, format: source[0].format, overwrite: true)
-        for i in 0..<frames { try writer.append(source[i % source.count]) }
+        let writer = try RawDumpWriter(path: path, format: source[0].frame.format, overwrite: true)
+        for i in 0..<frames { try writer.append(source[i % source.count].frame) }
         try writer.close()
         let reader = try RawDumpReader(path: path)
         let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
@@ -160,11 +158,10 @@ public enum DumpBenchmark {
 public enum PhotoBenchmark {
     public static func encodeMilliseconds(width: Int = 1920, height: Int = 1080, quality: Int = 90, iterations: Int = 50) throws -> Double {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, count: 1)
-        defer { source[0].release() }
         let encoder = try JPEGEncoder()
         var total = 0
         let t0 = monotonicNanoseconds()
-        for _ in 0..<iterations { total &+= try encoder.encode(source[0], quality: quality).count }
+        for _ in 0..<iterations { total &+= try encoder.encode(source[0].frame, quality: quality).count }
         withExtendedLifetime(encoder) {}
         return Double(monotonicNanoseconds() - t0) / 1e6 / Double(iterations)
     }

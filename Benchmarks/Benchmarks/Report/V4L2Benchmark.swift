@@ -30,15 +30,15 @@ public enum V4L2Benchmark {
         _ = try cam.configure(StreamRequest(pixelFormat: pixelFormat, width: width, height: height, fps: 30, bufferCount: 8))
         try cam.start()
         // Warm up.
-        for _ in 0..<64 { if case .frame(let f) = try cam.next(timeoutNanoseconds: 1_000_000_000) { f.release() } }
+        for _ in 0..<64 { _ = try cam.nextSample(timeoutNanoseconds: 1_000_000_000) }
         var captureNs: UInt64 = 0, requeueNs: UInt64 = 0
         var got = 0
         while got < frames {
             let t0 = monotonicNanoseconds()
-            let e = try cam.next(timeoutNanoseconds: 1_000_000_000)
+            var e: SourceSample? = try cam.nextSample(timeoutNanoseconds: 1_000_000_000)
             let t1 = monotonicNanoseconds()
-            guard case .frame(let f) = e else { continue }
-            f.release()
+            guard case .sample? = e else { continue }
+            e = nil // the last reference to the sample buffer: the kernel buffer is re-queued (QBUF)
             let t2 = monotonicNanoseconds()
             captureNs &+= t1 &- t0
             requeueNs &+= t2 &- t1
@@ -67,9 +67,8 @@ extension V4L2Benchmark {
     public static func mjpegDecodeMilliseconds(width: Int = 1920, height: Int = 1080, scaleDenominator: Int = 1, iterations: Int = 50) throws -> Double {
         // A textured scene with sensor-like noise (so the entropy decoder has work), encoded 4:2:2 q85.
         let (_, source) = BenchmarkFrames.make(width: width, height: height, count: 1, noise: 8)
-        defer { source[0].release() }
         let encoder = try JPEGEncoder()
-        let jpeg = try encoder.encode(source[0], quality: 85, subsampling: .s422)
+        let jpeg = try encoder.encode(source[0].frame, quality: 85, subsampling: .s422)
         let decoder = try MJPEGDecoder()
         let fmt = try decoder.outputFormat(for: try decoder.header(jpeg), scaleDenominator: scaleDenominator)
         let target = Frame(capacity: fmt.maxByteCount, format: fmt)
