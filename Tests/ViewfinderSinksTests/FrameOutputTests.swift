@@ -270,7 +270,8 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
     }
 
     @Test(arguments: [FrameFormat(.yuyv, width: 40, height: 30), FrameFormat(.uyvy, width: 40, height: 30),
-                      FrameFormat(.nv12, width: 40, height: 30), FrameFormat(.yuyv, width: 40, height: 30, bytesPerRow: 96)])
+                      FrameFormat(.nv12, width: 40, height: 30), FrameFormat(.yuyv, width: 40, height: 30, bytesPerRow: 96),
+                      FrameFormat(.uyvy, width: 42, height: 30), FrameFormat(.i420, width: 40, height: 30)])
     func y4mOfEveryFormatIsWhatY4MWriterWrites(_ fmt: FrameFormat) throws {
         let dir = makeTempDirectory()
         let (_, data) = try runThroughPipe(fmt, count: 5, as: .y4m)
