@@ -128,30 +128,6 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         }
     }
 
-    /// Packed 4:2:2 (tight rows, even width) to Y, U and V planes, 16 pixels per step: even bytes
-    /// are luma (YUYV; odd for UYVY), the others alternate U and V.
-    static func splitPacked422(_ src: UnsafePointer<UInt8>, width w: Int, height h: Int, lumaFirst: Bool, into dst: UnsafeMutablePointer<UInt8>) {
-        let yPlane = UnsafeMutableRawPointer(dst), uPlane = yPlane + w * h, vPlane = uPlane + w / 2 * h
-        let s = UnsafeRawPointer(src)
-        let n = w * h            // pixels; rows are contiguous, so the frame is one long row
-        var x = 0
-        while x + 16 <= n {
-            let v = s.loadUnaligned(fromByteOffset: 2 * x, as: SIMD32<UInt8>.self)
-            let (luma, chroma) = lumaFirst ? (v.evenHalf, v.oddHalf) : (v.oddHalf, v.evenHalf)
-            yPlane.storeBytes(of: luma, toByteOffset: x, as: SIMD16<UInt8>.self)
-            uPlane.storeBytes(of: chroma.evenHalf, toByteOffset: x / 2, as: SIMD8<UInt8>.self)
-            vPlane.storeBytes(of: chroma.oddHalf, toByteOffset: x / 2, as: SIMD8<UInt8>.self)
-            x += 16
-        }
-        let (lo, co) = lumaFirst ? (0, 1) : (1, 0)
-        while x < n {
-            dst[x] = src[2 * x + lo]
-            if x & 1 == 0 { uPlane.storeBytes(of: src[2 * x + co], toByteOffset: x / 2, as: UInt8.self) }
-            else { vPlane.storeBytes(of: src[2 * x + co], toByteOffset: x / 2, as: UInt8.self) }
-            x += 1
-        }
-    }
-
     private static let frameMarker = Array("FRAME\n".utf8)
 
     private func writeY4MFast(_ frame: Frame) throws {
@@ -164,7 +140,9 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         let (w, h) = (f.width, f.height)
         switch f.pixelFormat {
         case .yuyv, .uyvy:
-            Self.splitPacked422(src, width: w, height: h, lumaFirst: f.pixelFormat == .yuyv, into: scratch)
+            let yuyv = f.pixelFormat == .yuyv
+            unpackPacked422(src, bytesPerRow: f.bytesPerRow, width: w, height: h, yOffset: yuyv ? 0 : 1, uOffset: yuyv ? 1 : 0,
+                            y: scratch, u: scratch + w * h, v: scratch + w * h + w / 2 * h)
             try writeAll(scratch, w * h * 2)
         case .nv12:
             try writeAll(src, w * h)
