@@ -87,7 +87,7 @@ class SharedMemoryTests(unittest.TestCase):
 
     def test_zero_copy_views_and_validity(self):
         name = ring_name()
-        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=100,paced=true,frames=60",
+        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=100,paced=true,frames=300",
                       "--shm", name, "--shm-slots", "4"])
         with FrameReader(name, wait=10) as reader:
             f = reader.read(timeout=5)
@@ -118,7 +118,7 @@ class SharedMemoryTests(unittest.TestCase):
         s = summary(proc, out.decode())
         self.assertEqual(s["captured"], 200)
         self.assertNotIn("out_of_buffers", s["dropped"])   # the reader never held the source up
-        self.assertLess(s["seconds"], 2.0)
+        self.assertLess(s["seconds"], 2.5)                 # 1 s of frames
         self.assertGreater(missed, 0)
         self.assertEqual(got, sorted(got))
 
