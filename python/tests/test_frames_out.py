@@ -230,14 +230,14 @@ class ExampleTests(unittest.TestCase):
 
     def test_dataset_writer(self):
         directory = "/tmp/%s-dataset" % ring_name()
-        out = self.run_example("dataset_writer.py", [directory, "--every", "5", "--count", "4"], 90)
+        out = self.run_example("dataset_writer.py", [directory, "--every", "3", "--count", "4"], 150)
         self.assertIn("saved 4 frames", out)
         stems = sorted(f[:-4] for f in os.listdir(directory) if f.endswith(".png"))
         self.assertEqual(len(stems), 4)
         for stem in stems:
             with open(os.path.join(directory, stem + ".json")) as f:
                 meta = json.load(f)
-            self.assertEqual(meta["sequence"] % 5, 0)
+            self.assertEqual(meta["sequence"] % 3, 0)
             self.assertEqual("%09d" % meta["sequence"], stem)
             self.assertIn("correction", meta)             # the stabilise stage's metadata came along
             self.assertEqual(_read_png_size(os.path.join(directory, stem + ".png")), (320, 240))
