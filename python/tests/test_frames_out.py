@@ -87,7 +87,7 @@ class SharedMemoryTests(unittest.TestCase):
 
     def test_zero_copy_views_and_validity(self):
         name = ring_name()
-        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=100,paced=true,frames=60",
+        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=100,paced=true,frames=300",
                       "--shm", name, "--shm-slots", "4"])
         with FrameReader(name, wait=10) as reader:
             f = reader.read(timeout=5)
@@ -118,7 +118,7 @@ class SharedMemoryTests(unittest.TestCase):
         s = summary(proc, out.decode())
         self.assertEqual(s["captured"], 200)
         self.assertNotIn("out_of_buffers", s["dropped"])   # the reader never held the source up
-        self.assertLess(s["seconds"], 2.0)
+        self.assertLess(s["seconds"], 2.5)                 # 1 s of frames
         self.assertGreater(missed, 0)
         self.assertEqual(got, sorted(got))
 
@@ -230,14 +230,14 @@ class ExampleTests(unittest.TestCase):
 
     def test_dataset_writer(self):
         directory = "/tmp/%s-dataset" % ring_name()
-        out = self.run_example("dataset_writer.py", [directory, "--every", "5", "--count", "4"], 90)
+        out = self.run_example("dataset_writer.py", [directory, "--every", "3", "--count", "4"], 150)
         self.assertIn("saved 4 frames", out)
         stems = sorted(f[:-4] for f in os.listdir(directory) if f.endswith(".png"))
         self.assertEqual(len(stems), 4)
         for stem in stems:
             with open(os.path.join(directory, stem + ".json")) as f:
                 meta = json.load(f)
-            self.assertEqual(meta["sequence"] % 5, 0)
+            self.assertEqual(meta["sequence"] % 3, 0)
             self.assertEqual("%09d" % meta["sequence"], stem)
             self.assertIn("correction", meta)             # the stabilise stage's metadata came along
             self.assertEqual(_read_png_size(os.path.join(directory, stem + ".png")), (320, 240))
