@@ -4,6 +4,7 @@
 //
 //   cd Benchmarks && swift package benchmark            # package-benchmark suites (Engine)
 //   cd Benchmarks && swift run -c release viewfinder-report   # side-by-side figures with the peers
+//   cd Benchmarks && swift run -c release viewfinder-report --kernels   # per-kernel cost with spread
 import Foundation
 import PackageDescription
 
@@ -19,6 +20,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
     ],
     targets: [
+        // Timing harness of the stage kernels and the sim renderer (not part of the library).
+        .target(
+            name: "StageTiming",
+            dependencies: [.product(name: "ViewfinderKit", package: viewfinder)],
+            path: "Benchmarks/StageTiming"
+        ),
         .executableTarget(
             name: "Engine",
             dependencies: [
@@ -34,6 +41,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "ViewfinderKit", package: viewfinder),
+                "StageTiming",
             ],
             path: "Benchmarks/Stages",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
@@ -43,6 +51,7 @@ let package = Package(
             dependencies: [
                 .product(name: "ViewfinderKit", package: viewfinder),
                 .product(name: "DequeModule", package: "swift-collections"),
+                "StageTiming",
             ],
             path: "Benchmarks/Report"
         ),

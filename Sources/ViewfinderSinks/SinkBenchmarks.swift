@@ -261,7 +261,7 @@ public enum UnpackBenchmark {
         let src = UnsafePointer(source[0].data.assumingMemoryBound(to: UInt8.self))
         let t0 = monotonicNanoseconds()
         for _ in 0..<iterations {
-            unpackPacked422(src, bytesPerRow: width * 2, width: width, height: height, yOffset: 0, uOffset: 1, y: y, u: u, v: v)
+            YUVSplit.packed422(src, bytesPerRow: width * 2, width: width, height: height, order: .yuyv, y: y, u: u, v: v)
         }
         return Double(monotonicNanoseconds() - t0) / 1e6 / Double(iterations)
     }

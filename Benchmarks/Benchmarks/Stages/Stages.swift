@@ -1,4 +1,5 @@
 import Benchmark
+import StageTiming
 import ViewfinderKit
 
 // Per-stage cost at 1920x1080 (package-benchmark): the kernels the issue names next to their C
@@ -34,6 +35,8 @@ final class StageBench: @unchecked Sendable {
     func stabilise(_ st: StabiliseStage) {
         flip.toggle()
         let f = flip ? other : frame
+        // Frame retain/release are to become internal to the engine (issue 9, item 4): this follows
+        // today's public API until that lands.
         f.retain()
         if st.process(f) == .hold { while let r = st.nextReady() { r.release() } }
     }
