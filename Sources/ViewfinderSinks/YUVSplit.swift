@@ -1,4 +1,4 @@
-import Viewfinder
+import CViewfinderKernels
 
 /// Plane splitting of packed YUV, the step that precedes every TurboJPEG encode of packed frames.
 public enum YUVSplit {
@@ -15,30 +15,9 @@ public enum YUVSplit {
 
     /// Splits packed 4:2:2 rows into a `width`×`height` Y plane and, when `u` and `v` are given,
     /// `width/2`×`height` U and V planes (rows packed without padding). `width` must be even.
-    @inline(__always)
+    /// (A C loop: `CViewfinderKernels`, portable with an AVX2 build chosen at run time.)
     public static func packed422(_ src: UnsafePointer<UInt8>, bytesPerRow: Int, width: Int, height: Int, order: Packed422Order,
                                  y: UnsafeMutablePointer<UInt8>, u: UnsafeMutablePointer<UInt8>?, v: UnsafeMutablePointer<UInt8>?) {
-        let yOffset = order.yOffset, uOffset = order.uOffset
-        let pairs = width / 2
-        let vOffset = uOffset &+ 2
-        for row in 0..<height {
-            let s = src + row &* bytesPerRow
-            let yd = y + row &* width
-            if let u, let v {
-                let ud = u + row &* pairs, vd = v + row &* pairs
-                var x = 0
-                while x < pairs {
-                    let b = x &* 4
-                    yd[x &* 2] = s[b &+ yOffset]
-                    yd[x &* 2 &+ 1] = s[b &+ 2 &+ yOffset]
-                    ud[x] = s[b &+ uOffset]
-                    vd[x] = s[b &+ vOffset]
-                    x &+= 1
-                }
-            } else {
-                var x = 0
-                while x < width { yd[x] = s[x &* 2 &+ yOffset]; x &+= 1 }
-            }
-        }
+        vf_split_packed422(src, bytesPerRow, width, height, Int32(order.yOffset), Int32(order.uOffset), y, u, v)
     }
 }

@@ -468,19 +468,24 @@ public final class MotionEstimator {
         return x
     }
 
+    /// Sum of absolute differences of the (2h+1)² block at (x, y) in `a` and at (x+dx, y+dy) in `b`.
+    /// Each row (at most 16 samples) is one 128-bit byte vector (|a − b| as max − min, summed in
+    /// 16-bit lanes); a load may read up to 15 − 2h bytes past the row's block, at worst into the
+    /// next row, which ``match``'s margin keeps inside the image; those lanes are masked out.
     @inline(__always)
     private func sad(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, _ dx: Int, _ dy: Int, _ h: Int) -> Int {
-        var s: Int32 = 0
-        let w = a.width
+        let w = a.width, side = 2 &* h &+ 1
+        assert(side <= 16, "SAD blocks are at most 16 wide")
+        let mask = SIMD16<UInt8>(repeating: 0xFF).replacing(with: 0, where: SIMD16<UInt8>(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) .>= UInt8(side))
+        var acc = SIMD16<UInt16>()
         for j in -h...h {
-            let pa = a.pixels + ((y &+ j) &* w &+ x &- h)
-            let pb = b.pixels + ((y &+ j &+ dy) &* w &+ x &+ dx &- h)
-            for i in 0..<(2 &* h &+ 1) {
-                let d = Int32(pa[i]) &- Int32(pb[i])
-                s &+= d < 0 ? 0 &- d : d
-            }
+            let pa = UnsafeRawPointer(a.pixels + ((y &+ j) &* w &+ x &- h))
+            let pb = UnsafeRawPointer(b.pixels + ((y &+ j &+ dy) &* w &+ x &+ dx &- h))
+            let va = pa.loadUnaligned(as: SIMD16<UInt8>.self), vb = pb.loadUnaligned(as: SIMD16<UInt8>.self)
+            let d = (pointwiseMax(va, vb) &- pointwiseMin(va, vb)) & mask
+            acc &+= SIMD16<UInt16>(truncatingIfNeeded: d)
         }
-        return Int(s)
+        return Int(acc.wrappedSum())
     }
 
     /// Lucas–Kanade translation of the block of half-size `half` at (x, y) in `a`, found in `b`
