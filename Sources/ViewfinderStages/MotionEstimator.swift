@@ -34,7 +34,7 @@ public enum Pyramid {
     /// Halves `luma` into `out` by 2×2 box averaging (`out` must be at least width/2 × height/2).
     public static func halve(_ luma: LumaView, into out: GreyImage) {
         switch luma.pixelStride {
-        case 1: halve(luma, out, stride: 1)
+        case 1: halvePlanar(luma, out)
         case 2: halvePacked(luma, out)
         default: halve(luma, out, stride: luma.pixelStride)
         }
@@ -78,9 +78,33 @@ public enum Pyramid {
         }
     }
 
+    /// Planar luma: 16 bytes of each of two rows are eight 16-bit lanes holding a pixel pair each,
+    /// so a pair's sum is (lane & 0xFF) + (lane >> 8) — plain 128-bit vector operations, no
+    /// deinterleaving shuffle (which the baseline x86-64 vector unit lacks).
+    static func halvePlanar(_ luma: LumaView, _ out: GreyImage) {
+        let w = min(out.width, luma.width / 2), h = min(out.height, luma.height / 2)
+        let blocks = w / 8
+        for y in 0..<h {
+            let r0 = UnsafeRawPointer(luma.pointer(x: 0, y: 2 &* y))
+            let r1 = r0 + luma.bytesPerRow
+            let o = UnsafeMutableRawPointer(out.pixels + y &* out.width)
+            for b in 0..<blocks {
+                let a = r0.loadUnaligned(fromByteOffset: b &* 16, as: SIMD8<UInt16>.self)
+                let c = r1.loadUnaligned(fromByteOffset: b &* 16, as: SIMD8<UInt16>.self)
+                let sum = (a & 0xFF) &+ (a &>> 8) &+ (c & 0xFF) &+ (c &>> 8) &+ 2
+                o.storeBytes(of: SIMD8<UInt8>(truncatingIfNeeded: sum &>> 2), toByteOffset: b &* 8, as: SIMD8<UInt8>.self)
+            }
+            let p0 = r0.assumingMemoryBound(to: UInt8.self), p1 = r1.assumingMemoryBound(to: UInt8.self)
+            for x in (blocks &* 8)..<w {
+                let v = UInt16(p0[2 &* x]) &+ UInt16(p0[2 &* x &+ 1]) &+ UInt16(p1[2 &* x]) &+ UInt16(p1[2 &* x &+ 1]) &+ 2
+                o.storeBytes(of: UInt8(truncatingIfNeeded: v &>> 2), toByteOffset: x, as: UInt8.self)
+            }
+        }
+    }
+
     /// Halves a grey image.
     public static func halve(_ image: GreyImage, into out: GreyImage) {
-        halve(LumaView(base: UnsafePointer(image.pixels), width: image.width, height: image.height, bytesPerRow: image.width), out, stride: 1)
+        halvePlanar(LumaView(base: UnsafePointer(image.pixels), width: image.width, height: image.height, bytesPerRow: image.width), out)
     }
 }
 
