@@ -500,7 +500,10 @@ public final class MotionEstimator {
     private func sad(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, _ dx: Int, _ dy: Int, _ h: Int) -> Int {
         let w = a.width, side = 2 &* h &+ 1
         assert(side <= 16, "SAD blocks are at most 16 wide")
-        let mask = SIMD16<UInt8>(repeating: 0xFF).replacing(with: 0, where: SIMD16<UInt8>(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) .>= UInt8(side))
+        // 0xFF in lanes below `side`: lane − side wraps to 241...255 there (top bit set), and is
+        // below 16 elsewhere. (Arithmetic, not `replacing(with:where:)`, which became a per-lane loop.)
+        let lanes = SIMD16<UInt8>(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+        let mask = ((lanes &- UInt8(side)) &>> 7) &* 0xFF
         var acc = SIMD16<UInt16>()
         for j in -h...h {
             let pa = UnsafeRawPointer(a.pixels + ((y &+ j) &* w &+ x &- h))
