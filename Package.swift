@@ -1,14 +1,6 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-/// Hot loops (metering, focus scores, stabilisation, the sim camera's renderer) vectorise only when the
-/// target CPU allows vector instructions. An x86-64-v3-level CPU (AVX2, FMA) keeps binaries portable across the
-/// machines this project runs on, where `native` would not. (Swift's LLVM does not know the name
-/// `x86-64-v3`; `haswell` is the same instruction set level: AVX2, FMA, BMI2.)
-let hotLoopFlags: [SwiftSetting] = [
-    .unsafeFlags(["-target-cpu", "haswell"], .when(platforms: [.linux], configuration: .release)),
-]
-
 let package = Package(
     name: "Viewfinder",
     platforms: [.macOS(.v15)],
@@ -33,36 +25,34 @@ let package = Package(
         // Linux futex wake/wait and a per-thread SIGPIPE block (glibc's syscall() is variadic).
         .systemLibrary(name: "CFutex"),
 
+        // Hot loops in C: a portable build and an AVX2 build chosen at run time (no target-CPU flag).
+        .target(name: "CViewfinderKernels"),
+
         // The engine: frames, pool, ring, stages, flow and the capture session. Links no codec.
         .target(
             name: "Viewfinder",
-            dependencies: [.product(name: "Logging", package: "swift-log")],
-            swiftSettings: hotLoopFlags
+            dependencies: [.product(name: "Logging", package: "swift-log")]
         ),
         // The simulated camera (its scenes and MJPEG output use TurboJPEG).
         .target(
             name: "ViewfinderSim",
-            dependencies: ["Viewfinder", "CTurboJPEG"],
-            swiftSettings: hotLoopFlags
+            dependencies: ["Viewfinder", "CTurboJPEG", "CViewfinderKernels"]
         ),
         // Built-in stages, registered by the build-tool plugin.
         .target(
             name: "ViewfinderStages",
-            dependencies: ["Viewfinder"],
-            swiftSettings: hotLoopFlags,
+            dependencies: ["Viewfinder", "CViewfinderKernels"],
             plugins: ["StageRegistryPlugin"]
         ),
         // Real cameras through V4L2.
         .target(
             name: "ViewfinderV4L2",
-            dependencies: ["Viewfinder", "CV4L2", "CTurboJPEG"],
-            swiftSettings: hotLoopFlags
+            dependencies: ["Viewfinder", "CV4L2", "CTurboJPEG"]
         ),
         // Sinks: JPEG stills, movie files, LZ4 raw dumps, frames to a pipe or a shared-memory ring.
         .target(
             name: "ViewfinderSinks",
-            dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4", "CFutex"],
-            swiftSettings: hotLoopFlags
+            dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels"]
         ),
         // Everything together: device discovery over sim, V4L2 and dumps; the built-in stage registry.
         .target(

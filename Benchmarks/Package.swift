@@ -5,6 +5,7 @@
 //   cd Benchmarks && swift package benchmark            # package-benchmark suites (Engine)
 //   cd Benchmarks && swift run -c release viewfinder-report   # side-by-side figures with the peers
 //   cd Benchmarks && swift package benchmark thresholds check --target Allocations   # CI: 0 allocations per frame
+//   cd Benchmarks && swift run -c release viewfinder-report --kernels   # per-kernel cost with spread
 import Foundation
 import PackageDescription
 
@@ -21,6 +22,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
     targets: [
+        // Timing harness of the stage kernels and the sim renderer (not part of the library).
+        .target(
+            name: "StageTiming",
+            dependencies: [.product(name: "ViewfinderKit", package: viewfinder)],
+            path: "Benchmarks/StageTiming"
+        ),
         .executableTarget(
             name: "Engine",
             dependencies: [
@@ -36,6 +43,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "ViewfinderKit", package: viewfinder),
+                "StageTiming",
             ],
             path: "Benchmarks/Stages",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
@@ -57,6 +65,7 @@ let package = Package(
                 .product(name: "ViewfinderTestSupport", package: viewfinder),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
+                "StageTiming",
             ],
             path: "Benchmarks/Report"
         ),

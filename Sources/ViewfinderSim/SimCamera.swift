@@ -255,33 +255,3 @@ extension DeviceDirectory {
     /// The devices the core engine knows by itself: the sim camera.
     public static var core: DeviceDirectory { DeviceDirectory(providers: [SimProvider()]) }
 }
-
-extension SimCamera {
-    /// Renders `frames` frames of the full physical model (shake, defocus, exposure, noise, flicker,
-    /// packing) on the calling thread and returns frames per second. For benchmarks.
-    ///
-    /// Defaults exercise everything: 3 px shake, 50 Hz flicker with a 3 ms exposure, and a lens
-    /// 60 units from focus (a fractional blur of about 1.2 px at 1920 wide).
-    public static func renderBenchmark(width: Int = 1920, height: Int = 1080, format: PixelFormat = .yuyv, frames: Int = 200, defocus: Double = 60) throws -> Double {
-        var o = SimOptions()
-        o.width = width; o.height = height; o.format = format; o.shake = 3; o.flicker = 50; o.paced = false
-        let r = try SimRenderer(options: o, format: FrameFormat(format, width: width, height: height), interval: FrameInterval(fps: 30), image: nil)
-        let pool = FramePool(format: r.format, count: 2, frameCapacity: r.compressedCapacity)
-        var st = SimFrameState()
-        st.exposureMicroseconds = 3000
-        st.lensPosition = r.inFocusPosition + defocus
-        let warm = pool.acquire()!
-        r.render(st, into: warm)
-        let t0 = monotonicNanoseconds()
-        for k in 0..<frames {
-            st.sequence = UInt64(k)
-            st.time = Double(k) / 30
-            let s = r.shake.at(st.time)
-            st.shakeX = s.dx; st.shakeY = s.dy; st.shakeAngle = s.angle
-            r.render(st, into: warm)
-        }
-        let dt = Double(monotonicNanoseconds() - t0) / 1e9
-        warm.release()
-        return Double(frames) / dt
-    }
-}

@@ -1,5 +1,6 @@
 import Viewfinder
 import CTurboJPEG
+import CViewfinderKernels
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -176,143 +177,8 @@ public final class SimRenderer {
 
     // MARK: Kernels
 
-    /// Square root of a positive number to about 0.1 %: a bit-level first guess and one Newton
-    /// step. `Float.squareRoot()` lowers to `sqrtf` with an errno check here, which stops the
-    /// loop from vectorising; this does not.
-    @inline(__always)
-    static func fastSqrt(_ x: Float) -> Float {
-        let g = Float(bitPattern: 0x1FBD_1DF5 &+ (x.bitPattern >> 1))
-        return 0.5 * (g + x / g)
-    }
-
-    /// Catmull-Rom weights (x 8192) for a 12-bit fraction t: taps at -1, 0, +1, +2.
-    @inline(__always)
-    static func cubicWeights(_ t: Int32) -> (Int32, Int32, Int32, Int32) {
-        let t2 = (t &* t) >> 12, t3 = (t2 &* t) >> 12
-        let w0 = 2 &* t2 &- t3 &- t
-        let w1 = 3 &* t3 &- 5 &* t2 &+ 8192
-        let w2 = 4 &* t2 &- 3 &* t3 &+ t
-        let w3 = t3 &- t2
-        return (w0, w1, w2, w3)
-    }
-
-    @inline(__always)
-    static func cubicTap(_ a: UInt16, _ b: UInt16, _ c: UInt16, _ d: UInt16, _ t: Int32) -> UInt16 {
-        let (w0, w1, w2, w3) = cubicWeights(t)
-        var v = (Int32(a) &* w0 &+ Int32(b) &* w1 &+ Int32(c) &* w2 &+ Int32(d) &* w3 &+ 4096) >> 13
-        v = v < 0 ? 0 : (v > 65535 ? 65535 : v)
-        return UInt16(truncatingIfNeeded: v)
-    }
-
-    /// dst[i] = src sampled at 16.16 position p0 + i*dp (Catmull-Rom cubic, 12-bit fraction).
-    /// A cubic keeps sub-pixel shifts from blurring the picture much (bilinear at half a pixel
-    /// halves the energy at a quarter of the sampling rate), so shake hardly changes sharpness.
-    @inline(__always)
-    static func lerpRow(_ src: UnsafePointer<UInt16>, _ dst: UnsafeMutablePointer<UInt16>, _ count: Int, _ p0: Int32, _ dp: Int32) {
-        // Chunk length: the fraction may drift by at most 0.05 px across a chunk.
-        let drift = max(1, abs(Int(dp) &- 65536))
-        let chunk = max(8, min(128, 3277 / drift))
-        var i = 0
-        while i < count {
-            let n = min(chunk, count &- i)
-            let ps = p0 &+ Int32(truncatingIfNeeded: i) &* dp
-            let pe = ps &+ Int32(truncatingIfNeeded: n &- 1) &* dp
-            let ks = Int(ps >> 16)
-            let d = dst + i
-            if Int(pe >> 16) &- ks == n &- 1 {
-                // One integer step per pixel: the fraction drifts by (dp - 1) per pixel, at most
-                // 0.05 px over the chunk, so the chunk uses its middle value (error <= 0.025 px).
-                let s = src + (ks &- 1)
-                // Fraction of the middle pixel: the whole-pixel steps do not change it.
-                let t = ((ps &+ Int32(truncatingIfNeeded: n / 2) &* (dp &- 65536)) >> 4) & 4095
-                let (w0, w1, w2, w3) = cubicWeights(t)
-                for j in 0..<n {
-                    var v = (Int32(s[j]) &* w0 &+ Int32(s[j &+ 1]) &* w1 &+ Int32(s[j &+ 2]) &* w2 &+ Int32(s[j &+ 3]) &* w3 &+ 4096) >> 13
-                    v = v < 0 ? 0 : (v > 65535 ? 65535 : v)
-                    d[j] = UInt16(truncatingIfNeeded: v)
-                }
-            } else {
-                for j in 0..<n {
-                    let p = ps &+ Int32(truncatingIfNeeded: j) &* dp
-                    let s = src + (Int(p >> 16) &- 1)
-                    d[j] = cubicTap(s[0], s[1], s[2], s[3], (p >> 4) & 4095)
-                }
-            }
-            i &+= n
-        }
-    }
-
-    /// dst[x] = rows sampled vertically at 16.16 row position v0 + x*dv (Catmull-Rom cubic).
-    @inline(__always)
-    static func lerpColumns(_ base: UnsafePointer<UInt16>, _ stride: Int, _ dst: UnsafeMutablePointer<UInt16>, _ count: Int, _ v0: Int32, _ dv: Int32) {
-        // Chunk length: the fraction may drift by at most 0.05 px across a chunk.
-        let drift = max(1, abs(Int(dv)))
-        let chunk = max(8, min(128, 3277 / drift))
-        var i = 0
-        while i < count {
-            let n = min(chunk, count &- i)
-            let vs = v0 &+ Int32(truncatingIfNeeded: i) &* dv
-            let ve = vs &+ Int32(truncatingIfNeeded: n &- 1) &* dv
-            let ks = Int(vs >> 16)
-            let d = dst + i
-            if Int(ve >> 16) == ks {
-                // Same source rows for the chunk; the fraction drifts by dv per pixel (rotation),
-                // at most 0.05 px over the chunk, so the middle value is used (error <= 0.025 px).
-                let r1 = base + (ks &* stride &+ i)
-                let r0 = r1 - stride, r2 = r1 + stride, r3 = r2 + stride
-                let t = ((vs &+ Int32(truncatingIfNeeded: n / 2) &* dv) >> 4) & 4095
-                let (w0, w1, w2, w3) = cubicWeights(t)
-                for j in 0..<n {
-                    var v = (Int32(r0[j]) &* w0 &+ Int32(r1[j]) &* w1 &+ Int32(r2[j]) &* w2 &+ Int32(r3[j]) &* w3 &+ 4096) >> 13
-                    v = v < 0 ? 0 : (v > 65535 ? 65535 : v)
-                    d[j] = UInt16(truncatingIfNeeded: v)
-                }
-            } else {
-                for j in 0..<n {
-                    let p = vs &+ Int32(truncatingIfNeeded: j) &* dv
-                    let r1 = base + (Int(p >> 16) &* stride &+ i &+ j)
-                    d[j] = cubicTap(r1[-stride], r1[0], r1[stride], r1[2 &* stride], (p >> 4) & 4095)
-                }
-            }
-            i &+= n
-        }
-    }
-
-    /// Box blur of radius n + f: dst[i] = (sum src[i+1...i+2n+1] + f (src[i] + src[i+2n+2])) / (2n+1+2f),
-    /// weights in 1/32768 (w for the inner taps, wf for the two fractional ones).
-    @inline(__always)
-    static func boxRow(_ src: UnsafePointer<UInt16>, _ dst: UnsafeMutablePointer<UInt16>, _ count: Int, _ n: Int, _ w: UInt32, _ wf: UInt32) {
-        switch n {
-        case 0:
-            for i in 0..<count {
-                let s = UInt32(src[i &+ 1])
-                let e = UInt32(src[i]) &+ UInt32(src[i &+ 2])
-                dst[i] = UInt16(truncatingIfNeeded: (s &* w &+ e &* wf &+ 16384) >> 15)
-            }
-        case 1:
-            for i in 0..<count {
-                let s = UInt32(src[i &+ 1]) &+ UInt32(src[i &+ 2]) &+ UInt32(src[i &+ 3])
-                let e = UInt32(src[i]) &+ UInt32(src[i &+ 4])
-                dst[i] = UInt16(truncatingIfNeeded: (s &* w &+ e &* wf &+ 16384) >> 15)
-            }
-        case 2:
-            for i in 0..<count {
-                let s = UInt32(src[i &+ 1]) &+ UInt32(src[i &+ 2]) &+ UInt32(src[i &+ 3]) &+ UInt32(src[i &+ 4]) &+ UInt32(src[i &+ 5])
-                let e = UInt32(src[i]) &+ UInt32(src[i &+ 6])
-                dst[i] = UInt16(truncatingIfNeeded: (s &* w &+ e &* wf &+ 16384) >> 15)
-            }
-        default:
-            var s: UInt32 = 0
-            for j in 1...(2 * n + 1) { s &+= UInt32(src[j]) }
-            let o = 2 &* n &+ 2
-            for i in 0..<count {
-                let hi = UInt32(src[i &+ o])
-                let e = UInt32(src[i]) &+ hi
-                dst[i] = UInt16(truncatingIfNeeded: (s &* w &+ e &* wf &+ 16384) >> 15)
-                s = s &+ hi &- UInt32(src[i &+ 1])
-            }
-        }
-    }
+    // The row kernels (cubic resampling, box blur, sensor model, tone curve, chroma packing) are C
+    // loops in CViewfinderKernels: a portable build and an AVX2 one chosen at run time.
 
     // MARK: Rendering
 
@@ -357,10 +223,10 @@ public final class SimRenderer {
             let src = UnsafePointer(sceneLuma + v * SW)
             let p0 = Int32(((hBase - s * Double(v) - alpha * Double(pad)) * 65536).rounded())
             if blur {
-                SimRenderer.lerpRow(src, rowA, W + 2 * pad, p0, dp)
-                SimRenderer.boxRow(UnsafePointer(rowA), bufB + v * W, W, n, w, wf)
+                vf_sim_cubic_row(src, rowA, W + 2 * pad, p0, dp)
+                vf_sim_box_row(rowA, bufB + v * W, W, n, w, wf)
             } else {
-                SimRenderer.lerpRow(src, bufB + v * W, W, p0, dp)
+                vf_sim_cubic_row(src, bufB + v * W, W, p0, dp)
             }
         }
         // Pass B: rows -pad ..< H+pad into bufC; sum the visible radiance.
@@ -370,7 +236,7 @@ public final class SimRenderer {
         for y in -pad..<(H + pad) {
             let v0 = Int32(((vBase + Double(y)) * 65536).rounded())
             let dst = bufC + (y + pad) * W
-            SimRenderer.lerpColumns(UnsafePointer(bufB), W, dst, W, v0, dv)
+            vf_sim_cubic_columns(bufB, W, dst, W, v0, dv)
             if y >= 0 && y < H {
                 var rs: UInt32 = 0
                 for x in 0..<W { rs &+= UInt32(dst[x]) }
@@ -416,32 +282,11 @@ public final class SimRenderer {
             let tRow = rowStartBase + Double(y) / Double(H) * readoutTime
             let k = Float(kBase * flickerFactor(rowStart: tRow, exposure: eSec))
             let z = noise + Int(rng.next() % UInt64(SimRenderer.noiseCount))
+            var sensor = vf_sim_sensor(k: k, fullWell: fw, readNoise2: r2, noiseScale: ns, gain: G, adcMax: adcMax, blurFraction: ff, blurInvNorm: invNorm)
             if blur {
-                let lo = bufC + y * W
-                let hi = bufC + (y + 2 * n + 2) * W
-                let next = bufC + (y + 1) * W
-                for x in 0..<W {
-                    let rad = (Float(colSum[x]) + ff * Float(UInt32(lo[x]) &+ UInt32(hi[x]))) * invNorm
-                    var e = rad * k
-                    e = e < fw ? e : fw
-                    let sd = SimRenderer.fastSqrt(e + r2) * ns
-                    var dn = (e + sd * z[x]) * G
-                    dn = dn > 0 ? dn : 0
-                    dn = dn < adcMax ? dn : adcMax
-                    idx[x] = Int32(bitPattern: (dn + 12_582_912).bitPattern) &- 0x4B40_0000
-                    colSum[x] = colSum[x] &+ UInt32(hi[x]) &- UInt32(next[x])
-                }
+                vf_sim_sensor_row(&sensor, nil, colSum, bufC + y * W, bufC + (y + 2 * n + 2) * W, bufC + (y + 1) * W, z, idx, W)
             } else {
-                let row = bufC + y * W
-                for x in 0..<W {
-                    var e = Float(row[x]) * k
-                    e = e < fw ? e : fw
-                    let sd = SimRenderer.fastSqrt(e + r2) * ns
-                    var dn = (e + sd * z[x]) * G
-                    dn = dn > 0 ? dn : 0
-                    dn = dn < adcMax ? dn : adcMax
-                    idx[x] = Int32(bitPattern: (dn + 12_582_912).bitPattern) &- 0x4B40_0000
-                }
+                vf_sim_sensor_row(&sensor, bufC + y * W, nil, nil, nil, nil, z, idx, W)
             }
             let t1 = timing ? monotonicNanoseconds() : 0
             // Tone curve into the luma destination.
@@ -454,10 +299,7 @@ public final class SimRenderer {
             default:
                 yDst = yRow
             }
-            for x in 0..<W { yDst[x] = tone[Int(idx[x])] }
-            var ls: UInt32 = 0
-            for x in 0..<W { ls &+= UInt32(yDst[x]) }
-            lumaSum &+= UInt64(ls)
+            lumaSum &+= UInt64(vf_sim_tone_row(idx, tone, yDst, W))
             let t2 = timing ? monotonicNanoseconds() : 0
             if timing { tTone &+= t2 &- t1 }
             defer { if timing { tPack &+= monotonicNanoseconds() &- t2 } }
@@ -470,76 +312,29 @@ public final class SimRenderer {
             let ccol = min(scene.chromaWidth - cw - 1, max(0, Int((hPos / 2).rounded())))
             let cuRow = scene.cu + crow * scene.chromaWidth + ccol
             let cvRow = scene.cv + crow * scene.chromaWidth + ccol
-            // Chroma and packing in one pass: luma pairs are read as one UInt16, packed pixels
-            // pairs written as one UInt32 (contiguous accesses, so the loops vectorise).
-            let yPairs = UnsafeRawPointer(yDst)
-            let out = frame.data
+            // Chroma and packing in one pass.
+            let out = frame.data.assumingMemoryBound(to: UInt8.self)
+            var dst = out, dstV: UnsafeMutablePointer<UInt8>? = nil
+            let layout: Int32
             switch pf {
-            case .yuyv:
-                let d = out + y * format.bytesPerRow
-                for xc in 0..<cw {
-                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
-                    let y0 = pair & 0xFF, y1 = pair >> 8
-                    let ys = Int32(bitPattern: y0 &+ y1)
-                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
-                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
-                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
-                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
-                    let word = y0 | UInt32(bitPattern: u) << 8 | y1 << 16 | UInt32(bitPattern: v) << 24
-                    d.storeBytes(of: word, toByteOffset: 4 &* xc, as: UInt32.self)
-                }
-            case .uyvy:
-                let d = out + y * format.bytesPerRow
-                for xc in 0..<cw {
-                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
-                    let y0 = pair & 0xFF, y1 = pair >> 8
-                    let ys = Int32(bitPattern: y0 &+ y1)
-                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
-                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
-                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
-                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
-                    let word = UInt32(bitPattern: u) | y0 << 8 | UInt32(bitPattern: v) << 16 | y1 << 24
-                    d.storeBytes(of: word, toByteOffset: 4 &* xc, as: UInt32.self)
-                }
+            case .yuyv, .uyvy:
+                layout = pf == .yuyv ? 0 : 1
+                dst = out + y * format.bytesPerRow
             case .nv12:
+                layout = 2
                 let p1 = format.plane(1)
-                let d = out + p1.offset + (y / 2) * p1.bytesPerRow
-                for xc in 0..<cw {
-                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
-                    let ys = Int32(bitPattern: (pair & 0xFF) &+ (pair >> 8))
-                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
-                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
-                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
-                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
-                    d.storeBytes(of: UInt16(truncatingIfNeeded: u) | UInt16(truncatingIfNeeded: v) << 8, toByteOffset: 2 &* xc, as: UInt16.self)
-                }
-            default:
-                let (uDst, vDst): (UnsafeMutablePointer<UInt8>, UnsafeMutablePointer<UInt8>)
-                let base = out.assumingMemoryBound(to: UInt8.self)
-                switch pf {
-                case .i420:
-                    let p1 = format.plane(1), p2 = format.plane(2)
-                    uDst = base + p1.offset + (y / 2) * p1.bytesPerRow
-                    vDst = base + p2.offset + (y / 2) * p2.bytesPerRow
-                case .yuv422p:
-                    let p1 = format.plane(1), p2 = format.plane(2)
-                    uDst = base + p1.offset + y * p1.bytesPerRow
-                    vDst = base + p2.offset + y * p2.bytesPerRow
-                default: // MJPEG: planar 4:2:2 for the encoder
-                    uDst = planes! + W * H + y * cw
-                    vDst = planes! + W * H + cw * H + y * cw
-                }
-                for xc in 0..<cw {
-                    let pair = UInt32(yPairs.load(fromByteOffset: 2 &* xc, as: UInt16.self))
-                    let ys = Int32(bitPattern: (pair & 0xFF) &+ (pair >> 8))
-                    var u = 128 &+ (((Int32(cuRow[xc]) &* satK &+ castU) &* ys) >> 16)
-                    var v = 128 &+ (((Int32(cvRow[xc]) &* satK &+ castV) &* ys) >> 16)
-                    u = u < 0 ? 0 : (u > 255 ? 255 : u)
-                    v = v < 0 ? 0 : (v > 255 ? 255 : v)
-                    uDst[xc] = UInt8(truncatingIfNeeded: u)
-                    vDst[xc] = UInt8(truncatingIfNeeded: v)
-                }
+                dst = out + p1.offset + (y / 2) * p1.bytesPerRow
+            case .i420, .yuv422p:
+                layout = 3
+                let p1 = format.plane(1), p2 = format.plane(2), row = pf == .i420 ? y / 2 : y
+                dst = out + p1.offset + row * p1.bytesPerRow
+                dstV = out + p2.offset + row * p2.bytesPerRow
+            default: // MJPEG: planar 4:2:2 for the encoder
+                layout = 3
+                dst = planes! + W * H + y * cw
+                dstV = planes! + W * H + cw * H + y * cw
             }
+            vf_sim_chroma_row(yDst, cuRow, cvRow, satK, castU, castV, layout, dst, dstV, cw)
         }
         let tEnd = timing ? monotonicNanoseconds() : 0
         if timing {

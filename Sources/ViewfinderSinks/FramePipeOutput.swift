@@ -140,9 +140,8 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         let (w, h) = (f.width, f.height)
         switch f.pixelFormat {
         case .yuyv, .uyvy:
-            let yuyv = f.pixelFormat == .yuyv
-            unpackPacked422(src, bytesPerRow: f.bytesPerRow, width: w, height: h, yOffset: yuyv ? 0 : 1, uOffset: yuyv ? 1 : 0,
-                            y: scratch, u: scratch + w * h, v: scratch + w * h + w / 2 * h)
+            YUVSplit.packed422(src, bytesPerRow: f.bytesPerRow, width: w, height: h, order: f.pixelFormat == .yuyv ? .yuyv : .uyvy,
+                               y: scratch, u: scratch + w * h, v: scratch + w * h + w / 2 * h)
             try writeAll(scratch, w * h * 2)
         case .nv12:
             try writeAll(src, w * h)

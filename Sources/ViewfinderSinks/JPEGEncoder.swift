@@ -166,9 +166,8 @@ public final class JPEGEncoder {
             ensureScratch(needY + 2 * needC + 2 * tcw * tch + 64)
             let yDst = scratch.assumingMemoryBound(to: UInt8.self)
             let uDst = yDst + needY, vDst = uDst + needC
-            let yo = format.pixelFormat == .yuyv ? 0 : 1
-            let uo = format.pixelFormat == .yuyv ? 1 : 0
-            unpackPacked422(src, bytesPerRow: format.bytesPerRow, width: w, height: h, yOffset: yo, uOffset: uo, y: yDst, u: needC > 0 ? uDst : nil, v: needC > 0 ? vDst : nil)
+            YUVSplit.packed422(src, bytesPerRow: format.bytesPerRow, width: w, height: h, order: format.pixelFormat == .yuyv ? .yuyv : .uyvy,
+                               y: yDst, u: needC > 0 ? uDst : nil, v: needC > 0 ? vDst : nil)
             planes = Planes(y: UnsafePointer(yDst), yStride: w, u: UnsafePointer(uDst), v: UnsafePointer(vDst), chromaStride: scw)
         case .nv12:
             let g = format.plane(1)
@@ -218,33 +217,6 @@ public final class JPEGEncoder {
         }
         if rc != 0 { throw SinkError.jpeg(operation: "tjCompressFromYUVPlanes", message: String(cString: tjGetErrorStr2(handle))) }
         return UnsafeRawBufferPointer(start: out, count: Int(size))
-    }
-}
-
-/// Splits packed 4:2:2 rows (YUYV or UYVY) into Y, U and V planes.
-@inline(__always)
-func unpackPacked422(_ src: UnsafePointer<UInt8>, bytesPerRow: Int, width: Int, height: Int, yOffset: Int, uOffset: Int,
-                     y: UnsafeMutablePointer<UInt8>, u: UnsafeMutablePointer<UInt8>?, v: UnsafeMutablePointer<UInt8>?) {
-    let pairs = width / 2
-    let vOffset = uOffset &+ 2
-    for row in 0..<height {
-        let s = src + row &* bytesPerRow
-        let yd = y + row &* width
-        if let u, let v {
-            let ud = u + row &* pairs, vd = v + row &* pairs
-            var x = 0
-            while x < pairs {
-                let b = x &* 4
-                yd[x &* 2] = s[b &+ yOffset]
-                yd[x &* 2 &+ 1] = s[b &+ 2 &+ yOffset]
-                ud[x] = s[b &+ uOffset]
-                vd[x] = s[b &+ vOffset]
-                x &+= 1
-            }
-        } else {
-            var x = 0
-            while x < width { yd[x] = s[x &* 2 &+ yOffset]; x &+= 1 }
-        }
     }
 }
 

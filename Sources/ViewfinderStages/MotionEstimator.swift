@@ -34,7 +34,7 @@ public enum Pyramid {
     /// Halves `luma` into `out` by 2×2 box averaging (`out` must be at least width/2 × height/2).
     public static func halve(_ luma: LumaView, into out: GreyImage) {
         switch luma.pixelStride {
-        case 1: halve(luma, out, stride: 1)
+        case 1: halvePlanar(luma, out)
         case 2: halvePacked(luma, out)
         default: halve(luma, out, stride: luma.pixelStride)
         }
@@ -78,9 +78,33 @@ public enum Pyramid {
         }
     }
 
+    /// Planar luma: 16 bytes of each of two rows are eight 16-bit lanes holding a pixel pair each,
+    /// so a pair's sum is (lane & 0xFF) + (lane >> 8) — plain 128-bit vector operations, no
+    /// deinterleaving shuffle (which the baseline x86-64 vector unit lacks).
+    static func halvePlanar(_ luma: LumaView, _ out: GreyImage) {
+        let w = min(out.width, luma.width / 2), h = min(out.height, luma.height / 2)
+        let blocks = w / 8
+        for y in 0..<h {
+            let r0 = UnsafeRawPointer(luma.pointer(x: 0, y: 2 &* y))
+            let r1 = r0 + luma.bytesPerRow
+            let o = UnsafeMutableRawPointer(out.pixels + y &* out.width)
+            for b in 0..<blocks {
+                let a = r0.loadUnaligned(fromByteOffset: b &* 16, as: SIMD8<UInt16>.self)
+                let c = r1.loadUnaligned(fromByteOffset: b &* 16, as: SIMD8<UInt16>.self)
+                let sum = (a & 0xFF) &+ (a &>> 8) &+ (c & 0xFF) &+ (c &>> 8) &+ 2
+                o.storeBytes(of: SIMD8<UInt8>(truncatingIfNeeded: sum &>> 2), toByteOffset: b &* 8, as: SIMD8<UInt8>.self)
+            }
+            let p0 = r0.assumingMemoryBound(to: UInt8.self), p1 = r1.assumingMemoryBound(to: UInt8.self)
+            for x in (blocks &* 8)..<w {
+                let v = UInt16(p0[2 &* x]) &+ UInt16(p0[2 &* x &+ 1]) &+ UInt16(p1[2 &* x]) &+ UInt16(p1[2 &* x &+ 1]) &+ 2
+                o.storeBytes(of: UInt8(truncatingIfNeeded: v &>> 2), toByteOffset: x, as: UInt8.self)
+            }
+        }
+    }
+
     /// Halves a grey image.
     public static func halve(_ image: GreyImage, into out: GreyImage) {
-        halve(LumaView(base: UnsafePointer(image.pixels), width: image.width, height: image.height, bytesPerRow: image.width), out, stride: 1)
+        halvePlanar(LumaView(base: UnsafePointer(image.pixels), width: image.width, height: image.height, bytesPerRow: image.width), out)
     }
 }
 
@@ -468,19 +492,27 @@ public final class MotionEstimator {
         return x
     }
 
+    /// Sum of absolute differences of the (2h+1)² block at (x, y) in `a` and at (x+dx, y+dy) in `b`.
+    /// Each row (at most 16 samples) is one 128-bit byte vector (|a − b| as max − min, summed in
+    /// 16-bit lanes); a load may read up to 15 − 2h bytes past the row's block, at worst into the
+    /// next row, which ``match``'s margin keeps inside the image; those lanes are masked out.
     @inline(__always)
     private func sad(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, _ dx: Int, _ dy: Int, _ h: Int) -> Int {
-        var s: Int32 = 0
-        let w = a.width
+        let w = a.width, side = 2 &* h &+ 1
+        assert(side <= 16, "SAD blocks are at most 16 wide")
+        // 0xFF in lanes below `side`: lane − side wraps to 241...255 there (top bit set), and is
+        // below 16 elsewhere. (Arithmetic, not `replacing(with:where:)`, which became a per-lane loop.)
+        let lanes = SIMD16<UInt8>(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+        let mask = ((lanes &- UInt8(side)) &>> 7) &* 0xFF
+        var acc = SIMD16<UInt16>()
         for j in -h...h {
-            let pa = a.pixels + ((y &+ j) &* w &+ x &- h)
-            let pb = b.pixels + ((y &+ j &+ dy) &* w &+ x &+ dx &- h)
-            for i in 0..<(2 &* h &+ 1) {
-                let d = Int32(pa[i]) &- Int32(pb[i])
-                s &+= d < 0 ? 0 &- d : d
-            }
+            let pa = UnsafeRawPointer(a.pixels + ((y &+ j) &* w &+ x &- h))
+            let pb = UnsafeRawPointer(b.pixels + ((y &+ j &+ dy) &* w &+ x &+ dx &- h))
+            let va = pa.loadUnaligned(as: SIMD16<UInt8>.self), vb = pb.loadUnaligned(as: SIMD16<UInt8>.self)
+            let d = (pointwiseMax(va, vb) &- pointwiseMin(va, vb)) & mask
+            acc &+= SIMD16<UInt16>(truncatingIfNeeded: d)
         }
-        return Int(s)
+        return Int(acc.wrappedSum())
     }
 
     /// Lucas–Kanade translation of the block of half-size `half` at (x, y) in `a`, found in `b`

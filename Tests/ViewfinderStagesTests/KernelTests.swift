@@ -117,7 +117,7 @@ struct KernelTests {
 struct PyramidTests {
     @Test("halving packed 4:2:2 luma equals halving the same luma as GREY", arguments: [PixelFormat.yuyv, .uyvy])
     func packedHalve(_ pf: PixelFormat) throws {
-        let g = StageBenchmarks.makeFrame(FrameFormat(.grey, width: 94, height: 38))
+        let g = TexturedFrames.make(FrameFormat(.grey, width: 94, height: 38))
         let lg = try #require(LumaView(g))
         let p = Frame(capacity: FrameFormat(pf, width: 94, height: 38).maxByteCount, format: FrameFormat(pf, width: 94, height: 38))
         fill(p) { x, y in lg.pointer(x: x, y: y).pointee }

@@ -22,9 +22,9 @@ func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: I
         var frame: Frame? = f
         var idx = k
         while let fr = frame, idx < stages.count {
-            let t0 = StageBenchmarks.threadCPUNanoseconds()
+            let t0 = TexturedFrames.threadCPUNanoseconds()
             let verdict = stages[idx].process(fr)
-            times?.milliseconds.append(Double(StageBenchmarks.threadCPUNanoseconds() &- t0) / 1e6)
+            times?.milliseconds.append(Double(TexturedFrames.threadCPUNanoseconds() &- t0) / 1e6)
             switch verdict {
             case .forward: idx += 1
             case .drop: fr.release(); frame = nil

@@ -225,7 +225,7 @@ struct StabiliseTests {
         // and below 1.
         for (width, height) in [(200, 120), (356, 64)] {
             let f = FrameFormat(pf, width: width, height: height)
-            let a = StageBenchmarks.makeFrame(f), b = StageBenchmarks.makeFrame(f)
+            let a = TexturedFrames.make(f), b = TexturedFrames.make(f)
             let copy = UnsafeMutablePointer<UInt8>.allocate(capacity: f.maxByteCount)
             defer { copy.deallocate() }
             copy.update(from: a.data.assumingMemoryBound(to: UInt8.self), count: f.maxByteCount)
@@ -275,7 +275,7 @@ struct StabiliseTests {
         try s2.prepare(format: small, context: StageContext(format: small))
         var outs: [Frame] = []
         for i in 0..<4 {
-            let f = StageBenchmarks.makeFrame(small, shiftX: i)
+            let f = TexturedFrames.make(small, shiftX: i)
             f.retain()
             _ = s2.process(f)
             while let r = s2.nextReady() { outs.append(r) }

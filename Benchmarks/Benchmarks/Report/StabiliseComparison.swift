@@ -14,6 +14,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import StageTiming
 import ViewfinderKit
 
 /// A grey image in Float for registration.

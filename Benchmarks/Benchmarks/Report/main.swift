@@ -9,6 +9,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import StageTiming
 import Synchronization
 import ViewfinderKit
 
@@ -102,6 +103,10 @@ if CommandLine.arguments.contains("--stabilise") {
     try runStabiliseComparison(quick: quick)
     exit(0)
 }
+if CommandLine.arguments.contains("--kernels") {
+    try reportKernels(quick: quick)
+    exit(0)
+}
 if stagesOnly {
     for fmt in [PixelFormat.grey, .yuyv, .nv12] {
         print("== Stage kernels and stages at 1920x1080 \(fmt) (ms per frame, median thread CPU time)")
@@ -153,7 +158,7 @@ row("with a 4 MB memcpy per frame (source cost included)", String(format: "%.1f 
 
 print("\n== Sim camera, full physical render (shake, defocus, exposure, noise, flicker)")
 for fmt in [PixelFormat.yuyv, .nv12] {
-    let fps = try SimCamera.renderBenchmark(width: 1920, height: 1080, format: fmt, frames: quick ? 60 : 300)
+    let fps = try SimRender(width: 1920, height: 1080, format: fmt).framesPerSecond(frames: quick ? 60 : 300)
     row("1920x1080 \(fmt), one core", String(format: "%.0f fps", fps), String(format: "%.2f ms/frame", 1000 / fps))
 }
 

@@ -1,4 +1,5 @@
 import Benchmark
+import StageTiming
 import ViewfinderKit
 
 // Per-stage cost at 1920x1080 (package-benchmark): the kernels the issue names next to their C

@@ -1,10 +1,10 @@
-import Viewfinder
+import ViewfinderKit
 
 /// Timing of the stage kernels on a synthetic textured frame, for `Benchmarks/` and reports.
 ///
 /// Each kernel runs `iterations` times after a warm-up; the median thread CPU time is reported. Build with
-/// `-c release` (the package's release flags enable `-target-cpu x86-64-v3`): debug timings mean
-/// nothing.
+/// `-c release`: debug timings mean nothing. (Moved here from ViewfinderStages: timing code is not
+/// part of the library.)
 public enum StageBenchmarks {
     public struct Result: Sendable, CustomStringConvertible {
         public var name: String
@@ -110,6 +110,8 @@ public enum StageBenchmarks {
                 let step = {
                     flip.toggle()
                     let f = flip ? other : frame
+                    // Frame retain/release are to become internal to the engine (issue 9, item 4):
+                    // this harness follows today's public API until that lands.
                     f.retain()
                     if st.process(f) == .hold { while let r = st.nextReady() { r.release() } }
                 }

@@ -1,0 +1,78 @@
+#ifndef VIEWFINDER_KERNELS_H
+#define VIEWFINDER_KERNELS_H
+// Hot loops of Viewfinder in C, each built twice: a portable version (the baseline vector unit:
+// SSE2 on x86-64, NEON on arm64) and, on x86-64 only, an AVX2 version chosen at run time when the
+// CPU has AVX2. Both give bit-identical results (integer arithmetic, or float arithmetic in the
+// same order without contraction). No target-CPU flag is needed to build them.
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// 1 when the AVX2 versions are in use, 0 for the portable ones.
+int vf_kernels_avx2_active(void);
+/// 1 when this CPU and build can run the AVX2 versions.
+int vf_kernels_avx2_available(void);
+/// Forces the portable versions (1) or goes back to the CPU's best (0). For tests.
+void vf_kernels_force_portable(int on);
+
+/// Sums of the 4-neighbour Laplacian over `rows` rows of `n` samples starting at `mid`
+/// (rows `bytesPerRow` apart, samples `pixelStride` apart; one sample of border all round is read).
+void vf_laplacian_sums(const uint8_t *mid, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows,
+                       int64_t *sum, uint64_t *sumSquares, uint64_t *sumPixels);
+
+/// Sums of the squared 3×3 Sobel gradient (gx² + gy²) and of the samples, laid out as above.
+void vf_sobel_sums(const uint8_t *mid, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows,
+                   uint64_t *sumSquares, uint64_t *sumPixels);
+
+/// Splits `height` rows of packed 4:2:2 (`width` even) into Y (width per row) and, when `u` and `v`
+/// are not NULL, U and V planes (width/2 per row). `yOffset` 0 and `uOffset` 1 for YUYV, 1 and 0 for UYVY.
+void vf_split_packed422(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height,
+                        int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v);
+
+// MARK: Sim camera renderer (one row at a time; see SimRenderer.swift for the model)
+
+/// dst[i] = src sampled at 16.16 position p0 + i·dp with Catmull-Rom cubic weights (12-bit fraction);
+/// chunks whose fraction drifts by at most 0.05 px use their middle fraction.
+void vf_sim_cubic_row(const uint16_t *src, uint16_t *dst, ptrdiff_t count, int32_t p0, int32_t dp);
+
+/// dst[x] = rows of `base` (`stride` apart) sampled vertically at 16.16 row v0 + x·dv, column x
+/// (Catmull-Rom cubic), with the same chunking as ``vf_sim_cubic_row``.
+void vf_sim_cubic_columns(const uint16_t *base, ptrdiff_t stride, uint16_t *dst, ptrdiff_t count, int32_t v0, int32_t dv);
+
+/// Box blur of radius n + f: dst[i] = (Σ src[i+1 ... i+2n+1] · w + (src[i] + src[i+2n+2]) · wf + 2^14) >> 15.
+void vf_sim_box_row(const uint16_t *src, uint16_t *dst, ptrdiff_t count, ptrdiff_t n, uint32_t w, uint32_t wf);
+
+/// Constants of the sensor model for one row.
+typedef struct {
+    float k;          // electrons per radiance unit for this row (exposure, light, flicker)
+    float fullWell;   // electrons
+    float readNoise2; // read noise², electrons²
+    float noiseScale; // noise multiplier
+    float gain;       // ADC units per electron
+    float adcMax;
+    float blurFraction;  // f of the box blur (ff)
+    float blurInvNorm;   // 1 / (2n + 1 + 2f)
+} vf_sim_sensor;
+
+/// Radiance to ADC codes for one row: without blur (`colSum` NULL) the radiance is `row[x]`; with it
+/// (colSum[x] + f·(lo[x] + hi[x]))/norm, and the running column sums move down one row
+/// (colSum += hi − next). Shot and read noise from `noise`; `codes[x]` is the rounded ADC code.
+void vf_sim_sensor_row(const vf_sim_sensor *c, const uint16_t *row, uint32_t *colSum, const uint16_t *lo,
+                       const uint16_t *hi, const uint16_t *next, const float *noise, int32_t *codes, ptrdiff_t count);
+
+/// dst[x] = tone[codes[x]]; returns Σ dst[x].
+uint32_t vf_sim_tone_row(const int32_t *codes, const uint8_t *tone, uint8_t *dst, ptrdiff_t count);
+
+/// Chroma for one row of luma pairs and the packing of the output, by `layout`: 0 YUYV and 1 UYVY
+/// (4 bytes per pair into `out`), 2 NV12 (UV pairs into `out`), 3 planar (U into `out`, V into `outV`).
+/// u = clamp(128 + ((cu·sat + castU)·(y0 + y1)) >> 16), v likewise.
+void vf_sim_chroma_row(const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+                       int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,442 @@
+// Each kernel's body is an always-inline function; `VF_DISPATCH` builds it into a portable
+// function and, on x86-64, into a copy compiled for AVX2 (a per-function target attribute, not
+// a build flag), and picks one at run time. The bodies use integer arithmetic, or float arithmetic
+// in a fixed order (no contraction into FMA: see the pragma), so both copies agree bit for bit.
+#include "ViewfinderKernels.h"
+
+#pragma STDC FP_CONTRACT OFF
+
+#define VF_INLINE static inline __attribute__((always_inline))
+
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+#define VF_X86 1
+#define VF_AVX2 __attribute__((target("avx2")))
+#else
+#define VF_X86 0
+#endif
+
+// -1 not decided yet, 0 portable, 1 AVX2.
+static int vf_level = -1;
+static int vf_forced_portable = 0;
+
+int vf_kernels_avx2_available(void) {
+#if VF_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+void vf_kernels_force_portable(int on) {
+    __atomic_store_n(&vf_forced_portable, on ? 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&vf_level, -1, __ATOMIC_RELAXED);
+}
+
+int vf_kernels_avx2_active(void) {
+    int level = __atomic_load_n(&vf_level, __ATOMIC_RELAXED);
+    if (level < 0) {
+        level = (!__atomic_load_n(&vf_forced_portable, __ATOMIC_RELAXED) && vf_kernels_avx2_available()) ? 1 : 0;
+        __atomic_store_n(&vf_level, level, __ATOMIC_RELAXED);
+    }
+    return level;
+}
+
+#if VF_X86
+#define VF_DISPATCH(name, params, args)                                   \
+    VF_AVX2 static void name##_avx2 params { name##_body args; }          \
+    static void name##_portable params { name##_body args; }              \
+    void name params {                                                    \
+        if (vf_kernels_avx2_active()) name##_avx2 args;                   \
+        else name##_portable args;                                        \
+    }
+#define VF_DISPATCH_RETURNING(type, name, params, args)                   \
+    VF_AVX2 static type name##_avx2 params { return name##_body args; }   \
+    static type name##_portable params { return name##_body args; }       \
+    type name params {                                                    \
+        return vf_kernels_avx2_active() ? name##_avx2 args : name##_portable args; \
+    }
+#else
+#define VF_DISPATCH(name, params, args) \
+    void name params { name##_body args; }
+#define VF_DISPATCH_RETURNING(type, name, params, args) \
+    type name params { return name##_body args; }
+#endif
+
+// MARK: Focus measures
+
+/// Rows in chunks of at most 1024 samples: 32-bit lane sums cannot overflow for 8-bit input at
+/// that length (|lap| <= 1020, lap² <= 1040400; gx² + gy² <= 2·1020²).
+enum { VF_CHUNK = 1024 };
+
+VF_INLINE void laplacian_rows(const uint8_t *mid0, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
+                              int64_t *sum, uint64_t *sumSq, uint64_t *sumPix) {
+    int64_t t1 = 0; uint64_t t2 = 0, tp = 0;
+    for (ptrdiff_t y = 0; y < rows; y++) {
+        const uint8_t *mid = mid0 + y * bpr, *up = mid - bpr, *down = mid + bpr;
+        for (ptrdiff_t start = 0; start < n; start += VF_CHUNK) {
+            ptrdiff_t len = n - start < VF_CHUNK ? n - start : VF_CHUNK;
+            int32_t s1 = 0; uint32_t s2 = 0, sp = 0;
+            const uint8_t *m = mid + start * s, *u = up + start * s, *d = down + start * s;
+            for (ptrdiff_t i = 0; i < len; i++) {
+                ptrdiff_t k = i * s;
+                int32_t c = m[k];
+                int32_t lap = 4 * c - m[k - s] - m[k + s] - u[k] - d[k];
+                s1 += lap;
+                s2 += (uint32_t)(lap * lap);
+                sp += (uint32_t)c;
+            }
+            t1 += s1; t2 += s2; tp += sp;
+        }
+    }
+    *sum = t1; *sumSq = t2; *sumPix = tp;
+}
+
+VF_INLINE void vf_laplacian_sums_body(const uint8_t *mid, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
+                                      int64_t *sum, uint64_t *sumSq, uint64_t *sumPix) {
+    // Constant strides let the compiler vectorise the common layouts.
+    if (s == 1) laplacian_rows(mid, bpr, 1, n, rows, sum, sumSq, sumPix);
+    else if (s == 2) laplacian_rows(mid, bpr, 2, n, rows, sum, sumSq, sumPix);
+    else laplacian_rows(mid, bpr, s, n, rows, sum, sumSq, sumPix);
+}
+
+VF_DISPATCH(vf_laplacian_sums,
+            (const uint8_t *mid, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows,
+             int64_t *sum, uint64_t *sumSquares, uint64_t *sumPixels),
+            (mid, bytesPerRow, pixelStride, n, rows, sum, sumSquares, sumPixels))
+
+VF_INLINE void sobel_rows(const uint8_t *mid0, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
+                          uint64_t *sumSq, uint64_t *sumPix) {
+    uint64_t t2 = 0, tp = 0;
+    for (ptrdiff_t y = 0; y < rows; y++) {
+        const uint8_t *mid = mid0 + y * bpr, *up = mid - bpr, *down = mid + bpr;
+        for (ptrdiff_t start = 0; start < n; start += VF_CHUNK) {
+            ptrdiff_t len = n - start < VF_CHUNK ? n - start : VF_CHUNK;
+            uint32_t s2 = 0, sp = 0;
+            const uint8_t *m = mid + start * s, *u = up + start * s, *d = down + start * s;
+            for (ptrdiff_t i = 0; i < len; i++) {
+                ptrdiff_t k = i * s, kl = k - s, kr = k + s;
+                // 16-bit intermediates (|g| <= 1020); the squares widen to 32 bits.
+                int16_t gx = (int16_t)((u[kr] + 2 * m[kr] + d[kr]) - (u[kl] + 2 * m[kl] + d[kl]));
+                int16_t gy = (int16_t)((d[kl] + 2 * d[k] + d[kr]) - (u[kl] + 2 * u[k] + u[kr]));
+                s2 += (uint32_t)((int32_t)gx * gx + (int32_t)gy * gy);
+                sp += m[k];
+            }
+            t2 += s2; tp += sp;
+        }
+    }
+    *sumSq = t2; *sumPix = tp;
+}
+
+VF_INLINE void vf_sobel_sums_body(const uint8_t *mid, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
+                                  uint64_t *sumSq, uint64_t *sumPix) {
+    if (s == 1) sobel_rows(mid, bpr, 1, n, rows, sumSq, sumPix);
+    else if (s == 2) sobel_rows(mid, bpr, 2, n, rows, sumSq, sumPix);
+    else sobel_rows(mid, bpr, s, n, rows, sumSq, sumPix);
+}
+
+#if VF_X86
+#include <immintrin.h>
+
+/// Sobel sums with AVX2 intrinsics for planar (`s` 1) and packed 4:2:2 (`s` 2) luma: 16 samples per
+/// step in 16-bit lanes, gx² + gy² by `vpmaddwd`, and the same sums as ``sobel_rows`` (all integer).
+/// Packed rows are read 32 bytes at a time with the chroma bytes masked off; the vector part stops
+/// one vector early there so that a load never passes the byte after the last luma sample used.
+VF_AVX2 static void sobel_rows_avx2(const uint8_t *mid0, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
+                                    uint64_t *sumSq, uint64_t *sumPix) {
+    const __m256i lumaMask = _mm256_set1_epi16(0x00FF);
+    const ptrdiff_t vectors = s == 1 ? n / 16 : (n - 1) / 16;
+    uint64_t t2 = 0, tp = 0;
+    for (ptrdiff_t y = 0; y < rows; y++) {
+        const uint8_t *mid = mid0 + y * bpr, *up = mid - bpr, *down = mid + bpr;
+#define VF_LOAD16(p, i) (s == 1 ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)((p) + (i)))) \
+                                : _mm256_and_si256(_mm256_loadu_si256((const __m256i *)((p) + 2 * (i))), lumaMask))
+        ptrdiff_t v = 0;
+        while (v < vectors) {
+            // 64 vectors of gx² + gy² pair sums stay below 2^32 per 32-bit lane.
+            ptrdiff_t end = v + 64 < vectors ? v + 64 : vectors;
+            __m256i sq = _mm256_setzero_si256(), px = _mm256_setzero_si256();
+            for (; v < end; v++) {
+                ptrdiff_t k = v * 16;
+                __m256i ul = VF_LOAD16(up, k - 1), uc = VF_LOAD16(up, k), ur = VF_LOAD16(up, k + 1);
+                __m256i ml = VF_LOAD16(mid, k - 1), mc = VF_LOAD16(mid, k), mr = VF_LOAD16(mid, k + 1);
+                __m256i dl = VF_LOAD16(down, k - 1), dc = VF_LOAD16(down, k), dr = VF_LOAD16(down, k + 1);
+                __m256i gx = _mm256_sub_epi16(_mm256_add_epi16(_mm256_add_epi16(ur, _mm256_slli_epi16(mr, 1)), dr),
+                                              _mm256_add_epi16(_mm256_add_epi16(ul, _mm256_slli_epi16(ml, 1)), dl));
+                __m256i gy = _mm256_sub_epi16(_mm256_add_epi16(_mm256_add_epi16(dl, _mm256_slli_epi16(dc, 1)), dr),
+                                              _mm256_add_epi16(_mm256_add_epi16(ul, _mm256_slli_epi16(uc, 1)), ur));
+                sq = _mm256_add_epi32(sq, _mm256_add_epi32(_mm256_madd_epi16(gx, gx), _mm256_madd_epi16(gy, gy)));
+                px = _mm256_add_epi32(px, _mm256_madd_epi16(mc, _mm256_set1_epi16(1)));
+            }
+            uint32_t a[8], b[8];
+            _mm256_storeu_si256((__m256i *)a, sq);
+            _mm256_storeu_si256((__m256i *)b, px);
+            for (int i = 0; i < 8; i++) { t2 += a[i]; tp += b[i]; }
+        }
+#undef VF_LOAD16
+        for (ptrdiff_t i = vectors * 16; i < n; i++) {
+            ptrdiff_t k = i * s, kl = k - s, kr = k + s;
+            int32_t gx = (up[kr] + 2 * mid[kr] + down[kr]) - (up[kl] + 2 * mid[kl] + down[kl]);
+            int32_t gy = (down[kl] + 2 * down[k] + down[kr]) - (up[kl] + 2 * up[k] + up[kr]);
+            t2 += (uint32_t)(gx * gx + gy * gy);
+            tp += mid[k];
+        }
+    }
+    *sumSq = t2; *sumPix = tp;
+}
+#endif
+
+static void vf_sobel_sums_portable(const uint8_t *mid, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
+                                   uint64_t *sumSq, uint64_t *sumPix) {
+    vf_sobel_sums_body(mid, bpr, s, n, rows, sumSq, sumPix);
+}
+
+void vf_sobel_sums(const uint8_t *mid, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows,
+                   uint64_t *sumSquares, uint64_t *sumPixels) {
+#if VF_X86
+    if ((pixelStride == 1 || pixelStride == 2) && vf_kernels_avx2_active()) {
+        sobel_rows_avx2(mid, bytesPerRow, pixelStride, n, rows, sumSquares, sumPixels);
+        return;
+    }
+#endif
+    vf_sobel_sums_portable(mid, bytesPerRow, pixelStride, n, rows, sumSquares, sumPixels);
+}
+
+// MARK: Packed 4:2:2 split
+
+VF_INLINE void split_rows(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t width, ptrdiff_t height,
+                          int yo, int uo, uint8_t *y, uint8_t *u, uint8_t *v) {
+    ptrdiff_t pairs = width / 2;
+    for (ptrdiff_t row = 0; row < height; row++) {
+        const uint8_t *s = src + row * bpr;
+        uint8_t *yd = y + row * width;
+        if (u && v) {
+            uint8_t *ud = u + row * pairs, *vd = v + row * pairs;
+            for (ptrdiff_t x = 0; x < pairs; x++) {
+                const uint8_t *p = s + 4 * x;
+                yd[2 * x] = p[yo];
+                yd[2 * x + 1] = p[2 + yo];
+                ud[x] = p[uo];
+                vd[x] = p[uo + 2];
+            }
+        } else {
+            for (ptrdiff_t x = 0; x < width; x++) yd[x] = s[2 * x + yo];
+        }
+    }
+}
+
+VF_INLINE void vf_split_packed422_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t width, ptrdiff_t height,
+                                       int yo, int uo, uint8_t *y, uint8_t *u, uint8_t *v) {
+    if (yo == 0 && uo == 1) split_rows(src, bpr, width, height, 0, 1, y, u, v);
+    else split_rows(src, bpr, width, height, 1, 0, y, u, v);
+}
+
+VF_DISPATCH(vf_split_packed422,
+            (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height,
+             int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v),
+            (src, bytesPerRow, width, height, yOffset, uOffset, y, u, v))
+
+// MARK: Sim camera renderer
+
+// Wrapping 32-bit arithmetic, as the Swift model (&+, &*) defines it.
+VF_INLINE int32_t wadd(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+VF_INLINE int32_t wmul(int32_t a, int32_t b) { return (int32_t)((uint32_t)a * (uint32_t)b); }
+
+typedef struct { int32_t w0, w1, w2, w3; } cubic_weights;
+
+/// Catmull-Rom weights (x 8192) for a 12-bit fraction t: taps at -1, 0, +1, +2.
+VF_INLINE cubic_weights cubic(int32_t t) {
+    int32_t t2 = (t * t) >> 12, t3 = (t2 * t) >> 12;
+    cubic_weights w = { 2 * t2 - t3 - t, 3 * t3 - 5 * t2 + 8192, 4 * t2 - 3 * t3 + t, t3 - t2 };
+    return w;
+}
+
+VF_INLINE uint16_t cubic_tap(int32_t a, int32_t b, int32_t c, int32_t d, cubic_weights w) {
+    int32_t v = wadd(wadd(wadd(wadd(wmul(a, w.w0), wmul(b, w.w1)), wmul(c, w.w2)), wmul(d, w.w3)), 4096) >> 13;
+    v = v < 0 ? 0 : (v > 65535 ? 65535 : v);
+    return (uint16_t)v;
+}
+
+VF_INLINE ptrdiff_t cubic_chunk(int32_t drift) {
+    ptrdiff_t d = drift < 0 ? -(ptrdiff_t)drift : drift;
+    if (d < 1) d = 1;
+    ptrdiff_t c = 3277 / d;
+    return c > 128 ? 128 : (c < 8 ? 8 : c);
+}
+
+VF_INLINE void vf_sim_cubic_row_body(const uint16_t *src, uint16_t *dst, ptrdiff_t count, int32_t p0, int32_t dp) {
+    ptrdiff_t chunk = cubic_chunk(wadd(dp, -65536));
+    for (ptrdiff_t i = 0; i < count;) {
+        ptrdiff_t n = count - i < chunk ? count - i : chunk;
+        int32_t ps = wadd(p0, wmul((int32_t)i, dp));
+        int32_t pe = wadd(ps, wmul((int32_t)(n - 1), dp));
+        ptrdiff_t ks = ps >> 16;
+        uint16_t *d = dst + i;
+        if ((ptrdiff_t)(pe >> 16) - ks == n - 1) {
+            // One whole step per pixel: the chunk uses the middle pixel's fraction.
+            const uint16_t *s = src + (ks - 1);
+            cubic_weights w = cubic((wadd(ps, wmul((int32_t)(n / 2), wadd(dp, -65536))) >> 4) & 4095);
+            for (ptrdiff_t j = 0; j < n; j++) d[j] = cubic_tap(s[j], s[j + 1], s[j + 2], s[j + 3], w);
+        } else {
+            for (ptrdiff_t j = 0; j < n; j++) {
+                int32_t p = wadd(ps, wmul((int32_t)j, dp));
+                const uint16_t *s = src + ((ptrdiff_t)(p >> 16) - 1);
+                d[j] = cubic_tap(s[0], s[1], s[2], s[3], cubic((p >> 4) & 4095));
+            }
+        }
+        i += n;
+    }
+}
+
+VF_DISPATCH(vf_sim_cubic_row,
+            (const uint16_t *src, uint16_t *dst, ptrdiff_t count, int32_t p0, int32_t dp),
+            (src, dst, count, p0, dp))
+
+VF_INLINE void vf_sim_cubic_columns_body(const uint16_t *base, ptrdiff_t stride, uint16_t *dst, ptrdiff_t count, int32_t v0, int32_t dv) {
+    ptrdiff_t chunk = cubic_chunk(dv);
+    for (ptrdiff_t i = 0; i < count;) {
+        ptrdiff_t n = count - i < chunk ? count - i : chunk;
+        int32_t vs = wadd(v0, wmul((int32_t)i, dv));
+        int32_t ve = wadd(vs, wmul((int32_t)(n - 1), dv));
+        ptrdiff_t ks = vs >> 16;
+        uint16_t *d = dst + i;
+        if ((ptrdiff_t)(ve >> 16) == ks) {
+            // The same four source rows for the chunk, at the middle pixel's fraction.
+            const uint16_t *r1 = base + (ks * stride + i);
+            const uint16_t *r0 = r1 - stride, *r2 = r1 + stride, *r3 = r2 + stride;
+            cubic_weights w = cubic((wadd(vs, wmul((int32_t)(n / 2), dv)) >> 4) & 4095);
+            for (ptrdiff_t j = 0; j < n; j++) d[j] = cubic_tap(r0[j], r1[j], r2[j], r3[j], w);
+        } else {
+            for (ptrdiff_t j = 0; j < n; j++) {
+                int32_t p = wadd(vs, wmul((int32_t)j, dv));
+                const uint16_t *r1 = base + ((ptrdiff_t)(p >> 16) * stride + i + j);
+                d[j] = cubic_tap(r1[-stride], r1[0], r1[stride], r1[2 * stride], cubic((p >> 4) & 4095));
+            }
+        }
+        i += n;
+    }
+}
+
+VF_DISPATCH(vf_sim_cubic_columns,
+            (const uint16_t *base, ptrdiff_t stride, uint16_t *dst, ptrdiff_t count, int32_t v0, int32_t dv),
+            (base, stride, dst, count, v0, dv))
+
+VF_INLINE uint16_t box_out(uint32_t s, uint32_t e, uint32_t w, uint32_t wf) {
+    return (uint16_t)((s * w + e * wf + 16384) >> 15);
+}
+
+VF_INLINE void vf_sim_box_row_body(const uint16_t *src, uint16_t *dst, ptrdiff_t count, ptrdiff_t n, uint32_t w, uint32_t wf) {
+    switch (n) {
+    case 0:
+        for (ptrdiff_t i = 0; i < count; i++) dst[i] = box_out(src[i + 1], (uint32_t)src[i] + src[i + 2], w, wf);
+        break;
+    case 1:
+        for (ptrdiff_t i = 0; i < count; i++)
+            dst[i] = box_out((uint32_t)src[i + 1] + src[i + 2] + src[i + 3], (uint32_t)src[i] + src[i + 4], w, wf);
+        break;
+    case 2:
+        for (ptrdiff_t i = 0; i < count; i++)
+            dst[i] = box_out((uint32_t)src[i + 1] + src[i + 2] + src[i + 3] + src[i + 4] + src[i + 5], (uint32_t)src[i] + src[i + 6], w, wf);
+        break;
+    default: {
+        // A running sum.
+        uint32_t s = 0;
+        for (ptrdiff_t j = 1; j <= 2 * n + 1; j++) s += src[j];
+        ptrdiff_t o = 2 * n + 2;
+        for (ptrdiff_t i = 0; i < count; i++) {
+            uint32_t hi = src[i + o];
+            dst[i] = box_out(s, (uint32_t)src[i] + hi, w, wf);
+            s = s + hi - src[i + 1];
+        }
+    }
+    }
+}
+
+VF_DISPATCH(vf_sim_box_row,
+            (const uint16_t *src, uint16_t *dst, ptrdiff_t count, ptrdiff_t n, uint32_t w, uint32_t wf),
+            (src, dst, count, n, w, wf))
+
+/// Square root to about 0.1 %: a bit-level first guess and one Newton step (vectorises, unlike sqrtf).
+VF_INLINE float fast_sqrt(float x) {
+    union { float f; uint32_t u; } b = { x };
+    b.u = 0x1FBD1DF5u + (b.u >> 1);
+    float g = b.f;
+    return 0.5f * (g + x / g);
+}
+
+VF_INLINE int32_t sensor_code(const vf_sim_sensor *c, float e, float z) {
+    e = e < c->fullWell ? e : c->fullWell;
+    float sd = fast_sqrt(e + c->readNoise2) * c->noiseScale;
+    float dn = (e + sd * z) * c->gain;
+    dn = dn > 0 ? dn : 0;
+    dn = dn < c->adcMax ? dn : c->adcMax;
+    // Round to nearest by the 1.5·2^23 trick.
+    union { float f; int32_t i; } r = { dn + 12582912.0f };
+    return wadd(r.i, -0x4B400000);
+}
+
+VF_INLINE void vf_sim_sensor_row_body(const vf_sim_sensor *cp, const uint16_t *row, uint32_t *colSum, const uint16_t *lo,
+                                      const uint16_t *hi, const uint16_t *next, const float *noise, int32_t *codes, ptrdiff_t count) {
+    const vf_sim_sensor c = *cp;
+    if (colSum) {
+        for (ptrdiff_t x = 0; x < count; x++) {
+            float rad = ((float)colSum[x] + c.blurFraction * (float)((uint32_t)lo[x] + hi[x])) * c.blurInvNorm;
+            codes[x] = sensor_code(&c, rad * c.k, noise[x]);
+            colSum[x] = colSum[x] + hi[x] - next[x];
+        }
+    } else {
+        for (ptrdiff_t x = 0; x < count; x++) codes[x] = sensor_code(&c, (float)row[x] * c.k, noise[x]);
+    }
+}
+
+VF_DISPATCH(vf_sim_sensor_row,
+            (const vf_sim_sensor *c, const uint16_t *row, uint32_t *colSum, const uint16_t *lo,
+             const uint16_t *hi, const uint16_t *next, const float *noise, int32_t *codes, ptrdiff_t count),
+            (c, row, colSum, lo, hi, next, noise, codes, count))
+
+VF_INLINE uint32_t vf_sim_tone_row_body(const int32_t *codes, const uint8_t *tone, uint8_t *dst, ptrdiff_t count) {
+    uint32_t sum = 0;
+    for (ptrdiff_t x = 0; x < count; x++) dst[x] = tone[codes[x]];
+    for (ptrdiff_t x = 0; x < count; x++) sum += dst[x];
+    return sum;
+}
+
+VF_DISPATCH_RETURNING(uint32_t, vf_sim_tone_row,
+                      (const int32_t *codes, const uint8_t *tone, uint8_t *dst, ptrdiff_t count),
+                      (codes, tone, dst, count))
+
+VF_INLINE uint8_t chroma(int32_t c, int32_t sat, int32_t cast, int32_t ys) {
+    int32_t v = wadd(128, wmul(wadd(wmul(c, sat), cast), ys) >> 16);
+    return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+VF_INLINE void chroma_rows(const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+                           int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs) {
+    for (ptrdiff_t x = 0; x < pairs; x++) {
+        uint8_t y0 = luma[2 * x], y1 = luma[2 * x + 1];
+        int32_t ys = (int32_t)y0 + y1;
+        uint8_t u = chroma(cu[x], sat, castU, ys), v = chroma(cv[x], sat, castV, ys);
+        switch (layout) {
+        case 0: out[4 * x] = y0; out[4 * x + 1] = u; out[4 * x + 2] = y1; out[4 * x + 3] = v; break;
+        case 1: out[4 * x] = u; out[4 * x + 1] = y0; out[4 * x + 2] = v; out[4 * x + 3] = y1; break;
+        case 2: out[2 * x] = u; out[2 * x + 1] = v; break;
+        default: out[x] = u; outV[x] = v; break;
+        }
+    }
+}
+
+VF_INLINE void vf_sim_chroma_row_body(const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+                                      int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs) {
+    // A constant layout per loop, so each one vectorises.
+    switch (layout) {
+    case 0: chroma_rows(luma, cu, cv, sat, castU, castV, 0, out, outV, pairs); break;
+    case 1: chroma_rows(luma, cu, cv, sat, castU, castV, 1, out, outV, pairs); break;
+    case 2: chroma_rows(luma, cu, cv, sat, castU, castV, 2, out, outV, pairs); break;
+    default: chroma_rows(luma, cu, cv, sat, castU, castV, 3, out, outV, pairs); break;
+    }
+}
+
+VF_DISPATCH(vf_sim_chroma_row,
+            (const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+             int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs),
+            (luma, cu, cv, sat, castU, castV, layout, out, outV, pairs))
