@@ -251,6 +251,8 @@ public struct OptionDocumentation: Sendable, Codable, Equatable {
     public var range: String?
     public var unit: String?
     public var summary: String
+
+    enum CodingKeys: String, CodingKey { case name, type, defaultValue = "default", range, unit, summary }
 }
 
 /// One option of a stage or a device: its name, type, range, unit, documentation, setter and value.
