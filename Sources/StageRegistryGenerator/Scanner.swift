@@ -165,7 +165,11 @@ enum StageScanner {
             if c.isGeneric {
                 let hasConcreteSubclass = classes.contains { sub in !sub.isGeneric && sub.inherits.contains { $0.hasPrefix(c.name + "<") } }
                 if !hasConcreteSubclass {
-                    diagnostics.append(Diagnostic(file: c.file, line: c.line, message: "generic stage class '\(c.name)' cannot be registered: the registry needs a concrete type. Add a subclass such as `final class My\(c.name): \(c.name)<Concrete> {}`"))
+                    // Point at the conformance: the class itself, or the extension that gives it.
+                    let ownBases = c.inherits.map { $0.split(separator: "<").first.map(String.init) ?? $0 }
+                    let own = ownBases.contains { conforming.contains($0) || stageClasses.contains($0) }
+                    let place = own ? c : declarations.first { $0.kind == .extension && $0.name == c.name && $0.inherits.contains(where: conforming.contains) } ?? c
+                    diagnostics.append(Diagnostic(file: place.file, line: place.line, message: "generic stage class '\(c.name)' cannot be registered: the registry needs a concrete type. Add a subclass such as `final class My\(c.name): \(c.name)<Concrete> {}`"))
                 }
                 continue
             }
@@ -184,14 +188,6 @@ enum StageScanner {
         for e in declarations where e.kind == .extension && e.inherits.contains(where: conforming.contains) && !declared.contains(e.name) {
             if found.contains(where: { $0.name == e.name }) { continue }
             found.append(FoundStage(name: e.name, isPublic: e.access == "public", file: e.file, line: e.line))
-        }
-        // A conformance on a generic type given in an extension (`extension Box: Stage where T == Int`).
-        for e in declarations where e.kind == .extension && e.inherits.contains(where: conforming.contains) {
-            if let c = classes.first(where: { $0.name == e.name }), c.isGeneric,
-               !classes.contains(where: { sub in !sub.isGeneric && sub.inherits.contains { $0.hasPrefix(c.name + "<") } }),
-               !diagnostics.contains(where: { $0.line == c.line && $0.file == c.file }) {
-                diagnostics.append(Diagnostic(file: e.file, line: e.line, message: "generic stage class '\(c.name)' cannot be registered: the registry needs a concrete type"))
-            }
         }
         if let first = diagnostics.first { throw ScanFailure(diagnostics: diagnostics, first: first) }
         var seen = Set<String>()
