@@ -86,6 +86,7 @@ let package = Package(
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderStages"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "CV4L2"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
+        .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSinks", "CTurboJPEG", "CLZ4"]),
     ]
 )

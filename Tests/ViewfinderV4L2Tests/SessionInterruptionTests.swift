@@ -4,16 +4,21 @@ import Foundation
 @testable import ViewfinderV4L2
 
 @Suite struct SessionInterruptionTests {
+    /// A session on a fake camera that produces frames as fast as they are taken.
+    func cameraSession() throws -> (FakeV4L2Kernel, CaptureSession) {
+        let kernel = makeKernel()
+        kernel.autoProduce = true
+        let session = CaptureSession(logger: quietLogger)
+        try session.addInput(CaptureDeviceInput(device: CaptureDevice(source: try makeCamera(kernel))))
+        try session.addOutput(NullConsumer())
+        try session.setSessionPreset(.inputPriority)
+        return (kernel, session)
+    }
+
     /// Unplugging the camera interrupts the session; plugging it back in ends the interruption
     /// and the session streams again by itself.
     @Test func anUnpluggedCameraThatComesBackEndsTheInterruption() throws {
-        let kernel = makeKernel()
-        kernel.autoProduce = true
-        let device = CaptureDevice(source: try makeCamera(kernel))
-        let session = CaptureSession(logger: quietLogger)
-        try session.addInput(CaptureDeviceInput(device: device))
-        try session.addOutput(NullConsumer())
-        try session.setSessionPreset(.inputPriority)
+        let (kernel, session) = try cameraSession()
         let events = LockedBox<[SessionEvent]>([])
         session.onEvent { e in events.withLock { $0.append(e) } }
         func waitFor(_ what: String, count: Int = 1) -> Bool {
@@ -58,13 +63,7 @@ import Foundation
 
     /// Stopping an interrupted session stops the watching: a later replug starts nothing.
     @Test func stoppingAnInterruptedSessionStopsWatching() throws {
-        let kernel = makeKernel()
-        kernel.autoProduce = true
-        let device = CaptureDevice(source: try makeCamera(kernel))
-        let session = CaptureSession(logger: quietLogger)
-        try session.addInput(CaptureDeviceInput(device: device))
-        try session.addOutput(NullConsumer())
-        try session.setSessionPreset(.inputPriority)
+        let (kernel, session) = try cameraSession()
         try session.startRunning()
         let deadline = Date().addingTimeInterval(10)
         while (session.statistics?.delivered ?? 0) < 5 && Date() < deadline { usleep(5000) }
