@@ -15,6 +15,9 @@ let package = Package(
     products: [
         .library(name: "Viewfinder", targets: ["Viewfinder"]),
         .library(name: "ViewfinderKit", targets: ["ViewfinderKit"]),
+        // Test doubles and fixtures (a fake V4L2 kernel, …) for this package's tests and its
+        // Benchmarks sub-package. Not part of ViewfinderKit.
+        .library(name: "ViewfinderTestSupport", targets: ["ViewfinderTestSupport"]),
         .executable(name: "viewfinder", targets: ["ViewfinderCLI"]),
         .plugin(name: "StageRegistryPlugin", targets: ["StageRegistryPlugin"]),
     ],
@@ -26,13 +29,18 @@ let package = Package(
         // C libraries, through pkg-config, with the Debian packages that provide them.
         .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev"])]),
         .systemLibrary(name: "CTurboJPEG", pkgConfig: "libturbojpeg", providers: [.apt(["libturbojpeg0-dev"])]),
-        .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
 
-        // The engine: frames, pool, ring, stages, flow, the sim camera and the capture session.
+        // The engine: frames, pool, ring, stages, flow and the capture session. Links no codec.
         .target(
             name: "Viewfinder",
-            dependencies: ["CTurboJPEG", .product(name: "Logging", package: "swift-log")],
+            dependencies: [.product(name: "Logging", package: "swift-log")],
+            swiftSettings: hotLoopFlags
+        ),
+        // The simulated camera (its scenes and MJPEG output use TurboJPEG).
+        .target(
+            name: "ViewfinderSim",
+            dependencies: ["Viewfinder", "CTurboJPEG"],
             swiftSettings: hotLoopFlags
         ),
         // Built-in stages, registered by the build-tool plugin.
@@ -54,15 +62,15 @@ let package = Package(
             dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4"],
             swiftSettings: hotLoopFlags
         ),
-        // Sound capture through ALSA.
-        .target(
-            name: "ViewfinderAudio",
-            dependencies: ["Viewfinder", "CALSA"]
-        ),
         // Everything together: device discovery over sim, V4L2 and dumps; the built-in stage registry.
         .target(
             name: "ViewfinderKit",
-            dependencies: ["Viewfinder", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks", "ViewfinderAudio"]
+            dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks"]
+        ),
+        // Test doubles and fixtures; used by Tests/ and Benchmarks/, never by ViewfinderKit.
+        .target(
+            name: "ViewfinderTestSupport",
+            dependencies: ["Viewfinder", "ViewfinderV4L2", "CV4L2"]
         ),
         .executableTarget(
             name: "ViewfinderCLI",
@@ -82,11 +90,12 @@ let package = Package(
         ),
 
         .testTarget(name: "ViewfinderTests", dependencies: ["Viewfinder"]),
+        .testTarget(name: "ViewfinderSimTests", dependencies: ["Viewfinder", "ViewfinderSim", "CTurboJPEG"]),
         .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit"]),
-        .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderStages"]),
-        .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "CV4L2"]),
+        .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages"]),
+        .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
+        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "CTurboJPEG", "CLZ4"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
         .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
-        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSinks", "CTurboJPEG", "CLZ4"]),
     ]
 )

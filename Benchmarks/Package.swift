@@ -17,6 +17,7 @@ let package = Package(
         .package(path: "../"),
         .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]),
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
     targets: [
         .executableTarget(
@@ -42,7 +43,9 @@ let package = Package(
             name: "viewfinder-report",
             dependencies: [
                 .product(name: "ViewfinderKit", package: viewfinder),
+                .product(name: "ViewfinderTestSupport", package: viewfinder),
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/Report"
         ),

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs what Viewfinder needs on Debian 12 when it is missing: the C libraries it links
-# (through pkg-config), ffmpeg (the tests read the movies back with ffprobe/ffmpeg) and, with
-# --bench, the peers the benchmarks compare against. Runs apt-get update once, only if something
-# is missing. Needs root, or sudo.
+# (through pkg-config), ffmpeg (the tests read the movies back with ffprobe/ffmpeg), python3
+# (scripts/check-public-api.sh) and, with --bench, the peers the benchmarks compare against.
+# Runs apt-get update once, only if something is missing. Needs root, or sudo.
 set -euo pipefail
-packages=(pkg-config libv4l-dev libturbojpeg0-dev libasound2-dev liblz4-dev ffmpeg util-linux)
+packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev ffmpeg util-linux python3)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(g++ libboost-dev gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good)
 fi

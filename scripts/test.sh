@@ -12,6 +12,9 @@ echo "== unit tests" >&2
 flock "$LOCK" swift build --build-tests
 swift test --skip-build
 
+echo "== public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit" >&2
+VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
+
 echo "== ring and channel tests under the thread sanitizer" >&2
 flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
 TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests"

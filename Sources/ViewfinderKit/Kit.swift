@@ -1,4 +1,5 @@
 @_exported import Viewfinder
+@_exported import ViewfinderSim
 @_exported import ViewfinderStages
 @_exported import ViewfinderV4L2
 @_exported import ViewfinderSinks

@@ -232,14 +232,6 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         }
     }
 
-    /// Waits until no recording is active (after a stop or a limit); false on timeout.
-    public func waitUntilNotRecording(timeoutSeconds: Double) -> Bool {
-        let deadline = monotonicNanoseconds() &+ UInt64(timeoutSeconds * 1e9)
-        lock.lock(); defer { lock.unlock() }
-        while activePath != nil { if !lock.wait(untilMonotonicNanoseconds: deadline) && activePath != nil { return false } }
-        return true
-    }
-
     /// Adds PCM audio (interleaved 16-bit, ``MovieOutputSettings/audio`` format) captured at
     /// `timestamp` (same clock as the video). Thread-safe; at most 5 s are queued.
     public func appendAudio(_ pcm: UnsafeRawBufferPointer, timestamp: Timestamp) {

@@ -86,12 +86,6 @@ final class V4L2Converter {
         return (src, dest)
     }
 
-    /// Whether libv4lconvert must convert `source` to get `destination`.
-    func needsConversion(_ source: v4l2_format, _ destination: v4l2_format) -> Bool {
-        var s = source, d = destination
-        return v4lconvert_needs_conversion(data, &s, &d) != 0
-    }
-
     /// Converts one frame; returns the bytes written.
     func convert(source: inout v4l2_format, destination: inout v4l2_format, from src: UnsafeMutableRawPointer, count: Int,
                  to dst: UnsafeMutableRawPointer, capacity: Int) -> Result<Int, ConversionFailure> {

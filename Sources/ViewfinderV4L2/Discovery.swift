@@ -29,7 +29,6 @@ public struct V4L2Capability: Sendable, Equatable, Codable {
 
     /// A single-planar video capture node with streaming I/O: what the backend drives.
     public var isVideoCapture: Bool { deviceCaps & V4L2.capVideoCapture != 0 }
-    public var canStream: Bool { deviceCaps & V4L2.capStreaming != 0 }
 }
 
 /// Enumeration of a device's format tree and controls (internal layer over ``V4L2Handle``).

@@ -6,79 +6,79 @@ import Viewfinder
 
 /// V4L2 ABI constants, spelled out with the types the backend uses (the C macros import with
 /// assorted integer types). Values are from `linux/videodev2.h` and never change (kernel ABI).
-enum V4L2 {
-    static let bufTypeVideoCapture: UInt32 = 1
-    static let memoryMMAP: UInt32 = 1
-    static let fieldNone: UInt32 = 1
-    static let fieldAny: UInt32 = 0
+package enum V4L2 {
+    package static let bufTypeVideoCapture: UInt32 = 1
+    package static let memoryMMAP: UInt32 = 1
+    package static let fieldNone: UInt32 = 1
+    package static let fieldAny: UInt32 = 0
 
-    static let capVideoCapture: UInt32 = 0x0000_0001
-    static let capVideoOutput: UInt32 = 0x0000_0002
-    static let capVideoCaptureMPlane: UInt32 = 0x0000_1000
-    static let capMetaCapture: UInt32 = 0x0080_0000
-    static let capStreaming: UInt32 = 0x0400_0000
-    static let capDeviceCaps: UInt32 = 0x8000_0000
+    package static let capVideoCapture: UInt32 = 0x0000_0001
+    package static let capVideoOutput: UInt32 = 0x0000_0002
+    package static let capVideoCaptureMPlane: UInt32 = 0x0000_1000
+    package static let capMetaCapture: UInt32 = 0x0080_0000
+    package static let capStreaming: UInt32 = 0x0400_0000
+    package static let capDeviceCaps: UInt32 = 0x8000_0000
 
-    static let fmtFlagCompressed: UInt32 = 0x0001
+    package static let fmtFlagCompressed: UInt32 = 0x0001
 
-    static let frmsizeDiscrete: UInt32 = 1
-    static let frmsizeContinuous: UInt32 = 2
-    static let frmsizeStepwise: UInt32 = 3
-    static let frmivalDiscrete: UInt32 = 1
+    package static let frmsizeDiscrete: UInt32 = 1
+    package static let frmsizeContinuous: UInt32 = 2
+    package static let frmsizeStepwise: UInt32 = 3
+    package static let frmivalDiscrete: UInt32 = 1
 
-    static let bufFlagMapped: UInt32 = 0x0000_0001
-    static let bufFlagQueued: UInt32 = 0x0000_0002
-    static let bufFlagDone: UInt32 = 0x0000_0004
-    static let bufFlagError: UInt32 = 0x0000_0040
-    static let bufFlagLast: UInt32 = 0x0010_0000
-    static let bufFlagTimestampMask: UInt32 = 0x0000_e000
-    static let bufFlagTimestampUnknown: UInt32 = 0x0000_0000
-    static let bufFlagTimestampMonotonic: UInt32 = 0x0000_2000
-    static let bufFlagTimestampCopy: UInt32 = 0x0000_4000
+    package static let bufFlagMapped: UInt32 = 0x0000_0001
+    package static let bufFlagQueued: UInt32 = 0x0000_0002
+    package static let bufFlagDone: UInt32 = 0x0000_0004
+    package static let bufFlagError: UInt32 = 0x0000_0040
+    package static let bufFlagLast: UInt32 = 0x0010_0000
+    package static let bufFlagTimestampMask: UInt32 = 0x0000_e000
+    package static let bufFlagTimestampUnknown: UInt32 = 0x0000_0000
+    package static let bufFlagTimestampMonotonic: UInt32 = 0x0000_2000
+    package static let bufFlagTimestampCopy: UInt32 = 0x0000_4000
 
-    static let ctrlFlagDisabled: UInt32 = 0x0001
-    static let ctrlFlagGrabbed: UInt32 = 0x0002
-    static let ctrlFlagReadOnly: UInt32 = 0x0004
-    static let ctrlFlagInactive: UInt32 = 0x0010
-    static let ctrlFlagWriteOnly: UInt32 = 0x0040
-    static let ctrlFlagVolatile: UInt32 = 0x0080
-    static let ctrlFlagNextCtrl: UInt32 = 0x8000_0000
-    static let ctrlFlagNextCompound: UInt32 = 0x4000_0000
-    static let ctrlWhichCurVal: UInt32 = 0
+    package static let ctrlFlagDisabled: UInt32 = 0x0001
+    package static let ctrlFlagGrabbed: UInt32 = 0x0002
+    package static let ctrlFlagReadOnly: UInt32 = 0x0004
+    package static let ctrlFlagInactive: UInt32 = 0x0010
+    package static let ctrlFlagWriteOnly: UInt32 = 0x0040
+    package static let ctrlFlagVolatile: UInt32 = 0x0080
+    package static let ctrlFlagNextCtrl: UInt32 = 0x8000_0000
+    package static let ctrlFlagNextCompound: UInt32 = 0x4000_0000
+    package static let ctrlWhichCurVal: UInt32 = 0
 
-    static let ctrlTypeInteger: UInt32 = 1
-    static let ctrlTypeBoolean: UInt32 = 2
-    static let ctrlTypeMenu: UInt32 = 3
-    static let ctrlTypeButton: UInt32 = 4
-    static let ctrlTypeInteger64: UInt32 = 5
-    static let ctrlTypeClass: UInt32 = 6
-    static let ctrlTypeString: UInt32 = 7
-    static let ctrlTypeBitmask: UInt32 = 8
-    static let ctrlTypeIntegerMenu: UInt32 = 9
+    package static let ctrlTypeInteger: UInt32 = 1
+    package static let ctrlTypeBoolean: UInt32 = 2
+    package static let ctrlTypeMenu: UInt32 = 3
+    package static let ctrlTypeButton: UInt32 = 4
+    package static let ctrlTypeInteger64: UInt32 = 5
+    package static let ctrlTypeClass: UInt32 = 6
+    package static let ctrlTypeString: UInt32 = 7
+    package static let ctrlTypeBitmask: UInt32 = 8
+    package static let ctrlTypeIntegerMenu: UInt32 = 9
 
-    static let eventCtrl: UInt32 = 3
-    static let eventSourceChange: UInt32 = 5
-    static let eventSubFlagSendInitial: UInt32 = 1
-    static let eventCtrlChangeValue: UInt32 = 1
-    static let eventCtrlChangeFlags: UInt32 = 2
-    static let eventCtrlChangeRange: UInt32 = 4
+    package static let eventCtrl: UInt32 = 3
+    package static let eventSourceChange: UInt32 = 5
+    package static let eventSubFlagSendInitial: UInt32 = 1
+    package static let eventCtrlChangeValue: UInt32 = 1
+    package static let eventCtrlChangeFlags: UInt32 = 2
+    package static let eventCtrlChangeRange: UInt32 = 4
 
     // Control ids (V4L2_CID_*).
-    static let cidBrightness: UInt32 = 0x0098_0900
-    static let cidContrast: UInt32 = 0x0098_0901
-    static let cidSaturation: UInt32 = 0x0098_0902
-    static let cidHue: UInt32 = 0x0098_0903
-    static let cidAutoWhiteBalance: UInt32 = 0x0098_090c
-    static let cidGain: UInt32 = 0x0098_0913
-    static let cidPowerLineFrequency: UInt32 = 0x0098_0918
-    static let cidWhiteBalanceTemperature: UInt32 = 0x0098_091a
-    static let cidExposureAuto: UInt32 = 0x009a_0901
-    static let cidExposureAbsolute: UInt32 = 0x009a_0902
-    static let cidFocusAbsolute: UInt32 = 0x009a_090a
-    static let cidFocusAuto: UInt32 = 0x009a_090c
+    package static let cidBrightness: UInt32 = 0x0098_0900
+    package static let cidContrast: UInt32 = 0x0098_0901
+    package static let cidSaturation: UInt32 = 0x0098_0902
+    package static let cidHue: UInt32 = 0x0098_0903
+    package static let cidAutoWhiteBalance: UInt32 = 0x0098_090c
+    package static let cidGain: UInt32 = 0x0098_0913
+    package static let cidPowerLineFrequency: UInt32 = 0x0098_0918
+    package static let cidWhiteBalanceTemperature: UInt32 = 0x0098_091a
+    package static let cidExposureAuto: UInt32 = 0x009a_0901
+    package static let cidExposureAbsolute: UInt32 = 0x009a_0902
+    package static let cidFocusAbsolute: UInt32 = 0x009a_090a
+    package static let cidFocusAuto: UInt32 = 0x009a_090c
 
     /// The engine's meaning of a V4L2 control id.
-    static func standard(for id: UInt32) -> StandardControl? {
+    package static func standard(for id: UInt32) -> StandardControl? {
         switch id {
         case cidExposureAuto: return .exposureAuto
         case cidExposureAbsolute: return .exposureTime
@@ -103,7 +103,7 @@ func cString<T>(_ tuple: T) -> String {
 }
 
 /// Writes `s` into a C `char[N]` tuple field (truncated, NUL-terminated).
-func setCString<T>(_ tuple: inout T, _ s: String) {
+package func setCString<T>(_ tuple: inout T, _ s: String) {
     withUnsafeMutableBytes(of: &tuple) { raw in
         raw.initializeMemory(as: UInt8.self, repeating: 0)
         for (i, b) in s.utf8.prefix(raw.count - 1).enumerated() { raw[i] = b }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Viewfinder
+import ViewfinderSim
 @testable import ViewfinderSinks
 
 /// The sinks behind the capture session, fed by the sim camera (real control latency, real

@@ -1,6 +1,7 @@
 import Testing
 import Foundation
 import Viewfinder
+import ViewfinderSim
 @testable import ViewfinderStages
 
 /// Drives `stage` in a closed loop with the sim camera (unpaced, so no threads): next frame,

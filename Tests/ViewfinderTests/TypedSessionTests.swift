@@ -137,31 +137,6 @@ func patternSession(_ device: String, output: (any CaptureOutput)? = nil) throws
         #expect(throws: ConfigurationError.self) { try generated.makeStage(StageSpec(name: "drop_every_other")) }
         #expect(throws: ConfigurationError.self) { try a.merging(generated) }
     }
-
-    /// The session asks its injected provider for the control stages: the core names none.
-    @Test func controlStagesComeFromTheInjectedProvider() throws {
-        struct Provider: DeviceControlStageProvider {
-            let calls = LockedBox<[ExposureMode]>([])
-            func controlStages(for settings: DeviceSettings, device: CaptureDevice, sensorPoint: @Sendable (NormalizedPoint) -> NormalizedPoint) throws -> [StageSpec] {
-                calls.withLock { $0.append(settings.exposureMode) }
-                return settings.exposureMode == .locked ? [] : [.stage(TaggingStage.self)]
-            }
-        }
-        let provider = Provider()
-        let device = CaptureDevice(source: try SimCamera(deviceString: "sim:width=64,height=64,paced=false,frames=12"))
-        let session = CaptureSession(controlStages: provider)
-        try session.addInput(CaptureDeviceInput(device: device))
-        try session.addOutput(NullConsumer())
-        try session.setSessionPreset(.inputPriority)
-        TaggingStage.frames.withLock { $0 = 0 }
-        try device.configure { $0.exposureMode = .continuous }
-        try session.startRunning()
-        session.waitUntilFinished()
-        session.stopRunning()
-        #expect(provider.calls.withLock { $0 } == [.continuous])
-        #expect(TaggingStage.frames.withLock { $0 } == 12)
-        #expect(session.statistics?.stageNames == ["device_controls"])
-    }
 }
 
 @Suite(.serialized) struct SessionEventTests {
@@ -257,7 +232,7 @@ final class FailingSource: CaptureSource, @unchecked Sendable {
 }
 
 @Suite struct DeviceOptionTableTests {
-    @Test func simPatternAndDumpOptionsAreRefusedTheSameWay() {
+    @Test func patternOptionsAreRefusedWithTheOptionAndTheReason() {
         #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:width=63", option: "width", reason: "YUYV has chroma at half horizontal resolution: expected an even width, got '63'")) {
             try PatternSource(deviceString: "pattern:width=63")
         }
@@ -266,39 +241,35 @@ final class FailingSource: CaptureSource, @unchecked Sendable {
         }
         // Odd sizes are fine where there is no chroma subsampling.
         #expect(throws: Never.self) { try PatternSource(deviceString: "pattern:width=63,height=31,format=grey") }
-        #expect(throws: DeviceError.invalidDeviceOption(device: "sim:fps=0", option: "fps", reason: "0 is outside 0.1...240")) {
-            try SimOptions(deviceString: "sim:fps=0")
+        #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:paced=maybe", option: "paced", reason: "expected true or false, got 'maybe'")) {
+            try PatternSource(deviceString: "pattern:paced=maybe")
         }
-        #expect(throws: DeviceError.invalidDeviceOption(device: "sim:paced=maybe", option: "paced", reason: "expected true or false, got 'maybe'")) {
-            try SimOptions(deviceString: "sim:paced=maybe")
-        }
-        #expect(throws: DeviceError.invalidDeviceOption(device: "sim:width=640,width=320", option: "width", reason: "given twice")) {
-            try SimOptions(deviceString: "sim:width=640,width=320")
+        #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:fps=5,fps=6", option: "fps", reason: "given twice")) {
+            try PatternSource(deviceString: "pattern:fps=5,fps=6")
         }
         #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:colour=red", option: "colour", reason: "unknown option (known: width, height, format, fps, paced, frames, copy, buffers)")) {
             try PatternSource(deviceString: "pattern:colour=red")
         }
+        #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:format=mjpeg", option: "format", reason: "expected one of yuyv, uyvy, nv12, i420, yuv422p, grey, rgb24, got 'mjpeg'")) {
+            try PatternSource(deviceString: "pattern:format=mjpeg")
+        }
     }
 
     @Test func valuesParseFromTextAndJSONAlike() throws {
-        let o = try SimOptions(deviceString: "sim:width=320,height=240,fps=12.5,format=nv12,paced=false,seed=7,scene=/tmp/a/b.jpg,flicker=50")
-        #expect(o.width == 320 && o.height == 240 && o.fps == 12.5 && o.format == .nv12 && !o.paced && o.seed == 7 && o.flicker == 50)
-        #expect(o.scene == "/tmp/a/b.jpg")
-        let j = try SimOptions.decode(["width": .number(320), "paced": .bool(false), "seed": .number(7)], device: "sim")
-        #expect(j.width == 320 && !j.paced && j.seed == 7)
+        let p = try PatternSource.Options.decode(keyValues: "frames=30,buffers=4,fps=12.5,format=i420,paced=true", device: "pattern")
+        #expect(p.frames == 30 && p.poolSize == 4 && p.fps == 12.5 && p.format == .i420 && p.paced)
+        let j = try PatternSource.Options.decode(["frames": .number(30), "buffers": .string("4"), "fps": .number(12.5), "format": .string("yu12"), "paced": .bool(true)], device: "pattern")
+        #expect(j == p)
         // What a table encodes, it reads back.
-        #expect(try SimOptions.decode(o.encoded(), device: "sim") == o)
-        let p = try PatternSource.Options.decode(keyValues: "frames=30,buffers=4", device: "pattern")
-        #expect(p.frames == 30 && p.poolSize == 4)
+        #expect(try PatternSource.Options.decode(p.encoded(), device: "pattern") == p)
+        #expect(p.encoded() == ["frames": .number(30), "buffers": .number(4), "fps": .number(12.5), "format": .string("i420"), "paced": .bool(true)])
     }
 
     @Test func everyDeviceOptionIsDocumented() {
-        let directory = DeviceDirectory(providers: [SimProvider(), PatternProvider()])
-        let kinds = directory.kinds
-        #expect(kinds.map(\.syntax) == ["sim[:key=value,…]", "pattern[:key=value,…]"])
-        #expect(kinds[0].options.map(\.name) == SimOptions.names)
-        for k in kinds { for o in k.options { #expect(!o.summary.isEmpty && !o.defaultValue.isEmpty, "\(k.syntax) \(o.name)") } }
-        let width = kinds[0].options.first { $0.name == "width" }
-        #expect(width == OptionDocumentation(name: "width", type: "integer", defaultValue: "1280", range: "64...7680", unit: "pixels", summary: "Output width (even)"))
+        let kinds = DeviceDirectory(providers: [PatternProvider()]).kinds
+        #expect(kinds.map(\.syntax) == ["pattern[:key=value,…]"])
+        #expect(kinds[0].options.map(\.name) == PatternSource.Options.fields.map(\.name))
+        for o in kinds[0].options { #expect(!o.summary.isEmpty && !o.defaultValue.isEmpty, "\(o.name)") }
+        #expect(kinds[0].options.first { $0.name == "width" } == OptionDocumentation(name: "width", type: "integer", defaultValue: "1920", range: "16...7680", unit: "pixels", summary: "Frame width (even for 4:2:2 and 4:2:0 formats)"))
     }
 }

@@ -1,6 +1,7 @@
 import Testing
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// Controls: get/set through G/S_EXT_CTRLS, typed errors, standard names, control events.
 @Suite struct ControlTests {

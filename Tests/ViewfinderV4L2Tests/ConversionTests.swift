@@ -1,6 +1,7 @@
 import Testing
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// The libv4lconvert fallback: formats the engine lacks (Bayer here) become RGB24 or YU12.
 @Suite struct ConversionTests {

@@ -2,6 +2,7 @@ import Testing
 import Foundation
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// Discovery against the fake kernel: capture nodes only, the whole format tree, controls with
 /// their standard meaning, stable identifiers, rendering and JSON.

@@ -1,6 +1,7 @@
 import Testing
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// A consumer that records what it sees and can act on a given frame.
 final class RecordingConsumer: FrameConsumer {
@@ -92,14 +93,5 @@ final class PacedDriver: Sendable {
         #expect(consumer.finishError.withLock { $0 } == "device '/dev/video0' was disconnected")
         #expect(consumer.finished.withLock { $0 })
         #expect(consumer.sequences.withLock { $0.count } >= 20)
-    }
-
-    @Test func benchmarkRunsOnTheFakeDevice() throws {
-        let r = try V4L2Benchmark.fakeCapture(frames: 500, width: 640, height: 480)
-        #expect(r.frames == 500)
-        #expect(r.captureNanosecondsPerFrame.isFinite && r.captureNanosecondsPerFrame > 0)
-        #expect(r.requeueNanosecondsPerFrame.isFinite && r.requeueNanosecondsPerFrame > 0)
-        let ms = try V4L2Benchmark.mjpegDecodeMilliseconds(width: 320, height: 240, scaleDenominator: 2, iterations: 2)
-        #expect(ms.isFinite && ms > 0)
     }
 }

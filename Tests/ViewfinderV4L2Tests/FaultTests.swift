@@ -1,6 +1,7 @@
 import Testing
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// Every fault the backend handles, against the fake kernel: busy, refused format, USB bandwidth,
 /// stalled stream (restart, reopen, give up) and unplug.

@@ -2,6 +2,7 @@ import Testing
 import CTurboJPEG
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// MJPEG passes through untouched; the decoder gives planar YUV (optionally scaled); damaged JPEGs
 /// are errors (dropped as corrupt), never crashes.

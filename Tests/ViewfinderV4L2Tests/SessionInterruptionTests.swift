@@ -2,6 +2,7 @@ import Testing
 import Foundation
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 @Suite struct SessionInterruptionTests {
     /// A session on a fake camera that produces frames as fast as they are taken.

@@ -2,6 +2,7 @@ import Testing
 import CV4L2
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// The capture path against the fake kernel: configuration, zero-copy lending, re-queueing,
 /// sequence gaps, out-of-buffers, corrupt buffers, timestamps, EINTR.

@@ -3,6 +3,7 @@ import Logging
 import CTurboJPEG
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderTestSupport
 
 /// A logger that stays quiet in tests.
 let quietLogger: Logger = {

@@ -162,6 +162,10 @@ for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: .yuyv, iter
 print("\n== V4L2 capture thread, DQBUF to ring, fake device")
 let v4l2us = V4L2Benchmark.benchmarkFakeCapture(frames: quick ? 2000 : 20000)
 row("per frame", String(format: "%.2f µs", v4l2us))
+for scale in [1, 2] {
+    let ms = try V4L2Benchmark.mjpegDecodeMilliseconds(scaleDenominator: scale, iterations: quick ? 10 : 50)
+    row("MJPEG 4:2:2 q85 decode to YUV, 1/\(scale) scale", String(format: "%.2f ms", ms))
+}
 
 // MARK: Sinks
 
@@ -173,3 +177,5 @@ let d = try DumpBenchmark.run(width: 1920, height: 1080, frames: quick ? 150 : 3
 row("write", "\(d)")
 let dr = try DumpBenchmark.runRead(width: 1920, height: 1080, frames: quick ? 100 : 300, noise: 64, directory: "/dev/shm")
 row("read back", "\(dr)")
+print("\n== Still photo 1920x1080: one TurboJPEG encode q90")
+row("encode", String(format: "%.2f ms", try PhotoBenchmark.encodeMilliseconds(iterations: quick ? 10 : 50)))

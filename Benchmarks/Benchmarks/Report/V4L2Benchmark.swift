@@ -1,5 +1,7 @@
-import Viewfinder
+import Foundation
 import Logging
+import ViewfinderKit
+import ViewfinderTestSupport
 
 /// Capture-thread cost of the V4L2 backend, measured against the fake kernel.
 public enum V4L2Benchmark {
@@ -10,7 +12,7 @@ public enum V4L2Benchmark {
         /// Mean time to give the buffer back (release → QBUF), paid by whichever thread releases.
         public var requeueNanosecondsPerFrame: Double
         public var description: String {
-            "\(frames) frames: capture \(fixed(captureNanosecondsPerFrame / 1000, 3)) µs/frame (poll+DQBUF+Frame), requeue \(fixed(requeueNanosecondsPerFrame / 1000, 3)) µs/frame"
+            "\(frames) frames: capture \(String(format: "%.3f", captureNanosecondsPerFrame / 1000)) µs/frame (poll+DQBUF+Frame), requeue \(String(format: "%.3f", requeueNanosecondsPerFrame / 1000)) µs/frame"
         }
     }
 
@@ -59,40 +61,22 @@ public enum V4L2Benchmark {
     }
 }
 
-import CTurboJPEG
-
 extension V4L2Benchmark {
     /// Mean TurboJPEG decode time (ms) of a camera-like 4:2:2 q85 JPEG of `width`x`height` at
     /// 1/`scaleDenominator` scale, through ``MJPEGDecoder`` (what a consumer needing pixels pays).
     public static func mjpegDecodeMilliseconds(width: Int = 1920, height: Int = 1080, scaleDenominator: Int = 1, iterations: Int = 50) throws -> Double {
-        // A textured scene (gradients plus pseudo-random detail), so the entropy decoder has work.
-        var rgb = [UInt8](repeating: 0, count: width * height * 3)
-        var seed: UInt32 = 12345
-        for y in 0..<height {
-            for x in 0..<width {
-                seed = seed &* 1_103_515_245 &+ 12345
-                let n = UInt8(truncatingIfNeeded: seed >> 30) // sensor-like noise of a few levels
-                let i = (y * width + x) * 3
-                rgb[i] = UInt8(truncatingIfNeeded: x * 255 / width) &+ n
-                rgb[i + 1] = UInt8(truncatingIfNeeded: y * 255 / height) &+ n
-                rgb[i + 2] = UInt8(truncatingIfNeeded: (x + y) & 0xFF) &+ n
-            }
-        }
-        guard let enc = tjInitCompress() else { throw MJPEGError.noDecoder("tjInitCompress failed") }
-        defer { tjDestroy(enc) }
-        var out: UnsafeMutablePointer<UInt8>? = nil
-        var size: UInt = 0
-        guard tjCompress2(enc, rgb, Int32(width), 0, Int32(height), Int32(TJPF_RGB.rawValue), &out, &size, Int32(TJSAMP_422.rawValue), 85, 0) == 0, let out else {
-            throw MJPEGError.corrupt("encoding the benchmark image failed")
-        }
-        defer { tjFree(out) }
-        let jpeg = UnsafeRawBufferPointer(start: out, count: Int(size))
+        // A textured scene with sensor-like noise (so the entropy decoder has work), encoded 4:2:2 q85.
+        let (_, source) = BenchmarkFrames.make(width: width, height: height, count: 1, noise: 8)
+        defer { source[0].release() }
+        let encoder = try JPEGEncoder()
+        let jpeg = try encoder.encode(source[0], quality: 85, subsampling: .s422)
         let decoder = try MJPEGDecoder()
         let fmt = try decoder.outputFormat(for: try decoder.header(jpeg), scaleDenominator: scaleDenominator)
         let target = Frame(capacity: fmt.maxByteCount, format: fmt)
         try decoder.decode(jpeg, scaleDenominator: scaleDenominator, into: target)
         let t0 = monotonicNanoseconds()
         for _ in 0..<iterations { try decoder.decode(jpeg, scaleDenominator: scaleDenominator, into: target) }
+        withExtendedLifetime(encoder) {}
         return Double(monotonicNanoseconds() - t0) / Double(iterations) / 1e6
     }
 }

@@ -1,3 +1,4 @@
+import Viewfinder
 import Synchronization
 
 /// The control values one frame is rendered with (device units, as V4L2 names them).
@@ -199,11 +200,6 @@ public final class SimControls: DeviceControlling {
 
     /// Records that frame `sequence` was handed out.
     func delivered(_ sequence: UInt64) { state.withLock { $0.lastDelivered = sequence } }
-
-    /// Records a value chosen by the sim's own loops (built-in AE/AF) that is effective at once.
-    func setApplied(_ name: String, _ value: Int64) {
-        state.withLock { s in s.applied[name] = value; s.requested[name] = value }
-    }
 
     func streamStarted() { state.withLock { s in s.streaming = true; s.lastDelivered = nil } }
 

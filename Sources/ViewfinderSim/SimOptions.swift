@@ -1,3 +1,4 @@
+import Viewfinder
 /// Options of the simulated camera, parsed from its device string
 /// `sim:key=value,key=value,...` (`sim` alone takes every default). The table in ``fields`` is the
 /// documentation: `viewfinder devices` prints it with units, ranges and defaults.

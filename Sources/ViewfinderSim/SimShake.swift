@@ -1,3 +1,4 @@
+import Viewfinder
 #if canImport(Glibc)
 import Glibc
 #endif

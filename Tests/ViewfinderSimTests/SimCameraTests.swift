@@ -2,6 +2,7 @@ import Testing
 import Foundation
 import CTurboJPEG
 @testable import Viewfinder
+@testable import ViewfinderSim
 
 /// Helpers: open a sim camera, pull frames synchronously (as the capture thread would).
 enum SimTest {

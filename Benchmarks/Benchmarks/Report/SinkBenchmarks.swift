@@ -1,6 +1,5 @@
 import Foundation
-import CLZ4
-import Viewfinder
+import ViewfinderKit
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -157,7 +156,7 @@ public enum DumpBenchmark {
     }
 }
 
-/// Photo encoding speed (one TurboJPEG encode + EXIF per still).
+/// Photo encoding speed (the TurboJPEG encode of one still).
 public enum PhotoBenchmark {
     public static func encodeMilliseconds(width: Int = 1920, height: Int = 1080, quality: Int = 90, iterations: Int = 50) throws -> Double {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, count: 1)
@@ -168,13 +167,6 @@ public enum PhotoBenchmark {
         for _ in 0..<iterations { total &+= try encoder.encode(source[0], quality: quality).count }
         withExtendedLifetime(encoder) {}
         return Double(monotonicNanoseconds() - t0) / 1e6 / Double(iterations)
-    }
-}
-
-/// Direct access to the LZ4 block compressor, for measuring it apart from the file I/O.
-public enum LZ4Probe {
-    public static func compress(_ src: UnsafeRawBufferPointer, _ dst: UnsafeMutableRawPointer, accel: Int32) -> Int32 {
-        LZ4_compress_fast(src.baseAddress!.assumingMemoryBound(to: CChar.self), dst.assumingMemoryBound(to: CChar.self), Int32(src.count), LZ4_compressBound(Int32(src.count)), accel)
     }
 }
 
@@ -246,23 +238,5 @@ public enum MovieComparison {
             }
         }
         return out
-    }
-}
-
-/// The YUYV → planar 4:2:2 split that precedes every TurboJPEG encode of packed frames.
-public enum UnpackBenchmark {
-    public static func milliseconds(width: Int = 1920, height: Int = 1080, iterations: Int = 100) -> Double {
-        let (_, source) = BenchmarkFrames.make(width: width, height: height, count: 1)
-        defer { source[0].release() }
-        let y = UnsafeMutablePointer<UInt8>.allocate(capacity: width * height)
-        let u = UnsafeMutablePointer<UInt8>.allocate(capacity: width * height / 2)
-        let v = UnsafeMutablePointer<UInt8>.allocate(capacity: width * height / 2)
-        defer { y.deallocate(); u.deallocate(); v.deallocate() }
-        let src = UnsafePointer(source[0].data.assumingMemoryBound(to: UInt8.self))
-        let t0 = monotonicNanoseconds()
-        for _ in 0..<iterations {
-            unpackPacked422(src, bytesPerRow: width * 2, width: width, height: height, yOffset: 0, uOffset: 1, y: y, u: u, v: v)
-        }
-        return Double(monotonicNanoseconds() - t0) / 1e6 / Double(iterations)
     }
 }

@@ -1,3 +1,4 @@
+import Viewfinder
 import CTurboJPEG
 #if canImport(Glibc)
 import Glibc

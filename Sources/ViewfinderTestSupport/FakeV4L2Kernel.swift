@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CV4L2
 import Viewfinder
+import ViewfinderV4L2
 
 /// A fake V4L2 kernel behind the syscall shim, for tests and the capture benchmark.
 ///

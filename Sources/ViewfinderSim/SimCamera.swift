@@ -1,3 +1,4 @@
+import Viewfinder
 import Logging
 #if canImport(Glibc)
 import Glibc
@@ -135,10 +136,6 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         running = false
         simControls.streamStopped()
     }
-
-    /// The renderer of the current configuration (nil before ``start()``), e.g. to render frames
-    /// directly in benchmarks.
-    public var currentRenderer: SimRenderer? { renderer }
 
     /// The physical state of frame `sequence` with control values `v`: exposure clamped to the
     /// frame interval (and rounded to whole light periods when anti-flicker matches), shake from

@@ -1,2 +1,0 @@
-import Viewfinder
-import CALSA
