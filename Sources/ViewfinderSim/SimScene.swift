@@ -236,92 +236,119 @@ final class SimScene: @unchecked Sendable {
     /// down to 1 px. Coordinates are in units of `unit` pixels (the output height) around the
     /// centre, so the composition frames the same at every size.
     static func procedural(width: Int, height: Int, unit: Double, seed: UInt64) -> SimScene {
-        SimScene(width: width, height: height) { s in
-            var rng = SplitMix64(seed: seed ^ 0x5CE7E)
-            // Buildings along the horizon.
-            struct Box { var x0, x1, y0, y1, level: Double; var cu, cv: Double; var windows: Bool }
-            var boxes: [Box] = []
-            var x = -1.2
-            while x < 1.2 {
-                let w = 0.08 + rng.unit() * 0.16
-                let h = 0.08 + rng.unit() * 0.3
-                boxes.append(Box(x0: x, x1: x + w, y0: -0.08 - h, y1: -0.08, level: 0.25 + rng.unit() * 1.4,
-                                 cu: (rng.unit() - 0.5) * 40, cv: (rng.unit() - 0.5) * 50, windows: rng.unit() < 0.7))
-                x += w + rng.unit() * 0.04
-            }
-            let noise = ValueNoise(seed: seed)
-            let sunX = 0.42, sunY = -0.36, sunR = 0.045
-            let subjX = 0.0, subjY = 0.08, subjRX = 0.16, subjRY = 0.22
+        let composition = ProceduralComposition(seed: seed)
+        return SimScene(width: width, height: height) { s in
             let cx = Double(width - 1) / 2, cy = Double(height - 1) / 2
             for py in 0..<height {
                 let v = (Double(py) - cy) / unit
                 for px in 0..<width {
                     let u = (Double(px) - cx) / unit
-                    // Fractal texture: octaves from 128 px down to 1 px.
-                    let t = noise.fbm(Double(px), Double(py))
-                    var level: Double
-                    var cu = 0.0, cv = 0.0
-                    if v < -0.08 {
-                        // Sky: brighter towards the top, bluish, with soft clouds.
-                        level = 2.2 + (-0.08 - v) * 3 + 0.8 * max(0, noise.low(Double(px) / 3, Double(py) / 2))
-                        cu = 28; cv = -14
-                        let d = ((u - sunX) * (u - sunX) + (v - sunY) * (v - sunY)).squareRoot()
-                        if d < sunR { level = 20 } else if d < sunR * 2.5 { level += 6 * (sunR * 2.5 - d) / (sunR * 1.5) }
-                    } else {
-                        // Ground: darker towards the bottom, greenish, strongly textured.
-                        level = 0.9 - (v + 0.08) * 0.6
-                        level *= 1 + 0.45 * t
-                        cu = -18; cv = -22
-                    }
-                    for b in boxes where u >= b.x0 && u < b.x1 && v >= b.y0 && v < b.y1 {
-                        level = b.level * (1 + 0.15 * t)
-                        cu = b.cu; cv = b.cv
-                        if b.windows {
-                            let wx = (u - b.x0) / 0.02, wy = (v - b.y0) / 0.03
-                            if wx.truncatingRemainder(dividingBy: 1) > 0.45 && wy.truncatingRemainder(dividingBy: 1) > 0.4 && u - b.x0 > 0.01 && b.x1 - u > 0.01 {
-                                level = 0.08 + 0.04 * t
-                            }
-                        }
-                    }
-                    // A deep shadow in the lower left.
-                    if u < -0.45 && v > 0.24 {
-                        level = 0.04 * (1 + 0.3 * t); cu = 0; cv = 0
-                    }
-                    // Checkerboard chart on the right.
-                    if u > 0.38 && u < 0.62 && v > 0.12 && v < 0.36 {
-                        let cxI = Int(((u - 0.38) / 0.03).rounded(.down)), cyI = Int(((v - 0.12) / 0.03).rounded(.down))
-                        level = (cxI + cyI) % 2 == 0 ? 0.12 : 2.4
-                        cu = 0; cv = 0
-                    }
-                    // Siemens star on the left.
-                    let sx = u + 0.5, sy = v - 0.05, sr = (sx * sx + sy * sy).squareRoot()
-                    if sr < 0.14 {
-                        let a = atan2(sy, sx)
-                        level = sin(a * 18) > 0 ? 2.0 : 0.1
-                        if sr < 0.004 { level = 1 }
-                        cu = 0; cv = 0
-                    }
-                    // The subject: a textured ellipse with features.
-                    let ex = (u - subjX) / subjRX, ey = (v - subjY) / subjRY
-                    let er = ex * ex + ey * ey
-                    if er < 1 {
-                        level = 1.3 * (1 - 0.25 * er) * (1 + 0.3 * t)
-                        cu = -12; cv = 26
-                        let e1 = (u + 0.055) * (u + 0.055) + (v + 0.0) * (v + 0.0)
-                        let e2 = (u - 0.055) * (u - 0.055) + (v + 0.0) * (v + 0.0)
-                        if e1 < 0.0006 || e2 < 0.0006 { level = 0.05; cu = 0; cv = 0 }
-                        if abs(v - 0.12) < 0.006 && abs(u) < 0.06 { level = 0.3; cv = 50 }
-                    } else if er < 1.06 {
-                        level = 0.06
-                    }
-                    s.luma[py * width + px] = UInt16(min(65535, max(0, level * SimScene.midGrey).rounded()))
+                    let p = composition.paint(u: u, v: v, px: Double(px), py: Double(py))
+                    s.luma[py * width + px] = UInt16(min(65535, max(0, p.level * SimScene.midGrey).rounded()))
                     if py % 2 == 0 && px % 2 == 0 {
                         let c = (py / 2) * s.chromaWidth + px / 2
-                        s.cu[c] = Int8(max(-127, min(127, cu.rounded())))
-                        s.cv[c] = Int8(max(-127, min(127, cv.rounded())))
+                        s.cu[c] = Int8(max(-127, min(127, p.cu.rounded())))
+                        s.cv[c] = Int8(max(-127, min(127, p.cv.rounded())))
                     }
                 }
             }
+        }
+    }
+}
+
+/// The layers of ``SimScene/procedural(width:height:unit:seed:)``, painted back to front at a
+/// point (u, v) in units of the picture height around the centre.
+private struct ProceduralComposition {
+    /// Light level relative to mid grey, and chroma offsets.
+    struct Paint { var level: Double; var cu: Double; var cv: Double }
+    struct Building { var x0, x1, y0, y1, level: Double; var cu, cv: Double; var windows: Bool }
+
+    let buildings: [Building]
+    let noise: ValueNoise
+    let sunX = 0.42, sunY = -0.36, sunR = 0.045
+    let subjectX = 0.0, subjectY = 0.08, subjectRX = 0.16, subjectRY = 0.22
+
+    init(seed: UInt64) {
+        var rng = SplitMix64(seed: seed ^ 0x5CE7E)
+        var buildings: [Building] = []
+        var x = -1.2
+        while x < 1.2 {
+            let w = 0.08 + rng.unit() * 0.16
+            let h = 0.08 + rng.unit() * 0.3
+            buildings.append(Building(x0: x, x1: x + w, y0: -0.08 - h, y1: -0.08, level: 0.25 + rng.unit() * 1.4,
+                                      cu: (rng.unit() - 0.5) * 40, cv: (rng.unit() - 0.5) * 50, windows: rng.unit() < 0.7))
+            x += w + rng.unit() * 0.04
+        }
+        self.buildings = buildings
+        noise = ValueNoise(seed: seed)
+    }
+
+    /// The scene at (u, v); (px, py) is the output pixel, for the texture.
+    func paint(u: Double, v: Double, px: Double, py: Double) -> Paint {
+        // Fractal texture: octaves from 128 px down to 1 px.
+        let t = noise.fbm(px, py)
+        var p = v < -0.08 ? sky(u: u, v: v, px: px, py: py) : ground(v: v, texture: t)
+        paintBuildings(&p, u: u, v: v, texture: t)
+        // A deep shadow in the lower left.
+        if u < -0.45 && v > 0.24 { p = Paint(level: 0.04 * (1 + 0.3 * t), cu: 0, cv: 0) }
+        paintCharts(&p, u: u, v: v)
+        paintSubject(&p, u: u, v: v, texture: t)
+        return p
+    }
+
+    /// Sky: brighter towards the top, bluish, with soft clouds and the sun with its glare.
+    private func sky(u: Double, v: Double, px: Double, py: Double) -> Paint {
+        var level = 2.2 + (-0.08 - v) * 3 + 0.8 * max(0, noise.low(px / 3, py / 2))
+        let d = ((u - sunX) * (u - sunX) + (v - sunY) * (v - sunY)).squareRoot()
+        if d < sunR { level = 20 } else if d < sunR * 2.5 { level += 6 * (sunR * 2.5 - d) / (sunR * 1.5) }
+        return Paint(level: level, cu: 28, cv: -14)
+    }
+
+    /// Ground: darker towards the bottom, greenish, strongly textured.
+    private func ground(v: Double, texture t: Double) -> Paint {
+        var level = 0.9 - (v + 0.08) * 0.6
+        level *= 1 + 0.45 * t
+        return Paint(level: level, cu: -18, cv: -22)
+    }
+
+    private func paintBuildings(_ p: inout Paint, u: Double, v: Double, texture t: Double) {
+        for b in buildings where u >= b.x0 && u < b.x1 && v >= b.y0 && v < b.y1 {
+            p = Paint(level: b.level * (1 + 0.15 * t), cu: b.cu, cv: b.cv)
+            if b.windows {
+                let wx = (u - b.x0) / 0.02, wy = (v - b.y0) / 0.03
+                if wx.truncatingRemainder(dividingBy: 1) > 0.45 && wy.truncatingRemainder(dividingBy: 1) > 0.4 && u - b.x0 > 0.01 && b.x1 - u > 0.01 {
+                    p.level = 0.08 + 0.04 * t
+                }
+            }
+        }
+    }
+
+    /// A checkerboard chart on the right and a Siemens star on the left, both neutral.
+    private func paintCharts(_ p: inout Paint, u: Double, v: Double) {
+        if u > 0.38 && u < 0.62 && v > 0.12 && v < 0.36 {
+            let cxI = Int(((u - 0.38) / 0.03).rounded(.down)), cyI = Int(((v - 0.12) / 0.03).rounded(.down))
+            p = Paint(level: (cxI + cyI) % 2 == 0 ? 0.12 : 2.4, cu: 0, cv: 0)
+        }
+        let sx = u + 0.5, sy = v - 0.05, sr = (sx * sx + sy * sy).squareRoot()
+        if sr < 0.14 {
+            let a = atan2(sy, sx)
+            p = Paint(level: sin(a * 18) > 0 ? 2.0 : 0.1, cu: 0, cv: 0)
+            if sr < 0.004 { p.level = 1 }
+        }
+    }
+
+    /// The subject: a textured ellipse with two dark eyes and a mouth, and a dark outline.
+    private func paintSubject(_ p: inout Paint, u: Double, v: Double, texture t: Double) {
+        let ex = (u - subjectX) / subjectRX, ey = (v - subjectY) / subjectRY
+        let er = ex * ex + ey * ey
+        if er < 1 {
+            p = Paint(level: 1.3 * (1 - 0.25 * er) * (1 + 0.3 * t), cu: -12, cv: 26)
+            let e1 = (u + 0.055) * (u + 0.055) + (v + 0.0) * (v + 0.0)
+            let e2 = (u - 0.055) * (u - 0.055) + (v + 0.0) * (v + 0.0)
+            if e1 < 0.0006 || e2 < 0.0006 { p = Paint(level: 0.05, cu: 0, cv: 0) }
+            if abs(v - 0.12) < 0.006 && abs(u) < 0.06 { p.level = 0.3; p.cv = 50 }
+        } else if er < 1.06 {
+            p.level = 0.06
         }
     }
 }

@@ -120,29 +120,43 @@ public final class JPEGEncoder {
         guard byteCount >= format.maxByteCount else {
             throw SinkError.corruptData("\(format) frame has \(byteCount) bytes, needs \(format.maxByteCount)")
         }
-        let w = format.width, h = format.height
         let target = JPEGEncoder.resolvedSubsampling(for: format.pixelFormat, requested: requested)
-        ensureOutput(width: w, height: h, subsampling: target)
+        ensureOutput(width: format.width, height: format.height, subsampling: target)
+        let src = data.assumingMemoryBound(to: UInt8.self)
+        if format.pixelFormat == .rgb24 {
+            return try compressRGB(src, format: format, subsampling: target, quality: quality)
+        }
+        let planes = try sourcePlanes(src, format: format, target: target)
+        return try compressPlanes(planes, format: format, target: target, quality: quality)
+    }
+
+    private static let flags = TJFLAG_NOREALLOC | TJFLAG_FASTDCT
+
+    private func compressRGB(_ src: UnsafePointer<UInt8>, format: FrameFormat, subsampling: ChromaSubsampling, quality: Int) throws -> UnsafeRawBufferPointer {
         var size: UInt = 0
         var out: UnsafeMutablePointer<UInt8>? = output
-        let flags = TJFLAG_NOREALLOC | TJFLAG_FASTDCT
-        let src = data.assumingMemoryBound(to: UInt8.self)
+        let rc = tjCompress2(handle, src, Int32(format.width), Int32(format.bytesPerRow), Int32(format.height), Int32(TJPF_RGB.rawValue),
+                             &out, &size, subsampling.tj, Int32(quality), Self.flags)
+        if rc != 0 { throw SinkError.jpeg(operation: "tjCompress2", message: String(cString: tjGetErrorStr2(handle))) }
+        return UnsafeRawBufferPointer(start: out, count: Int(size))
+    }
 
-        if format.pixelFormat == .rgb24 {
-            let rc = tjCompress2(handle, src, Int32(w), Int32(format.bytesPerRow), Int32(h), Int32(TJPF_RGB.rawValue), &out, &size, target.tj, Int32(quality), flags)
-            if rc != 0 { throw SinkError.jpeg(operation: "tjCompress2", message: String(cString: tjGetErrorStr2(handle))) }
-            return UnsafeRawBufferPointer(start: out, count: Int(size))
-        }
+    /// The source's luma plane and its chroma planes at the source's own subsampling.
+    private struct Planes {
+        var y: UnsafePointer<UInt8>
+        var yStride: Int
+        var u: UnsafePointer<UInt8>
+        var v: UnsafePointer<UInt8>
+        var chromaStride = 0
+    }
 
-        // Source planes: luma, and chroma with its own subsampling.
-        var yPtr: UnsafePointer<UInt8> = src
-        var yStride = format.bytesPerRow
-        var uPtr: UnsafePointer<UInt8> = src, vPtr: UnsafePointer<UInt8> = src
-        var cStride = 0
-        let srcSub = ChromaSubsampling.native(for: format.pixelFormat)
-        let (scw, sch) = srcSub.chromaSize(width: w, height: h)
+    /// Finds (planar formats) or makes in the scratch buffer (packed and semi-planar ones) the
+    /// source's planes. The scratch buffer also keeps room for chroma resampled to `target`.
+    private func sourcePlanes(_ src: UnsafePointer<UInt8>, format: FrameFormat, target: ChromaSubsampling) throws -> Planes {
+        let w = format.width, h = format.height
+        var planes = Planes(y: src, yStride: format.bytesPerRow, u: src, v: src)
+        let (scw, sch) = ChromaSubsampling.native(for: format.pixelFormat).chromaSize(width: w, height: h)
         let (tcw, tch) = target.chromaSize(width: w, height: h)
-
         switch format.pixelFormat {
         case .yuyv, .uyvy:
             guard w % 2 == 0 else { throw SinkError.unsupportedFormat("packed 4:2:2 with odd width \(w)") }
@@ -155,44 +169,51 @@ public final class JPEGEncoder {
             let yo = format.pixelFormat == .yuyv ? 0 : 1
             let uo = format.pixelFormat == .yuyv ? 1 : 0
             unpackPacked422(src, bytesPerRow: format.bytesPerRow, width: w, height: h, yOffset: yo, uOffset: uo, y: yDst, u: needC > 0 ? uDst : nil, v: needC > 0 ? vDst : nil)
-            yPtr = UnsafePointer(yDst); yStride = w
-            uPtr = UnsafePointer(uDst); vPtr = UnsafePointer(vDst); cStride = scw
+            planes = Planes(y: UnsafePointer(yDst), yStride: w, u: UnsafePointer(uDst), v: UnsafePointer(vDst), chromaStride: scw)
         case .nv12:
             let g = format.plane(1)
             let needC = scw * sch
             ensureScratch(2 * needC + 2 * tcw * tch + 64)
             let uDst = scratch.assumingMemoryBound(to: UInt8.self), vDst = uDst + needC
             if target != .grey { deinterleave(src + g.offset, bytesPerRow: g.bytesPerRow, width: scw, height: sch, u: uDst, v: vDst) }
-            uPtr = UnsafePointer(uDst); vPtr = UnsafePointer(vDst); cStride = scw
+            planes.u = UnsafePointer(uDst); planes.v = UnsafePointer(vDst); planes.chromaStride = scw
         case .i420, .yuv422p:
             let gu = format.plane(1), gv = format.plane(2)
-            uPtr = src + gu.offset; vPtr = src + gv.offset; cStride = gu.bytesPerRow
+            planes.u = src + gu.offset; planes.v = src + gv.offset; planes.chromaStride = gu.bytesPerRow
             ensureScratch(2 * tcw * tch + 64)
-        case .grey:
-            break
-        case .rgb24, .mjpeg:
-            break // handled above
+        case .grey, .rgb24, .mjpeg:
+            break // grey has no chroma; RGB and MJPEG are handled by the caller
         }
+        return planes
+    }
 
-        var planes: [UnsafePointer<UInt8>?] = [yPtr, nil, nil]
-        var strides: [Int32] = [Int32(yStride), 0, 0]
+    /// Compresses the planes, resampling the chroma into the end of the scratch buffer when the
+    /// target subsampling differs from the source's.
+    private func compressPlanes(_ source: Planes, format: FrameFormat, target: ChromaSubsampling, quality: Int) throws -> UnsafeRawBufferPointer {
+        let w = format.width, h = format.height
+        let srcSub = ChromaSubsampling.native(for: format.pixelFormat)
+        let (scw, sch) = srcSub.chromaSize(width: w, height: h)
+        let (tcw, tch) = target.chromaSize(width: w, height: h)
+        var planes: [UnsafePointer<UInt8>?] = [source.y, nil, nil]
+        var strides: [Int32] = [Int32(source.yStride), 0, 0]
         if target != .grey {
             if target == srcSub {
-                planes[1] = uPtr; planes[2] = vPtr
-                strides[1] = Int32(cStride); strides[2] = Int32(cStride)
+                planes[1] = source.u; planes[2] = source.v
+                strides[1] = Int32(source.chromaStride); strides[2] = Int32(source.chromaStride)
             } else {
-                // Resample the chroma into the end of the scratch buffer.
                 let dstU = scratch.assumingMemoryBound(to: UInt8.self) + (scratchCapacity - 2 * tcw * tch - 64)
                 let dstV = dstU + tcw * tch
-                resampleChroma(uPtr, stride: cStride, width: scw, height: sch, into: dstU, width: tcw, height: tch)
-                resampleChroma(vPtr, stride: cStride, width: scw, height: sch, into: dstV, width: tcw, height: tch)
+                resampleChroma(source.u, stride: source.chromaStride, width: scw, height: sch, into: dstU, width: tcw, height: tch)
+                resampleChroma(source.v, stride: source.chromaStride, width: scw, height: sch, into: dstV, width: tcw, height: tch)
                 planes[1] = UnsafePointer(dstU); planes[2] = UnsafePointer(dstV)
                 strides[1] = Int32(tcw); strides[2] = Int32(tcw)
             }
         }
+        var size: UInt = 0
+        var out: UnsafeMutablePointer<UInt8>? = output
         let rc = planes.withUnsafeMutableBufferPointer { pp in
             strides.withUnsafeBufferPointer { sp in
-                tjCompressFromYUVPlanes(handle, pp.baseAddress!, Int32(w), sp.baseAddress!, Int32(h), target.tj, &out, &size, Int32(quality), flags)
+                tjCompressFromYUVPlanes(handle, pp.baseAddress!, Int32(w), sp.baseAddress!, Int32(h), target.tj, &out, &size, Int32(quality), Self.flags)
             }
         }
         if rc != 0 { throw SinkError.jpeg(operation: "tjCompressFromYUVPlanes", message: String(cString: tjGetErrorStr2(handle))) }

@@ -150,6 +150,8 @@ public final class MovieWriter {
 
     // MARK: Header
 
+    /// `ftyp` and an empty `moov` (sample tables come in fragments); the duration fields are
+    /// recorded for patching when the file is finished.
     private func writeHeader() throws {
         var b = BoxBuffer()
         b.begin("ftyp"); b.fourcc("qt  "); b.u32(0x0000_0200); b.fourcc("qt  "); b.end()
@@ -161,65 +163,85 @@ public final class MovieWriter {
         b.u32(0x0001_0000); b.u16(0x0100); b.zeros(10); b.matrix(); b.zeros(24)
         b.u32(UInt32(tracks.count + 1))
         b.end()
-        for (i, t) in tracks.enumerated() {
-            let trackID = UInt32(i + 1)
-            b.begin("trak")
-            b.begin("tkhd"); b.fullBoxHeader(version: 0, flags: 0x0F)
-            b.u32(now); b.u32(now); b.u32(trackID); b.u32(0)
-            durationPatchOffsets.append((UInt64(b.bytes.count), i)); b.u32(0)
-            b.zeros(8); b.u16(0); b.u16(0)
-            b.u16(t.isVideo ? 0 : 0x0100); b.u16(0)
-            b.matrix()
-            if case .mjpegVideo(let w, let h) = t { b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16) } else { b.u32(0); b.u32(0) }
-            b.end()
-            b.begin("mdia")
-            // Version 1: a 64-bit duration (32 bits at 90 kHz would overflow after 13 hours).
-            b.begin("mdhd"); b.fullBoxHeader(version: 1, flags: 0)
-            b.u64(UInt64(now)); b.u64(UInt64(now)); b.u32(states[i].timescale)
-            mdhdPatchOffsets.append(UInt64(b.bytes.count)); b.u64(0)
-            b.u16(0x7FFF); b.u16(0)  // language: unspecified; quality
-            b.end()
-            b.begin("hdlr"); b.fullBoxHeader(version: 0, flags: 0)
-            b.fourcc("mhlr"); b.fourcc(t.isVideo ? "vide" : "soun"); b.u32(0); b.u32(0); b.u32(0)
-            b.pascal(t.isVideo ? "VideoHandler" : "SoundHandler")
-            b.end()
-            b.begin("minf")
-            if t.isVideo {
-                b.begin("vmhd"); b.fullBoxHeader(version: 0, flags: 1); b.u16(0x40); b.zeros(6); b.end()
-            } else {
-                b.begin("smhd"); b.fullBoxHeader(version: 0, flags: 0); b.u16(0); b.u16(0); b.end()
-            }
-            b.begin("hdlr"); b.fullBoxHeader(version: 0, flags: 0)
-            b.fourcc("dhlr"); b.fourcc("alis"); b.u32(0); b.u32(0); b.u32(0); b.pascal("DataHandler")
-            b.end()
-            b.begin("dinf"); b.begin("dref"); b.fullBoxHeader(version: 0, flags: 0); b.u32(1)
-            b.begin("alis"); b.fullBoxHeader(version: 0, flags: 1); b.end()
-            b.end(); b.end()
-            b.begin("stbl")
-            b.begin("stsd"); b.fullBoxHeader(version: 0, flags: 0); b.u32(1)
-            switch t {
-            case .mjpegVideo(let w, let h):
-                b.begin("jpeg"); b.zeros(6); b.u16(1)
-                b.u16(0); b.u16(0); b.fourcc("VFDR"); b.u32(0); b.u32(0x200)
-                b.u16(UInt16(w)); b.u16(UInt16(h)); b.u32(0x0048_0000); b.u32(0x0048_0000)
-                b.u32(0); b.u16(1); b.pascal("Photo - JPEG", size: 32); b.u16(24); b.u16(0xFFFF)
-                b.end()
-            case .pcmAudio(let rate, let channels):
-                b.begin("sowt"); b.zeros(6); b.u16(1)
-                b.u16(0); b.u16(0); b.u32(0)
-                b.u16(UInt16(channels)); b.u16(16); b.u16(0); b.u16(0); b.u32(UInt32(rate) << 16)
-                b.end()
-            }
-            b.end()
-            b.begin("stts"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
-            b.begin("stsc"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
-            b.begin("stsz"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.u32(0); b.end()
-            b.begin("stco"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
-            b.end() // stbl
-            b.end() // minf
-            b.end() // mdia
-            b.end() // trak
+        for i in tracks.indices { writeTrack(&b, index: i, time: now) }
+        writeMovieExtends(&b)
+        b.end() // moov
+        try b.bytes.withUnsafeBytes { try file.write($0) }
+    }
+
+    /// One `trak`: header, media header and handler, and the media information.
+    private func writeTrack(_ b: inout BoxBuffer, index i: Int, time now: UInt32) {
+        let t = tracks[i]
+        b.begin("trak")
+        b.begin("tkhd"); b.fullBoxHeader(version: 0, flags: 0x0F)
+        b.u32(now); b.u32(now); b.u32(UInt32(i + 1)); b.u32(0)
+        durationPatchOffsets.append((UInt64(b.bytes.count), i)); b.u32(0)
+        b.zeros(8); b.u16(0); b.u16(0)
+        b.u16(t.isVideo ? 0 : 0x0100); b.u16(0)
+        b.matrix()
+        if case .mjpegVideo(let w, let h) = t { b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16) } else { b.u32(0); b.u32(0) }
+        b.end()
+        b.begin("mdia")
+        // Version 1: a 64-bit duration (32 bits at 90 kHz would overflow after 13 hours).
+        b.begin("mdhd"); b.fullBoxHeader(version: 1, flags: 0)
+        b.u64(UInt64(now)); b.u64(UInt64(now)); b.u32(states[i].timescale)
+        mdhdPatchOffsets.append(UInt64(b.bytes.count)); b.u64(0)
+        b.u16(0x7FFF); b.u16(0)  // language: unspecified; quality
+        b.end()
+        b.begin("hdlr"); b.fullBoxHeader(version: 0, flags: 0)
+        b.fourcc("mhlr"); b.fourcc(t.isVideo ? "vide" : "soun"); b.u32(0); b.u32(0); b.u32(0)
+        b.pascal(t.isVideo ? "VideoHandler" : "SoundHandler")
+        b.end()
+        writeMediaInformation(&b, t)
+        b.end() // mdia
+        b.end() // trak
+    }
+
+    /// `minf`: the media header, the data reference (in this file) and empty sample tables.
+    private func writeMediaInformation(_ b: inout BoxBuffer, _ t: MovieTrackDescription) {
+        b.begin("minf")
+        if t.isVideo {
+            b.begin("vmhd"); b.fullBoxHeader(version: 0, flags: 1); b.u16(0x40); b.zeros(6); b.end()
+        } else {
+            b.begin("smhd"); b.fullBoxHeader(version: 0, flags: 0); b.u16(0); b.u16(0); b.end()
         }
+        b.begin("hdlr"); b.fullBoxHeader(version: 0, flags: 0)
+        b.fourcc("dhlr"); b.fourcc("alis"); b.u32(0); b.u32(0); b.u32(0); b.pascal("DataHandler")
+        b.end()
+        b.begin("dinf"); b.begin("dref"); b.fullBoxHeader(version: 0, flags: 0); b.u32(1)
+        b.begin("alis"); b.fullBoxHeader(version: 0, flags: 1); b.end()
+        b.end(); b.end()
+        b.begin("stbl")
+        writeSampleDescription(&b, t)
+        b.begin("stts"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
+        b.begin("stsc"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
+        b.begin("stsz"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.u32(0); b.end()
+        b.begin("stco"); b.fullBoxHeader(version: 0, flags: 0); b.u32(0); b.end()
+        b.end() // stbl
+        b.end() // minf
+    }
+
+    /// `stsd`: Photo-JPEG video or little-endian 16-bit PCM (`sowt`).
+    private func writeSampleDescription(_ b: inout BoxBuffer, _ t: MovieTrackDescription) {
+        b.begin("stsd"); b.fullBoxHeader(version: 0, flags: 0); b.u32(1)
+        switch t {
+        case .mjpegVideo(let w, let h):
+            b.begin("jpeg"); b.zeros(6); b.u16(1)
+            b.u16(0); b.u16(0); b.fourcc("VFDR"); b.u32(0); b.u32(0x200)
+            b.u16(UInt16(w)); b.u16(UInt16(h)); b.u32(0x0048_0000); b.u32(0x0048_0000)
+            b.u32(0); b.u16(1); b.pascal("Photo - JPEG", size: 32); b.u16(24); b.u16(0xFFFF)
+            b.end()
+        case .pcmAudio(let rate, let channels):
+            b.begin("sowt"); b.zeros(6); b.u16(1)
+            b.u16(0); b.u16(0); b.u32(0)
+            b.u16(UInt16(channels)); b.u16(16); b.u16(0); b.u16(0); b.u32(UInt32(rate) << 16)
+            b.end()
+        }
+        b.end()
+    }
+
+    /// `mvex`: the movie is fragmented; `mehd` holds the whole duration (patched at the end).
+    private func writeMovieExtends(_ b: inout BoxBuffer) {
         b.begin("mvex")
         b.begin("mehd"); b.fullBoxHeader(version: 0, flags: 0)
         durationPatchOffsets.append((UInt64(b.bytes.count), -1)); b.u32(0)
@@ -230,8 +252,6 @@ public final class MovieWriter {
             b.end()
         }
         b.end() // mvex
-        b.end() // moov
-        try b.bytes.withUnsafeBytes { try file.write($0) }
     }
 
     // MARK: Appending

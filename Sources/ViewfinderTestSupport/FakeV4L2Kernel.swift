@@ -470,247 +470,311 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         if interrupts > 0 { interrupts -= 1; return .failure(.interrupted) }
         guard let f = files[fd], let d = devices[f.path] else { return .failure(.badFile) }
         if d.disconnected { return .failure(.noDevice) }
-        let isCapture = d.spec.deviceCaps & V4L2.capVideoCapture != 0
-        func owned() -> Bool { d.busy || (d.owner != nil && d.owner != fd) }
-
+        let call = Call(fd: fd, path: f.path, device: d, request: request, arg: arg)
         switch request {
-        case VF_VIDIOC_QUERYCAP:
-            let c = arg.assumingMemoryBound(to: v4l2_capability.self)
-            c.pointee = v4l2_capability()
-            setCString(&c.pointee.driver, d.spec.driver)
-            setCString(&c.pointee.card, d.spec.card)
-            setCString(&c.pointee.bus_info, d.spec.bus)
-            c.pointee.version = 0x0006_0100
-            c.pointee.device_caps = d.spec.deviceCaps
-            c.pointee.capabilities = d.spec.deviceCaps | V4L2.capDeviceCaps
-            return .success(0)
-
-        case VF_VIDIOC_ENUM_FMT:
-            let p = arg.assumingMemoryBound(to: v4l2_fmtdesc.self)
-            let i = Int(p.pointee.index)
-            guard isCapture, p.pointee.type == V4L2.bufTypeVideoCapture, i < d.spec.formats.count else { return .failure(.invalidArgument) }
-            let fm = d.spec.formats[i]
-            p.pointee.pixelformat = fm.fourcc
-            p.pointee.flags = fm.compressed ? V4L2.fmtFlagCompressed : 0
-            setCString(&p.pointee.description, fm.description)
-            return .success(0)
-
-        case VF_VIDIOC_ENUM_FRAMESIZES:
-            let p = arg.assumingMemoryBound(to: v4l2_frmsizeenum.self)
-            guard let fm = d.spec.formats.first(where: { $0.fourcc == p.pointee.pixel_format }), Int(p.pointee.index) < fm.sizes.count else { return .failure(.invalidArgument) }
-            switch fm.sizes[Int(p.pointee.index)] {
-            case .discrete(let w, let h):
-                p.pointee.type = V4L2.frmsizeDiscrete
-                p.pointee.discrete.width = UInt32(w); p.pointee.discrete.height = UInt32(h)
-            case .stepwise(let a, let b, let sw, let c, let e, let sh):
-                guard p.pointee.index == 0 else { return .failure(.invalidArgument) }
-                p.pointee.type = V4L2.frmsizeStepwise
-                p.pointee.stepwise = v4l2_frmsize_stepwise(min_width: UInt32(a), max_width: UInt32(b), step_width: UInt32(sw),
-                                                           min_height: UInt32(c), max_height: UInt32(e), step_height: UInt32(sh))
-            }
-            return .success(0)
-
-        case VF_VIDIOC_ENUM_FRAMEINTERVALS:
-            let p = arg.assumingMemoryBound(to: v4l2_frmivalenum.self)
-            guard let fm = d.spec.formats.first(where: { $0.fourcc == p.pointee.pixel_format }), Int(p.pointee.index) < fm.intervals.count else { return .failure(.invalidArgument) }
-            let iv = fm.intervals[Int(p.pointee.index)]
-            p.pointee.type = V4L2.frmivalDiscrete
-            p.pointee.discrete.numerator = iv.numerator
-            p.pointee.discrete.denominator = iv.denominator
-            return .success(0)
-
-        case VF_VIDIOC_G_FMT, VF_VIDIOC_S_FMT, VF_VIDIOC_TRY_FMT:
-            let p = arg.assumingMemoryBound(to: v4l2_format.self)
-            guard isCapture, p.pointee.type == V4L2.bufTypeVideoCapture else { return .failure(.invalidArgument) }
-            if request == VF_VIDIOC_G_FMT { p.pointee.fmt.pix = d.pix; return .success(0) }
-            let chosen = choose(d, fourcc: p.pointee.fmt.pix.pixelformat, width: Int(p.pointee.fmt.pix.width), height: Int(p.pointee.fmt.pix.height))
-            if request == VF_VIDIOC_S_FMT {
-                if owned() || !d.buffers.isEmpty { return .failure(.busy) }
-                d.pix = chosen
-            }
-            p.pointee.fmt.pix = chosen
-            return .success(0)
-
-        case VF_VIDIOC_G_PARM, VF_VIDIOC_S_PARM:
-            let p = arg.assumingMemoryBound(to: v4l2_streamparm.self)
-            guard isCapture, p.pointee.type == V4L2.bufTypeVideoCapture else { return .failure(.invalidArgument) }
-            if request == VF_VIDIOC_S_PARM {
-                if d.busy { return .failure(.busy) }
-                let want = FrameInterval(numerator: p.pointee.parm.capture.timeperframe.numerator, denominator: p.pointee.parm.capture.timeperframe.denominator)
-                let options = d.spec.formats.first(where: { $0.fourcc == d.pix.pixelformat })?.intervals ?? [d.interval]
-                if let best = options.min(by: { abs($0.fps - want.fps) < abs($1.fps - want.fps) }) { d.interval = best }
-            }
-            p.pointee.parm.capture.capability = 0x1000 // V4L2_CAP_TIMEPERFRAME
-            p.pointee.parm.capture.timeperframe.numerator = d.interval.numerator
-            p.pointee.parm.capture.timeperframe.denominator = d.interval.denominator
-            return .success(0)
-
-        case VF_VIDIOC_REQBUFS:
-            let p = arg.assumingMemoryBound(to: v4l2_requestbuffers.self)
-            guard isCapture, p.pointee.type == V4L2.bufTypeVideoCapture, p.pointee.memory == V4L2.memoryMMAP else { return .failure(.invalidArgument) }
-            if owned() || d.streaming { return .failure(.busy) }
-            if d.buffers.contains(where: { $0.mapCount > 0 }) { return .failure(.busy) }
-            for b in d.buffers { b.memory.deallocate() }
-            d.buffers = []; d.queue = []; d.done = []
-            if p.pointee.count == 0 { d.owner = nil; return .success(0) }
-            let n = min(max(Int(p.pointee.count), 2), 32)
-            let length = (Int(d.pix.sizeimage) + 4095) & ~4095
-            for _ in 0..<n { d.buffers.append(Buffer(memory: .allocate(byteCount: length, alignment: 4096), length: length)) }
-            d.owner = fd
-            p.pointee.count = UInt32(n)
-            return .success(0)
-
-        case VF_VIDIOC_QUERYBUF, VF_VIDIOC_QBUF, VF_VIDIOC_DQBUF:
-            let p = arg.assumingMemoryBound(to: v4l2_buffer.self)
-            guard p.pointee.type == V4L2.bufTypeVideoCapture, p.pointee.memory == V4L2.memoryMMAP else { return .failure(.invalidArgument) }
-            if d.owner != fd { return .failure(.busy) }
-            if request == VF_VIDIOC_DQBUF {
-                if d.done.isEmpty && autoProduceFlag && !d.queue.isEmpty { _ = produceLocked(d) }
-                guard !d.done.isEmpty else { return .failure(d.streaming ? .wouldBlock : .invalidArgument) }
-                let i = d.done.removeFirst()
-                d.buffers[i].state = .dequeued
-                fill(p, d.buffers[i], index: i, monotonic: d.spec.monotonicTimestamps)
-                return .success(0)
-            }
-            let i = Int(p.pointee.index)
-            guard i < d.buffers.count else { return .failure(.invalidArgument) }
-            if request == VF_VIDIOC_QUERYBUF {
-                fill(p, d.buffers[i], index: i, monotonic: d.spec.monotonicTimestamps)
-                return .success(0)
-            }
-            guard d.buffers[i].state == .dequeued else { return .failure(.invalidArgument) }
-            d.buffers[i].state = .queued
-            d.queue.append(i)
-            lock.broadcast()
-            return .success(0)
-
-        case VF_VIDIOC_STREAMON:
-            if owned() && d.owner != fd { return .failure(.busy) }
-            if let e = d.streamOnError { return .failure(e) }
-            guard d.owner == fd, !d.buffers.isEmpty else { return .failure(.invalidArgument) }
-            if !d.streaming { d.streaming = true; d.sequence = 0; d.streamOnCount += 1 }
-            lock.broadcast()
-            return .success(0)
-
-        case VF_VIDIOC_STREAMOFF:
-            guard d.owner == fd else { return d.owner == nil ? .success(0) : .failure(.busy) }
-            d.streaming = false
-            for i in d.buffers.indices { d.buffers[i].state = .dequeued }
-            d.queue = []; d.done = []
-            return .success(0)
-
-        case VF_VIDIOC_QUERY_EXT_CTRL:
-            let p = arg.assumingMemoryBound(to: v4l2_query_ext_ctrl.self)
-            let flags = V4L2.ctrlFlagNextCtrl | V4L2.ctrlFlagNextCompound
-            let raw = p.pointee.id
-            let id = raw & ~flags
-            // Class controls first in each class, as real drivers list them.
-            var all: [(UInt32, Control?)] = d.spec.controls.map { ($0.id, $0) }
-            for cls in Set(d.spec.controls.map { $0.id & 0x0fff_0000 }) { all.append((cls | 1, nil)) }
-            all.sort { $0.0 < $1.0 }
-            let found = raw & flags != 0 ? all.first(where: { $0.0 > id }) : all.first(where: { $0.0 == id })
-            guard let (cid, c) = found else { return .failure(.invalidArgument) }
-            p.pointee = v4l2_query_ext_ctrl()
-            p.pointee.id = cid
-            if let c {
-                p.pointee.type = c.type.rawValue
-                setCString(&p.pointee.name, c.name)
-                p.pointee.minimum = c.minimum
-                p.pointee.maximum = c.maximum
-                p.pointee.step = UInt64(c.step)
-                p.pointee.default_value = c.defaultValue
-                p.pointee.flags = (c.readOnly ? V4L2.ctrlFlagReadOnly : 0) | (d.inactive.contains(cid) ? V4L2.ctrlFlagInactive : 0)
-                p.pointee.elem_size = c.type == .integer64 ? 8 : 4
-                p.pointee.elems = 1
-            } else {
-                p.pointee.type = V4L2.ctrlTypeClass
-                setCString(&p.pointee.name, cid & 0x0fff_0000 == 0x0098_0000 ? "User Controls" : "Camera Controls")
-                p.pointee.flags = 0x0001 | 0x0004 // disabled | read-only, as the kernel flags class controls
-            }
-            return .success(0)
-
-        case VF_VIDIOC_QUERYMENU:
-            let p = arg.assumingMemoryBound(to: v4l2_querymenu.self)
-            guard let c = d.spec.controls.first(where: { $0.id == p.pointee.id }), c.type == .menu,
-                  let name = c.menu[Int64(p.pointee.index)] else { return .failure(.invalidArgument) }
-            setCString(&p.pointee.name, name)
-            return .success(0)
-
-        case VF_VIDIOC_G_EXT_CTRLS, VF_VIDIOC_S_EXT_CTRLS, VF_VIDIOC_TRY_EXT_CTRLS:
-            let p = arg.assumingMemoryBound(to: v4l2_ext_controls.self)
-            let n = Int(p.pointee.count)
-            guard let list = p.pointee.controls else { return n == 0 ? .success(0) : .failure(.invalidArgument) }
-            // Validate all first (the kernel applies all or none).
-            for i in 0..<n {
-                guard let c = d.spec.controls.first(where: { $0.id == list[i].id }) else {
-                    p.pointee.error_idx = UInt32(i); return .failure(.invalidArgument)
-                }
-                if request != VF_VIDIOC_G_EXT_CTRLS {
-                    if c.readOnly { p.pointee.error_idx = UInt32(i); return .failure(.permissionDenied) }
-                    let v = c.type == .integer64 ? list[i].value64 : Int64(list[i].value)
-                    if c.type == .menu && (v < c.minimum || v > c.maximum || c.menu[v] == nil) { p.pointee.error_idx = UInt32(i); return .failure(.invalidArgument) }
-                }
-            }
-            for i in 0..<n {
-                let c = d.spec.controls.first(where: { $0.id == list[i].id })!
-                if request == VF_VIDIOC_G_EXT_CTRLS {
-                    let v = d.values[c.id] ?? c.defaultValue
-                    if c.type == .integer64 { list[i].value64 = v } else { list[i].value = Int32(truncatingIfNeeded: v) }
-                    continue
-                }
-                var v = c.type == .integer64 ? list[i].value64 : Int64(list[i].value)
-                if c.type == .integer || c.type == .integer64 || c.type == .boolean {
-                    v = min(max(v, c.minimum), c.maximum)
-                    if c.step > 1 { v = c.minimum + ((v - c.minimum + c.step / 2) / c.step) * c.step }
-                }
-                if request == VF_VIDIOC_TRY_EXT_CTRLS { continue }
-                let old = d.values[c.id]
-                d.values[c.id] = v
-                if old != v {
-                    var e = v4l2_event()
-                    e.type = V4L2.eventCtrl
-                    e.id = c.id
-                    e.u.ctrl.changes = V4L2.eventCtrlChangeValue
-                    e.u.ctrl.value64 = v
-                    post(e, path: f.path, key: Self.key(V4L2.eventCtrl, c.id))
-                }
-                // Auto exposure makes the exposure time inactive, as UVC cameras do.
-                if c.id == V4L2.cidExposureAuto {
-                    let nowInactive = v != 1
-                    if nowInactive != d.inactive.contains(V4L2.cidExposureAbsolute) {
-                        if nowInactive { d.inactive.insert(V4L2.cidExposureAbsolute) } else { d.inactive.remove(V4L2.cidExposureAbsolute) }
-                        var e = v4l2_event()
-                        e.type = V4L2.eventCtrl
-                        e.id = V4L2.cidExposureAbsolute
-                        e.u.ctrl.changes = V4L2.eventCtrlChangeFlags
-                        e.u.ctrl.flags = nowInactive ? V4L2.ctrlFlagInactive : 0
-                        post(e, path: f.path, key: Self.key(V4L2.eventCtrl, V4L2.cidExposureAbsolute))
-                    }
-                }
-            }
-            return .success(0)
-
-        case VF_VIDIOC_SUBSCRIBE_EVENT:
-            let p = arg.assumingMemoryBound(to: v4l2_event_subscription.self)
-            switch p.pointee.type {
-            case V4L2.eventCtrl:
-                guard d.spec.controls.contains(where: { $0.id == p.pointee.id }) else { return .failure(.invalidArgument) }
-            case V4L2.eventSourceChange: break
-            default: return .failure(.invalidArgument)
-            }
-            files[fd]!.subscriptions.insert(Self.key(p.pointee.type, p.pointee.type == V4L2.eventCtrl ? p.pointee.id : 0))
-            return .success(0)
-
-        case VF_VIDIOC_DQEVENT:
-            let p = arg.assumingMemoryBound(to: v4l2_event.self)
-            guard !files[fd]!.events.isEmpty else { return .failure(.noEntry) }
-            p.pointee = files[fd]!.events.removeFirst()
-            p.pointee.pending = UInt32(files[fd]!.events.count)
-            return .success(0)
-
-        default:
-            return .failure(.notTTY)
+        case VF_VIDIOC_QUERYCAP: return queryCapability(call)
+        case VF_VIDIOC_ENUM_FMT: return enumerateFormat(call)
+        case VF_VIDIOC_ENUM_FRAMESIZES: return enumerateFrameSize(call)
+        case VF_VIDIOC_ENUM_FRAMEINTERVALS: return enumerateFrameInterval(call)
+        case VF_VIDIOC_G_FMT, VF_VIDIOC_S_FMT, VF_VIDIOC_TRY_FMT: return format(call)
+        case VF_VIDIOC_G_PARM, VF_VIDIOC_S_PARM: return streamParameters(call)
+        case VF_VIDIOC_REQBUFS: return requestBuffers(call)
+        case VF_VIDIOC_QUERYBUF, VF_VIDIOC_QBUF, VF_VIDIOC_DQBUF: return buffer(call)
+        case VF_VIDIOC_STREAMON: return streamOn(call)
+        case VF_VIDIOC_STREAMOFF: return streamOff(call)
+        case VF_VIDIOC_QUERY_EXT_CTRL: return queryControl(call)
+        case VF_VIDIOC_QUERYMENU: return queryMenu(call)
+        case VF_VIDIOC_G_EXT_CTRLS, VF_VIDIOC_S_EXT_CTRLS, VF_VIDIOC_TRY_EXT_CTRLS: return extendedControls(call)
+        case VF_VIDIOC_SUBSCRIBE_EVENT: return subscribeEvent(call)
+        case VF_VIDIOC_DQEVENT: return dequeueEvent(call)
+        default: return .failure(.notTTY)
         }
+    }
+
+    // MARK: ioctl requests (lock held)
+
+    /// One ioctl in progress: the open file, its device, the request and its argument.
+    private struct Call {
+        var fd: Int32
+        var path: String
+        var device: Device
+        var request: UInt
+        var arg: UnsafeMutableRawPointer
+        var isCapture: Bool { device.spec.deviceCaps & V4L2.capVideoCapture != 0 }
+        /// Another open file, or another process, owns the device's queue.
+        var ownedElsewhere: Bool { device.busy || (device.owner != nil && device.owner != fd) }
+        func argument<T>(_ type: T.Type) -> UnsafeMutablePointer<T> { arg.assumingMemoryBound(to: T.self) }
+    }
+
+    private func queryCapability(_ call: Call) -> Result<Int32, Errno> {
+        let c = call.argument(v4l2_capability.self), spec = call.device.spec
+        c.pointee = v4l2_capability()
+        setCString(&c.pointee.driver, spec.driver)
+        setCString(&c.pointee.card, spec.card)
+        setCString(&c.pointee.bus_info, spec.bus)
+        c.pointee.version = 0x0006_0100
+        c.pointee.device_caps = spec.deviceCaps
+        c.pointee.capabilities = spec.deviceCaps | V4L2.capDeviceCaps
+        return .success(0)
+    }
+
+    private func enumerateFormat(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_fmtdesc.self), formats = call.device.spec.formats
+        let i = Int(p.pointee.index)
+        guard call.isCapture, p.pointee.type == V4L2.bufTypeVideoCapture, i < formats.count else { return .failure(.invalidArgument) }
+        p.pointee.pixelformat = formats[i].fourcc
+        p.pointee.flags = formats[i].compressed ? V4L2.fmtFlagCompressed : 0
+        setCString(&p.pointee.description, formats[i].description)
+        return .success(0)
+    }
+
+    private func enumerateFrameSize(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_frmsizeenum.self)
+        guard let fm = call.device.spec.formats.first(where: { $0.fourcc == p.pointee.pixel_format }),
+              Int(p.pointee.index) < fm.sizes.count else { return .failure(.invalidArgument) }
+        switch fm.sizes[Int(p.pointee.index)] {
+        case .discrete(let w, let h):
+            p.pointee.type = V4L2.frmsizeDiscrete
+            p.pointee.discrete.width = UInt32(w); p.pointee.discrete.height = UInt32(h)
+        case .stepwise(let a, let b, let sw, let c, let e, let sh):
+            guard p.pointee.index == 0 else { return .failure(.invalidArgument) }
+            p.pointee.type = V4L2.frmsizeStepwise
+            p.pointee.stepwise = v4l2_frmsize_stepwise(min_width: UInt32(a), max_width: UInt32(b), step_width: UInt32(sw),
+                                                       min_height: UInt32(c), max_height: UInt32(e), step_height: UInt32(sh))
+        }
+        return .success(0)
+    }
+
+    private func enumerateFrameInterval(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_frmivalenum.self)
+        guard let fm = call.device.spec.formats.first(where: { $0.fourcc == p.pointee.pixel_format }),
+              Int(p.pointee.index) < fm.intervals.count else { return .failure(.invalidArgument) }
+        let iv = fm.intervals[Int(p.pointee.index)]
+        p.pointee.type = V4L2.frmivalDiscrete
+        p.pointee.discrete.numerator = iv.numerator
+        p.pointee.discrete.denominator = iv.denominator
+        return .success(0)
+    }
+
+    /// `G_FMT`, `S_FMT` and `TRY_FMT`: the nearest size the format offers.
+    private func format(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_format.self), d = call.device
+        guard call.isCapture, p.pointee.type == V4L2.bufTypeVideoCapture else { return .failure(.invalidArgument) }
+        if call.request == VF_VIDIOC_G_FMT { p.pointee.fmt.pix = d.pix; return .success(0) }
+        let chosen = choose(d, fourcc: p.pointee.fmt.pix.pixelformat, width: Int(p.pointee.fmt.pix.width), height: Int(p.pointee.fmt.pix.height))
+        if call.request == VF_VIDIOC_S_FMT {
+            if call.ownedElsewhere || !d.buffers.isEmpty { return .failure(.busy) }
+            d.pix = chosen
+        }
+        p.pointee.fmt.pix = chosen
+        return .success(0)
+    }
+
+    /// `G_PARM` and `S_PARM`: the frame interval nearest to the one asked for.
+    private func streamParameters(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_streamparm.self), d = call.device
+        guard call.isCapture, p.pointee.type == V4L2.bufTypeVideoCapture else { return .failure(.invalidArgument) }
+        if call.request == VF_VIDIOC_S_PARM {
+            if d.busy { return .failure(.busy) }
+            let tpf = p.pointee.parm.capture.timeperframe
+            let want = FrameInterval(numerator: tpf.numerator, denominator: tpf.denominator)
+            let options = d.spec.formats.first(where: { $0.fourcc == d.pix.pixelformat })?.intervals ?? [d.interval]
+            if let best = options.min(by: { abs($0.fps - want.fps) < abs($1.fps - want.fps) }) { d.interval = best }
+        }
+        p.pointee.parm.capture.capability = 0x1000 // V4L2_CAP_TIMEPERFRAME
+        p.pointee.parm.capture.timeperframe.numerator = d.interval.numerator
+        p.pointee.parm.capture.timeperframe.denominator = d.interval.denominator
+        return .success(0)
+    }
+
+    private func requestBuffers(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_requestbuffers.self), d = call.device
+        guard call.isCapture, p.pointee.type == V4L2.bufTypeVideoCapture, p.pointee.memory == V4L2.memoryMMAP else { return .failure(.invalidArgument) }
+        if call.ownedElsewhere || d.streaming { return .failure(.busy) }
+        if d.buffers.contains(where: { $0.mapCount > 0 }) { return .failure(.busy) }
+        for b in d.buffers { b.memory.deallocate() }
+        d.buffers = []; d.queue = []; d.done = []
+        if p.pointee.count == 0 { d.owner = nil; return .success(0) }
+        let n = min(max(Int(p.pointee.count), 2), 32)
+        let length = (Int(d.pix.sizeimage) + 4095) & ~4095
+        for _ in 0..<n { d.buffers.append(Buffer(memory: .allocate(byteCount: length, alignment: 4096), length: length)) }
+        d.owner = call.fd
+        p.pointee.count = UInt32(n)
+        return .success(0)
+    }
+
+    /// `QUERYBUF`, `QBUF` and `DQBUF`.
+    private func buffer(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_buffer.self), d = call.device
+        guard p.pointee.type == V4L2.bufTypeVideoCapture, p.pointee.memory == V4L2.memoryMMAP else { return .failure(.invalidArgument) }
+        if d.owner != call.fd { return .failure(.busy) }
+        if call.request == VF_VIDIOC_DQBUF {
+            if d.done.isEmpty && autoProduceFlag && !d.queue.isEmpty { _ = produceLocked(d) }
+            guard !d.done.isEmpty else { return .failure(d.streaming ? .wouldBlock : .invalidArgument) }
+            let i = d.done.removeFirst()
+            d.buffers[i].state = .dequeued
+            fill(p, d.buffers[i], index: i, monotonic: d.spec.monotonicTimestamps)
+            return .success(0)
+        }
+        let i = Int(p.pointee.index)
+        guard i < d.buffers.count else { return .failure(.invalidArgument) }
+        if call.request == VF_VIDIOC_QUERYBUF {
+            fill(p, d.buffers[i], index: i, monotonic: d.spec.monotonicTimestamps)
+            return .success(0)
+        }
+        guard d.buffers[i].state == .dequeued else { return .failure(.invalidArgument) }
+        d.buffers[i].state = .queued
+        d.queue.append(i)
+        lock.broadcast()
+        return .success(0)
+    }
+
+    private func streamOn(_ call: Call) -> Result<Int32, Errno> {
+        let d = call.device
+        if call.ownedElsewhere && d.owner != call.fd { return .failure(.busy) }
+        if let e = d.streamOnError { return .failure(e) }
+        guard d.owner == call.fd, !d.buffers.isEmpty else { return .failure(.invalidArgument) }
+        if !d.streaming { d.streaming = true; d.sequence = 0; d.streamOnCount += 1 }
+        lock.broadcast()
+        return .success(0)
+    }
+
+    private func streamOff(_ call: Call) -> Result<Int32, Errno> {
+        let d = call.device
+        guard d.owner == call.fd else { return d.owner == nil ? .success(0) : .failure(.busy) }
+        d.streaming = false
+        for i in d.buffers.indices { d.buffers[i].state = .dequeued }
+        d.queue = []; d.done = []
+        return .success(0)
+    }
+
+    /// `QUERY_EXT_CTRL`, with `NEXT_CTRL` enumeration; a class control heads each class, as real
+    /// drivers list them.
+    private func queryControl(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_query_ext_ctrl.self), d = call.device
+        let flags = V4L2.ctrlFlagNextCtrl | V4L2.ctrlFlagNextCompound
+        let raw = p.pointee.id
+        let id = raw & ~flags
+        var all: [(UInt32, Control?)] = d.spec.controls.map { ($0.id, $0) }
+        for cls in Set(d.spec.controls.map { $0.id & 0x0fff_0000 }) { all.append((cls | 1, nil)) }
+        all.sort { $0.0 < $1.0 }
+        let found = raw & flags != 0 ? all.first(where: { $0.0 > id }) : all.first(where: { $0.0 == id })
+        guard let (cid, c) = found else { return .failure(.invalidArgument) }
+        p.pointee = v4l2_query_ext_ctrl()
+        p.pointee.id = cid
+        guard let c else {
+            p.pointee.type = V4L2.ctrlTypeClass
+            setCString(&p.pointee.name, cid & 0x0fff_0000 == 0x0098_0000 ? "User Controls" : "Camera Controls")
+            p.pointee.flags = 0x0001 | 0x0004 // disabled | read-only, as the kernel flags class controls
+            return .success(0)
+        }
+        p.pointee.type = c.type.rawValue
+        setCString(&p.pointee.name, c.name)
+        p.pointee.minimum = c.minimum
+        p.pointee.maximum = c.maximum
+        p.pointee.step = UInt64(c.step)
+        p.pointee.default_value = c.defaultValue
+        p.pointee.flags = (c.readOnly ? V4L2.ctrlFlagReadOnly : 0) | (d.inactive.contains(cid) ? V4L2.ctrlFlagInactive : 0)
+        p.pointee.elem_size = c.type == .integer64 ? 8 : 4
+        p.pointee.elems = 1
+        return .success(0)
+    }
+
+    private func queryMenu(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_querymenu.self)
+        guard let c = call.device.spec.controls.first(where: { $0.id == p.pointee.id }), c.type == .menu,
+              let name = c.menu[Int64(p.pointee.index)] else { return .failure(.invalidArgument) }
+        setCString(&p.pointee.name, name)
+        return .success(0)
+    }
+
+    /// `G_EXT_CTRLS`, `S_EXT_CTRLS` and `TRY_EXT_CTRLS`: all controls are validated first, then
+    /// applied (the kernel applies all or none).
+    private func extendedControls(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_ext_controls.self), d = call.device
+        let n = Int(p.pointee.count)
+        guard let list = p.pointee.controls else { return n == 0 ? .success(0) : .failure(.invalidArgument) }
+        var controls: [Control] = []
+        for i in 0..<n {
+            switch validate(list[i], on: d, writing: call.request != VF_VIDIOC_G_EXT_CTRLS) {
+            case .success(let c): controls.append(c)
+            case .failure(let e): p.pointee.error_idx = UInt32(i); return .failure(e)
+            }
+        }
+        for (i, c) in controls.enumerated() {
+            if call.request == VF_VIDIOC_G_EXT_CTRLS {
+                let v = d.values[c.id] ?? c.defaultValue
+                if c.type == .integer64 { list[i].value64 = v } else { list[i].value = Int32(truncatingIfNeeded: v) }
+            } else if call.request == VF_VIDIOC_S_EXT_CTRLS {
+                setControl(c, to: clamped(list[i], c), on: d, path: call.path)
+            }
+        }
+        return .success(0)
+    }
+
+    /// The control `item` names, when it exists and (for a write) is writable with a valid menu item.
+    private func validate(_ item: v4l2_ext_control, on d: Device, writing: Bool) -> Result<Control, Errno> {
+        guard let c = d.spec.controls.first(where: { $0.id == item.id }) else { return .failure(.invalidArgument) }
+        guard writing else { return .success(c) }
+        if c.readOnly { return .failure(.permissionDenied) }
+        let v = c.type == .integer64 ? item.value64 : Int64(item.value)
+        if c.type == .menu && (v < c.minimum || v > c.maximum || c.menu[v] == nil) { return .failure(.invalidArgument) }
+        return .success(c)
+    }
+
+    /// The value written, clamped to the range and rounded to the step as the kernel does.
+    private func clamped(_ item: v4l2_ext_control, _ c: Control) -> Int64 {
+        var v = c.type == .integer64 ? item.value64 : Int64(item.value)
+        if c.type == .integer || c.type == .integer64 || c.type == .boolean {
+            v = min(max(v, c.minimum), c.maximum)
+            if c.step > 1 { v = c.minimum + ((v - c.minimum + c.step / 2) / c.step) * c.step }
+        }
+        return v
+    }
+
+    /// Stores a control's value, posts a value-change event, and makes the exposure time
+    /// inactive under auto exposure, as UVC cameras do (posting a flags-change event).
+    private func setControl(_ c: Control, to v: Int64, on d: Device, path: String) {
+        let old = d.values[c.id]
+        d.values[c.id] = v
+        if old != v {
+            var e = v4l2_event()
+            e.type = V4L2.eventCtrl
+            e.id = c.id
+            e.u.ctrl.changes = V4L2.eventCtrlChangeValue
+            e.u.ctrl.value64 = v
+            post(e, path: path, key: Self.key(V4L2.eventCtrl, c.id))
+        }
+        guard c.id == V4L2.cidExposureAuto else { return }
+        let nowInactive = v != 1
+        guard nowInactive != d.inactive.contains(V4L2.cidExposureAbsolute) else { return }
+        if nowInactive { d.inactive.insert(V4L2.cidExposureAbsolute) } else { d.inactive.remove(V4L2.cidExposureAbsolute) }
+        var e = v4l2_event()
+        e.type = V4L2.eventCtrl
+        e.id = V4L2.cidExposureAbsolute
+        e.u.ctrl.changes = V4L2.eventCtrlChangeFlags
+        e.u.ctrl.flags = nowInactive ? V4L2.ctrlFlagInactive : 0
+        post(e, path: path, key: Self.key(V4L2.eventCtrl, V4L2.cidExposureAbsolute))
+    }
+
+    private func subscribeEvent(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_event_subscription.self)
+        switch p.pointee.type {
+        case V4L2.eventCtrl:
+            guard call.device.spec.controls.contains(where: { $0.id == p.pointee.id }) else { return .failure(.invalidArgument) }
+        case V4L2.eventSourceChange: break
+        default: return .failure(.invalidArgument)
+        }
+        files[call.fd]!.subscriptions.insert(Self.key(p.pointee.type, p.pointee.type == V4L2.eventCtrl ? p.pointee.id : 0))
+        return .success(0)
+    }
+
+    private func dequeueEvent(_ call: Call) -> Result<Int32, Errno> {
+        let p = call.argument(v4l2_event.self)
+        guard !files[call.fd]!.events.isEmpty else { return .failure(.noEntry) }
+        p.pointee = files[call.fd]!.events.removeFirst()
+        p.pointee.pending = UInt32(files[call.fd]!.events.count)
+        return .success(0)
     }
 
     private func fill(_ p: UnsafeMutablePointer<v4l2_buffer>, _ b: Buffer, index: Int, monotonic: Bool) {
