@@ -26,6 +26,9 @@ if Examples/CustomStage/.build/debug/custom-stage-demo "negative:strenght=1" 2>/
     echo "an unknown option of the user's stage was accepted" >&2; exit 1
 fi
 
+echo "== documentation: DocC of the public modules, no warnings" >&2
+VF_BUILD_LOCK="$LOCK" bash scripts/build-docs.sh
+
 if [ "${VIEWFINDER_SKIP_VIVID:-0}" != 1 ]; then
     echo "== real-driver tier: vivid in a VM" >&2
     bash scripts/vivid-tests.sh --no-build

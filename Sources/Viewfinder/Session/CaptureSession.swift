@@ -55,6 +55,7 @@ public final class CaptureSession: @unchecked Sendable {
     ///   - registry: the stages pipelines may name (`StageRegistry.builtIn` from ViewfinderKit).
     ///   - controlStages: makes the stages for the device's exposure/focus modes; default: the
     ///     registry's ``StageRegistry/controlStages`` (ViewfinderKit's `.builtIn` has one).
+    ///   - logger: where the session and its engine log.
     public init(registry: StageRegistry = StageRegistry(generated: []), controlStages: (any DeviceControlStageProvider)? = nil,
                 logger: Logger = Logger(label: "viewfinder.session")) {
         self.registry = registry
