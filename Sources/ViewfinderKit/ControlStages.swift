@@ -1,5 +1,5 @@
-/// Carries out a device's exposure and focus modes with the built-in ``ViewfinderStages/ExposureStage`` and
-/// ``ViewfinderStages/FocusStage``, built from typed options: the mode, the bias, custom exposure values, and the
+/// Carries out a device's exposure and focus modes with the built-in `ExposureStage` and
+/// `FocusStage`, built from typed options: the mode, the bias, custom exposure values, and the
 /// points of interest mapped to sensor coordinates. Installed in `StageRegistry.builtIn`, so
 /// `CaptureSession(registry: .builtIn)` runs them.
 public struct BuiltInControlStages: DeviceControlStageProvider {

@@ -73,7 +73,7 @@ public struct SimOptions: DeviceOptionTable, Equatable {
     }
 
     /// Parses a device string `sim` or `sim:key=value,...`. Throws
-    /// ``Viewfinder/DeviceError/invalidDeviceOption(device:option:reason:)`` naming the bad option.
+    /// `DeviceError.invalidDeviceOption(device:option:reason:)` naming the bad option.
     public init(deviceString s: String) throws(DeviceError) {
         let body: Substring
         if s == "sim" { body = "" }
