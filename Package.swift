@@ -16,6 +16,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        // `swift package generate-documentation` (scripts/build-docs.sh); no target depends on it.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // C libraries, through pkg-config, with the Debian packages that provide them.
@@ -87,5 +89,7 @@ let package = Package(
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "CTurboJPEG", "CLZ4", "CFutex"]),
+        .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
+        .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
     ]
 )

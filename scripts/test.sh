@@ -35,6 +35,9 @@ flock "$LOCK" swift build --package-path Examples/CustomStage
 Examples/CustomStage/.build/debug/custom-stage-demo "negative:strength=1,null"
 bash scripts/test-url-dependency.sh
 
+echo "== documentation: DocC of the public modules, no warnings" >&2
+VF_BUILD_LOCK="$LOCK" bash scripts/build-docs.sh
+
 if [ "${VIEWFINDER_SKIP_VIVID:-0}" != 1 ]; then
     echo "== real-driver tier: vivid in a VM" >&2
     bash scripts/vivid-tests.sh --no-build

@@ -1,123 +1,33 @@
-// Writes the stage registry of one target: scans its Swift sources for classes that conform to
-// `Stage` (directly, or through a protocol whose name ends in `Stage`) and emits
+// Writes the stage registry of one target (see Scanner.swift for what counts as a stage):
 //
-//     extension StageRegistry { public static let <module>: StageRegistry = StageRegistry([A.self, …]) }
+//     extension StageRegistry { public static let <module>: StageRegistry = StageRegistry(generated: [A.self, …]) }
 //
 // Usage: StageRegistryGenerator <module-name> <output-file> <source-file>...
+// A stage it cannot register fails the build with `file:line: error: …`.
 import Foundation
-
-struct GeneratorError: Error, CustomStringConvertible {
-    let description: String
-}
-
-func lowerCamel(_ s: String) -> String {
-    guard let f = s.first else { return s }
-    var prefixCount = 0
-    for c in s { if c.isUppercase { prefixCount += 1 } else { break } }
-    if prefixCount > 1 && prefixCount < s.count { prefixCount -= 1 }
-    return s.prefix(max(prefixCount, 1)).lowercased() + s.dropFirst(max(prefixCount, 1)) + (f.isLetter ? "" : "")
-}
-
-/// Removes comments and string literals so that declarations inside them are not picked up.
-func stripCommentsAndStrings(_ text: String) -> String {
-    var out = ""
-    var it = Array(text.unicodeScalars)
-    var i = 0
-    let n = it.count
-    while i < n {
-        let c = it[i]
-        if c == "/" && i + 1 < n && it[i + 1] == "/" {
-            while i < n && it[i] != "\n" { i += 1 }
-        } else if c == "/" && i + 1 < n && it[i + 1] == "*" {
-            var depth = 1; i += 2
-            while i < n && depth > 0 {
-                if it[i] == "/" && i + 1 < n && it[i + 1] == "*" { depth += 1; i += 2 }
-                else if it[i] == "*" && i + 1 < n && it[i + 1] == "/" { depth -= 1; i += 2 }
-                else { i += 1 }
-            }
-            out.append(" ")
-        } else if c == "\"" {
-            let triple = i + 2 < n && it[i + 1] == "\"" && it[i + 2] == "\""
-            i += triple ? 3 : 1
-            while i < n {
-                if it[i] == "\\" { i += 2; continue }
-                if triple {
-                    if it[i] == "\"" && i + 2 < n && it[i + 1] == "\"" && it[i + 2] == "\"" { i += 3; break }
-                } else if it[i] == "\"" || it[i] == "\n" { i += 1; break }
-                i += 1
-            }
-            out.append("\"\"")
-        } else {
-            out.unicodeScalars.append(c); i += 1
-        }
-    }
-    it.removeAll()
-    return out
-}
-
-struct Found: Comparable {
-    let name: String
-    let isPublic: Bool
-    let file: String
-    static func < (a: Found, b: Found) -> Bool { a.name < b.name }
-}
-
-func scan(_ path: String) throws -> [Found] {
-    let text = stripCommentsAndStrings(try String(contentsOfFile: path, encoding: .utf8))
-    // `[attributes] [access] [final] class Name[<...>]: A, B, Stage, C {`
-    let pattern = #"(?m)^[ \t]*(?:@\w+(?:\([^)]*\))?\s+)*((?:public|open|internal|package|fileprivate|private)\s+)?(?:final\s+)?(?:(?:public|open)\s+)?class\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([^{]+)\{"#
-    let re = try NSRegularExpression(pattern: pattern)
-    var found: [Found] = []
-    let ns = text as NSString
-    for m in re.matches(in: text, range: NSRange(location: 0, length: ns.length)) {
-        let access = m.range(at: 1).location != NSNotFound ? ns.substring(with: m.range(at: 1)).trimmingCharacters(in: .whitespaces) : ""
-        let name = ns.substring(with: m.range(at: 2))
-        let inherits = ns.substring(with: m.range(at: 3))
-            .components(separatedBy: CharacterSet(charactersIn: ",&"))
-            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-            .map { $0.split(separator: "where").first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? $0 }
-        guard inherits.contains(where: { $0 == "Stage" || $0 == "Viewfinder.Stage" || ($0.hasSuffix("Stage") && $0.first?.isUppercase == true && $0 != name && $0.hasPrefix("Registered")) }) else { continue }
-        if access == "private" || access == "fileprivate" {
-            throw GeneratorError(description: "\(path): stage \(name) is \(access); the generated registry cannot see it. Make it internal or public.")
-        }
-        found.append(Found(name: name, isPublic: access == "public" || access == "open", file: (path as NSString).lastPathComponent))
-    }
-    return found
-}
 
 let args = CommandLine.arguments
 guard args.count >= 3 else {
-    FileHandle.standardError.write("usage: StageRegistryGenerator <module> <output> <sources...>\n".data(using: .utf8)!)
+    FileHandle.standardError.write(Data("usage: StageRegistryGenerator <module> <output> <sources...>\n".utf8))
     exit(2)
 }
 let module = args[1]
 let output = args[2]
 do {
-    var all: [Found] = []
+    var declarations: [Declaration] = []
     for p in args.dropFirst(3).sorted() where !p.hasSuffix("GeneratedStageRegistry.swift") {
-        all += try scan(p)
+        declarations += StageScanner.declarations(in: try String(contentsOfFile: p, encoding: .utf8), file: p)
     }
-    all.sort()
-    var seen = Set<String>()
-    for f in all where !seen.insert(f.name).inserted {
-        throw GeneratorError(description: "stage type \(f.name) is declared twice in \(module)")
+    let stages = try StageScanner.stages(in: declarations).map {
+        FoundStage(name: $0.name, isPublic: $0.isPublic, file: ($0.file as NSString).lastPathComponent, line: $0.line)
     }
-    let allPublic = !all.isEmpty && all.allSatisfy(\.isPublic)
-    let access = allPublic ? "public " : ""
-    var text = """
-    // Generated by StageRegistryPlugin from the sources of \(module). Do not edit.
-    import Viewfinder
-
-    extension StageRegistry {
-        /// The stages declared in \(module): \(all.map(\.name).joined(separator: ", ")).
-        \(access)static let \(lowerCamel(module)): StageRegistry = StageRegistry([
-
-    """
-    for f in all { text += "        \(f.name).self, // \(f.file)\n" }
-    text += "    ])\n}\n"
+    let text = StageScanner.render(module: module, stages: stages)
     let existing = try? String(contentsOfFile: output, encoding: .utf8)
     if existing != text { try text.write(toFile: output, atomically: true, encoding: .utf8) }
+} catch let e as ScanFailure {
+    FileHandle.standardError.write(Data((e.description + "\n").utf8))
+    exit(1)
 } catch {
-    FileHandle.standardError.write("error: StageRegistryGenerator: \(error)\n".data(using: .utf8)!)
+    FileHandle.standardError.write(Data("error: StageRegistryGenerator: \(error)\n".utf8))
     exit(1)
 }

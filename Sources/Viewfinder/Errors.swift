@@ -4,7 +4,8 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
     case unknownOption(stage: String, option: String, known: [String])
     case invalidOption(stage: String, option: String, reason: String)
     case invalidConfigFile(path: String, reason: String)
-    case duplicateStage(String)
+    /// Two stage types claim one name (`types` names them).
+    case duplicateStage(String, types: [String])
 
     public var description: String {
         switch self {
@@ -16,8 +17,8 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
             return "stage '\(s)', option '\(o)': \(r)"
         case .invalidConfigFile(let p, let r):
             return "pipeline file '\(p)': \(r)"
-        case .duplicateStage(let n):
-            return "two stage types register the name '\(n)'"
+        case .duplicateStage(let n, let types):
+            return "two stage types register the name '\(n)': \(types.joined(separator: " and "))"
         }
     }
 }

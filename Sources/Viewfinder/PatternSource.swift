@@ -1,25 +1,46 @@
 /// A source that cycles a few pre-rendered frames, as GStreamer's `videotestsrc` does: it costs
 /// one memcpy per frame, so it measures the engine rather than a renderer.
 ///
-/// Device string: `pattern:width=1920,height=1080,format=yuyv,fps=30,paced=false,frames=300`.
-/// - `width`, `height`: pixels (default 1920x1080).
-/// - `format`: yuyv, uyvy, nv12, i420, yuv422p, grey, rgb24 (default yuyv).
-/// - `fps`: nominal rate (default 30); timestamps advance by 1/fps.
-/// - `paced`: true paces in real time (a live source); false (default) runs as fast as possible.
-/// - `frames`: end after this many frames (default: never).
-/// - `copy`: false skips the per-frame copy (the frame keeps whatever pattern its buffer had).
+/// Device string: `pattern:width=1920,height=1080,format=yuyv,fps=30,paced=false,frames=300`;
+/// ``Options/fields`` documents every option (`viewfinder devices` prints it).
 public final class PatternSource: CaptureSource, @unchecked Sendable {
     // @unchecked Sendable: `configure`/`start`/`stop` happen before/after streaming; `next` runs
     // only on the capture thread.
-    public struct Options: Sendable, Equatable {
+    public struct Options: DeviceOptionTable, Equatable {
         public var width = 1920, height = 1080
         public var format = PixelFormat.yuyv
         public var fps = 30.0
         public var paced = false
-        public var frames: UInt64?
+        /// End after this many frames; 0: never.
+        public var frames: UInt64 = 0
         public var copy = true
         public var poolSize = 16
         public init() {}
+
+        /// The formats the pattern renders (every uncompressed one).
+        public static var formats: [PixelFormat] { PixelFormat.allCases.filter { !$0.isCompressed } }
+
+        public static var fields: [OptionField<Options>] {
+            [
+                .int("width", \.width, range: 16...7680, unit: "pixels", "Frame width (even for 4:2:2 and 4:2:0 formats)"),
+                .int("height", \.height, range: 16...4320, unit: "pixels", "Frame height (even for 4:2:0 formats)"),
+                .pixelFormat("format", \.format, allowed: formats, "Pixel format"),
+                .double("fps", \.fps, range: 0.01...1000, unit: "frames/s", "Nominal rate; timestamps advance by 1/fps"),
+                .bool("paced", \.paced, "true: real time at fps (a live source); false: as fast as possible"),
+                .int("frames", \.frames, unit: "frames", "End after this many frames (0: never)"),
+                .bool("copy", \.copy, "false skips the per-frame copy (the frame keeps whatever pattern its buffer had)"),
+                .int("buffers", \.poolSize, range: 2...64, unit: "frames", "Frames in the pattern's pool"),
+            ]
+        }
+
+        public func validate() throws(OptionProblem) {
+            if format.isSubsampled && width % 2 != 0 {
+                throw .invalid(option: "width", reason: "\(format) has chroma at half horizontal resolution: expected an even width, got '\(width)'")
+            }
+            if [.nv12, .i420].contains(format) && height % 2 != 0 {
+                throw .invalid(option: "height", reason: "\(format) has chroma at half vertical resolution: expected an even height, got '\(height)'")
+            }
+        }
     }
 
     public let options: Options
@@ -42,42 +63,10 @@ public final class PatternSource: CaptureSource, @unchecked Sendable {
         activeConfiguration = StreamConfiguration(format: FrameFormat(options.format, width: options.width, height: options.height), interval: FrameInterval(fps: options.fps), bufferCount: options.poolSize)
     }
 
-    /// Parses `pattern:key=value,...`.
-    public convenience init(deviceString s: String) throws {
-        var o = Options()
-        let body = s.hasPrefix("pattern:") ? String(s.dropFirst(8)) : ""
-        for item in body.split(separator: ",") where !item.isEmpty {
-            let kv = item.split(separator: "=", maxSplits: 1).map(String.init)
-            guard kv.count == 2 else { throw DeviceError.invalidDeviceOption(device: s, option: String(item), reason: "expected key=value") }
-            let (k, v) = (kv[0], kv[1])
-            func int() throws -> Int {
-                guard let i = Int(v), i > 0 else { throw DeviceError.invalidDeviceOption(device: s, option: k, reason: "expected a positive integer, got '\(v)'") }
-                return i
-            }
-            func bool() throws -> Bool {
-                guard let b = Bool(v) else { throw DeviceError.invalidDeviceOption(device: s, option: k, reason: "expected true or false, got '\(v)'") }
-                return b
-            }
-            switch k {
-            case "width": o.width = try int()
-            case "height": o.height = try int()
-            case "fps":
-                guard let f = Double(v), f > 0, f <= 1000 else { throw DeviceError.invalidDeviceOption(device: s, option: k, reason: "expected a rate in (0, 1000], got '\(v)'") }
-                o.fps = f
-            case "format":
-                guard let f = PixelFormat(name: v), !f.isCompressed else {
-                    throw DeviceError.invalidDeviceOption(device: s, option: k, reason: "expected an uncompressed format (yuyv, uyvy, nv12, i420, yuv422p, grey, rgb24), got '\(v)'")
-                }
-                o.format = f
-            case "paced": o.paced = try bool()
-            case "frames": o.frames = UInt64(try int())
-            case "copy": o.copy = try bool()
-            case "buffers": o.poolSize = try int()
-            default:
-                throw DeviceError.invalidDeviceOption(device: s, option: k, reason: "unknown option (known: width, height, format, fps, paced, frames, copy, buffers)")
-            }
-        }
-        self.init(options: o, id: s.isEmpty ? "pattern" : s)
+    /// Parses `pattern` or `pattern:key=value,...`.
+    public convenience init(deviceString s: String) throws(DeviceError) {
+        let body: Substring = s.hasPrefix("pattern:") ? s.dropFirst(8) : ""
+        self.init(options: try Options.decode(keyValues: body, device: s), id: s.isEmpty ? "pattern" : s)
     }
 
     deinit { for p in patterns { p.deallocate() } }
@@ -110,7 +99,7 @@ public final class PatternSource: CaptureSource, @unchecked Sendable {
 
     public func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
         guard let pool, let cfg = activeConfiguration else { throw DeviceError.notRunning(device: info.id) }
-        if let limit = options.frames, sequence >= limit { return .endOfStream }
+        if options.frames > 0, sequence >= options.frames { return .endOfStream }
         let interval = cfg.interval.nanoseconds
         let due = startNs &+ sequence &* interval
         if options.paced {
@@ -148,4 +137,10 @@ public struct PatternProvider: DeviceProvider {
     public func handles(_ device: String) -> Bool { device == "pattern" || device.hasPrefix("pattern:") }
     public func open(_ device: String) throws -> any CaptureSource { try PatternSource(deviceString: device) }
     public func discover() -> [DeviceInfo] { [] }
+}
+
+extension PatternProvider: DocumentedDeviceProvider {
+    public var documentation: DeviceKindDocumentation {
+        DeviceKindDocumentation(syntax: "pattern[:key=value,…]", summary: "A few pre-rendered frames, cycled with one copy per frame: measures the engine, not a renderer.", options: PatternSource.Options.self)
+    }
 }

@@ -57,6 +57,15 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
 
     /// Whether frames carry compressed data of variable size.
     public var isCompressed: Bool { self == .mjpeg }
+
+    /// Whether the format has chroma at half horizontal resolution (4:2:2 or 4:2:0): its width
+    /// must be even.
+    public var isSubsampled: Bool {
+        switch self {
+        case .grey, .rgb24, .mjpeg: return false
+        default: return true
+        }
+    }
 }
 
 /// Builds a little-endian fourcc from four ASCII characters.

@@ -103,10 +103,7 @@ extension Stage {
     public func finish() {}
 
     /// The option documentation, for `viewfinder stages` and DocC.
-    public static var optionDocumentation: [OptionDocumentation] {
-        let defaults = Options()
-        return Options.fields.map { $0.documentation(defaults: defaults) }
-    }
+    public static var optionDocumentation: [OptionDocumentation] { Options.documentation }
 
     /// Builds the stage from untyped options (JSON or the command line): unknown options and bad
     /// values are errors that name them.
@@ -117,12 +114,81 @@ extension Stage {
 
 // MARK: - Options
 
-/// Typed options of a stage. ``init()`` gives the defaults; ``fields`` describes each option (name,
-/// kind, range, unit, documentation) and how to set it, so the same table validates input, fills
-/// defaults and prints the documentation.
-public protocol StageOptions: Sendable {
+/// A table of typed options: ``init()`` gives the defaults; ``fields`` describes each option (name,
+/// kind, range, unit, documentation) and how to set and show it, so the same table validates
+/// input, fills defaults, prints the documentation and writes the values back out.
+///
+/// Stages' options (``StageOptions``) and devices' options (``DeviceOptionTable``: the sim camera,
+/// the test pattern, dump replay) are both option tables, so every option on the command line, in
+/// a pipeline file or in a device string is parsed, refused and documented the same way.
+public protocol OptionTable: Sendable {
     init()
     static var fields: [OptionField<Self>] { get }
+}
+
+/// What is wrong with one option, before it is said whose option it is.
+public enum OptionProblem: Error, Equatable, Sendable {
+    /// No option has this name.
+    case unknown(option: String, known: [String])
+    /// The value does not fit the option.
+    case invalid(option: String, reason: String)
+}
+
+extension OptionTable {
+    /// Decodes options from untyped values, starting from the defaults; the first problem is thrown
+    /// as an ``OptionProblem``.
+    public static func decodeTable(_ raw: [String: JSONValue]) throws(OptionProblem) -> Self {
+        var o = Self()
+        let fields = Self.fields
+        for (key, value) in raw.sorted(by: { $0.key < $1.key }) {
+            guard let f = fields.first(where: { $0.name == key }) else {
+                throw .unknown(option: key, known: fields.map(\.name))
+            }
+            do { try f.apply(&o, value) } catch let e as OptionValueError {
+                throw .invalid(option: key, reason: e.reason)
+            } catch {
+                throw .invalid(option: key, reason: "\(error)")
+            }
+        }
+        return o
+    }
+
+    /// The documentation of every option, with the defaults of ``init()``.
+    public static var documentation: [OptionDocumentation] {
+        let defaults = Self()
+        return fields.map { $0.documentation(defaults: defaults) }
+    }
+
+    /// The options as untyped values (what ``decodeTable(_:)`` reads back); with `changedOnly`,
+    /// only those that differ from the defaults.
+    public func encoded(changedOnly: Bool = true) -> [String: JSONValue] {
+        let defaults = Self()
+        var out: [String: JSONValue] = [:]
+        for f in Self.fields {
+            let v = f.encode(self)
+            if !changedOnly || v != f.encode(defaults) { out[f.name] = v }
+        }
+        return out
+    }
+
+    /// Splits `key=value,key=value` (as in device strings) into untyped values. Values stay
+    /// strings: each option's field reads its own kind from the text.
+    public static func keyValues(_ text: Substring, separator: Character = ",") throws(OptionProblem) -> [String: JSONValue] {
+        var out: [String: JSONValue] = [:]
+        for item in text.split(separator: separator, omittingEmptySubsequences: true) {
+            guard let eq = item.firstIndex(of: "="), eq != item.startIndex else {
+                throw .invalid(option: String(item), reason: "expected key=value")
+            }
+            let key = item[..<eq].lowercased()
+            guard out[key] == nil else { throw .invalid(option: key, reason: "given twice") }
+            out[key] = .string(String(item[item.index(after: eq)...]))
+        }
+        return out
+    }
+}
+
+/// Typed options of a stage (an ``OptionTable`` with a stage's cross-field validation).
+public protocol StageOptions: OptionTable {
     /// Cross-field validation; throw ``ConfigurationError/invalidOption(stage:option:reason:)``.
     func validate(stage: String) throws
 }
@@ -130,22 +196,61 @@ public protocol StageOptions: Sendable {
 extension StageOptions {
     public func validate(stage: String) throws {}
 
-    /// Decodes options from untyped values, starting from the defaults.
+    /// Decodes options from untyped values, starting from the defaults: unknown options and bad
+    /// values are ``ConfigurationError``s that name the stage and the option.
     public static func decode(_ raw: [String: JSONValue], stage: String) throws -> Self {
-        var o = Self()
-        let fields = Self.fields
-        for (key, value) in raw.sorted(by: { $0.key < $1.key }) {
-            guard let f = fields.first(where: { $0.name == key }) else {
-                throw ConfigurationError.unknownOption(stage: stage, option: key, known: fields.map(\.name))
-            }
-            do {
-                try f.apply(&o, value)
-            } catch let e as OptionValueError {
-                throw ConfigurationError.invalidOption(stage: stage, option: key, reason: e.reason)
-            }
-        }
+        let o: Self
+        do throws(OptionProblem) { o = try decodeTable(raw) } catch { throw ConfigurationError(error, stage: stage) }
         try o.validate(stage: stage)
         return o
+    }
+}
+
+/// Typed options of a device opened by a string (`sim:…`, `pattern:…`, `dump:FILE,…`): an
+/// ``OptionTable`` with the device's cross-field validation.
+public protocol DeviceOptionTable: OptionTable {
+    /// Cross-field validation; throw ``OptionProblem/invalid(option:reason:)``.
+    func validate() throws(OptionProblem)
+}
+
+extension DeviceOptionTable {
+    public func validate() throws(OptionProblem) {}
+
+    /// Decodes options from untyped values: every problem is a
+    /// ``DeviceError/invalidDeviceOption(device:option:reason:)`` naming the device and the option.
+    public static func decode(_ raw: [String: JSONValue], device: String) throws(DeviceError) -> Self {
+        do throws(OptionProblem) {
+            let o = try decodeTable(raw)
+            try o.validate()
+            return o
+        } catch { throw DeviceError(error, device: device) }
+    }
+
+    /// Decodes the `key=value,…` part of a device string.
+    public static func decode(keyValues text: Substring, device: String) throws(DeviceError) -> Self {
+        let raw: [String: JSONValue]
+        do throws(OptionProblem) { raw = try keyValues(text) } catch { throw DeviceError(error, device: device) }
+        return try decode(raw, device: device)
+    }
+}
+
+extension ConfigurationError {
+    /// The problem with an option of `stage`.
+    public init(_ problem: OptionProblem, stage: String) {
+        switch problem {
+        case .unknown(let o, let known): self = .unknownOption(stage: stage, option: o, known: known)
+        case .invalid(let o, let r): self = .invalidOption(stage: stage, option: o, reason: r)
+        }
+    }
+}
+
+extension DeviceError {
+    /// The problem with an option of `device`.
+    public init(_ problem: OptionProblem, device: String) {
+        switch problem {
+        case .unknown(let o, let known): self = .invalidDeviceOption(device: device, option: o, reason: "unknown option (known: \(known.joined(separator: ", ")))")
+        case .invalid(let o, let r): self = .invalidDeviceOption(device: device, option: o, reason: r)
+        }
     }
 }
 
@@ -163,9 +268,14 @@ public struct OptionDocumentation: Sendable, Codable, Equatable {
     public var range: String?
     public var unit: String?
     public var summary: String
+
+    enum CodingKeys: String, CodingKey { case name, type, defaultValue = "default", range, unit, summary }
 }
 
-/// One option of a stage: its name, type, range, unit, documentation and setter.
+/// One option of a stage or a device: its name, type, range, unit, documentation, setter and value.
+///
+/// Every setter takes typed JSON (a pipeline file) as well as text (a device string, or a command
+/// line), so `3`, `"3"` and `3.0` all set an integer option to 3, and `0.3/0.6` or `[0.3, 0.6]` a point.
 public struct OptionField<Root>: Sendable {
     public let name: String
     public let type: String
@@ -174,6 +284,20 @@ public struct OptionField<Root>: Sendable {
     public let summary: String
     let apply: @Sendable (inout Root, JSONValue) throws -> Void
     let show: @Sendable (Root) -> String
+    let encode: @Sendable (Root) -> JSONValue
+
+    /// A field of any kind: `parse` reads a value (throwing ``OptionValueError`` with the reason),
+    /// `show` writes it for the documentation and `encode` as JSON.
+    public init<Value>(name: String, type: String, unit: String? = nil, range: String? = nil, summary: String,
+                       key: WritableKeyPath<Root, Value> & Sendable,
+                       parse: @escaping @Sendable (JSONValue) throws -> Value,
+                       show: @escaping @Sendable (Value) -> String,
+                       encode: @escaping @Sendable (Value) -> JSONValue) {
+        self.name = name; self.type = type; self.unit = unit; self.range = range; self.summary = summary
+        self.apply = { root, v in root[keyPath: key] = try parse(v) }
+        self.show = { show($0[keyPath: key]) }
+        self.encode = { encode($0[keyPath: key]) }
+    }
 
     func documentation(defaults: Root) -> OptionDocumentation {
         OptionDocumentation(name: name, type: type, defaultValue: show(defaults), range: range, unit: unit, summary: summary)
@@ -181,77 +305,120 @@ public struct OptionField<Root>: Sendable {
 
     /// A floating-point option in `range`.
     public static func double(_ name: String, _ key: WritableKeyPath<Root, Double> & Sendable, range: ClosedRange<Double>? = nil, unit: String? = nil, _ summary: String) -> Self {
-        OptionField(name: name, type: "number", unit: unit, range: range.map { "\(fmt($0.lowerBound))...\(fmt($0.upperBound))" }, summary: summary, apply: { root, v in
-            guard case .number(let d) = v, d.isFinite else { throw OptionValueError("expected a number, got '\(v)'") }
+        OptionField(name: name, type: "number", unit: unit, range: range.map { "\(fmt($0.lowerBound))...\(fmt($0.upperBound))" }, summary: summary, key: key, parse: { v in
+            guard let d = v.numberValue, d.isFinite else { throw OptionValueError("expected a number, got '\(v)'") }
             if let range, !range.contains(d) { throw OptionValueError("\(fmt(d)) is outside \(fmt(range.lowerBound))...\(fmt(range.upperBound))") }
-            root[keyPath: key] = d
-        }, show: { fmt($0[keyPath: key]) })
+            return d
+        }, show: fmt, encode: { .number($0) })
     }
 
-    /// An integer option in `range`.
-    public static func int(_ name: String, _ key: WritableKeyPath<Root, Int> & Sendable, range: ClosedRange<Int>? = nil, unit: String? = nil, _ summary: String) -> Self {
-        OptionField(name: name, type: "integer", unit: unit, range: range.map { "\($0.lowerBound)...\($0.upperBound)" }, summary: summary, apply: { root, v in
-            guard case .number(let d) = v, d == d.rounded(), abs(d) < 1e15 else { throw OptionValueError("expected an integer, got '\(v)'") }
-            let i = Int(d)
+    /// An integer option in `range` (any integer type).
+    public static func int<I: FixedWidthInteger & Sendable>(_ name: String, _ key: WritableKeyPath<Root, I> & Sendable, range: ClosedRange<I>? = nil, unit: String? = nil, _ summary: String) -> Self {
+        OptionField(name: name, type: "integer", unit: unit, range: range.map { "\($0.lowerBound)...\($0.upperBound)" }, summary: summary, key: key, parse: { v in
+            let parsed: I?
+            if case .string(let s) = v { parsed = I(s) } else if let d = v.numberValue, d == d.rounded(), abs(d) < 1e15 { parsed = I(exactly: d) } else { parsed = nil }
+            guard let i = parsed else { throw OptionValueError("expected an integer, got '\(v)'") }
             if let range, !range.contains(i) { throw OptionValueError("\(i) is outside \(range.lowerBound)...\(range.upperBound)") }
-            root[keyPath: key] = i
-        }, show: { String($0[keyPath: key]) })
+            return i
+        }, show: { String($0) }, encode: { .number(Double($0)) })
     }
 
     /// A boolean option.
     public static func bool(_ name: String, _ key: WritableKeyPath<Root, Bool> & Sendable, _ summary: String) -> Self {
-        OptionField(name: name, type: "boolean", unit: nil, range: nil, summary: summary, apply: { root, v in
-            guard case .bool(let b) = v else { throw OptionValueError("expected true or false, got '\(v)'") }
-            root[keyPath: key] = b
-        }, show: { String($0[keyPath: key]) })
+        OptionField(name: name, type: "boolean", summary: summary, key: key, parse: { v in
+            switch v {
+            case .bool(let b): return b
+            case .string(let s) where ["true", "false"].contains(s.lowercased()): return s.lowercased() == "true"
+            default: throw OptionValueError("expected true or false, got '\(v)'")
+            }
+        }, show: { String($0) }, encode: { .bool($0) })
     }
 
     /// A free string option.
     public static func string(_ name: String, _ key: WritableKeyPath<Root, String> & Sendable, _ summary: String) -> Self {
-        OptionField(name: name, type: "string", unit: nil, range: nil, summary: summary, apply: { root, v in
+        OptionField(name: name, type: "string", summary: summary, key: key, parse: { v in
             switch v {
-            case .string(let s): root[keyPath: key] = s
-            case .number, .bool: root[keyPath: key] = v.description
+            case .string(let s): return s
+            case .number, .bool: return v.description
             default: throw OptionValueError("expected a string, got '\(v)'")
             }
-        }, show: { $0[keyPath: key] })
+        }, show: { $0 }, encode: { .string($0) })
+    }
+
+    /// A file path; empty (or absent) means none.
+    public static func path(_ name: String, _ key: WritableKeyPath<Root, String?> & Sendable, _ summary: String) -> Self {
+        OptionField(name: name, type: "path", summary: summary, key: key, parse: { v in
+            guard case .string(let s) = v else { throw OptionValueError("expected a file path, got '\(v)'") }
+            return s.isEmpty ? nil : s
+        }, show: { $0 ?? "none" }, encode: { .string($0 ?? "") })
     }
 
     /// One of a fixed set of names.
     public static func choice<C: OptionChoice>(_ name: String, _ key: WritableKeyPath<Root, C> & Sendable, _ summary: String) -> Self {
         let names = C.allCases.map(\.rawValue)
-        return OptionField(name: name, type: "choice", unit: nil, range: names.joined(separator: "|"), summary: summary, apply: { root, v in
+        return OptionField(name: name, type: "choice", range: names.joined(separator: "|"), summary: summary, key: key, parse: { v in
             guard case .string(let s) = v, let c = C(rawValue: s) else {
                 throw OptionValueError("expected one of \(names.joined(separator: ", ")), got '\(v)'")
             }
-            root[keyPath: key] = c
-        }, show: { $0[keyPath: key].rawValue })
+            return c
+        }, show: { $0.rawValue }, encode: { .string($0.rawValue) })
+    }
+
+    /// A pixel format among `allowed` (by any of its names: `yuyv`, `yuy2`, …).
+    public static func pixelFormat(_ name: String, _ key: WritableKeyPath<Root, PixelFormat> & Sendable, allowed: [PixelFormat], _ summary: String) -> Self {
+        let names = allowed.map(\.rawValue)
+        return OptionField(name: name, type: "choice", range: names.joined(separator: "|"), summary: summary, key: key, parse: { v in
+            guard case .string(let s) = v, let f = PixelFormat(name: s), allowed.contains(f) else {
+                throw OptionValueError("expected one of \(names.joined(separator: ", ")), got '\(v)'")
+            }
+            return f
+        }, show: { $0.rawValue }, encode: { .string($0.rawValue) })
     }
 
     /// A normalised point `x/y` (or `[x, y]` in JSON), both in 0...1.
     public static func point(_ name: String, _ key: WritableKeyPath<Root, NormalizedPoint> & Sendable, _ summary: String) -> Self {
-        OptionField(name: name, type: "point", unit: "normalised x/y", range: "0...1", summary: summary, apply: { root, v in
-            guard case .array(let a) = v, a.count == 2, case .number(let x) = a[0], case .number(let y) = a[1],
-                  (0...1).contains(x), (0...1).contains(y) else {
+        OptionField(name: name, type: "point", unit: "normalised x/y", range: "0...1", summary: summary, key: key, parse: { v in
+            guard let a = v.numbers, a.count == 2, (0...1).contains(a[0]), (0...1).contains(a[1]) else {
                 throw OptionValueError("expected a point x/y with both in 0...1, got '\(v)'")
             }
-            root[keyPath: key] = NormalizedPoint(x: x, y: y)
-        }, show: { "\(fmt($0[keyPath: key].x))/\(fmt($0[keyPath: key].y))" })
+            return NormalizedPoint(x: a[0], y: a[1])
+        }, show: { "\(fmt($0.x))/\(fmt($0.y))" }, encode: { .array([.number($0.x), .number($0.y)]) })
     }
 
     /// A list of numbers `a/b/c` (or a JSON array).
     public static func doubles(_ name: String, _ key: WritableKeyPath<Root, [Double]> & Sendable, range: ClosedRange<Double>? = nil, unit: String? = nil, _ summary: String) -> Self {
-        OptionField(name: name, type: "numbers", unit: unit, range: range.map { "\(fmt($0.lowerBound))...\(fmt($0.upperBound))" }, summary: summary, apply: { root, v in
-            let items: [JSONValue]
-            switch v { case .array(let a): items = a; case .number: items = [v]; default: throw OptionValueError("expected numbers a/b/c, got '\(v)'") }
-            var out: [Double] = []
-            for i in items {
-                guard case .number(let d) = i, d.isFinite else { throw OptionValueError("expected numbers a/b/c, got '\(v)'") }
-                if let range, !range.contains(d) { throw OptionValueError("\(fmt(d)) is outside \(fmt(range.lowerBound))...\(fmt(range.upperBound))") }
-                out.append(d)
+        OptionField(name: name, type: "numbers", unit: unit, range: range.map { "\(fmt($0.lowerBound))...\(fmt($0.upperBound))" }, summary: summary, key: key, parse: { v in
+            guard let out = v.numbers, out.allSatisfy(\.isFinite) else { throw OptionValueError("expected numbers a/b/c, got '\(v)'") }
+            if let range, let d = out.first(where: { !range.contains($0) }) {
+                throw OptionValueError("\(fmt(d)) is outside \(fmt(range.lowerBound))...\(fmt(range.upperBound))")
             }
-            root[keyPath: key] = out
-        }, show: { $0[keyPath: key].map(fmt).joined(separator: "/") })
+            return out
+        }, show: { $0.map(fmt).joined(separator: "/") }, encode: { .array($0.map { .number($0) }) })
+    }
+}
+
+extension JSONValue {
+    /// The value as a number: a JSON number, or text that reads as one.
+    var numberValue: Double? {
+        switch self {
+        case .number(let d): return d
+        case .string(let s): return Double(s)
+        default: return nil
+        }
+    }
+
+    /// The value as a list of numbers: a JSON array of numbers, one number, or text `a/b/c`.
+    var numbers: [Double]? {
+        switch self {
+        case .array(let a):
+            let ds = a.compactMap(\.numberValue)
+            return ds.count == a.count ? ds : nil
+        case .number(let d): return [d]
+        case .string(let s):
+            let ds = s.split(separator: "/", omittingEmptySubsequences: false).compactMap { Double($0) }
+            return ds.isEmpty || s.split(separator: "/", omittingEmptySubsequences: false).count != ds.count ? nil : ds
+        default: return nil
+        }
     }
 }
 

@@ -2,47 +2,149 @@ import Foundation
 
 /// The stages a program knows, by name. Built from the registries the `StageRegistryPlugin`
 /// generates for each target that applies it (`StageRegistry.<module>`), merged as needed.
+///
+/// A name belongs to one stage type: building a registry with two types of one name, or merging
+/// registries that name different types alike, throws ``ConfigurationError/duplicateStage(_:types:)``.
 public struct StageRegistry: Sendable {
     public private(set) var types: [String: any Stage.Type]
+    /// Names that more than one type of a generated registry claims (see ``init(generated:)``).
+    public private(set) var conflicts: [ConfigurationError] = []
+    /// Makes the stages that carry out a device's exposure and focus modes (ViewfinderKit installs
+    /// the built-in one in `StageRegistry.builtIn`); nil: the session runs no control stages.
+    public var controlStages: (any DeviceControlStageProvider)?
 
-    public init(_ types: [any Stage.Type]) {
+    /// A registry of these types; two types with one name are refused.
+    public init(_ types: [any Stage.Type], controlStages: (any DeviceControlStageProvider)? = nil) throws(ConfigurationError) {
+        self.init(generated: types)
+        self.controlStages = controlStages
+        if let first = conflicts.first { throw first }
+    }
+
+    /// The registry `StageRegistryPlugin` generates for a module. It cannot throw where it is made
+    /// (a global constant), so two types with one name are kept in ``conflicts`` and every use of
+    /// the registry — ``type(named:)``, ``makeStage(_:)``, ``merging(_:)`` — throws the first.
+    public init(generated types: [any Stage.Type]) {
         var d: [String: any Stage.Type] = [:]
-        for t in types { d[t.name] = t }
+        for t in types {
+            if let existing = d[t.name], ObjectIdentifier(existing) != ObjectIdentifier(t) {
+                conflicts.append(.duplicateStage(t.name, types: ["\(existing)", "\(t)"]))
+            } else {
+                d[t.name] = t
+            }
+        }
         self.types = d
     }
 
-    /// Both registries together; a name in both is an error.
-    public func merging(_ other: StageRegistry) throws -> StageRegistry {
+    /// Both registries together; a name that the two give to different types is refused (as are
+    /// the conflicts either already had). The control stage provider is this registry's, else the
+    /// other's.
+    public func merging(_ other: StageRegistry) throws(ConfigurationError) -> StageRegistry {
+        if let c = conflicts.first ?? other.conflicts.first { throw c }
         var r = self
-        for (n, t) in other.types {
-            if let existing = r.types[n], ObjectIdentifier(existing) != ObjectIdentifier(t) { throw ConfigurationError.duplicateStage(n) }
+        for (n, t) in other.types.sorted(by: { $0.key < $1.key }) {
+            if let existing = r.types[n], ObjectIdentifier(existing) != ObjectIdentifier(t) {
+                throw .duplicateStage(n, types: ["\(existing)", "\(t)"])
+            }
             r.types[n] = t
         }
+        if r.controlStages == nil { r.controlStages = other.controlStages }
+        return r
+    }
+
+    /// This registry with `provider` making the device's control stages.
+    public func withControlStages(_ provider: (any DeviceControlStageProvider)?) -> StageRegistry {
+        var r = self
+        r.controlStages = provider
         return r
     }
 
     public var names: [String] { types.keys.sorted() }
 
-    public func type(named name: String) throws -> any Stage.Type {
-        guard let t = types[name] else { throw ConfigurationError.unknownStage(name, known: names) }
+    public func type(named name: String) throws(ConfigurationError) -> any Stage.Type {
+        if let c = conflicts.first { throw c }
+        guard let t = types[name] else { throw .unknownStage(name, known: names) }
         return t
     }
 
-    /// Builds a stage by name from untyped options.
+    /// Builds a stage: a typed spec builds its own type (registered or not); a spec by name is
+    /// looked up here and built from its untyped options.
     public func makeStage(_ spec: StageSpec) throws -> any Stage {
-        try type(named: spec.name).make(options: spec.options)
+        if let typed = spec.typed { return try typed.make() }
+        return try type(named: spec.name).make(options: spec.options)
     }
 }
 
-/// A stage by name with untyped options, as in a pipeline file or on the command line.
-public struct StageSpec: Sendable, Equatable, Codable {
+/// Makes the stages that carry out a device's exposure and focus modes
+/// (``DeviceSettings/exposureMode``, ``DeviceSettings/focusMode`` and the points of interest).
+///
+/// The session knows no stage by name: the provider builds typed stages from the settings.
+/// ViewfinderKit installs one for its built-in `exposure` and `focus` stages.
+public protocol DeviceControlStageProvider: Sendable {
+    /// The stages for these settings, in order. `sensorPoint` maps a point of interest from the
+    /// picture as the user sees it to sensor coordinates (the connection's rotation and mirroring).
+    /// Return only stages whose controls `device` has (see ``CaptureDevice/isExposureModeSupported(_:)``).
+    func controlStages(for settings: DeviceSettings, device: CaptureDevice,
+                       sensorPoint: @Sendable (NormalizedPoint) -> NormalizedPoint) throws -> [StageSpec]
+}
+
+/// A stage to run: by name with untyped options (a pipeline file, the command line), or typed —
+/// a stage type with its typed options, built afresh each time a session starts:
+///
+/// ```swift
+/// try session.setStages([
+///     .stage(StabiliseStage.self) { $0.lookahead = 15 },
+///     .stage(DeadlineStage.self, options: DeadlineOptions()),
+///     StageSpec(name: "focus", options: ["mode": "auto"]),
+/// ])
+/// ```
+///
+/// A typed spec also carries its name and its options as untyped values (those that differ from
+/// the defaults), so it prints, compares and encodes as the same spec by name would.
+public struct StageSpec: Sendable, Equatable, Codable, CustomStringConvertible {
     public var name: String
     public var options: [String: JSONValue]
     /// A disabled stage is left out of the chain (as in libcamera tuning files).
     public var enabled: Bool
+    /// The typed builder, when the spec was made from a stage type.
+    let typed: TypedStage?
 
     public init(name: String, options: [String: JSONValue] = [:], enabled: Bool = true) {
-        self.name = name; self.options = options; self.enabled = enabled
+        self.name = name; self.options = options; self.enabled = enabled; self.typed = nil
+    }
+
+    /// A stage of type `S` with typed options (the type need not be in the session's registry).
+    public static func stage<S: Stage>(_ type: S.Type, options: S.Options = S.Options(), enabled: Bool = true) -> StageSpec {
+        StageSpec(name: S.name, options: options.encoded(), enabled: enabled, typed: TypedStage(type, options: options))
+    }
+
+    /// A stage of type `S`, its options set from the defaults by `configure`.
+    public static func stage<S: Stage>(_ type: S.Type, enabled: Bool = true, _ configure: (inout S.Options) -> Void) -> StageSpec {
+        var o = S.Options()
+        configure(&o)
+        return stage(type, options: o, enabled: enabled)
+    }
+
+    private init(name: String, options: [String: JSONValue], enabled: Bool, typed: TypedStage?) {
+        self.name = name; self.options = options; self.enabled = enabled; self.typed = typed
+    }
+
+    /// Whether the spec was made from a stage type (``stage(_:options:enabled:)``).
+    public var isTyped: Bool { typed != nil }
+
+    /// The stage type of a typed spec.
+    public var stageType: (any Stage.Type)? { typed?.type }
+
+    /// The typed options of a typed spec of stage type `S`.
+    public func options<S: Stage>(of type: S.Type) -> S.Options? { typed?.options as? S.Options }
+
+    public static func == (a: StageSpec, b: StageSpec) -> Bool {
+        a.name == b.name && a.options == b.options && a.enabled == b.enabled
+            && a.typed.map { ObjectIdentifier($0.type) } == b.typed.map { ObjectIdentifier($0.type) }
+    }
+
+    public var description: String {
+        let o = options.sorted { $0.key < $1.key }.map { ":\($0.key)=\($0.value)" }.joined()
+        return name + o + (enabled ? "" : " (disabled)")
     }
 
     enum CodingKeys: String, CodingKey { case name, options, enabled }
@@ -52,6 +154,14 @@ public struct StageSpec: Sendable, Equatable, Codable {
         name = try c.decode(String.self, forKey: .name)
         options = try c.decodeIfPresent([String: JSONValue].self, forKey: .options) ?? [:]
         enabled = try c.decodeIfPresent(Bool.self, forKey: .enabled) ?? true
+        typed = nil
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        if !options.isEmpty { try c.encode(options, forKey: .options) }
+        if !enabled { try c.encode(enabled, forKey: .enabled) }
     }
 
     /// Parses a command-line list: `exposure:mode=auto:bias=0.3,focus,deadline:max_age_ms=50`.
@@ -68,6 +178,22 @@ public struct StageSpec: Sendable, Equatable, Codable {
                 options[String(p[..<eq])] = JSONValue(commandLine: String(p[p.index(after: eq)...]))
             }
             return StageSpec(name: name, options: options)
+        }
+    }
+}
+
+/// A stage type with typed options: builds a fresh stage each time.
+struct TypedStage: Sendable {
+    let type: any Stage.Type
+    let options: any OptionTable
+    let make: @Sendable () throws -> any Stage
+
+    init<S: Stage>(_ type: S.Type, options: S.Options) {
+        self.type = type
+        self.options = options
+        self.make = {
+            try options.validate(stage: S.name)
+            return try S(options: options)
         }
     }
 }

@@ -15,8 +15,7 @@ struct ControlsCommand: ParsableCommand {
     var assignments: [String] = []
 
     func run() throws {
-        let source: any CaptureSource
-        do { source = try DeviceDirectory.standard.open(device) } catch { throw fail(error) }
+        let source = try DeviceDirectory.standard.open(device)
         defer { source.stop() }
         guard let controls = source.controls else {
             print("\(device): no controls")
@@ -27,7 +26,7 @@ struct ControlsCommand: ParsableCommand {
             guard parts.count == 2, !parts[0].isEmpty, let value = Int64(parts[1]) else {
                 throw ValidationError("--set wants name=integer, got '\(a)'")
             }
-            do { try controls.set(parts[0], to: value) } catch { throw fail(error) }
+            try controls.set(parts[0], to: value)
         }
         print(ControlsCommand.render(controls))
     }

@@ -3,19 +3,34 @@ import Foundation
 import ViewfinderKit
 
 struct DevicesCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "devices", abstract: "List cameras with their formats, sizes, rates and controls.")
+    static let configuration = CommandConfiguration(
+        commandName: "devices",
+        abstract: "List cameras with their formats, sizes, rates and controls, and every device string's options.")
 
-    @Flag(help: "Print JSON for scripts.") var json = false
+    @Flag(help: "Print JSON for scripts: {\"devices\": [...], \"device_strings\": [...]}.") var json = false
+
+    /// What `--json` prints.
+    struct Listing: Encodable {
+        let devices: [DeviceInfo]
+        let deviceStrings: [DeviceKindDocumentation]
+        enum CodingKeys: String, CodingKey { case devices, deviceStrings = "device_strings" }
+    }
 
     func run() throws {
-        let devices = DeviceDirectory.standard.discover()
+        let directory = DeviceDirectory.standard
+        let devices = directory.discover()
         if json {
             let enc = JSONEncoder()
             enc.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try enc.encode(devices), as: UTF8.self))
+            print(String(decoding: try enc.encode(Listing(devices: devices, deviceStrings: directory.kinds)), as: UTF8.self))
             return
         }
         for d in devices { print(DevicesCommand.render(d)) }
+        print("Device strings (/dev/videoN opens a V4L2 capture node; it takes no options):")
+        for k in directory.kinds {
+            print("\(k.syntax) — \(k.summary)")
+            for line in renderOptions(k.options) { print(line) }
+        }
     }
 
     /// Like `v4l2-ctl --list-formats-ext`, then the controls.
@@ -57,30 +72,29 @@ struct StagesCommand: ParsableCommand {
     func run() throws {
         let reg = StageRegistry.builtIn
         if json {
-            var out: [[String: Any]] = []
-            for n in reg.names {
-                let t = try reg.type(named: n)
-                out.append(["name": n, "summary": t.summary, "options": t.optionDocumentation.map { o -> [String: Any] in
-                    var d: [String: Any] = ["name": o.name, "type": o.type, "default": o.defaultValue, "summary": o.summary]
-                    if let r = o.range { d["range"] = r }
-                    if let u = o.unit { d["unit"] = u }
-                    return d
-                }])
-            }
-            print(jsonString(out))
+            struct Entry: Encodable { let name: String; let summary: String; let options: [OptionDocumentation] }
+            let out = try reg.names.map { n in let t = try reg.type(named: n); return Entry(name: n, summary: t.summary, options: t.optionDocumentation) }
+            let enc = JSONEncoder()
+            enc.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try enc.encode(out), as: UTF8.self))
             return
         }
         for n in reg.names {
             let t = try reg.type(named: n)
             print("\(n) — \(t.summary)")
-            for o in t.optionDocumentation {
-                var line = "    \(o.name) (\(o.type)"
-                if let u = o.unit { line += ", \(u)" }
-                line += ") default \(o.defaultValue)"
-                if let r = o.range { line += ", range \(r)" }
-                print(line)
-                print("        \(o.summary)")
-            }
+            for line in renderOptions(t.optionDocumentation) { print(line) }
         }
+    }
+}
+
+/// The lines that document options (stages' and devices' alike): name, type, unit, default,
+/// range, then the summary.
+func renderOptions(_ options: [OptionDocumentation]) -> [String] {
+    options.flatMap { o -> [String] in
+        var line = "    \(o.name) (\(o.type)"
+        if let u = o.unit { line += ", \(u)" }
+        line += ") default \(o.defaultValue)"
+        if let r = o.range { line += ", range \(r)" }
+        return [line, "        \(o.summary)"]
     }
 }

@@ -32,7 +32,7 @@ struct ProcessCommand: ParsableCommand {
         var meta: FileHandle?
         if let path = metadata {
             guard FileManager.default.createFile(atPath: path, contents: nil), let h = FileHandle(forWritingAtPath: path) else {
-                throw ValidationError("cannot create the metadata file '\(path)'")
+                throw RuntimeFailure(message: "cannot create the metadata file '\(path)'")
             }
             meta = h
         }
@@ -56,7 +56,7 @@ struct ProcessCommand: ParsableCommand {
         let start = monotonicNanoseconds()
         while writeError == nil {
             guard let frame = pool.acquire() else {
-                throw ValidationError("the stages hold more frames than they declare (\(chain.delayFrames)); cannot continue")
+                throw RuntimeFailure(message: "the stages hold more frames than they declare (\(chain.delayFrames)); cannot continue")
             }
             do {
                 guard try reader.read(into: frame) else { frame.release(); break }

@@ -72,16 +72,6 @@ struct RunCommand: ParsableCommand {
     }
 
     func run() throws {
-        do {
-            try runPipeline()
-        } catch let e as ExitCode {
-            throw e
-        } catch {
-            throw fail(error)
-        }
-    }
-
-    func runPipeline() throws {
         var specs: [StageSpec] = []
         var fileDevice: String?
         if let config {
@@ -108,8 +98,8 @@ struct RunCommand: ParsableCommand {
         }
         try session.commitConfiguration()
 
-        let errors = LockedBox<[String]>([])
-        session.onEvent { e in if case .runtimeError(let m) = e { errors.withLock { $0.append(m) } } }
+        let errors = LockedBox<[any Error]>([])
+        session.onEvent { e in if let error = e.error { errors.withLock { $0.append(error) } } }
 
         // Ctrl-C stops capture; what was captured still flows out.
         signal(SIGINT, SIG_IGN)
@@ -127,16 +117,17 @@ struct RunCommand: ParsableCommand {
 
         guard let stats = session.statistics else { return }
         let cfg = session.streamConfiguration
-        let summary = Summary(device: dev.uniqueID, configuration: cfg, stats: stats, errors: errors.withLock { $0 }, metadataLines: writer?.lines, metadataPath: metadata)
+        let runErrors = errors.withLock { $0 }
+        let summary = Summary(device: dev.uniqueID, configuration: cfg, stats: stats, errors: runErrors.map { "\($0)" }, metadataLines: writer?.lines, metadataPath: metadata)
         let outputsSummary = frameOutputs.summary(stats)
         let report = json ? jsonString(summary.dictionary.merging(outputsSummary) { a, _ in a }) : summary.text + frameOutputs.text(stats)
         FrameOutputs.printSummary(report, toStderr: frameOutput.usesStdout)
-        if let w = writer, let f = w.failure { throw fail(DeviceError.io(device: w.path, operation: "write metadata", errno: 0, message: f)) }
-        if let e = errors.withLock({ $0.first }) { throw fail(RuntimeFailure(message: e)) }
+        if let w = writer, let f = w.failure { throw DeviceError.io(device: w.path, operation: "write metadata", errno: 0, message: f) }
+        // The run's first error, with its type: the exit code follows from it.
+        if let e = runErrors.first { throw e }
     }
 }
 
-struct RuntimeFailure: Error, CustomStringConvertible { let message: String; var description: String { message } }
 
 /// The live status line on a terminal: fps, drops by reason, per-stage time, latency.
 final class StatusLine: @unchecked Sendable {

@@ -76,10 +76,6 @@ struct SnapCommand: ParsableCommand {
     }
 
     func run() throws {
-        do { try snap() } catch let e as ExitCode { throw e } catch { throw fail(error) }
-    }
-
-    func snap() throws {
         let b = try biases()
         let settings = PhotoSettings(codec: raw ? .raw : .jpeg(quality: quality, subsampling: subsampling.flatMap(ChromaSubsampling.init(rawValue:))),
                                      rawCompanion: rawCompanion, exposureBiases: b, burstCount: burst)
@@ -122,7 +118,7 @@ struct SnapCommand: ParsableCommand {
             print("wrote \(file): \(what), \(formatBytes(UInt64(p.fileDataRepresentation().count))), frame \(p.sequence)\(exposure)\(bias)")
         }
         print("\(photos.count) of \(count) images from \(dev.uniqueID); \(dropSummary(session.statistics))")
-        if photos.count < count { throw fail(RuntimeFailure(message: "\(count - photos.count) images failed")) }
+        if photos.count < count { throw RuntimeFailure(message: "\(count - photos.count) images failed") }
     }
 }
 
@@ -167,10 +163,6 @@ struct RecordCommand: ParsableCommand {
     }
 
     func run() throws {
-        do { try record() } catch let e as ExitCode { throw e } catch { throw fail(error) }
-    }
-
-    func record() throws {
         try refuseExisting(output, force: force)
         var s = MovieOutputSettings()
         s.quality = quality
@@ -202,11 +194,11 @@ struct RecordCommand: ParsableCommand {
         while !waiter.isDone && session.isRunning { usleep(20_000) }
         if !waiter.isDone { movie.stopRecording() }
         session.stopRunning()
-        guard let summary = waiter.lock.withLock({ waiter.summary }) else { throw fail(RuntimeFailure(message: "the recording did not start")) }
+        guard let summary = waiter.lock.withLock({ waiter.summary }) else { throw RuntimeFailure(message: "the recording did not start") }
         let err = waiter.lock.withLock { waiter.error }
         print("wrote \(summary.path): \(summary.frames) frames (\(summary.preRollFrames) from the pre-roll), \(String(format: "%.2f", summary.duration)) s, \(formatBytes(summary.bytes)), \(summary.droppedFrames) dropped on the way to the file; \(dropSummary(session.statistics))")
         print("ended: \(summary.reason.rawValue)\(err.map { " (\($0))" } ?? ""); file complete: \(summary.successfullyFinished ? "yes" : "no")")
-        if let err, !summary.successfullyFinished { throw fail(err) }
+        if let err, !summary.successfullyFinished { throw err }
     }
 }
 
@@ -230,10 +222,6 @@ struct DumpCommand: ParsableCommand {
     }
 
     func run() throws {
-        do { try dump() } catch let e as ExitCode { throw e } catch { throw fail(error) }
-    }
-
-    func dump() throws {
         try refuseExisting(output, force: force)
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
         let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, device: dev.uniqueID)
@@ -253,7 +241,7 @@ struct DumpCommand: ParsableCommand {
         let secs = Double(monotonicNanoseconds() - t0) / 1e9
         let ratio = out.bytesWritten > 0 ? Double(out.rawBytesWritten) / Double(out.bytesWritten) : 0
         print("wrote \(output): \(out.framesWritten) frames of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
-        if let e = out.error { throw fail(e) }
+        if let e = out.error { throw e }
     }
 }
 
@@ -268,10 +256,6 @@ struct ExportCommand: ParsableCommand {
     @Flag(help: "Overwrite an existing file.") var force = false
 
     func run() throws {
-        do { try export() } catch let e as ExitCode { throw e } catch { throw fail(error) }
-    }
-
-    func export() throws {
         if output != "-" { try refuseExisting(output, force: force) }
         if input.hasSuffix(".y4m") {
             let r = try DumpConversion.importY4M(input, to: output, overwrite: force)

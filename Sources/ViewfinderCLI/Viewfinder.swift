@@ -7,16 +7,78 @@ struct ViewfinderCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "viewfinder",
         abstract: "Capture camera frames on Linux through a chain of stages into sinks.",
+        discussion: """
+        Errors: every error is one line on standard error, `viewfinder: error: <what went wrong>`, \
+        and the exit status says which kind it is: \(CLIExit.usage) for a usage error (an unknown \
+        or malformed argument, an unknown stage, device option or stage option, a value out of its \
+        range, a bad pipeline file: nothing was captured), \(CLIExit.runtime) for a runtime error \
+        (a device that cannot be opened or disconnects, a stream that stalls, a file that cannot \
+        be written), 0 for success.
+        """,
         subcommands: CLISubcommands.all
     )
+
+    /// Parses, runs, and turns every error into the one-line format and its exit status.
+    static func main() {
+        Foundation.exit(CLIExit.run(Array(CommandLine.arguments.dropFirst())))
+    }
 }
 
-/// Prints one clear line and exits non-zero, for every error a command meets.
-func fail(_ error: any Error) -> ExitCode {
-    var stderr = StandardError()
-    print("viewfinder: error: \(error)", to: &stderr)
-    return ExitCode(error is ValidationError ? 64 : 1)
+/// The CLI's error format and exit statuses (`viewfinder --help` documents them).
+enum CLIExit {
+    /// The command line (or the pipeline file or device string it names) is wrong (BSD `EX_USAGE`).
+    static let usage: Int32 = 64
+    /// The command was right but running it failed.
+    static let runtime: Int32 = 1
+
+    static func run(_ arguments: [String]) -> Int32 {
+        do {
+            var command = try ViewfinderCommand.parseAsRoot(arguments)
+            try command.run()
+            return 0
+        } catch {
+            return report(error)
+        }
+    }
+
+    /// Prints the error (help and version go to standard output) and gives the exit status.
+    static func report(_ error: any Error) -> Int32 {
+        if let code = error as? ExitCode { return code.rawValue }
+        let parserCode = ViewfinderCommand.exitCode(for: error)
+        if parserCode == .success {
+            print(ViewfinderCommand.fullMessage(for: error))
+            return 0
+        }
+        var stderr = StandardError()
+        print("viewfinder: error: \(message(for: error))", to: &stderr)
+        return status(for: error)
+    }
+
+    /// The one-line message: our errors describe themselves; the parser's own are its message.
+    static func message(for error: any Error) -> String {
+        switch error {
+        case is ConfigurationError, is DeviceError, is SessionError, is RuntimeFailure: return "\(error)"
+        default:
+            let m = ViewfinderCommand.message(for: error)
+            return m.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: "; ")
+        }
+    }
+
+    static func status(for error: any Error) -> Int32 {
+        switch error {
+        case is ValidationError, is ConfigurationError: return usage
+        case DeviceError.invalidDeviceOption: return usage
+        case is DeviceError, is SessionError, is RuntimeFailure: return runtime
+        default:
+            // The parser's own errors (unknown flag, missing value) are usage errors; anything else
+            // a command threw is a runtime error.
+            return ViewfinderCommand.exitCode(for: error) == .validationFailure ? usage : runtime
+        }
+    }
 }
+
+/// A runtime failure the command found itself (no error type of the library says it).
+struct RuntimeFailure: Error, CustomStringConvertible { let message: String; var description: String { message } }
 
 struct StandardError: TextOutputStream {
     mutating func write(_ s: String) { FileHandle.standardError.write(Data(s.utf8)) }

@@ -5,8 +5,9 @@
 @_exported import ViewfinderSinks
 
 extension StageRegistry {
-    /// Every built-in stage.
-    public static var builtIn: StageRegistry { .viewfinderStages }
+    /// Every built-in stage, with ``BuiltInControlStages`` carrying out the devices' exposure and
+    /// focus modes.
+    public static var builtIn: StageRegistry { StageRegistry.viewfinderStages.withControlStages(BuiltInControlStages()) }
 }
 
 extension DeviceDirectory {

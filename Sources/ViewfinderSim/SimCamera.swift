@@ -11,7 +11,7 @@ import CTurboJPEG
 /// a rolling-shutter sensor with full-well clipping, shot and read noise, gain and a tone curve,
 /// under light that may flicker at twice the mains frequency. Its ``controls`` act like a V4L2
 /// camera's, with a fixed latency in frames, and every frame carries the ground truth
-/// (``SimulationTruth``) so that control loops can be scored.
+/// (`SimulationTruth`) so that control loops can be scored.
 ///
 /// Built-in automation (optional, off by default): `auto_exposure` = 3 (aperture priority) runs a
 /// simple built-in auto-exposure (aims at luma 110, exposure first up to the frame interval, then

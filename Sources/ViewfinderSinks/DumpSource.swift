@@ -36,32 +36,39 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     private var sequenceOffset: UInt64 = 0
     private var pending: Frame?
 
+    /// Options of a dump replay (after the file: `dump:FILE,paced=false,loop=3`).
+    public struct Options: DeviceOptionTable, Equatable {
+        public var paced = true
+        public var loops = 1
+        public var rebase = true
+        public init() {}
+
+        public static var fields: [OptionField<Options>] {
+            [
+                .bool("paced", \.paced, "true: frames come at their recorded timing (a live source); false: as fast as the pipeline takes them, with back-pressure"),
+                .int("loop", \.loops, range: 0...1_000_000, unit: "passes", "Plays the dump this many times (0: forever); sequences and timestamps keep increasing"),
+                .bool("rebase", \.rebase, "true: timestamps move to the replay's CLOCK_MONOTONIC time line, keeping the recorded intervals; false: exactly as recorded"),
+            ]
+        }
+    }
+
+    /// Splits `dump:FILE[,key=value…]` into the file and its options (the options are the last
+    /// comma-separated items that look like `key=value`, so a file name may contain commas).
+    public static func parse(device: String) throws(DeviceError) -> (path: String, options: Options) {
+        var spec = device.hasPrefix("dump:") ? Substring(device.dropFirst(5)) : Substring(device)
+        var optionText: [Substring] = []
+        while let comma = spec.lastIndex(of: ","), spec[spec.index(after: comma)...].contains("=") {
+            optionText.insert(spec[spec.index(after: comma)...], at: 0)
+            spec = spec[..<comma]
+        }
+        let options = try Options.decode(keyValues: Substring(optionText.joined(separator: ",")), device: device)
+        return (String(spec), options)
+    }
+
     /// Opens a dump (`device` is `dump:FILE[,options]` or a plain path).
     public init(device: String, logger: Logger = Logger(label: "viewfinder.dump")) throws {
-        var spec = device.hasPrefix("dump:") ? String(device.dropFirst(5)) : device
-        var paced = true, loops = 1, rebase = true
-        // Options follow the last commas that look like key=value.
-        while let comma = spec.lastIndex(of: ","), spec[spec.index(after: comma)...].contains("=") {
-            let opt = String(spec[spec.index(after: comma)...])
-            spec = String(spec[..<comma])
-            let kv = opt.split(separator: "=", maxSplits: 1).map(String.init)
-            func bool(_ v: String) throws -> Bool {
-                switch v.lowercased() {
-                case "true", "1", "yes", "on": return true
-                case "false", "0", "no", "off": return false
-                default: throw DeviceError.invalidDeviceOption(device: device, option: kv[0], reason: "'\(v)' is not a boolean (true/false)")
-                }
-            }
-            switch kv[0] {
-            case "paced": paced = try bool(kv[1])
-            case "rebase": rebase = try bool(kv[1])
-            case "loop":
-                guard let n = Int(kv[1]), n >= 0 else { throw DeviceError.invalidDeviceOption(device: device, option: "loop", reason: "'\(kv[1])' is not a count (0 = forever)") }
-                loops = n
-            default:
-                throw DeviceError.invalidDeviceOption(device: device, option: kv[0], reason: "unknown option (known: paced, loop, rebase)")
-            }
-        }
+        let (spec, o) = try Self.parse(device: device)
+        let (paced, loops, rebase) = (o.paced, o.loops, o.rebase)
         guard !spec.isEmpty else { throw DeviceError.unknownDevice(device, reason: "no file named (expected dump:FILE)") }
         path = spec
         self.paced = paced
@@ -196,4 +203,10 @@ public struct DumpProvider: DeviceProvider {
     public func open(_ device: String) throws -> any CaptureSource { try DumpSource(device: device) }
     /// Dumps are opened by name; there is nothing to discover.
     public func discover() -> [DeviceInfo] { [] }
+}
+
+extension DumpProvider: DocumentedDeviceProvider {
+    public var documentation: DeviceKindDocumentation {
+        DeviceKindDocumentation(syntax: "dump:FILE[,key=value,…]", summary: "Replays an LZ4 raw dump written by `viewfinder dump` (or a .y4m converted by `viewfinder export`).", options: DumpSource.Options.self)
+    }
 }

@@ -114,7 +114,7 @@ public struct PCMFormat: Sendable, Equatable, Codable {
 /// The movie file output: records the stream to a crash-safe QuickTime movie (fragmented MOV,
 /// Motion-JPEG video, optional PCM audio), modelled on AVCaptureMovieFileOutput.
 ///
-/// It is a ``FrameConsumer``: the engine gives it its own ring and thread. `startRecording` and
+/// It is a `FrameConsumer`: the engine gives it its own ring and thread. `startRecording` and
 /// `stopRecording` may be called from any thread; the delegate hears `didStart` when the first frame
 /// is in the file and `didFinish` exactly once per recording, with the reason and the
 /// "successfully finished" flag. Frames are encoded by a pool of TurboJPEG threads and written in

@@ -54,7 +54,7 @@ public enum MovieTrackDescription: Sendable, Equatable {
 /// fragments. Samples are collected in memory and written as `moof`+`mdat` pairs every
 /// ``fragmentInterval`` seconds of media (one `write` per fragment; a failed write is cut back, so
 /// the file always ends on a complete fragment). After `kill -9`, everything up to the last complete
-/// fragment plays in FFmpeg and QuickTime-style readers; ``finish()`` only patches durations.
+/// fragment plays in FFmpeg and QuickTime-style readers; ``finish(lastFrameDurationNanoseconds:)`` only patches durations.
 ///
 /// Sample times are the capture timestamps: each video sample lasts until the next one starts
 /// (variable frame rate is kept), so a sample is held back until its successor arrives; the last

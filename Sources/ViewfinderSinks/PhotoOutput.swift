@@ -28,7 +28,7 @@ extension PhotoCaptureDelegate {
 /// The still-photo output, modelled on AVCapturePhotoOutput: JPEG (TurboJPEG, or MJPEG passed
 /// through), raw stills, raw companions, exposure brackets and bursts.
 ///
-/// A ``FrameConsumer`` on its own thread that keeps only the newest frame (`discardsLateFrames`);
+/// A `FrameConsumer` on its own thread that keeps only the newest frame (`discardsLateFrames`);
 /// it does nothing per frame while no capture is pending.
 public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     // @unchecked Sendable: the request queue, the used ids, the configuration and the running flag

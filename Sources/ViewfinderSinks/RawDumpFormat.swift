@@ -117,7 +117,7 @@ public enum DumpError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// Binary tag-length-value encoding of ``FrameMetadata`` (no allocation-heavy JSON per frame).
+/// Binary tag-length-value encoding of `FrameMetadata` (no allocation-heavy JSON per frame).
 ///
 /// Each field is `tag u8, length u8, value`; doubles are IEEE-754 little-endian. Unknown tags are
 /// skipped by readers, so fields can be added. Tags: 1 exposureTime, 2 gain, 3 lensPosition,

@@ -3,7 +3,7 @@ import Logging
 import Viewfinder
 
 /// Writes every frame that reaches it to a raw dump (see ``RawDumpFormat``): the pixels exactly as
-/// they arrive (after the stages) and their metadata. A ``FrameConsumer`` with its own thread.
+/// they arrive (after the stages) and their metadata. A `FrameConsumer` with its own thread.
 ///
 /// A write error (a full disk) ends the dump: later frames are counted as dropped and the error is
 /// kept in ``error``; what was written stays readable.

@@ -106,7 +106,7 @@ public struct ExposureMeasurement: Sendable, Equatable {
 /// metadata — ``FrameMetadata/exposedWith`` as the capture side recorded it, or the source's own —
 /// else the last value known to have landed) and its metered error it computes in one
 /// step the exposure that reaches the target, sends it, and then ignores frames taken before that
-/// change landed (the device's ``DeviceControlling/controlLatencyFrames``), so it does not hunt.
+/// change landed (the device's `DeviceControlling.controlLatencyFrames`), so it does not hunt.
 /// Exposure time goes up first, to the frame interval or the anti-flicker limit (whole mains
 /// half-periods), then gain. Publishes `exposureState`, `meteredLuma`, `exposureError` and the
 /// chosen values (custom keys `ae.exposure_us`, `ae.gain`).

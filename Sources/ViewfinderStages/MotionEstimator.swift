@@ -109,7 +109,7 @@ public enum Pyramid {
 }
 
 /// Global motion between two frames: translation, rotation and scale about the picture centre.
-/// Conventions as ``SimulationTruth``: positive dx/dy move the content right/down, a positive
+/// Conventions as `SimulationTruth`: positive dx/dy move the content right/down, a positive
 /// angle turns it counter-clockwise as seen.
 ///
 /// Luma is reduced to a pyramid (1/2, 1/4, 1/8). A grid of blocks is matched by SAD search at

@@ -20,7 +20,7 @@ public struct StabiliseOptions: StageOptions {
 
     /// When ``StabiliseStage`` copies frames it holds for its look-ahead.
     public enum CopyPolicy: String, Sendable, CaseIterable, OptionChoice {
-        /// Copy unless the source has buffers to spare for the pipeline (``StageContext/sourceHasBuffersToSpare``).
+        /// Copy unless the source has buffers to spare for the pipeline (`StageContext.sourceHasBuffersToSpare`).
         case auto
         /// Always copy.
         case always
@@ -56,7 +56,7 @@ public struct StabiliseOptions: StageOptions {
 ///
 /// Memory: warped frames go to the stage's own buffers (look-ahead + 10). The frames it holds for
 /// the look-ahead are the source's own when the source has buffers to spare for the whole
-/// pipeline (the session sizes them so; ``StageContext/sourceHasBuffersToSpare``), and copies
+/// pipeline (the session sizes them so; `StageContext.sourceHasBuffersToSpare`), and copies
 /// otherwise (`copy_frames`), so a V4L2 device with 4 buffers is never starved. Not copying
 /// saves a frame of memory traffic (0.3–0.4 ms at 1080p YUYV).
 public final class StabiliseStage: Stage {

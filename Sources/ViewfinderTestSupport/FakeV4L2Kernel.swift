@@ -236,6 +236,18 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
     public func disconnect(_ path: String = "/dev/video0") {
         lock.withLock { devices[path]?.disconnected = true; lock.broadcast() }
     }
+    /// Plugs an unplugged device back in: it opens again, streams from sequence 0, and keeps its
+    /// control values; descriptors opened before the unplug stay dead (their calls fail).
+    public func reconnect(_ path: String = "/dev/video0") {
+        lock.withLock {
+            guard let d = devices[path], d.disconnected else { return }
+            if d.owner != nil { releaseQueue(d) }
+            for (fd, f) in files where f.path == path { files[fd]?.path = "\(path) (unplugged)" }
+            d.disconnected = false
+            d.sequence = 0
+            lock.broadcast()
+        }
+    }
     /// Queues a source-change event to subscribers.
     public func signalSourceChange(path: String = "/dev/video0") {
         lock.withLock {

@@ -19,7 +19,7 @@ import Logging
 /// ``DeviceError/bandwidth(device:)``; no frame within ``Options/stallTimeoutSeconds`` while the
 /// device holds buffers → streaming restart, then a reopen, then ``DeviceError/stalled(device:seconds:)``;
 /// `ENODEV`/`EIO` mid-stream → ``DeviceError/disconnected(device:)`` from ``next(timeoutNanoseconds:)``.
-public final class V4L2Camera: CaptureSource, FrameRecycler, @unchecked Sendable {
+public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Sendable {
     /// The most buffers a capture queue gets (videobuf2's VB2_MAX_FRAME before Linux 6.8).
     public static let maximumBuffers = 32
     // @unchecked Sendable: the stream state (`handle`, `config`, `slots`, `orphans`, `streaming`,

@@ -45,8 +45,8 @@ nonisolated(unsafe) private let converterDevOps: UnsafeMutablePointer<libv4l_dev
 struct ConversionFailure: Error { let message: String }
 
 /// libv4lconvert, the fallback for pixel formats the engine does not handle (Bayer, RGB565,
-/// YVYU, …): it converts a device format into RGB24 or YU12 (``PixelFormat/rgb24``,
-/// ``PixelFormat/i420``). Used by one thread at a time (the capture thread).
+/// YVYU, …): it converts a device format into RGB24 or YU12 (`PixelFormat.rgb24`,
+/// `PixelFormat.i420`). Used by one thread at a time (the capture thread).
 final class V4L2Converter {
     private let data: OpaquePointer
     private let context: Unmanaged<ConverterContext>

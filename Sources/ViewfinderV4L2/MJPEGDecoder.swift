@@ -1,7 +1,7 @@
 import CTurboJPEG
 import Viewfinder
 
-/// Why an MJPEG frame could not be decoded. A consumer counts these as ``DropReason/corrupt``.
+/// Why an MJPEG frame could not be decoded. A consumer counts these as `DropReason.corrupt`.
 public enum MJPEGError: Error, Equatable, CustomStringConvertible {
     case notJPEG
     case corrupt(String)
@@ -27,8 +27,8 @@ public enum MJPEGError: Error, Equatable, CustomStringConvertible {
 ///
 /// MJPEG frames pass through the engine untouched; a consumer that needs pixels owns one decoder
 /// (a decoder is used by one thread at a time) and decodes into frames of its own pool.
-/// 4:2:2 JPEGs (most webcams) decode to ``PixelFormat/yuv422p``, 4:2:0 to ``PixelFormat/i420``,
-/// greyscale to ``PixelFormat/grey``. Any decoder warning (a truncated or damaged stream) is an
+/// 4:2:2 JPEGs (most webcams) decode to `PixelFormat.yuv422p`, 4:2:0 to `PixelFormat.i420`,
+/// greyscale to `PixelFormat.grey`. Any decoder warning (a truncated or damaged stream) is an
 /// error: a damaged frame is dropped, not shown half grey.
 public final class MJPEGDecoder {
     public struct Header: Sendable, Equatable {
@@ -115,8 +115,8 @@ public final class MJPEGDecoder {
 /// Decodes MJPEG frames into frames of its own pool, for a consumer or stage that needs pixels.
 ///
 /// The pool is sized on the first frame (from the JPEG header and the scale), so nothing is
-/// allocated per frame afterwards. A damaged JPEG throws (count it as ``DropReason/corrupt``);
-/// nil means every decoded frame is still held (count it as ``DropReason/outOfBuffers``).
+/// allocated per frame afterwards. A damaged JPEG throws (count it as `DropReason.corrupt`);
+/// nil means every decoded frame is still held (count it as `DropReason.outOfBuffers`).
 /// Used by one thread at a time.
 public final class MJPEGFrameDecoder {
     public let scaleDenominator: Int

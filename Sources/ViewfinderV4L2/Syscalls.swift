@@ -50,7 +50,7 @@ public struct PollEvents: OptionSet, Sendable, Hashable {
 /// The system calls the V4L2 backend makes, replaceable so tests can run against a fake kernel.
 ///
 /// Implementations report failure as `.failure(Errno)` and do **not** retry `EINTR`: the backend
-/// retries interrupted calls in exactly one place (``retryingInterrupts(_:)``).
+/// retries interrupted calls in exactly one place (`retryingInterrupts(_:)`).
 public protocol V4L2Syscalls: AnyObject, Sendable {
     func open(_ path: String, flags: Int32) -> Result<Int32, Errno>
     func close(_ fd: Int32) -> Result<Void, Errno>

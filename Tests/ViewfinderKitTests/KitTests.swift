@@ -52,12 +52,17 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
             s.focusMode = .auto
             s.exposurePointOfInterest = NormalizedPoint(x: 0, y: 0)   // the user's top-left
         }
-        let specs = CaptureSession.controlStageSpecs(dev.settings, connection: connection, registry: .builtIn, device: dev)
-        #expect(specs.map(\.name) == ["exposure", "focus"])
+        let specs = try BuiltInControlStages().controlStages(for: dev.settings, device: dev, sensorPoint: { connection.sensorPoint(fromUserPoint: $0) })
+        #expect(specs.map(\.name) == [ExposureStage.name, FocusStage.name])
+        #expect(specs.allSatisfy { $0.isTyped })
         // Turned 90° clockwise, the user's top-left is the sensor's bottom-left.
+        let exposure = try #require(specs[0].options(of: ExposureStage.self))
+        #expect(exposure.point == NormalizedPoint(x: 0, y: 1))
+        #expect(exposure.metering == .spot)
+        #expect(exposure.mode == .continuous)
+        #expect(specs[1].options(of: FocusStage.self)?.mode == .auto)
+        // The typed spec also reads as the untyped one would.
         #expect(specs[0].options["point"] == .array([.number(0), .number(1)]))
-        #expect(specs[0].options["metering"] == .string("spot"))
-        // Every spec builds.
         for s in specs { _ = try StageRegistry.builtIn.makeStage(s) }
     }
 

@@ -136,7 +136,8 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
 }
 
 @Suite struct StageOptionTests {
-    let registry = StageRegistry([DropEveryOther.self, DelayStage.self])
+    let registry: StageRegistry
+    init() throws { registry = try StageRegistry([DropEveryOther.self, DelayStage.self]) }
 
     @Test func unknownStageNamesItAndTheKnownOnes() {
         #expect(throws: ConfigurationError.unknownStage("blur", known: ["delay", "drop_every_other"])) {

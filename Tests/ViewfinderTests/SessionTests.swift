@@ -186,24 +186,8 @@ func webcamFormats() -> [FormatDescription] {
     }
 
     @Test func runtimeErrorsReachTheSessionAndOutputsFinish() throws {
-        final class Failing: CaptureSource, @unchecked Sendable {
-            let info = DeviceInfo(id: "failing", name: "f", driver: "t", bus: "t", formats: PatternSource().info.formats, controls: [], isLive: true)
-            var isLive: Bool { true }
-            var controls: (any DeviceControlling)? { nil }
-            var activeConfiguration: StreamConfiguration? { StreamConfiguration(format: FrameFormat(.grey, width: 16, height: 16), interval: FrameInterval(fps: 30), bufferCount: 4) }
-            let pool = FramePool(format: FrameFormat(.grey, width: 16, height: 16), count: 8)
-            var n: UInt64 = 0
-            func configure(_ r: StreamRequest) throws -> StreamConfiguration { activeConfiguration! }
-            func start() throws {}
-            func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
-                n += 1
-                if n > 5 { throw DeviceError.disconnected(device: "failing") }
-                let f = pool.acquire()!; f.sequence = n; return .frame(f)
-            }
-            func stop() {}
-        }
         let session = CaptureSession()
-        try session.addInput(CaptureDeviceInput(device: CaptureDevice(source: Failing())))
+        try session.addInput(CaptureDeviceInput(device: CaptureDevice(source: FailingSource(after: 5))))
         try session.setSessionPreset(.inputPriority)
         let out = MetadataWriter(path: FileManager.default.temporaryDirectory.appendingPathComponent("vf-\(UUID()).jsonl").path)
         try session.addOutput(out)

@@ -1,39 +1,23 @@
 import Logging
 import Synchronization
 
-/// What a session reports while it runs.
-public enum SessionEvent: Sendable, CustomStringConvertible {
-    case didStartRunning
-    case didStopRunning
-    /// The stream ended with an error (a disconnected camera, a stalled stream, a sink failure).
-    case runtimeError(String)
-    /// The device became unavailable (disconnected, taken by another program).
-    case wasInterrupted(reason: String)
-    case interruptionEnded
-
-    public var description: String {
-        switch self {
-        case .didStartRunning: return "did start running"
-        case .didStopRunning: return "did stop running"
-        case .runtimeError(let e): return "runtime error: \(e)"
-        case .wasInterrupted(let r): return "interrupted: \(r)"
-        case .interruptionEnded: return "interruption ended"
-        }
-    }
-}
-
 /// Coordinates inputs and outputs (AVFoundation's `AVCaptureSession`).
 ///
 /// - Add a ``CaptureDeviceInput`` and outputs; connections form automatically by media type.
 /// - Change things between ``beginConfiguration()`` and ``commitConfiguration()``: the batch is
 ///   validated as a whole and applied atomically. An invalid batch is rejected with a clear error
 ///   and a running session keeps its old configuration.
+/// - Stages are ``StageSpec``s: typed (`.stage(StabiliseStage.self) { $0.lookahead = 15 }`) or by
+///   name with untyped options (the command line, a pipeline file). Each start builds them afresh.
 /// - ``startRunning()`` resolves the preset against the device, builds the stage chain (the
-///   device's exposure/focus modes become the `exposure`/`focus` stages when the registry has them,
+///   device's exposure/focus modes become the stages its ``DeviceControlStageProvider`` makes,
 ///   followed by the session's own ``stages``) and starts the engine's threads.
+/// - Events (``SessionEvent``) reach handlers on the session's own event queue, in order and
+///   outside the session's lock: a handler may call back into the session.
 public final class CaptureSession: @unchecked Sendable {
     // @unchecked Sendable: all mutable state is guarded by `lock` (configuration, engine handle,
-    // event subscribers); the engine runs on its own threads.
+    // run identity, interruption watcher); events go through `hub`; the engine runs on its own
+    // threads.
     public struct Configuration: Sendable {
         public var inputs: [CaptureInput] = []
         public var outputs: [any CaptureOutput] = []
@@ -43,8 +27,15 @@ public final class CaptureSession: @unchecked Sendable {
     }
 
     public let registry: StageRegistry
+    /// Makes the stages that carry out the device's exposure and focus modes (nil: none run).
+    public let controlStages: (any DeviceControlStageProvider)?
     public let logger: Logger
+    /// How often an interrupted session tries to reopen its device.
+    public let reconnectIntervalSeconds: Double = 0.1
     private let lock = ConditionLock()
+    /// Serialises starting, stopping and restarting the engine. Held while waiting for engine
+    /// threads (which `lock` never is), so getters and outputs' delegates never wait for a stop.
+    private let transition = ConditionLock()
     private var committed = Configuration()
     private var pending: Configuration?
     private var connectionsStore: [CaptureConnection] = []
@@ -52,22 +43,33 @@ public final class CaptureSession: @unchecked Sendable {
     /// The counts of the last run, kept after it stops.
     private var lastStatistics: EngineStatistics?
     private var resolved: StreamConfiguration?
-    /// Event handlers, under their own lock so that events can be emitted with `lock` held.
-    private let handlers = LockedBox<[@Sendable (SessionEvent) -> Void]>([])
+    private let hub = SessionEventHub()
     private let relay = SettingsRelay()
+    /// Counts starts and stops: a run's callbacks act only while their run is the current one.
+    /// Atomic, and the watcher has its own lock, because engine threads read them: they must never
+    /// wait for `lock`, which `stopRunning()` holds while it waits for those threads.
+    private let runID = Atomic<Int>(0)
+    private let watcher = LockedBox<InterruptionWatcher?>(nil)
 
     /// - Parameters:
     ///   - registry: the stages pipelines may name (`StageRegistry.builtIn` from ViewfinderKit).
-    public init(registry: StageRegistry = StageRegistry([]), logger: Logger = Logger(label: "viewfinder.session")) {
+    ///   - controlStages: makes the stages for the device's exposure/focus modes; default: the
+    ///     registry's ``StageRegistry/controlStages`` (ViewfinderKit's `.builtIn` has one).
+    ///   - logger: where the session and its engine log.
+    public init(registry: StageRegistry = StageRegistry(generated: []), controlStages: (any DeviceControlStageProvider)? = nil,
+                logger: Logger = Logger(label: "viewfinder.session")) {
         self.registry = registry
+        self.controlStages = controlStages ?? registry.controlStages
         self.logger = logger
     }
 
     // MARK: Events
 
-    /// Registers a handler for session events (called on an engine thread).
+    /// Registers a handler for session events. Handlers run on the session's event queue, one
+    /// event at a time and in order, never with the session's lock held: they may call the
+    /// session (`stopRunning()` included).
     public func onEvent(_ handler: @escaping @Sendable (SessionEvent) -> Void) {
-        handlers.withLock { $0.append(handler) }
+        hub.add(handler)
     }
 
     /// Session events as an async sequence.
@@ -75,10 +77,8 @@ public final class CaptureSession: @unchecked Sendable {
         AsyncStream { continuation in onEvent { continuation.yield($0) } }
     }
 
-    private func emit(_ e: SessionEvent) {
-        let hs = handlers.withLock { $0 }
-        for h in hs { h(e) }
-    }
+    /// Waits until every event so far has reached the handlers (``stopRunning()`` does this).
+    public func deliverPendingEvents() { hub.drain() }
 
     // MARK: Configuration
 
@@ -91,42 +91,45 @@ public final class CaptureSession: @unchecked Sendable {
 
     /// Validates and applies the batch as a whole. On error nothing changes.
     public func commitConfiguration() throws {
-        try lock.withLock {
-            guard let p = pending else { throw SessionError.notInConfiguration }
-            pending = nil
+        try transition.withLock {
+            let p: Configuration = try lock.withLock {
+                guard let p = pending else { throw SessionError.notInConfiguration }
+                pending = nil
+                return p
+            }
             try apply(p)
         }
     }
 
     /// Runs a change: inside a batch it is staged, outside it is committed at once.
     private func change(_ body: (inout Configuration) throws -> Void) throws {
-        try lock.withLock {
-            if pending != nil {
-                try body(&pending!)
-            } else {
+        try transition.withLock {
+            let staged: Configuration? = try lock.withLock {
+                if pending != nil { try body(&pending!); return nil }
                 var c = committed
                 try body(&c)
-                try apply(c)
+                return c
             }
+            if let c = staged { try apply(c) }
         }
     }
 
     /// Validates `c` and makes it the session's configuration (restarting a running engine).
+    /// `transition` held; the old engine is waited for without `lock`.
     private func apply(_ c: Configuration) throws {
         try validate(c)
-        let wasRunning = engine != nil
-        let old = committed
-        if wasRunning { stopEngine() }
-        committed = c
-        rebuildConnections()
-        if wasRunning {
-            do { try startEngine() } catch {
-                logger.warning("new configuration failed to start, keeping the old one: \(error)")
+        let (old, running) = lock.withLock { (committed, detachEngine()) }
+        if let running { finish(running) }
+        lock.withLock { committed = c; rebuildConnections() }
+        guard running != nil else { return }
+        do { try lock.withLock { try startEngine() } } catch {
+            logger.warning("new configuration failed to start, keeping the old one: \(error)")
+            lock.withLock {
                 committed = old
                 rebuildConnections()
                 try? startEngine()
-                throw error
             }
+            throw error
         }
     }
 
@@ -138,7 +141,8 @@ public final class CaptureSession: @unchecked Sendable {
                 throw SessionError.presetUnsupported(preset: c.preset.rawValue, device: d.uniqueID, available: Self.sizes(d.formats))
             }
         }
-        // Every stage must exist and its options must be valid now, not at start.
+        // Every stage must exist and its options must be valid now, not at start (typed stages
+        // are built too: their options get the same cross-field validation).
         for s in c.stages where s.enabled { _ = try registry.makeStage(s) }
     }
 
@@ -241,15 +245,26 @@ public final class CaptureSession: @unchecked Sendable {
     public var statistics: EngineStatistics? { lock.withLock { engine?.statistics ?? lastStatistics } }
 
     public func startRunning() throws {
-        try lock.withLock {
-            if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
-            try startEngine()
+        try transition.withLock {
+            try lock.withLock {
+                if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
+                _ = cancelWatcher()
+                try startEngine()
+            }
         }
     }
 
     /// Stops capture; what was captured still reaches the outputs, which finish their files.
+    /// Returns once ``SessionEvent/didStopRunning`` has reached the handlers (at once when called
+    /// from a handler).
     public func stopRunning() {
-        lock.withLock { stopEngine() }
+        let w: InterruptionWatcher? = transition.withLock {
+            let (e, w) = lock.withLock { (detachEngine(), cancelWatcher()) }
+            if let e { finish(e) }
+            return w
+        }
+        w?.join()
+        hub.drain()
     }
 
     /// Waits until the engine finishes by itself (frame or duration limit, end of a file, error).
@@ -258,12 +273,34 @@ public final class CaptureSession: @unchecked Sendable {
         e?.waitUntilFinished()
     }
 
-    private func stopEngine() {
-        guard let e = engine else { return }
+    /// Whether the session is waiting for its disconnected device to come back.
+    public var isInterrupted: Bool { watcher.withLock { $0 != nil } }
+
+    /// Cancels the interruption watcher, if any; returns it (to join outside the locks).
+    private func cancelWatcher() -> InterruptionWatcher? {
+        runID.add(1, ordering: .sequentiallyConsistent)
+        return watcher.withLock { w in
+            let old = w
+            old?.cancel()
+            w = nil
+            return old
+        }
+    }
+
+    /// Takes the engine out of the session (`lock` held); the caller then ``finish(_:)``es it
+    /// without the lock, so that outputs' delegates may read the session meanwhile.
+    private func detachEngine() -> CaptureEngine? {
+        runID.add(1, ordering: .sequentiallyConsistent)
+        guard let e = engine else { return nil }
+        engine = nil
+        lastStatistics = e.statistics
+        return e
+    }
+
+    /// Stops a detached engine and waits for its threads; its `onFinish` reports the stop.
+    private func finish(_ e: CaptureEngine) {
         e.stop()
         e.waitUntilFinished()
-        engine = nil
-        emit(.didStopRunning)
     }
 
     private func startEngine() throws {
@@ -273,20 +310,7 @@ public final class CaptureSession: @unchecked Sendable {
         guard let request = c.preset.resolve(formats: device.formats, active: device.source.activeConfiguration, requested: device.settings.activeFormat) else {
             throw SessionError.presetUnsupported(preset: c.preset.rawValue, device: device.uniqueID, available: Self.sizes(device.formats))
         }
-        // The device's modes become control stages at the head of the chain, configured from the
-        // device settings with points of interest mapped to sensor coordinates. They run inside
-        // one `DeviceControlStages`, which rebuilds them between frames when the settings change.
-        let videoConnection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
-        let settings = device.settings
-        let registry = self.registry
-        let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak videoConnection] s in
-            try CaptureSession.controlStageSpecs(s, connection: videoConnection, registry: registry, device: device).map { try registry.makeStage($0) }
-        }
-        var stages: [any Stage] = []
-        // Only a device with exposure or focus controls can have modes to carry out.
-        if device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous) {
-            stages.append(DeviceControlStages(relay: relay, initial: try build(settings), build: build, logger: logger))
-        }
+        var stages = try controlStageChain(device: device, input: input)
         for spec in c.stages where spec.enabled { stages.append(try registry.makeStage(spec)) }
         let consumers: [any FrameConsumer] = connectionsStore.filter { $0.input === input && $0.isEnabled }.map { $0.output }
         // Enough buffers for the look-ahead the stages hold and for every ring to fill.
@@ -295,45 +319,74 @@ public final class CaptureSession: @unchecked Sendable {
         let cfg = try device.source.configure(sized)
         resolved = cfg
 
+        let settings = device.settings
         relay.publish(settings)
         let relay = self.relay
         device.onSettingsChange = { s in relay.publish(s) }
         try applyManualControls(settings, device: device)
 
         let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions, logger: logger)
+        let run = runID.add(1, ordering: .sequentiallyConsistent).newValue
+        let hub = self.hub
         e.onRuntimeError = { [weak self] error in
-            if case DeviceError.disconnected = error { self?.emit(.wasInterrupted(reason: "video device not available")) }
-            self?.emit(.runtimeError("\(error)"))
+            if case DeviceError.disconnected = error {
+                hub.post(.wasInterrupted(reason: .videoDeviceNotAvailable))
+                self?.watchForReconnection(device: device, run: run)
+            }
+            hub.post(.runtimeError(error))
         }
+        // Every run that started reports its end once, whoever ended it.
+        e.onFinish = { hub.post(.didStopRunning) }
         try e.start()
         engine = e
         lastStatistics = e.statistics
-        emit(.didStartRunning)
+        hub.post(.didStartRunning)
     }
 
-    /// The `exposure` and `focus` stages that carry out the device's modes, when the registry has
-    /// them and the device has the controls they drive. Settings changed while running are applied
-    /// between frames by ``DeviceControlStages``.
-    static func controlStageSpecs(_ s: DeviceSettings, connection: CaptureConnection?, registry: StageRegistry, device: CaptureDevice) -> [StageSpec] {
-        func sensor(_ p: NormalizedPoint) -> JSONValue {
-            let q = connection?.sensorPoint(fromUserPoint: p) ?? p
-            return .array([.number(q.x), .number(q.y)])
+    /// The first stage of the chain: the stages the provider makes for the device's modes, rebuilt
+    /// between frames when the settings change. Empty when there is no provider or the device has
+    /// no exposure or focus control.
+    private func controlStageChain(device: CaptureDevice, input: CaptureDeviceInput) throws -> [any Stage] {
+        guard let provider = controlStages,
+              device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous) else { return [] }
+        let connection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
+        let registry = self.registry
+        let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak connection] s in
+            let mapping = connection
+            return try provider.controlStages(for: s, device: device, sensorPoint: { p in mapping?.sensorPoint(fromUserPoint: p) ?? p })
+                .map { try registry.makeStage($0) }
         }
-        var specs: [StageSpec] = []
-        if s.exposureMode != .locked, registry.types["exposure"] != nil, device.isExposureModeSupported(s.exposureMode) {
-            var o: [String: JSONValue] = ["mode": .string(s.exposureMode.rawValue), "bias": .number(s.exposureTargetBias)]
-            if let p = s.exposurePointOfInterest { o["metering"] = .string("spot"); o["point"] = sensor(p) }
-            if s.exposureMode == .custom, let us = s.customExposureDuration, let g = s.customGain {
-                o["exposure_ms"] = .number(us / 1000); o["gain"] = .number(g)
+        return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, logger: logger)]
+    }
+
+    /// After a disconnection: retries the device until it is back, then reports the end of the
+    /// interruption and starts again — unless the session was stopped or restarted meanwhile.
+    private func watchForReconnection(device: CaptureDevice, run: Int) {
+        guard let source = device.source as? any ReconnectableSource else { return }
+        let interval = reconnectIntervalSeconds
+        watcher.withLock { w in
+            guard run == self.runID.load(ordering: .sequentiallyConsistent), w == nil else { return }
+            w = InterruptionWatcher(source: source, intervalSeconds: interval) { [weak self] in
+                self?.resumeAfterInterruption(run: run)
             }
-            specs.append(StageSpec(name: "exposure", options: o))
         }
-        if s.focusMode != .locked, registry.types["focus"] != nil, device.isFocusModeSupported(s.focusMode) {
-            var o: [String: JSONValue] = ["mode": .string(s.focusMode.rawValue)]
-            if let p = s.focusPointOfInterest { o["region"] = .string("point"); o["point"] = sensor(p) }
-            specs.append(StageSpec(name: "focus", options: o))
+    }
+
+    private func resumeAfterInterruption(run: Int) {
+        transition.withLock {
+            let current = watcher.withLock { w -> Bool in
+                guard run == runID.load(ordering: .sequentiallyConsistent), let x = w, !x.isCancelled else { return false }
+                w = nil
+                return true
+            }
+            guard current else { return }
+            hub.post(.interruptionEnded)
+            if let old = lock.withLock({ detachEngine() }) { finish(old) }
+            do { try lock.withLock { try startEngine() } } catch {
+                logger.error("the device came back but the session could not start again: \(error)")
+                hub.post(.runtimeError(error))
+            }
         }
-        return specs
     }
 
     /// Locked and custom modes set the device's controls directly.
@@ -348,73 +401,5 @@ public final class CaptureSession: @unchecked Sendable {
             if controls.supports(.focusAuto) { try? controls.set(.focusAuto, to: 0) }
             try controls.set(.focusAbsolute, to: Int64(p.rounded()))
         }
-    }
-}
-
-/// Carries device settings from the user's thread to the stage thread.
-final class SettingsRelay: Sendable {
-    private let box = LockedBox<DeviceSettings>(DeviceSettings())
-    private let generation = Atomic<Int>(0)
-
-    func publish(_ s: DeviceSettings) {
-        box.withLock { $0 = s }
-        generation.add(1, ordering: .releasing)
-    }
-
-    @inline(__always) var currentGeneration: Int { generation.load(ordering: .acquiring) }
-    var settings: DeviceSettings { box.withLock { $0 } }
-}
-
-/// First stage of a session's chain: runs the stages that carry out the device's exposure and
-/// focus modes, and rebuilds them between frames when the device's settings change (the
-/// `lockForConfiguration`/`unlockForConfiguration` model). Control stages read the applied
-/// exposure and lens position from each frame's metadata, so a rebuilt stage picks up where the
-/// device is. Nothing is allocated per frame; a rebuild allocates once per change.
-final class DeviceControlStages: Stage {
-    static let name = "device_controls"
-    static let summary = "Runs the exposure/focus stages the device's modes ask for (made by the session)."
-    private let relay: SettingsRelay
-    private let build: @Sendable (DeviceSettings) throws -> [any Stage]
-    private let logger: Logger
-    private var stages: [any Stage]
-    private var seen: Int
-    private var prepared: (FrameFormat, StageContext)?
-
-    init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], logger: Logger) {
-        self.relay = relay
-        self.stages = initial
-        self.build = build
-        self.logger = logger
-        self.seen = relay.currentGeneration
-    }
-
-    init(options: NoOptions) throws {
-        throw SessionError.invalidConfiguration(reason: "the device control stages are made by the session, not by name")
-    }
-
-    func prepare(format: FrameFormat, context: StageContext) throws {
-        prepared = (format, context)
-        seen = relay.currentGeneration
-        for s in stages { try s.prepare(format: format, context: context) }
-    }
-
-    func process(_ frame: Frame) -> StageVerdict {
-        let g = relay.currentGeneration
-        if g != seen {
-            seen = g
-            do {
-                let fresh = try build(relay.settings)
-                if let (f, c) = prepared { for s in fresh { try s.prepare(format: f, context: c) } }
-                stages = fresh
-            } catch {
-                logger.error("new device settings could not be applied, keeping the previous ones: \(error)")
-            }
-        }
-        for s in stages {
-            let v = s.process(frame)
-            // Control stages have no look-ahead: they forward or drop.
-            if v != .forward { return v }
-        }
-        return .forward
     }
 }

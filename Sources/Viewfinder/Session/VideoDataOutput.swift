@@ -42,8 +42,10 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
     private let lateDrops = Atomic<UInt64>(0)
     private let delivered = Atomic<UInt64>(0)
 
-    /// - Parameter alwaysDiscardsLateVideoFrames: true (the default) drops frames that arrive while
-    ///   the delegate is busy; false queues them (bounded by the ring) instead.
+    /// - Parameters:
+    ///   - name: the output's name in statistics and logs.
+    ///   - alwaysDiscardsLateVideoFrames: true (the default) drops frames that arrive while the
+    ///     delegate is busy; false queues them (bounded by the ring) instead.
     public init(name: String = "video-data", alwaysDiscardsLateVideoFrames: Bool = true) {
         self.consumerName = name
         self.discardLate = alwaysDiscardsLateVideoFrames

@@ -1,0 +1,71 @@
+import Logging
+import Synchronization
+
+/// Carries device settings from the user's thread to the stage thread.
+final class SettingsRelay: Sendable {
+    private let box = LockedBox<DeviceSettings>(DeviceSettings())
+    private let generation = Atomic<Int>(0)
+
+    func publish(_ s: DeviceSettings) {
+        box.withLock { $0 = s }
+        generation.add(1, ordering: .releasing)
+    }
+
+    @inline(__always) var currentGeneration: Int { generation.load(ordering: .acquiring) }
+    var settings: DeviceSettings { box.withLock { $0 } }
+}
+
+/// First stage of a session's chain: runs the stages that carry out the device's exposure and
+/// focus modes (made by the session's ``DeviceControlStageProvider``), and rebuilds them between
+/// frames when the device's settings change (the `lockForConfiguration`/`unlockForConfiguration`
+/// model). Control stages read the applied exposure and lens position from each frame's metadata,
+/// so a rebuilt stage picks up where the device is. Nothing is allocated per frame; a rebuild
+/// allocates once per change.
+final class DeviceControlStages: Stage {
+    static let name = "device_controls"
+    static let summary = "Runs the exposure/focus stages the device's modes ask for (made by the session)."
+    private let relay: SettingsRelay
+    private let build: @Sendable (DeviceSettings) throws -> [any Stage]
+    private let logger: Logger
+    private var stages: [any Stage]
+    private var seen: Int
+    private var prepared: (FrameFormat, StageContext)?
+
+    init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], logger: Logger) {
+        self.relay = relay
+        self.stages = initial
+        self.build = build
+        self.logger = logger
+        self.seen = relay.currentGeneration
+    }
+
+    init(options: NoOptions) throws {
+        throw SessionError.invalidConfiguration(reason: "the device control stages are made by the session, not by name")
+    }
+
+    func prepare(format: FrameFormat, context: StageContext) throws {
+        prepared = (format, context)
+        seen = relay.currentGeneration
+        for s in stages { try s.prepare(format: format, context: context) }
+    }
+
+    func process(_ frame: Frame) -> StageVerdict {
+        let g = relay.currentGeneration
+        if g != seen {
+            seen = g
+            do {
+                let fresh = try build(relay.settings)
+                if let (f, c) = prepared { for s in fresh { try s.prepare(format: f, context: c) } }
+                stages = fresh
+            } catch {
+                logger.error("new device settings could not be applied, keeping the previous ones: \(error)")
+            }
+        }
+        for s in stages {
+            let v = s.process(frame)
+            // Control stages have no look-ahead: they forward or drop.
+            if v != .forward { return v }
+        }
+        return .forward
+    }
+}

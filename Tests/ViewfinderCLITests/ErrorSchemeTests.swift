@@ -1,0 +1,42 @@
+import Testing
+import Foundation
+import ArgumentParser
+@testable import ViewfinderCLI
+import ViewfinderKit
+
+/// Every command's errors: one line, `viewfinder: error: …`, 64 for usage errors, 1 for runtime ones.
+@Suite struct ErrorSchemeTests {
+    @Test func usageErrorsExit64() {
+        // A device option out of its rule (odd width for 4:2:2), an unknown stage, an unknown
+        // stage option, the parser's own error, a command's own validation.
+        #expect(CLIExit.run(["run", "--device", "pattern:width=63", "--frames", "3"]) == 64)
+        #expect(CLIExit.run(["run", "--device", "sim:bogus=1", "--frames", "3"]) == 64)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32", "--stages", "nope", "--frames", "3"]) == 64)
+        #expect(CLIExit.run(["process", "--input", "-", "--output", "-", "--stages", "stabilise:lookahed=3"]) == 64)
+        #expect(CLIExit.run(["process", "--output", "-"]) == 64)
+        #expect(CLIExit.run(["run", "--frames", "0"]) == 64)
+        #expect(CLIExit.run(["frobnicate"]) == 64)
+    }
+
+    @Test func runtimeErrorsExit1() {
+        #expect(CLIExit.run(["run", "--device", "dump:/nonexistent/x.vfdump", "--frames", "3"]) == 1)
+        #expect(CLIExit.run(["process", "--input", "/nonexistent/in.y4m", "--output", "-"]) == 1)
+        #expect(CLIExit.run(["run", "--device", "/dev/video-none", "--frames", "3"]) == 1)
+    }
+
+    @Test func successAndHelpExit0() {
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=5", "--json"]) == 0)
+        #expect(CLIExit.run(["--help"]) == 0)
+    }
+
+    @Test func messagesAreOneLine() throws {
+        let parse = #expect(throws: (any Error).self) { _ = try ViewfinderCommand.parseAsRoot(["process", "--output", "-"]) }
+        let m = CLIExit.message(for: try #require(parse))
+        #expect(m == "Missing expected argument '--input <input>'")
+        let d = CLIExit.message(for: DeviceError.invalidDeviceOption(device: "sim:fps=0", option: "fps", reason: "0 is outside 0.1...240"))
+        #expect(d == "device 'sim:fps=0', option 'fps': 0 is outside 0.1...240")
+        #expect(CLIExit.status(for: DeviceError.disconnected(device: "/dev/video0")) == 1)
+        #expect(CLIExit.status(for: ConfigurationError.unknownStage("x", known: [])) == 64)
+        #expect(CLIExit.status(for: ValidationError("bad")) == 64)
+    }
+}
