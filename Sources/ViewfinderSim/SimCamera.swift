@@ -137,6 +137,10 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         simControls.streamStopped()
     }
 
+    /// The renderer of the current configuration (nil before ``start()``), e.g. to render frames
+    /// directly in benchmarks and in the portable-kernel tests.
+    public var currentRenderer: SimRenderer? { renderer }
+
     /// The physical state of frame `sequence` with control values `v`: exposure clamped to the
     /// frame interval (and rounded to whole light periods when anti-flicker matches), shake from
     /// the seeded path at the frame's nominal time.

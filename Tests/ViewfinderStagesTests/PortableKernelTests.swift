@@ -2,6 +2,7 @@ import CViewfinderKernels
 import Testing
 import Viewfinder
 @testable import ViewfinderStages
+@testable import ViewfinderSim
 
 /// The C kernels run as an AVX2 build where the CPU has AVX2 and as a portable build elsewhere
 /// (SSE2 on x86-64, NEON on arm64). Both must give the same bits: each test runs the kernels with

@@ -191,7 +191,7 @@ func patternSession(_ device: String, output: (any CaptureOutput)? = nil) throws
         final class Reader: VideoDataOutputDelegate, @unchecked Sendable {
             weak var session: CaptureSession?
             let reads = LockedBox(0)
-            func videoDataOutput(_ output: VideoDataOutput, didOutput frame: Frame, from connection: CaptureConnection?) {
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
                 guard let s = session else { return }
                 _ = s.inputs; _ = s.outputs; _ = s.sessionPreset; _ = s.connections
                 sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 2_000_000)
