@@ -184,7 +184,7 @@ public final class DelayedControls: @unchecked Sendable {
 }
 
 extension StandardControl {
-    /// Position among ``allCases``, for tables indexed by control.
+    /// Position among `allCases`, for tables indexed by control.
     @inline(__always)
     public var index: Int {
         switch self {

@@ -11,7 +11,7 @@ package protocol FrameRecycler: AnyObject, Sendable {
 ///
 /// Frames are preallocated and reused: nothing is allocated per frame in steady state. Inside the
 /// engine a frame is reference counted explicitly on top of ARC: when its last holder lets go it
-/// goes back to its ``FrameRecycler`` (a pool, or a V4L2 device that re-queues its kernel buffer).
+/// goes back to its `FrameRecycler` (a pool, or a V4L2 device that re-queues its kernel buffer).
 /// That count is internal to the package: code outside it cannot retain or release a frame, so it
 /// can neither release one twice nor keep a kernel buffer from going back. It sees frames in three
 /// ways, none of which needs a count:

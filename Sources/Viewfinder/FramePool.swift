@@ -2,7 +2,7 @@ import Synchronization
 
 /// A fixed set of preallocated frames, recycled by reference count.
 ///
-/// Inside the engine ``acquire()`` hands out a frame with one reference; when its last holder lets
+/// Inside the engine `acquire()` hands out a frame with one reference; when its last holder lets
 /// go the frame comes back. Outside it, ``lease()`` hands out a ``FrameLease``: `~Copyable`, so the
 /// frame has exactly one owner and goes back exactly once, when the lease ends. In steady state
 /// nothing is allocated: the free list is an array whose capacity is reserved up front.

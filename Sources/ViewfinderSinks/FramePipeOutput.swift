@@ -8,7 +8,7 @@ import Viewfinder
 ///
 /// Flow: the engine gives the output its own ring and thread, so a slow reader only ever holds up
 /// this thread. With a live source, frames the pipe cannot take in time are dropped at the ring
-/// (counted on this output's path: ``consumerLate``); with a non-live source the engine waits
+/// (counted on this output's path: `consumerLate`); with a non-live source the engine waits
 /// (back-pressure). When the reader closes the pipe, the write fails with EPIPE — SIGPIPE is
 /// blocked on this output's thread, so it does not kill the process — ``readerClosed`` is set,
 /// ``onClosed`` runs once (the CLI stops the run there), and the frames still arriving are

@@ -103,7 +103,7 @@ public struct ExposureMeasurement: Sendable, Equatable {
 /// Auto-exposure: meters luma and drives exposure time, then gain, through the device's controls.
 ///
 /// The loop is predictive: from the exposure and gain a frame was actually taken with (its
-/// metadata — ``FrameMetadata/exposedWith`` as the capture side recorded it, or the source's own —
+/// metadata — `FrameMetadata.exposedWith` as the capture side recorded it, or the source's own —
 /// else the last value known to have landed) and its metered error it computes in one
 /// step the exposure that reaches the target, sends it, and then ignores frames taken before that
 /// change landed (the device's `DeviceControlling.controlLatencyFrames`), so it does not hunt.

@@ -7,18 +7,18 @@ import Logging
 
 /// A V4L2 video capture device streaming through mmap buffers.
 ///
-/// Dequeued kernel buffers are lent to the engine as ``Frame``s over the mapped memory (no copy);
-/// when the last holder releases a frame the camera (its ``FrameRecycler``) queues the buffer back
+/// Dequeued kernel buffers are lent to the engine as `Frame`s over the mapped memory (no copy);
+/// when the last holder releases a frame the camera (its `FrameRecycler`) queues the buffer back
 /// to the kernel, from whatever thread released it. When the engine holds every buffer the driver
-/// drops frames; the camera sees the sequence gap and reports it as ``DropReason/outOfBuffers``.
-/// Other gaps are ``DropReason/driverGap``, buffers flagged with `V4L2_BUF_FLAG_ERROR` (and
-/// truncated or non-JPEG MJPEG payloads) are ``DropReason/corrupt``. Every lost frame is reported
+/// drops frames; the camera sees the sequence gap and reports it as `DropReason.outOfBuffers`.
+/// Other gaps are `DropReason.driverGap`, buffers flagged with `V4L2_BUF_FLAG_ERROR` (and
+/// truncated or non-JPEG MJPEG payloads) are `DropReason.corrupt`. Every lost frame is reported
 /// once, as `SourceEvent.lost`, before the next frame; the engine never sees a gap itself.
 ///
-/// Faults: `EBUSY` → ``DeviceError/busy(device:)``; `ENOSPC` on `STREAMON` →
-/// ``DeviceError/bandwidth(device:)``; no frame within ``Options/stallTimeoutSeconds`` while the
-/// device holds buffers → streaming restart, then a reopen, then ``DeviceError/stalled(device:seconds:)``;
-/// `ENODEV`/`EIO` mid-stream → ``DeviceError/disconnected(device:)`` from ``next(timeoutNanoseconds:)``.
+/// Faults: `EBUSY` → `DeviceError.busy(device:)`; `ENOSPC` on `STREAMON` →
+/// `DeviceError.bandwidth(device:)`; no frame within ``Options/stallTimeoutSeconds`` while the
+/// device holds buffers → streaming restart, then a reopen, then `DeviceError.stalled(device:seconds:)`;
+/// `ENODEV`/`EIO` mid-stream → `DeviceError.disconnected(device:)` from ``next(timeoutNanoseconds:)``.
 public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Sendable {
     /// The most buffers a capture queue gets (videobuf2's VB2_MAX_FRAME before Linux 6.8).
     public static let maximumBuffers = 32

@@ -6,7 +6,7 @@ import Viewfinder
 import Logging
 
 /// Configuration: formats, sizes and rates, the libv4lconvert fallback, opening the node again,
-/// and mapping errors to ``DeviceError``.
+/// and mapping errors to `DeviceError`.
 extension V4L2Camera {
     // MARK: Configuration
 

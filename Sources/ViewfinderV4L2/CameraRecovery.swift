@@ -63,7 +63,7 @@ extension V4L2Camera {
 extension V4L2Camera {
     /// Opens the node again after a disconnection — the camera was plugged back in — so that the
     /// next `configure` and `start` stream from it; throws while the node is absent. A session
-    /// calls it while interrupted (``ReconnectableSource``).
+    /// calls it while interrupted (`ReconnectableSource`).
     public func reconnect() throws {
         try lock.withLock { () throws -> Void in
             guard !streaming else { return }

@@ -10,7 +10,7 @@ public final class V4L2Controls: DeviceControlling, @unchecked Sendable {
     private struct State {
         var handle: V4L2Handle?
         var table: [KernelControl] { didSet { fast = State.fastTable(table) } }
-        /// What writing each standard integer control needs, by ``StandardControl/index``: plain
+        /// What writing each standard integer control needs, by `StandardControl.index`: plain
         /// values, so the capture thread's writes copy no strings or collections.
         var fast: [FastControl?]
         init(handle: V4L2Handle?, table: [KernelControl]) {
