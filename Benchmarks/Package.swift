@@ -25,7 +25,10 @@ let package = Package(
         // Timing harness of the stage kernels and the sim renderer (not part of the library).
         .target(
             name: "StageTiming",
-            dependencies: [.product(name: "ViewfinderKit", package: viewfinder)],
+            dependencies: [
+                .product(name: "ViewfinderKit", package: viewfinder),
+                .product(name: "ViewfinderTestSupport", package: viewfinder),
+            ],
             path: "Benchmarks/StageTiming"
         ),
         .executableTarget(

@@ -1,4 +1,5 @@
 import Testing
+import ViewfinderTestSupport
 import Foundation
 import Viewfinder
 import ViewfinderSim

@@ -1,4 +1,5 @@
 import ViewfinderKit
+import ViewfinderTestSupport
 
 /// Timing of the stage kernels on a synthetic textured frame, for `Benchmarks/` and reports.
 ///
@@ -18,28 +19,13 @@ public enum StageBenchmarks {
 
     /// A frame with a deterministic texture (sums of integer sines and a hash) so kernels do work.
     public static func makeFrame(_ format: FrameFormat, seed: UInt64 = 1, shiftX: Int = 0, shiftY: Int = 0) -> Frame {
-        let f = Frame(capacity: format.maxByteCount, format: format)
-        let p = f.data.assumingMemoryBound(to: UInt8.self)
-        p.initialize(repeating: 128, count: format.maxByteCount)
-        guard let l = format.lumaLayout else { return f }
-        for y in 0..<format.height {
-            for x in 0..<format.width {
-                let sx = x + shiftX, sy = y + shiftY
-                var h = UInt64(truncatingIfNeeded: (sx / 3) &* 73_856_093 ^ (sy / 3) &* 19_349_663) &+ seed
-                h = (h ^ (h >> 13)) &* 0x5BD1_E995
-                let v = 128 + 50 * sin(Double(sx) * 0.031) * cos(Double(sy) * 0.027) + Double(h % 61) - 30
-                p[l.offset + y * l.bytesPerRow + x * l.pixelStride] = UInt8(max(0, min(255, v)))
-            }
-        }
-        return f
+        TexturedFrames.make(format, seed: seed, shiftX: shiftX, shiftY: shiftY)
     }
 
     /// CPU time of the calling thread, ns: unlike wall time it does not count the time the thread
     /// waited for a core, so timings stay meaningful while other work shares the machine.
     public static func threadCPUNanoseconds() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
-        return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+        TexturedFrames.threadCPUNanoseconds()
     }
 
     static func median(_ iterations: Int, _ body: () -> Void) -> Double {
@@ -106,20 +92,26 @@ public enum StageBenchmarks {
                 let st = StabiliseStage(options: o)
                 var c = context
                 if spare { c.sourceBuffers = 64; c.buffersNeeded = 40 }
-                try? st.prepare(format: format, context: c)
+                // The stage runs in a chain of its own, which keeps its holds (a stage holds a
+                // given frame once at a time, so the look-ahead gets distinct frames).
+                let chain = StageChain(stages: [st], drops: DropCounters())
+                try? chain.prepare(format: format, context: c) { _ in }
+                let frames: [Frame] = (0..<(o.lookahead + 9)).map { i in
+                    let f = Frame(capacity: format.maxByteCount, format: format)
+                    let src = i % 2 == 0 ? frame : other
+                    f.copyAttributes(from: src)
+                    f.data.copyMemory(from: src.data, byteCount: format.maxByteCount)
+                    return f
+                }
+                var next = 0
                 let step = {
-                    flip.toggle()
-                    let f = flip ? other : frame
-                    // Frame retain/release are to become internal to the engine (issue 9, item 4):
-                    // this harness follows today's public API until that lands.
-                    f.retain()
-                    if st.process(f) == .hold { while let r = st.nextReady() { r.release() } }
+                    _ = chain.submit(frames[next])
+                    next = (next + 1) % frames.count
                 }
                 // Fill the look-ahead first: only then does every call estimate, copy and warp.
                 for _ in 0..<(o.lookahead + 2) { step() }
                 out.append(Result(name: "stabilise stage per frame, look-ahead 15, \(spare ? "no copy" : "copying") (\(pixelFormat))", milliseconds: median(iterations, step)))
-                st.finish()
-                while let r = st.nextReady() { r.release() }
+                chain.finish()
             }
         }
         if sink == 12345.678 { out.append(Result(name: "unlikely", milliseconds: sink)) }

@@ -1,11 +1,10 @@
 import Foundation
 import Viewfinder
 
-/// Fixtures for the kernel tests. (The same texture feeds the kernel timings in Benchmarks/StageTiming;
-/// both belong in a shared test-support target once there is one.)
-enum TexturedFrames {
+/// Textured frames for the kernel tests and the kernel timings in Benchmarks/StageTiming.
+public enum TexturedFrames {
     /// A frame with a deterministic texture (sums of integer sines and a hash) so kernels do work.
-    static func make(_ format: FrameFormat, seed: UInt64 = 1, shiftX: Int = 0, shiftY: Int = 0) -> Frame {
+    public static func make(_ format: FrameFormat, seed: UInt64 = 1, shiftX: Int = 0, shiftY: Int = 0) -> Frame {
         let f = Frame(capacity: format.maxByteCount, format: format)
         let p = f.data.assumingMemoryBound(to: UInt8.self)
         p.initialize(repeating: 128, count: format.maxByteCount)
@@ -23,7 +22,7 @@ enum TexturedFrames {
     }
 
     /// CPU time of the calling thread, ns.
-    static func threadCPUNanoseconds() -> UInt64 {
+    public static func threadCPUNanoseconds() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
         return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
