@@ -95,6 +95,23 @@ public final class EngineStatistics: Sendable {
         return Double((e > 0 ? e : monotonicNanoseconds()) - s) / 1e9
     }
 
+    private let decodeNs = Atomic<UInt64>(0)
+    private let decodeCount = Atomic<UInt64>(0)
+    private let decodeScaleValue = Atomic<Int>(0)
+    /// Scale denominator of the decoded view the stages get (1 full size, 2/4/8 reduced); 0 when
+    /// there is none (a YUV format, or no stage asked for pixels).
+    public var decodeScale: Int { decodeScaleValue.load(ordering: .relaxed) }
+    /// Mean time to make a frame's decoded view, µs (0 when there is none).
+    public var decodeMeanMicroseconds: Double {
+        let c = decodeCount.load(ordering: .relaxed)
+        return c == 0 ? 0 : Double(decodeNs.load(ordering: .relaxed)) / Double(c) / 1000
+    }
+    func setDecodeScale(_ s: Int) { decodeScaleValue.store(s, ordering: .relaxed) }
+    func countDecode(nanoseconds: UInt64) {
+        decodeNs.add(nanoseconds, ordering: .relaxed)
+        decodeCount.add(1, ordering: .relaxed)
+    }
+
     func countCaptured(_ n: UInt64 = 1) { capturedCount.add(n, ordering: .relaxed) }
     func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
     func markStart() { startTime.store(monotonicNanoseconds(), ordering: .relaxed) }
@@ -142,13 +159,20 @@ public final class CaptureEngine: @unchecked Sendable {
     private let errorBox = LockedBox<(any Error)?>(nil)
     private let doneLock = ConditionLock()
     private var done = false
+    private let pixelDecoders: StandardPixelDecoders
+    /// The decoded views stages asked for (nil when none did, or the format has YUV planes).
+    private var decodedViews: DecodedViewProvider?
     /// Called once, from an engine thread, when the stream ends with an error.
     public var onRuntimeError: (@Sendable (any Error) -> Void)?
     /// Called once, from an engine thread, when every thread has finished.
     public var onFinish: (@Sendable () -> Void)?
 
-    public init(source: any CaptureSource, configuration: StreamConfiguration, stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions = EngineOptions(), logger: Logger = Logger(label: "viewfinder.engine")) {
+    /// - Parameter pixelDecoders: decoders for formats without YUV planes (MJPEG: ViewfinderKit's
+    ///   device directory carries TurboJPEG's); RGB and Bayer are converted by the core anyway.
+    public init(source: any CaptureSource, configuration: StreamConfiguration, stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions = EngineOptions(),
+                pixelDecoders: (any PixelDecoderFactory)? = nil, logger: Logger = Logger(label: "viewfinder.engine")) {
         self.source = source
+        self.pixelDecoders = StandardPixelDecoders(pixelDecoders)
         self.configuration = configuration
         self.consumers = consumers
         self.consumersLeft = Atomic(consumers.count)
@@ -183,8 +207,12 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Prepares the stages and consumers and starts the threads.
     public func start() throws {
         let needed = CaptureEngine.buffersNeeded(stages: chain.stages, consumers: consumers, options: options, limit: .max)
-        let context = StageContext(format: configuration.format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls,
-                                   controlRequests: controlRequests, isLive: source.isLive, sourceBuffers: configuration.bufferCount, buffersNeeded: needed)
+        let format = configuration.format
+        let decoder = format.pixelFormat.hasYUVPlanes ? nil : pixelDecoders.makeDecoder(for: format)
+        let requests = PixelRequests(format: format, available: format.pixelFormat.hasYUVPlanes || decoder != nil)
+        let context = StageContext(format: format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls,
+                                   controlRequests: controlRequests, isLive: source.isLive, sourceBuffers: configuration.bufferCount, buffersNeeded: needed,
+                                   pixels: requests)
         let channels = consumerChannels
         let stats = statistics
         try chain.prepare(format: configuration.format, context: context) { frame in
@@ -195,6 +223,11 @@ public final class CaptureEngine: @unchecked Sendable {
             if n == 0 { return }
             frame.retain(n)
             for ch in channels { ch.send(frame) }
+        }
+        if let decoder, let scale = requests.scale(width: format.width, available: decoder.scaleDenominators) {
+            // Every frame in flight may carry its view: as many as the pipeline holds, plus slack.
+            decodedViews = DecodedViewProvider(decoder: decoder, format: format, scale: scale, limit: needed + 4)
+            statistics.setDecodeScale(scale)
         }
         seedDelayedControls()
         statistics.markStart()
@@ -336,6 +369,17 @@ public final class CaptureEngine: @unchecked Sendable {
         loop: while true {
             switch stageChannel.receive(timeoutNanoseconds: 100_000_000) {
             case .frame(let f):
+                if let views = decodedViews {
+                    let t0 = monotonicNanoseconds()
+                    if let reason = views.attach(to: f) {
+                        statistics.drops.count(reason)
+                        f.release()
+                        continue loop
+                    }
+                    let dt = monotonicNanoseconds() &- t0
+                    f.metadata.stageNanoseconds &+= dt
+                    statistics.countDecode(nanoseconds: dt)
+                }
                 chain.run(f)
                 n &+= 1
                 if n & 15 == 0 { statistics.publishStageTimes(chain) }

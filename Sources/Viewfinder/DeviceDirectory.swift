@@ -3,8 +3,14 @@
 /// The core knows the sim camera; `ViewfinderKit` adds V4L2 and dump replay (`DeviceDirectory.standard`).
 public struct DeviceDirectory: Sendable {
     public var providers: [any DeviceProvider]
+    /// Decoders that give stages pixels of formats without YUV planes (MJPEG); devices opened
+    /// through the directory carry them to the session (``CaptureDevice/pixelDecoders``).
+    public var pixelDecoders: (any PixelDecoderFactory)?
 
-    public init(providers: [any DeviceProvider]) { self.providers = providers }
+    public init(providers: [any DeviceProvider], pixelDecoders: (any PixelDecoderFactory)? = nil) {
+        self.providers = providers
+        self.pixelDecoders = pixelDecoders
+    }
 
     /// Opens `device`, or throws ``DeviceError/unknownDevice(_:reason:)`` naming it.
     public func open(_ device: String) throws -> any CaptureSource {

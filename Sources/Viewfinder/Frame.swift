@@ -48,6 +48,12 @@ public final class Frame: @unchecked Sendable {
     public let index: Int
     /// True when the pixels were changed by a stage (so an MJPEG pass-through is no longer valid).
     public var pixelsModified: Bool = false
+    /// The decoded view of a frame without YUV planes (MJPEG, RGB, Bayer), made by the engine when
+    /// a stage asked for pixels: a pooled frame in a YUV format, full size or reduced. When a stage
+    /// changes the pixels it changes this view, and the frame's own bytes stay what the camera
+    /// sent (the raw dump stores them; movie and stills encode this view instead of passing the
+    /// JPEG through). Given back with the frame.
+    public private(set) var decoded: Frame?
 
     private let references = Atomic<Int>(0)
     /// Which stage has the frame (its index in the chain: lent during `process`, then held after a
@@ -114,6 +120,7 @@ public final class Frame: @unchecked Sendable {
     /// Clears per-use state before a source fills the frame again.
     @inline(__always)
     public func reset() {
+        if let d = decoded { decoded = nil; d.release() }
         metadata = FrameMetadata()
         pixelsModified = false
         bytesUsed = format.pixelFormat.isCompressed ? 0 : format.maxByteCount
@@ -140,8 +147,53 @@ public final class Frame: @unchecked Sendable {
         // acquiringAndReleasing: every holder's reads happen before the recycler reuses the memory.
         let (old, _) = references.subtract(1, ordering: .acquiringAndReleasing)
         precondition(old > 0, "Frame released more often than retained")
-        if old == 1 { recycler?.recycle(self) }
+        if old == 1 {
+            if let d = decoded { decoded = nil; d.release() }
+            recycler?.recycle(self)
+        }
     }
+
+    /// Attaches a decoded view (the engine's or a stage's; the frame takes over its reference),
+    /// giving back the one it replaces.
+    package func setDecoded(_ d: Frame?) {
+        let old = decoded
+        decoded = d
+        old?.release()
+    }
+
+    /// Moves the decoded view to `other` (a stage that copies a frame it holds).
+    package func moveDecoded(to other: Frame) {
+        other.setDecoded(decoded)
+        decoded = nil
+    }
+
+    // MARK: Pixels
+
+    /// The pixels as luma and chroma planes, the same for every format: the frame's own planes
+    /// for YUV formats and GREY, else the decoded view the engine made because a stage declared a
+    /// ``PixelNeed`` (full size or reduced: see ``FramePixels/scale``). Nil when there is none.
+    public var pixels: FramePixels? {
+        if format.pixelFormat.hasYUVPlanes { return FramePixels(format: format, data: data, capacity: capacity) }
+        guard let d = decoded else { return nil }
+        return FramePixels(format: d.format, data: d.data, capacity: d.capacity, scale: max(1, format.width / max(1, d.format.width)))
+    }
+
+    /// The pixels to change, full size: the frame's own planes for YUV formats, else its
+    /// full-size decoded view (a stage that declared ``PixelNeed/modify``). Marks the frame
+    /// ``pixelsModified``. Nil when there are none.
+    public func mutablePixels() -> MutableFramePixels? {
+        let target: Frame
+        if format.pixelFormat.hasYUVPlanes { target = self }
+        else if let d = decoded, d.format.width == format.width, d.format.height == format.height { target = d }
+        else { return nil }
+        guard let p = MutableFramePixels(format: target.format, data: target.data, capacity: target.capacity) else { return nil }
+        pixelsModified = true
+        return p
+    }
+
+    /// The frame whose memory holds the current pixels in a YUV layout: this frame, or its
+    /// decoded view (nil when neither: MJPEG, RGB or Bayer without a decoded view).
+    public var pixelFrame: Frame? { format.pixelFormat.hasYUVPlanes ? self : decoded }
 
     /// Takes one more reference only if the frame is held by someone now (never resurrects a frame
     /// that went back to its recycler). Returns whether it did.

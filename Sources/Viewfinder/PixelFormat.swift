@@ -16,6 +16,16 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
     case rgb24
     /// Motion JPEG: one compressed JPEG image per frame, of variable size. `V4L2_PIX_FMT_MJPEG`.
     case mjpeg
+    /// Packed 8-bit B, G, R. `V4L2_PIX_FMT_BGR24`.
+    case bgr24
+    /// 8-bit Bayer mosaic, rows B G B G… / G R G R…. `V4L2_PIX_FMT_SBGGR8`.
+    case sbggr8
+    /// 8-bit Bayer mosaic, rows G B G B… / R G R G…. `V4L2_PIX_FMT_SGBRG8`.
+    case sgbrg8
+    /// 8-bit Bayer mosaic, rows G R G R… / B G B G…. `V4L2_PIX_FMT_SGRBG8`.
+    case sgrbg8
+    /// 8-bit Bayer mosaic, rows R G R G… / G B G B…. `V4L2_PIX_FMT_SRGGB8`.
+    case srggb8
 
     public var description: String { rawValue.uppercased() }
 
@@ -30,6 +40,11 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
         case .grey: return fourCC("GREY")
         case .rgb24: return fourCC("RGB3")
         case .mjpeg: return fourCC("MJPG")
+        case .bgr24: return fourCC("BGR3")
+        case .sbggr8: return fourCC("BA81")
+        case .sgbrg8: return fourCC("GBRG")
+        case .sgrbg8: return fourCC("GRBG")
+        case .srggb8: return fourCC("RGGB")
         }
     }
 
@@ -51,6 +66,11 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
         case "grey", "gray", "y8", "y800": self = .grey
         case "rgb24", "rgb3", "rgb": self = .rgb24
         case "mjpeg", "mjpg", "jpeg": self = .mjpeg
+        case "bgr24", "bgr3", "bgr": self = .bgr24
+        case "sbggr8", "ba81", "bggr": self = .sbggr8
+        case "sgbrg8", "gbrg": self = .sgbrg8
+        case "sgrbg8", "grbg": self = .sgrbg8
+        case "srggb8", "rggb": self = .srggb8
         default: return nil
         }
     }
@@ -62,8 +82,26 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
     /// must be even.
     public var isSubsampled: Bool {
         switch self {
-        case .grey, .rgb24, .mjpeg: return false
-        default: return true
+        case .yuyv, .uyvy, .nv12, .i420, .yuv422p: return true
+        default: return false
+        }
+    }
+
+    /// Whether the format is an 8-bit Bayer mosaic.
+    public var isBayer: Bool {
+        switch self {
+        case .sbggr8, .sgbrg8, .sgrbg8, .srggb8: return true
+        default: return false
+        }
+    }
+
+    /// Whether frames carry luma (and chroma) planes that stages can read in place (YUV formats
+    /// and GREY). The others — MJPEG, RGB, Bayer — reach stages through a decoded view
+    /// (``Frame/pixels``) that the engine provides when a stage asks for pixels.
+    public var hasYUVPlanes: Bool {
+        switch self {
+        case .yuyv, .uyvy, .nv12, .i420, .yuv422p, .grey: return true
+        default: return false
         }
     }
 }
@@ -118,8 +156,8 @@ public struct FrameFormat: Sendable, Equatable, CustomStringConvertible {
     public static func minimumBytesPerRow(_ f: PixelFormat, width: Int) -> Int {
         switch f {
         case .yuyv, .uyvy: return width * 2
-        case .rgb24: return width * 3
-        case .nv12, .i420, .yuv422p, .grey: return width
+        case .rgb24, .bgr24: return width * 3
+        case .nv12, .i420, .yuv422p, .grey, .sbggr8, .sgbrg8, .sgrbg8, .srggb8: return width
         case .mjpeg: return 0
         }
     }
@@ -168,13 +206,14 @@ public struct FrameFormat: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Where luma lives: offset of the first sample, distance between samples, bytes per row.
-    /// Packed 4:2:2 formats interleave luma with chroma (`pixelStride` 2); RGB has no luma plane.
+    /// Packed 4:2:2 formats interleave luma with chroma (`pixelStride` 2); RGB, Bayer and MJPEG have
+    /// no luma plane (their pixels are read through a decoded view, ``Frame/pixels``).
     public var lumaLayout: (offset: Int, pixelStride: Int, bytesPerRow: Int)? {
         switch pixelFormat {
         case .yuyv: return (0, 2, bytesPerRow)
         case .uyvy: return (1, 2, bytesPerRow)
         case .nv12, .i420, .yuv422p, .grey: return (0, 1, bytesPerRow)
-        case .rgb24, .mjpeg: return nil
+        default: return nil
         }
     }
 }

@@ -37,12 +37,17 @@ public struct StageContext: Sendable {
     /// 0 if unknown. A stage that holds frames for look-ahead can keep the source's own buffers
     /// when `sourceBuffers >= buffersNeeded`, and must copy otherwise.
     public var buffersNeeded: Int
+    /// Where the stage declares what pixels it needs (``PixelNeed``). On MJPEG, RGB and Bayer
+    /// streams the engine then gives each frame one decoded view (``Frame/pixels``), shared by
+    /// every stage, at the smallest size that serves them all. On YUV formats it costs nothing.
+    public var pixels: PixelRequests
 
     /// With `controls` and no `controlRequests`, a queue is made; whoever drives the stages applies it
     /// between frames (``ControlRequestQueue/apply(to:afterFrame:delayed:)``), as the engine does.
     public init(format: FrameFormat, frameIntervalNanoseconds: UInt64 = 0, controls: (any DeviceControlling)? = nil, controlRequests: ControlRequestQueue? = nil,
-                isLive: Bool = true, sourceBuffers: Int = 0, buffersNeeded: Int = 0) {
+                isLive: Bool = true, sourceBuffers: Int = 0, buffersNeeded: Int = 0, pixels: PixelRequests? = nil) {
         self.format = format
+        self.pixels = pixels ?? PixelRequests(format: format, available: format.pixelFormat.hasYUVPlanes || RGBBayerConverter.handles(format.pixelFormat))
         self.frameIntervalNanoseconds = frameIntervalNanoseconds
         self.controls = controls
         self.controlRequests = controlRequests ?? (controls == nil ? nil : ControlRequestQueue())

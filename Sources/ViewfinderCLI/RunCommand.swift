@@ -189,6 +189,7 @@ struct Summary {
         if let c = configuration {
             d["format"] = ["pixel_format": c.format.pixelFormat.rawValue, "width": c.format.width, "height": c.format.height, "fps": c.interval.fps]
         }
+        if stats.decodeScale > 0 { d["decode"] = ["scale": "1/\(stats.decodeScale)", "mean_us": stats.decodeMeanMicroseconds] }
         if !errors.isEmpty { d["errors"] = errors }
         if let metadataPath { d["metadata"] = ["path": metadataPath, "lines": metadataLines ?? 0] }
         return d
@@ -203,6 +204,7 @@ struct Summary {
         let drops = stats.drops.byName
         if !drops.isEmpty { s += " (" + drops.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")" }
         s += String(format: "\n  %.2f s, %.1f fps, latency p50 %.2f ms, p99 %.2f ms", stats.elapsedSeconds, stats.elapsedSeconds > 0 ? Double(stats.captured) / stats.elapsedSeconds : 0, Double(stats.latency.quantile(0.5)) / 1e6, Double(stats.latency.quantile(0.99)) / 1e6)
+        if stats.decodeScale > 0 { s += String(format: "\n  decoded view for the stages (1/%d): %.1f µs/frame", stats.decodeScale, stats.decodeMeanMicroseconds) }
         for (n, us) in zip(stats.stageNames, stats.stageMeanMicroseconds) { s += String(format: "\n  stage %@: %.1f µs/frame", n, us) }
         for c in stats.consumers where c.name != "null" {
             s += "\n  output \(c.name): \(c.consumed) frames"

@@ -12,9 +12,9 @@ extension StageRegistry {
 
 extension DeviceDirectory {
     /// Every kind of device the engine opens: the sim camera, V4L2 cameras, dump replay and the
-    /// test pattern.
+    /// test pattern; MJPEG frames are decoded for stages that ask for pixels by TurboJPEG.
     public static var standard: DeviceDirectory {
-        DeviceDirectory(providers: KitProviders.all)
+        DeviceDirectory(providers: KitProviders.all, pixelDecoders: MJPEGPixelDecoder.Factory())
     }
 }
 

@@ -49,7 +49,7 @@ public enum ChromaSubsampling: String, Sendable, Codable, CaseIterable, CustomSt
         case .yuyv, .uyvy, .yuv422p: return .s422
         case .nv12, .i420: return .s420
         case .grey: return .grey
-        case .rgb24, .mjpeg: return .s422
+        default: return .s422
         }
     }
 }
@@ -109,21 +109,37 @@ public final class JPEGEncoder {
     /// Encodes the frame's pixels. The returned bytes live in the encoder's buffer and are valid
     /// until the next call — and only while the encoder is alive (`withExtendedLifetime` it when
     /// it is a temporary). `subsampling` nil keeps the source's own.
+    /// A frame that carries a full-size decoded view (MJPEG, RGB or Bayer whose pixels a stage
+    /// changed, or Bayer) is encoded from that view.
     public func encode(_ frame: Frame, quality: Int, subsampling: ChromaSubsampling? = nil) throws -> UnsafeRawBufferPointer {
-        try encode(UnsafeRawPointer(frame.data), byteCount: frame.bytesUsed, format: frame.format, quality: quality, subsampling: subsampling)
+        let f = JPEGEncoder.pixelSource(frame)
+        return try encode(UnsafeRawPointer(f.data), byteCount: f.bytesUsed, format: f.format, quality: quality, subsampling: subsampling)
+    }
+
+    /// The frame whose pixels an encoder should read: the frame itself (YUV, RGB), or its
+    /// full-size decoded view when a stage changed the pixels or the format is not encodable as is.
+    public static func pixelSource(_ frame: Frame) -> Frame {
+        let pf = frame.format.pixelFormat
+        if pf.hasYUVPlanes { return frame }
+        if let d = frame.decoded, d.format.width == frame.format.width, d.format.height == frame.format.height,
+           frame.pixelsModified || !(pf == .rgb24 || pf == .bgr24) {
+            return d
+        }
+        return frame
     }
 
     /// Encodes raw pixels of `format` (at least `format.maxByteCount` bytes).
     public func encode(_ data: UnsafeRawPointer, byteCount: Int, format: FrameFormat, quality: Int, subsampling requested: ChromaSubsampling? = nil) throws -> UnsafeRawBufferPointer {
         guard (1...100).contains(quality) else { throw SinkError.invalidArgument(name: "quality", reason: "\(quality) is outside 1...100") }
         guard format.pixelFormat != .mjpeg else { throw SinkError.unsupportedFormat("MJPEG frames are already JPEG; pass them through or decode them first") }
+        guard !format.pixelFormat.isBayer else { throw SinkError.unsupportedFormat("\(format.pixelFormat) is a Bayer mosaic: encode its decoded view (a stage that asks for pixels makes one)") }
         guard byteCount >= format.maxByteCount else {
             throw SinkError.corruptData("\(format) frame has \(byteCount) bytes, needs \(format.maxByteCount)")
         }
         let target = JPEGEncoder.resolvedSubsampling(for: format.pixelFormat, requested: requested)
         ensureOutput(width: format.width, height: format.height, subsampling: target)
         let src = data.assumingMemoryBound(to: UInt8.self)
-        if format.pixelFormat == .rgb24 {
+        if format.pixelFormat == .rgb24 || format.pixelFormat == .bgr24 {
             return try compressRGB(src, format: format, subsampling: target, quality: quality)
         }
         let planes = try sourcePlanes(src, format: format, target: target)
@@ -135,7 +151,7 @@ public final class JPEGEncoder {
     private func compressRGB(_ src: UnsafePointer<UInt8>, format: FrameFormat, subsampling: ChromaSubsampling, quality: Int) throws -> UnsafeRawBufferPointer {
         var size: UInt = 0
         var out: UnsafeMutablePointer<UInt8>? = output
-        let rc = tjCompress2(handle, src, Int32(format.width), Int32(format.bytesPerRow), Int32(format.height), Int32(TJPF_RGB.rawValue),
+        let rc = tjCompress2(handle, src, Int32(format.width), Int32(format.bytesPerRow), Int32(format.height), Int32((format.pixelFormat == .bgr24 ? TJPF_BGR : TJPF_RGB).rawValue),
                              &out, &size, subsampling.tj, Int32(quality), Self.flags)
         if rc != 0 { throw SinkError.jpeg(operation: "tjCompress2", message: String(cString: tjGetErrorStr2(handle))) }
         return UnsafeRawBufferPointer(start: out, count: Int(size))
@@ -180,8 +196,10 @@ public final class JPEGEncoder {
             let gu = format.plane(1), gv = format.plane(2)
             planes.u = src + gu.offset; planes.v = src + gv.offset; planes.chromaStride = gu.bytesPerRow
             ensureScratch(2 * tcw * tch + 64)
-        case .grey, .rgb24, .mjpeg:
-            break // grey has no chroma; RGB and MJPEG are handled by the caller
+        case .grey:
+            break // no chroma
+        default:
+            break // RGB is handled by the caller; MJPEG and Bayer are refused there
         }
         return planes
     }

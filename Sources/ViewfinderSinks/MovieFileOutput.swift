@@ -288,8 +288,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         }
         guard recording != nil || preRoll != nil, let pool else { return }
         while pool.inFlight >= pool.capacity, let r = pool.next(wait: true) { deliver(r) }
-        // MJPEG frames are JPEG images already (a stage that changes pixels outputs a raw format).
-        pool.submit(frame, passthrough: frame.format.pixelFormat == .mjpeg)
+        // MJPEG frames are JPEG images already: they go in as the camera made them unless a stage
+        // changed the pixels, which it did in their decoded view (that view is then encoded).
+        pool.submit(frame, passthrough: frame.format.pixelFormat == .mjpeg && !frame.pixelsModified)
         while let r = pool.next(wait: false) { deliver(r) }
     }
 

@@ -78,6 +78,9 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     private struct Shot {
         var bytes: [UInt8]; var format: FrameFormat; var sequence: UInt64; var timestamp: Timestamp
         var metadata: FrameMetadata; var pixelsModified: Bool; var bias: Double?; var date: Date
+        /// The pixels to encode when they are not the frame's own bytes: the full-size decoded view
+        /// of an MJPEG/RGB/Bayer frame a stage changed (or of a Bayer frame). Raw stills keep `bytes`.
+        var decoded: (bytes: [UInt8], format: FrameFormat)? = nil
     }
 
     public init(name: String = "photo", logger: Logger = Logger(label: "viewfinder.photo")) {
@@ -239,8 +242,10 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             job.willCaptureSent = true
             job.delegate.photoOutput(self, willCapturePhotoFor: job.resolved)
         }
+        let source = JPEGEncoder.pixelSource(frame)
         job.shots.append(Shot(bytes: Array(frame.bytes), format: frame.format, sequence: frame.sequence, timestamp: frame.timestamp,
-                              metadata: frame.metadata, pixelsModified: frame.pixelsModified, bias: bias, date: PhotoOutput.wallClock(of: frame.timestamp)))
+                              metadata: frame.metadata, pixelsModified: frame.pixelsModified, bias: bias, date: PhotoOutput.wallClock(of: frame.timestamp),
+                              decoded: source === frame ? nil : (Array(source.bytes), source.format)))
         job.applied = nil
         guard job.shots.count == job.settings.shotCount else { return }
 
@@ -283,7 +288,12 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             let exif: [UInt8]? = job.settings.embedsExif ? ExifInfo(dateTimeOriginal: shot.date, exposureTime: shot.metadata.exposureTime.map { $0 / 1e6 },
                                                                      iso: shot.metadata.gain.map(ExifInfo.iso(fromGain:)), orientation: job.resolved.orientation).app1Segment() : nil
             do {
-                if shot.format.pixelFormat == .mjpeg {
+                if let d = shot.decoded {
+                    // A stage changed the pixels (or the camera sends a mosaic): encode what it made.
+                    guard let encoder else { throw PhotoCaptureError.notRunning }
+                    let jpeg = try d.bytes.withUnsafeBytes { try encoder.encode($0.baseAddress!, byteCount: $0.count, format: d.format, quality: quality, subsampling: sub) }
+                    data = exif == nil ? Array(jpeg) : try JPEGMarkers.makeStandalone(jpeg, exif: exif)
+                } else if shot.format.pixelFormat == .mjpeg {
                     // The camera's JPEG as it is (plus EXIF, and the Huffman tables UVC leaves out).
                     data = try shot.bytes.withUnsafeBytes { try JPEGMarkers.makeStandalone($0, exif: exif) }
                 } else {

@@ -91,6 +91,8 @@ public final class FocusStage: Stage {
     /// The focus control's step (device units): positions are sent on its grid.
     private var lensStep = 1.0
     private var region = PixelRect(x: 0, y: 0, width: 1, height: 1)
+    /// The picture size `region` is for.
+    private var regionWidth = 0, regionHeight = 0
     /// Scan targets and the score seen at each (NaN until seen).
     private var targets: [Double] = []
     private var scores: [Double] = []
@@ -122,13 +124,11 @@ public final class FocusStage: Stage {
     }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
-        guard format.lumaLayout != nil else {
-            throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.pixelFormat) has no luma plane to measure")
-        }
-        switch options.region {
-        case .point: region = PixelRect.around(options.point, fraction: options.size, width: format.width, height: format.height)
-        case .rect: region = PixelRect.normalised(options.rect[0], options.rect[1], options.rect[2], options.rect[3], width: format.width, height: format.height)
-        }
+        // A focus score compares frames with each other: a reduced MJPEG decode serves as long as
+        // it keeps the detail the lens brings in and out (measured: `SimClosedLoopTests`).
+        try context.needStatistics(Self.name, minimumWidth: Self.measuringWidth)
+        region = focusRegion(width: format.width, height: format.height)
+        regionWidth = format.width; regionHeight = format.height
         controls = context.controls
         requests = context.controlRequests
         latency = context.controls?.controlLatencyFrames ?? 0
@@ -153,6 +153,16 @@ public final class FocusStage: Stage {
         }
     }
 
+    /// Narrowest picture the focus measure works on (a reduced MJPEG decode at least this wide).
+    public static let measuringWidth = 320
+
+    private func focusRegion(width: Int, height: Int) -> PixelRect {
+        switch options.region {
+        case .point: return PixelRect.around(options.point, fraction: options.size, width: width, height: height)
+        case .rect: return PixelRect.normalised(options.rect[0], options.rect[1], options.rect[2], options.rect[3], width: width, height: height)
+        }
+    }
+
     /// The score that drives the loop.
     @inline(__always)
     func score(_ m: FocusMeasure) -> Double {
@@ -160,8 +170,13 @@ public final class FocusStage: Stage {
     }
 
     public func process(_ frame: Frame) -> StageVerdict {
-        guard let luma = LumaView(frame) else { return .forward }
-        let stats = FocusMeasures.measure(luma, region: region)
+        guard let px = frame.pixels else { return .forward }
+        if px.width != regionWidth || px.height != regionHeight {
+            // A reduced decoded view: the same region in its coordinates (computed once per size).
+            region = focusRegion(width: px.width, height: px.height)
+            regionWidth = px.width; regionHeight = px.height
+        }
+        let stats = FocusMeasures.measure(LumaView(px.luma), region: region)
         let m = stats.normalised
         frame.metadata.focus = m
         let s = score(m)

@@ -52,7 +52,9 @@ public struct StabiliseOptions: StageOptions {
 /// mean, blended toward a local linear fit when a deliberate pan would push the correction past
 /// half the crop margin — and the frame is warped by (smoothed − actual) path, zoomed by
 /// 1/`keep`, the correction clamped so no border shows (`metadata.correction`, its `scale` the zoom).
-/// Supports YUYV, UYVY, NV12, I420, YUV422P and GREY.
+/// Supports YUYV, UYVY, NV12, I420, YUV422P and GREY in place, and MJPEG, RGB and Bayer through
+/// the full-size decoded view it asks the engine for (``PixelNeed/modify``): the warped view goes
+/// to the sinks, which encode it, while the frame's own bytes stay the camera's.
 ///
 /// Memory: warped frames go to the stage's own buffers (look-ahead + 10). The frames it holds for
 /// the look-ahead are the source's own when the source has buffers to spare for the whole
@@ -72,6 +74,8 @@ public final class StabiliseStage: Stage {
     /// Whether incoming frames are copied (``StabiliseOptions/copyFrames`` resolved in `prepare`).
     private var copying = true
     private var format: FrameFormat?
+    /// Whether frames are warped through their decoded view (MJPEG, RGB, Bayer).
+    private var decodedPath = false
     private let zoom: Double
     private let sigma: Double
 
@@ -105,18 +109,18 @@ public final class StabiliseStage: Stage {
     public var delayFrames: Int { options.lookahead }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
-        switch format.pixelFormat {
-        case .yuyv, .uyvy, .nv12, .i420, .yuv422p, .grey: break
-        default:
-            throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.pixelFormat) is not supported (YUYV, UYVY, NV12, I420, YUV422P, GREY)")
-        }
+        // YUV formats are warped in their own layout; MJPEG, RGB and Bayer through the full-size
+        // decoded view the engine makes (the camera's bytes stay as they came, for the raw dump).
+        decodedPath = !format.pixelFormat.hasYUVPlanes
+        if decodedPath { try context.pixels.need(.modify, stage: Self.name) }
         guard format.width >= 64, format.height >= 48 else {
             throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.width)x\(format.height) is too small to stabilise (at least 64x48)")
         }
         if self.format != format || estimator == nil {
             estimator = MotionEstimator(width: format.width, height: format.height)
             scratch?.deallocate()
-            scratchBytes = format.maxByteCount
+            // Room for the frame, or for its decoded view (4:2:2 planar at most).
+            scratchBytes = max(format.maxByteCount, FrameFormat(.yuv422p, width: format.width, height: format.height, bytesPerRow: (format.width + 1) & ~1).maxByteCount)
             scratch = .allocate(byteCount: scratchBytes, alignment: 64)
             workspace = WarpWorkspace(maxWidth: format.width)
             pool = FramePool(format: format, count: options.lookahead + 10)
@@ -134,8 +138,8 @@ public final class StabiliseStage: Stage {
     }
 
     public func process(_ frame: Frame) -> StageVerdict {
-        guard let est = estimator, let luma = LumaView(frame), frame.format == format else { return .forward }
-        var m = est.estimate(luma)
+        guard let est = estimator, frame.format == format, let px = frame.pixels, px.scale == 1 else { return .forward }
+        var m = est.estimate(LumaView(px.luma))
         if m.confidence < options.minConfidence || !m.dx.isFinite || !m.dy.isFinite || !m.angle.isFinite {
             m = MotionEstimate(dx: 0, dy: 0, angle: 0, scale: 1, confidence: m.confidence)
         }
@@ -164,9 +168,10 @@ public final class StabiliseStage: Stage {
         }
         var frame = frame
         // Give the source its buffer back: hold a copy (keeping one of our buffers for the warp).
-        if copying, let pool, pool.available > 1, let own = pool.acquireForStage() {
+        if copying, let pool, pool.available > 1, frame.bytesUsed <= pool.frameCapacity, let own = pool.acquireForStage() {
             own.copyAttributes(from: frame)
             own.data.copyMemory(from: frame.data, byteCount: min(frame.bytesUsed, own.capacity))
+            frame.moveDecoded(to: own)
             frame.releaseHold()
             frame = own
         }
@@ -222,7 +227,14 @@ public final class StabiliseStage: Stage {
             cx *= lo; cy *= lo; ca *= lo
             map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
         }
-        if let out = pool?.acquireForStage() {
+        if decodedPath {
+            // The decoded view is this frame's alone: warp it in place from a copy.
+            if let d = frame.decoded, let scratch, d.bytesUsed <= scratchBytes, d.format.width == w, d.format.height == h {
+                scratch.copyMemory(from: d.data, byteCount: d.bytesUsed)
+                Warp.frame(d, from: scratch.assumingMemoryBound(to: UInt8.self), map: map, workspace: workspace)
+                frame.pixelsModified = true
+            }
+        } else if let out = pool?.acquireForStage() {
             // Warp into a fresh buffer of ours; the source frame goes back to its owner.
             out.copyAttributes(from: frame)
             Warp.frame(out, from: frame.data.assumingMemoryBound(to: UInt8.self), map: map, workspace: workspace)

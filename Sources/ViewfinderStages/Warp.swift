@@ -556,12 +556,12 @@ public enum Warp {
             for k in stride(from: 0, through: 2, by: 2) {
                 bilinear(from: ch(source, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), to: ch(dst, chromaOff + k, f.width / 2, f.height, f.bytesPerRow, 4), map: cm, workspace: workspace)
             }
-        case .rgb24:
+        case .rgb24, .bgr24:
             for k in 0..<3 {
                 bilinear(from: ch(source, k, f.width, f.height, f.bytesPerRow, 3), to: ch(dst, k, f.width, f.height, f.bytesPerRow, 3), map: map, workspace: workspace)
             }
-        case .mjpeg:
-            break
+        default:
+            break // MJPEG and Bayer: warp the decoded view (`Frame.decoded`) instead
         }
     }
 }

@@ -102,6 +102,22 @@ public final class MJPEGDecoder {
         frame.bytesUsed = fmt.maxByteCount
     }
 
+    /// Decodes only the luma of `jpeg` into `frame` as ``PixelFormat/grey`` at 1/`scaleDenominator`
+    /// (any subsampling, 4:4:4 and 4:4:0 included: TurboJPEG converts to greyscale).
+    public func decodeLuma(_ jpeg: UnsafeRawBufferPointer, scaleDenominator: Int = 1, into frame: Frame) throws(MJPEGError) {
+        let hdr = try header(jpeg)
+        guard Self.scaleDenominators.contains(scaleDenominator) else { throw .invalidScale(scaleDenominator, allowed: Self.scaleDenominators) }
+        let w = (hdr.width + scaleDenominator - 1) / scaleDenominator
+        let h = (hdr.height + scaleDenominator - 1) / scaleDenominator
+        let fmt = FrameFormat(.grey, width: w, height: h)
+        guard fmt.maxByteCount <= frame.capacity else { throw .targetTooSmall(needed: fmt.maxByteCount, capacity: frame.capacity) }
+        let r = tjDecompress2(handle, jpeg.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count), frame.data.assumingMemoryBound(to: UInt8.self),
+                              Int32(w), Int32(w), Int32(h), Int32(TJPF_GRAY.rawValue), TJFLAG_STOPONWARNING)
+        guard r == 0 else { throw .corrupt(message()) }
+        frame.format = fmt
+        frame.bytesUsed = fmt.maxByteCount
+    }
+
     /// Decodes an MJPEG `source` frame into `target`, copying its timing and metadata.
     public func decode(_ source: Frame, scaleDenominator: Int = 1, into target: Frame) throws(MJPEGError) {
         try decode(UnsafeRawBufferPointer(source.bytes), scaleDenominator: scaleDenominator, into: target)

@@ -150,11 +150,18 @@ struct ExposureTests {
         #expect(throws: ConfigurationError.self) { try ExposureStage.make(options: ["mode": .string("sometimes")]) }
         #expect(throws: ConfigurationError.self) { try ExposureStage.make(options: ["bias": .number(9)]) }
         #expect(throws: ConfigurationError.self) { try ExposureStage.make(options: ["tolerance": .number(0.5), "hysteresis": .number(0.1)]) }
+        // MJPEG without a decoder installed: no pixels to meter, a typed error naming the stage.
         #expect(throws: ConfigurationError.self) {
             let s = ExposureStage(options: ExposureOptions())
-            let f = FrameFormat(.rgb24, width: 8, height: 8)
+            let f = FrameFormat(.mjpeg, width: 64, height: 64)
             try s.prepare(format: f, context: StageContext(format: f))
         }
+        // RGB is converted by the engine: the stage asks for reduced statistics and prepares.
+        let s = ExposureStage(options: ExposureOptions())
+        let rgb = FrameFormat(.rgb24, width: 64, height: 64)
+        let ctx = StageContext(format: rgb)
+        #expect(throws: Never.self) { try s.prepare(format: rgb, context: ctx) }
+        #expect(!ctx.pixels.all.isEmpty)
     }
 }
 

@@ -3,6 +3,7 @@ import ViewfinderTestSupport
 import Foundation
 import Viewfinder
 import ViewfinderSim
+import ViewfinderV4L2
 @testable import ViewfinderStages
 
 /// Drives `stage` in a closed loop with the sim camera (unpaced, so no threads): next frame,
@@ -10,11 +11,17 @@ import ViewfinderSim
 /// Times of `process` calls, ms, when a test wants them.
 final class TimeLog { var milliseconds: [Double] = [] }
 
-func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: Int, frames: Int, stages: [any Stage], times: TimeLog? = nil, record: (Int, Frame) -> Void) throws {
+/// With a `decoder` (MJPEG), each frame gets its decoded view at the scale the stages asked for, as
+/// the engine gives it (`scales` records it).
+func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: Int, frames: Int, stages: [any Stage], times: TimeLog? = nil,
+            decoder: (any PixelDecoder)? = nil, scales: TimeLog? = nil, record: (Int, Frame) -> Void) throws {
     let cam = try SimCamera(deviceString: device)
     let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: width, height: height, fps: 30))
-    let ctx = StageContext(format: cfg.format, frameIntervalNanoseconds: cfg.interval.nanoseconds, controls: cam.controls, isLive: cam.isLive)
+    let ctx = StageContext(format: cfg.format, frameIntervalNanoseconds: cfg.interval.nanoseconds, controls: cam.controls, isLive: cam.isLive,
+                           pixels: PixelRequests(format: cfg.format, available: cfg.format.pixelFormat.hasYUVPlanes || decoder != nil))
     for s in stages { try s.prepare(format: cfg.format, context: ctx) }
+    let scale = decoder.flatMap { ctx.pixels.scale(width: cfg.format.width, available: $0.scaleDenominators) }
+    let views = decoder.map { FramePool(format: FrameFormat(.grey, width: 1, height: 1), count: 64, frameCapacity: $0.decodedByteCount(for: cfg.format, scale: scale ?? 1)) }
     try cam.start()
     defer { cam.stop() }
     var i = 0
@@ -47,6 +54,12 @@ func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: I
             continue
         }
         last = f.sequence
+        if let decoder, let views, let scale {
+            let d = try #require(views.acquire(), "decoded views all held")
+            try decoder.decode(f, scale: scale, into: d)
+            f.setDecoded(d)
+            scales?.milliseconds.append(Double(scale))
+        }
         deliver(f, from: 0)
         for fr in out { record(i, fr); fr.release(); i += 1 }
         out.removeAll()
@@ -85,6 +98,45 @@ struct SimClosedLoopTests {
         #expect(states.last == .converged)
         // The metered luma ends at the target (110) within 1/6 EV (gamma 2.2: x2^(1/13.2)).
         #expect(abs(log2(lumas.last! / 110) * 2.2) <= 1.0 / 6)
+    }
+
+    @Test("exposure on MJPEG 1280x720 (metered on the 1/8 decode): converges as on YUYV", arguments: ["exposure=10,gain=16", "exposure=0.6,gain=1"])
+    func exposureMJPEG(start: String) throws {
+        var totals: [Double] = [], states: [ControlLoopState?] = [], lumas: [Double] = []
+        let scales = TimeLog()
+        try runSim("sim:paced=false,latency=2,seed=4,\(start)", format: .mjpeg, width: 1280, height: 720, frames: 40, stages: [ExposureStage(options: ExposureOptions())],
+                   decoder: try MJPEGPixelDecoder(), scales: scales) { _, f in
+            let t = f.metadata.truth!
+            totals.append(t.appliedExposure * t.appliedGain)
+            states.append(f.metadata.exposureState)
+            lumas.append(f.metadata.meteredLuma ?? 0)
+        }
+        #expect(Set(scales.milliseconds) == [8])
+        let final = totals.last!
+        print("sim AE on MJPEG (1/8 view) from \(start): per frame EV error \(totals.prefix(14).map { (log2($0 / final) * 100).rounded() / 100 }), final metered luma \(lumas.last!)")
+        for t in 10..<40 { #expect(abs(log2(totals[t] / final)) <= 1.0 / 6, "frame \(t)") }
+        #expect(Set(totals[15...]).count == 1)
+        #expect(states.last == .converged)
+        #expect(abs(log2(lumas.last! / 110) * 2.2) <= 1.0 / 6)
+    }
+
+    @Test("autofocus on MJPEG 1280x720 (measured on the 1/4 decode): lens within 2 % of the range as on YUYV", arguments: [(0, 0.5), (1000, 0.25), (500, 1.6)])
+    func focusMJPEG(start: Int, subject: Double) throws {
+        var o = FocusOptions()
+        o.mode = .auto
+        var errors: [Double] = []
+        var states: [ControlLoopState?] = []
+        let scales = TimeLog()
+        try runSim("sim:paced=false,focus=\(start),subject=\(subject),seed=2", format: .mjpeg, width: 1280, height: 720, frames: 30, stages: [FocusStage(options: o)],
+                   decoder: try MJPEGPixelDecoder(), scales: scales) { _, f in
+            let t = f.metadata.truth!
+            errors.append(abs(t.appliedLensPosition - t.inFocusLensPosition))
+            states.append(f.metadata.focusState)
+        }
+        #expect(Set(scales.milliseconds) == [4])
+        print("sim AF on MJPEG (1/4 view) from \(start), subject \(subject) m: lens error per frame \(errors.map { Int($0) })")
+        for t in 25..<30 { #expect(errors[t] <= 20, "frame \(t): \(errors[t])") }
+        #expect(states.last == .locked)
     }
 
     @Test("anti-flicker: under 50 Hz light, exposure times in whole 10 ms half-periods and a steady loop")

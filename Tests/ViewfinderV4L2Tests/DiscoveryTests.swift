@@ -23,7 +23,7 @@ import ViewfinderTestSupport
     @Test func formatTree() throws {
         let d = try #require(V4L2Provider(syscalls: kernel, logger: quietLogger).discover().first)
         #expect(d.formats.map { fourCCString($0.fourcc) } == ["YUYV", "MJPG", "NV12", "GREY", "BA81"])
-        #expect(d.formats.map(\.pixelFormat) == [.yuyv, .mjpeg, .nv12, .grey, nil])
+        #expect(d.formats.map(\.pixelFormat) == [.yuyv, .mjpeg, .nv12, .grey, .sbggr8])
         #expect(d.formats[1].compressed && !d.formats[0].compressed)
         let yuyv = d.formats[0]
         #expect(yuyv.sizes.count == 3)
@@ -62,7 +62,7 @@ import ViewfinderTestSupport
         #expect(text.contains("[1]: 'MJPG' (Motion-JPEG, compressed)"))
         #expect(text.contains("\t\tSize: Discrete 640x480\n\t\t\tInterval: Discrete 0.033s (30.000 fps)\n\t\t\tInterval: Discrete 0.067s (15.000 fps)"))
         #expect(text.contains("Size: Stepwise 16x16 - 1920x1080 with step 16/8"))
-        #expect(text.contains("'BA81' (8-bit Bayer BGBG/GRGR) [via libv4lconvert only]"))
+        #expect(text.contains("'BA81' (8-bit Bayer BGBG/GRGR) [engine: SBGGR8]"))
         let ctl = renderControls(d.controls)
         #expect(ctl.contains("power_line_frequency 0x00980918 (menu) : min=0 max=2 default=1"))
         #expect(ctl.contains("1: 50 Hz"))

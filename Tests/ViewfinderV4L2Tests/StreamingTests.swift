@@ -32,7 +32,7 @@ import ViewfinderTestSupport
             #expect(device == "/dev/video0")
             #expect(requested == "UYVY 640x480")
             #expect(available.contains("YUYV 640x480/1280x720/320x240"))
-            #expect(available.contains("BA81 (not handled by the engine) 640x480/1280x720/320x240"))
+            #expect(available.contains("SBGGR8 640x480/1280x720/320x240"))
         }
     }
 

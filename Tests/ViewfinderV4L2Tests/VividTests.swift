@@ -2,6 +2,7 @@ import Testing
 import Foundation
 @testable import Viewfinder
 @testable import ViewfinderV4L2
+import ViewfinderStages
 
 /// The real-driver tier: runs only with `VIEWFINDER_VIVID=1`, inside the VM that
 /// `scripts/vivid-tests.sh` boots with the kernel's `vivid` driver (see that script).
@@ -44,6 +45,19 @@ final class TimingConsumer: FrameConsumer {
     func finish(error: (any Error)?) {
         finishError.withLock { $0 = error.map { "\($0)" } }
         finished.withLock { $0 = true }
+    }
+}
+
+/// Checks what the stages left on each frame of a non-YUV stream.
+final class PixelCheckConsumer: FrameConsumer {
+    let consumerName = "pixel-check"
+    struct Seen: Sendable { var width: Int; var modified: Bool; var corrected: Bool; var luma: Double; var focus: Double }
+    let seen = LockedBox<[Seen]>([])
+    var ringCapacity: Int { 16 }
+    func consume(_ frame: Frame) {
+        let v = Seen(width: frame.pixels?.width ?? 0, modified: frame.pixelsModified, corrected: frame.metadata.correction != nil,
+                     luma: frame.metadata.meteredLuma ?? -1, focus: frame.metadata.focus?.tenengrad ?? -1)
+        seen.withLock { $0.append(v) }
     }
 }
 
@@ -124,6 +138,45 @@ struct VividTests {
             try c.set(b.name, to: b.maximum + 1)
         }
         print("vivid: \(c.descriptors.count) controls; standard: \(c.descriptors.compactMap(\.standard).map(\.rawValue))")
+    }
+
+    /// The stage chain on vivid's RGB and Bayer formats: exposure and focus meter the decoded view,
+    /// stabilise changes it, and every frame that comes out carries the results.
+    @Test(arguments: [PixelFormat.rgb24, .bgr24, .sbggr8, .srggb8])
+    func stageChainOnRGBAndBayer(_ format: PixelFormat) throws {
+        let d = try vividDevice()
+        guard d.formats.contains(where: { $0.pixelFormat == format }) else {
+            Issue.record("vivid does not offer \(format): \(d.formats.map { fourCCString($0.fourcc) })")
+            return
+        }
+        let cam = try V4L2Camera(path: d.id, logger: quietLogger)
+        defer { cam.close() }
+        var so = StabiliseOptions()
+        so.lookahead = 5
+        let stages: [any Stage] = [ExposureStage(options: ExposureOptions()), FocusStage(options: FocusOptions()), StabiliseStage(options: so)]
+        var o = EngineOptions(frameLimit: 60)
+        o.stageRingCapacity = 8
+        let consumer = PixelCheckConsumer()
+        let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: 320, height: 180, fps: 30,
+                                                  bufferCount: CaptureEngine.buffersNeeded(stages: stages, consumers: [consumer], options: o)))
+        #expect(cfg.format.pixelFormat == format)
+        #expect(cam.convertedFrom == nil, "\(format) should stream natively, not through libv4lconvert")
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: stages, consumers: [consumer], options: o, logger: quietLogger)
+        try engine.start()
+        #expect(engine.waitUntilFinished(timeoutSeconds: 60))
+        let s = engine.statistics
+        let seen = consumer.seen.withLock { $0 }
+        print("vivid \(format) through exposure+focus+stabilise: captured \(s.captured) delivered \(s.delivered) drops \(s.drops.byName) decode 1/\(s.decodeScale) \(fixed(s.decodeMeanMicroseconds, 0)) µs, stages \(s.stageMeanMicroseconds.map { fixed($0, 0) }) µs; metered luma \(seen.suffix(3).map { fixed($0.luma, 1) })")
+        #expect(engine.runtimeError == nil)
+        #expect(s.captured == 60 && s.captured == s.delivered + s.drops.total)
+        #expect(s.drops.total == s.drops[.driverGap], "only vivid's own gaps: \(s.drops.byName)")
+        #expect(s.decodeScale == 1)
+        #expect(seen.count >= 40)
+        for v in seen {
+            #expect(v.width == 320 && v.modified && v.corrected)
+            #expect(v.luma > 5 && v.luma < 250, "vivid's test pattern metered at \(v.luma)")
+            #expect(v.focus > 0)
+        }
     }
 
     /// 300 frames through the engine at 320x180/60 fps: sequence and timestamp checks.

@@ -66,11 +66,17 @@ public final class CaptureDevice: @unchecked Sendable {
     }
     private let observer = LockedBox<(@Sendable (DeviceSettings) -> Void)?>(nil)
 
-    public init(source: any CaptureSource) { self.source = source }
+    /// Decoders for the device's formats without YUV planes (MJPEG), so stages get pixels.
+    public let pixelDecoders: (any PixelDecoderFactory)?
+
+    public init(source: any CaptureSource, pixelDecoders: (any PixelDecoderFactory)? = nil) {
+        self.source = source
+        self.pixelDecoders = pixelDecoders
+    }
 
     /// Opens a device by its string (`sim`, `/dev/video0`, `dump:FILE`).
     public static func open(_ id: String, directory: DeviceDirectory) throws -> CaptureDevice {
-        CaptureDevice(source: try directory.open(id))
+        CaptureDevice(source: try directory.open(id), pixelDecoders: directory.pixelDecoders)
     }
 
     /// The default video device: the first V4L2 camera if one is present, else the sim camera.

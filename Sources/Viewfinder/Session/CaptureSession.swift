@@ -325,7 +325,8 @@ public final class CaptureSession: @unchecked Sendable {
         device.onSettingsChange = { s in relay.publish(s) }
         try applyManualControls(settings, device: device)
 
-        let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions, logger: logger)
+        let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions,
+                              pixelDecoders: device.pixelDecoders, logger: logger)
         let run = runID.add(1, ordering: .sequentiallyConsistent).newValue
         let hub = self.hub
         e.onRuntimeError = { [weak self] error in

@@ -2,6 +2,10 @@ import Viewfinder
 
 /// Turns the picture into its negative (luma only; chroma is left as is), and records the mean
 /// luma it saw. A user-written stage: this file is all it takes to register it.
+///
+/// It reads and writes pixels through the typed views, so it works on every camera format —
+/// YUYV, NV12, planar YUV, and MJPEG, RGB or Bayer through the decoded view the engine makes
+/// because `prepare` asks for full-size planes to change.
 public final class Negative: Stage {
     public static let name = "negative"
     public static let summary = "Inverts luma and records the mean luma before inversion."
@@ -17,34 +21,26 @@ public final class Negative: Stage {
 
     private let strength: Double
     private let meanKey = MetadataKey("negative.mean_luma")
-    private var layout: (offset: Int, pixelStride: Int, bytesPerRow: Int)?
 
     public init(options: Options) { strength = options.strength }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
-        guard let l = format.lumaLayout else {
-            throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.pixelFormat) has no luma plane")
-        }
-        layout = l
+        try context.pixels.need(.modify, stage: Self.name)
     }
 
     public func process(_ frame: Frame) -> StageVerdict {
-        guard let l = layout else { return .forward }
-        let w = frame.format.width, h = frame.format.height
+        guard let px = frame.mutablePixels() else { return .forward }
         let k = Int(strength * 256)
         var sum = 0
-        for y in 0..<h {
-            let row = (frame.data + l.offset + y * l.bytesPerRow).assumingMemoryBound(to: UInt8.self)
-            var x = 0
-            while x < w {
-                let v = Int(row[x &* l.pixelStride])
+        for y in 0..<px.height {
+            let row = px.luma.row(y)
+            for x in 0..<row.count {
+                let v = Int(row[x])
                 sum &+= v
-                row[x &* l.pixelStride] = UInt8(truncatingIfNeeded: (v &* (256 &- k) &+ (255 &- v) &* k) >> 8)
-                x &+= 1
+                row[x] = UInt8(truncatingIfNeeded: (v &* (256 &- k) &+ (255 &- v) &* k) >> 8)
             }
         }
-        frame.metadata.custom.set(meanKey, Double(sum) / Double(w * h))
-        frame.pixelsModified = true
+        frame.metadata.custom.set(meanKey, Double(sum) / Double(px.width * px.height))
         return .forward
     }
 }

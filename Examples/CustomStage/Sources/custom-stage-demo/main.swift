@@ -20,14 +20,18 @@ do {
     precondition(registry.names.contains("negative"), "the plugin did not register the user's stage")
     let specs = try StageSpec.parseList(CommandLine.arguments.dropFirst().first ?? "negative:strength=1,null")
     let stages = try specs.map { try registry.makeStage($0) }
-    let source = try DeviceDirectory.standard.open("sim:width=320,height=240,paced=false,frames=30")
-    let config = try source.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, fps: 30))
-    let check = Check()
-    let engine = CaptureEngine(source: source, configuration: config, stages: stages, consumers: [check])
-    try engine.start()
-    engine.waitUntilFinished()
-    print("ran \(specs.map(\.name).joined(separator: ",")) on \(check.frames) frames; \(check.sawMetadata) carried the negative stage's metadata")
-    guard check.frames == 30, check.sawMetadata == 30 else { exit(1) }
+    // The same stage on a YUYV, an NV12 and an MJPEG camera (MJPEG: through the decoded view).
+    for format in [PixelFormat.yuyv, .nv12, .mjpeg] {
+        let directory = DeviceDirectory.standard
+        let source = try directory.open("sim:width=320,height=240,paced=false,frames=30,format=\(format.rawValue)")
+        let config = try source.configure(StreamRequest(pixelFormat: format, width: 320, height: 240, fps: 30))
+        let check = Check()
+        let engine = CaptureEngine(source: source, configuration: config, stages: stages, consumers: [check], pixelDecoders: directory.pixelDecoders)
+        try engine.start()
+        engine.waitUntilFinished()
+        print("\(format): ran \(specs.map(\.name).joined(separator: ",")) on \(check.frames) frames; \(check.sawMetadata) carried the negative stage's metadata")
+        guard check.frames == 30, check.sawMetadata == 30 else { exit(1) }
+    }
 } catch {
     FileHandle.standardError.write(Data("custom-stage-demo: error: \(error)\n".utf8))
     exit(1)

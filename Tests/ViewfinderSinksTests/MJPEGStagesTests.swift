@@ -1,0 +1,111 @@
+import Foundation
+import Testing
+import Viewfinder
+import ViewfinderSim
+import ViewfinderStages
+import ViewfinderV4L2
+@testable import ViewfinderSinks
+
+/// Keeps a copy of every frame's own bytes (what the camera sent), by sequence, and whether a
+/// stage changed its pixels.
+final class CameraBytesRecorder: FrameConsumer, @unchecked Sendable {
+    let consumerName = "camera-bytes"
+    var ringCapacity: Int { 64 }
+    private let lock = NSLock()
+    private var store: [UInt64: [UInt8]] = [:]
+    private var modified: Set<UInt64> = []
+    func consume(_ frame: Frame) {
+        let b = Array(frame.bytes)
+        lock.lock(); store[frame.sequence] = b; if frame.pixelsModified { modified.insert(frame.sequence) }; lock.unlock()
+    }
+    var bytes: [UInt64: [UInt8]] { lock.lock(); defer { lock.unlock() }; return store }
+    var modifiedCount: Int { lock.lock(); defer { lock.unlock() }; return modified.count }
+}
+
+/// The MJPEG sim camera through stages into a movie, a raw dump and a byte recorder.
+@Suite("MJPEG through the stages into the sinks")
+struct MJPEGStagesTests {
+    struct Run { var movie: String; var dump: String; var camera: [UInt64: [UInt8]]; var modified: Int; var statistics: EngineStatistics; var dir: String }
+
+    func record(_ stages: String, frames: Int = 40, name: String = #function) throws -> Run {
+        let dir = makeTempDirectory(name)
+        let cam = try SimCamera(deviceString: "sim:paced=false,shake=3,seed=3,format=mjpeg,width=320,height=240,frames=\(frames)")
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .mjpeg, width: 320, height: 240, fps: 30, bufferCount: 48))
+        let movie = MovieFileOutput()
+        let events = RecordingEvents()
+        try movie.startRecording(to: dir + "/m.mov", delegate: events)
+        let dump = RawDumpOutput(path: dir + "/d.vfdump")
+        let rec = CameraBytesRecorder()
+        let registry = StageRegistry.viewfinderStages
+        let built = try StageSpec.parseList(stages).map { try registry.makeStage($0) }
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: built, consumers: [movie, dump, rec], pixelDecoders: MJPEGPixelDecoder.Factory())
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(events.waitFinished())
+        #expect(events.finished.first?.2 == nil)
+        return Run(movie: dir + "/m.mov", dump: dir + "/d.vfdump", camera: rec.bytes, modified: rec.modifiedCount, statistics: engine.statistics, dir: dir)
+    }
+
+    /// The movie's video samples as they are stored (ffmpeg copies each packet into a file).
+    func samples(_ movie: String, dir: String) throws -> [[UInt8]] {
+        let out = dir + "/samples"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let (rc, _, err) = try run("/usr/bin/ffmpeg", ["-v", "error", "-i", movie, "-map", "0:v", "-c", "copy", "-f", "image2", out + "/%04d.jpg"])
+        #expect(rc == 0, "\(err)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: out).sorted()
+        return try names.map { Array(try Data(contentsOf: URL(fileURLWithPath: out + "/" + $0))) }
+    }
+
+    @Test("metering stages only: the movie holds the camera's JPEGs byte for byte")
+    func passThrough() throws {
+        let r = try record("exposure,focus")
+        #expect(r.statistics.delivered == 40 && r.statistics.drops.total == 0)
+        #expect(r.statistics.decodeScale == 1) // 320 wide: focus measures on 320 samples
+        #expect(r.modified == 0)
+        let s = try samples(r.movie, dir: r.dir)
+        #expect(s.count == 40)
+        for (i, sample) in s.enumerated() { #expect(sample == r.camera[UInt64(i)], "sample \(i) is not the camera's JPEG") }
+        try? FileManager.default.removeItem(atPath: r.dir)
+    }
+
+    @Test("with stabilise: the movie is re-encoded from the warped pixels; the raw dump keeps the camera's bytes")
+    func reencodedWithStabilise() throws {
+        let r = try record("exposure,focus,stabilise:lookahead=5")
+        #expect(r.statistics.delivered == 40 && r.statistics.drops.total == 0)
+        #expect(r.statistics.decodeScale == 1)
+        #expect(r.modified == 40)
+        let s = try samples(r.movie, dir: r.dir)
+        #expect(s.count == 40)
+        let same = s.enumerated().filter { $0.element == r.camera[UInt64($0.offset)] }.count
+        #expect(same == 0, "\(same) samples passed through although the pixels were changed")
+        // Every sample is a whole 320x240 JPEG that decodes without a warning. (ffmpeg's null
+        // muxer is not used here: it complains about the unpaced sim's irregular timestamps.)
+        let decoder = try MJPEGDecoder()
+        let out = Frame(capacity: FrameFormat(.yuv422p, width: 320, height: 240).maxByteCount, format: FrameFormat(.grey, width: 1, height: 1))
+        for sample in s {
+            let h = try sample.withUnsafeBytes { try decoder.header($0) }
+            #expect(h.width == 320 && h.height == 240)
+            try sample.withUnsafeBytes { try decoder.decode($0, into: out) }
+        }
+        // The dump stores what the camera sent, flagged as changed downstream.
+        let reader = try RawDumpReader(path: r.dump)
+        #expect(reader.entries.count == 40)
+        let f = Frame(capacity: FrameFormat(.mjpeg, width: 320, height: 240).maxByteCount, format: FrameFormat(.mjpeg, width: 320, height: 240))
+        for i in 0..<reader.entries.count {
+            try reader.read(i, into: f)
+            #expect(Array(f.bytes) == r.camera[f.sequence], "dump frame \(i)")
+            #expect(f.pixelsModified)
+        }
+        try? FileManager.default.removeItem(atPath: r.dir)
+    }
+
+    @Test("the TurboJPEG view decoder refuses a damaged JPEG (the engine counts it as corrupt)")
+    func corruptFrame() throws {
+        let views = MJPEGPixelDecoder.Factory().makeDecoder(for: FrameFormat(.mjpeg, width: 64, height: 48))!
+        let src = Frame(capacity: 4096, format: FrameFormat(.mjpeg, width: 64, height: 48))
+        for i in 0..<64 { src.data.storeBytes(of: UInt8(truncatingIfNeeded: i * 7), toByteOffset: i, as: UInt8.self) }
+        src.bytesUsed = 64
+        let dst = Frame(capacity: views.decodedByteCount(for: src.format, scale: 1), format: FrameFormat(.grey, width: 1, height: 1))
+        #expect(throws: MJPEGError.self) { try views.decode(src, scale: 1, into: dst) }
+    }
+}
