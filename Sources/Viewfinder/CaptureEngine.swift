@@ -151,6 +151,9 @@ public final class CaptureEngine: @unchecked Sendable {
     /// The control values each frame was exposed with, from the writes made (capture thread).
     private let delayedControls: DelayedControls?
     private let stageChannel: FrameChannel
+    /// Capture thread → decode thread, when the stages get decoded views (MJPEG, RGB, Bayer):
+    /// the decode runs on a thread of its own, beside the stages, not before them on theirs.
+    private var decodeChannel: FrameChannel?
     private let consumerChannels: [FrameChannel]
     private var threads: [EngineThread] = []
     private let stopRequested = Atomic<Bool>(false)
@@ -195,19 +198,26 @@ public final class CaptureEngine: @unchecked Sendable {
     /// frame in the chain, the look-ahead the stages hold, and each consumer's ring and the frame
     /// it is working on, plus two for the source itself. Capped at `limit` (kernel drivers cap
     /// their buffer counts; beyond it, a live source counts `out_of_buffers` drops).
-    public static func buffersNeeded(stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions, limit: Int = 64) -> Int {
+    /// A format without YUV planes (MJPEG, RGB, Bayer) adds the decode thread's ring and frame.
+    public static func buffersNeeded(stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions, limit: Int = 64,
+                                     pixelFormat: PixelFormat? = nil) -> Int {
         let delay = stages.reduce(0) { $0 + $1.delayFrames }
         let outputs = consumers.reduce(0) { $0 + $1.ringCapacity + 1 }
-        return min(limit, options.stageRingCapacity + 1 + delay + outputs + 2)
+        let decode = pixelFormat.map { $0.hasYUVPlanes ? 0 : decodeRingCapacity + 1 } ?? 0
+        return min(limit, options.stageRingCapacity + 1 + delay + outputs + decode + 2)
     }
+
+    /// Frames queued for the decode thread. Small: the decode keeps pace or a live source drops
+    /// the oldest (counted), and every queued frame holds a camera buffer.
+    static let decodeRingCapacity = 4
 
     /// The error the run ended with, if any.
     public var runtimeError: (any Error)? { errorBox.withLock { $0 } }
 
     /// Prepares the stages and consumers and starts the threads.
     public func start() throws {
-        let needed = CaptureEngine.buffersNeeded(stages: chain.stages, consumers: consumers, options: options, limit: .max)
         let format = configuration.format
+        let needed = CaptureEngine.buffersNeeded(stages: chain.stages, consumers: consumers, options: options, limit: .max, pixelFormat: format.pixelFormat)
         let decoder = format.pixelFormat.hasYUVPlanes ? nil : pixelDecoders.makeDecoder(for: format)
         let requests = PixelRequests(format: format, available: format.pixelFormat.hasYUVPlanes || decoder != nil)
         let context = StageContext(format: format, frameIntervalNanoseconds: configuration.interval.nanoseconds, controls: source.controls,
@@ -228,6 +238,8 @@ public final class CaptureEngine: @unchecked Sendable {
             // Every frame in flight may carry its view: as many as the pipeline holds, plus slack.
             decodedViews = DecodedViewProvider(decoder: decoder, format: format, scale: scale, limit: needed + 4)
             statistics.setDecodeScale(scale)
+            decodeChannel = FrameChannel(name: "decode", capacity: Self.decodeRingCapacity, policy: source.isLive ? options.livePolicy : .wait,
+                                         drops: statistics.drops)
         }
         seedDelayedControls()
         statistics.markStart()
@@ -242,6 +254,9 @@ public final class CaptureEngine: @unchecked Sendable {
             })
         }
         threads.append(EngineThread(name: "vf-stages") { [self] in self.stageLoop() })
+        if let views = decodedViews, let input = decodeChannel {
+            threads.append(EngineThread(name: "vf-decode") { [self] in self.decodeLoop(views, input: input) })
+        }
         threads.append(EngineThread(name: "vf-capture") { [self] in self.captureLoop() })
     }
 
@@ -314,6 +329,7 @@ public final class CaptureEngine: @unchecked Sendable {
         var lastFrameAt = monotonicNanoseconds()
         var lastSequence: UInt64? = nil
         let controls = source.controls
+        let firstChannel = decodeChannel ?? stageChannel
         captureLoop: while !stopRequested.load(ordering: .relaxed) {
             applyControlRequests(controls, lastSequence: lastSequence)
             if let limit, statistics.captured >= limit { break }
@@ -342,7 +358,7 @@ public final class CaptureEngine: @unchecked Sendable {
                     if f.metadata.exposedWith.isEmpty { f.metadata.exposedWith = exposed }
                 }
                 statistics.countCaptured()
-                stageChannel.send(f)
+                firstChannel.send(f)
             case .lost(let reason, let n):
                 statistics.countCaptured(UInt64(n))
                 statistics.drops.count(reason, UInt64(n))
@@ -351,7 +367,7 @@ public final class CaptureEngine: @unchecked Sendable {
                 // so the next frame is not counted again as a gap.
                 if let last = lastSequence { lastSequence = last &+ UInt64(n) }
             case .timeout:
-                stageChannel.flush()
+                firstChannel.flush()
                 if monotonicNanoseconds() &- lastFrameAt > stallNs {
                     fail(DeviceError.stalled(device: source.info.id, seconds: options.stallTimeoutSeconds))
                     break captureLoop
@@ -361,6 +377,30 @@ public final class CaptureEngine: @unchecked Sendable {
             }
         }
         source.stop()
+        firstChannel.close()
+    }
+
+    /// Makes each frame's decoded view (the decoder is used by this thread only) and hands the
+    /// frame to the stages. A frame that cannot be decoded (a corrupt JPEG) or that finds no free
+    /// view is dropped and counted.
+    private func decodeLoop(_ views: DecodedViewProvider, input: FrameChannel) {
+        loop: while true {
+            switch input.receive(timeoutNanoseconds: 100_000_000) {
+            case .frame(let f):
+                let t0 = monotonicNanoseconds()
+                if let reason = views.attach(to: f) {
+                    statistics.drops.count(reason)
+                    f.release()
+                    continue loop
+                }
+                statistics.countDecode(nanoseconds: monotonicNanoseconds() &- t0)
+                stageChannel.send(f)
+            case .timeout:
+                stageChannel.flush()
+            case .closed:
+                break loop
+            }
+        }
         stageChannel.close()
     }
 
@@ -369,17 +409,6 @@ public final class CaptureEngine: @unchecked Sendable {
         loop: while true {
             switch stageChannel.receive(timeoutNanoseconds: 100_000_000) {
             case .frame(let f):
-                if let views = decodedViews {
-                    let t0 = monotonicNanoseconds()
-                    if let reason = views.attach(to: f) {
-                        statistics.drops.count(reason)
-                        f.release()
-                        continue loop
-                    }
-                    let dt = monotonicNanoseconds() &- t0
-                    f.metadata.stageNanoseconds &+= dt
-                    statistics.countDecode(nanoseconds: dt)
-                }
                 chain.run(f)
                 n &+= 1
                 if n & 15 == 0 { statistics.publishStageTimes(chain) }

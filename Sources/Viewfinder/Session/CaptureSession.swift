@@ -315,7 +315,7 @@ public final class CaptureSession: @unchecked Sendable {
         let consumers: [any FrameConsumer] = connectionsStore.filter { $0.input === input && $0.isEnabled }.map { $0.output }
         // Enough buffers for the look-ahead the stages hold and for every ring to fill.
         var sized = request
-        sized.bufferCount = max(request.bufferCount, CaptureEngine.buffersNeeded(stages: stages, consumers: consumers, options: c.engineOptions))
+        sized.bufferCount = max(request.bufferCount, CaptureEngine.buffersNeeded(stages: stages, consumers: consumers, options: c.engineOptions, pixelFormat: request.pixelFormat))
         let cfg = try device.source.configure(sized)
         resolved = cfg
 
