@@ -45,7 +45,11 @@ echo "$RESOLVED" | grep -q '"version" : "1.0.0"' || { echo "Viewfinder was not r
 DEMO="$CONSUMER/.build/debug/custom-stage-demo"
 OUT=$("$DEMO" "negative:strength=1,null")
 echo "$OUT"
-[ "$OUT" = "ran negative,null on 30 frames; 30 carried the negative stage's metadata" ] || { echo "unexpected output from the user's stage" >&2; exit 1; }
+# The demo runs the user's stage on a YUYV, an NV12 and an MJPEG sim camera (typed pixel views).
+EXPECTED="YUYV: ran negative,null on 30 frames; 30 carried the negative stage's metadata
+NV12: ran negative,null on 30 frames; 30 carried the negative stage's metadata
+MJPEG: ran negative,null on 30 frames; 30 carried the negative stage's metadata"
+[ "$OUT" = "$EXPECTED" ] || { echo "unexpected output from the user's stage" >&2; exit 1; }
 if "$DEMO" "negative:strenght=1" 2>/dev/null; then
     echo "an unknown option of the user's stage was accepted" >&2; exit 1
 fi

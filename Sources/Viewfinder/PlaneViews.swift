@@ -308,8 +308,11 @@ struct PlaneGeometries {
         default:
             return nil
         }
-        for p in [luma, cb, cr].compactMap({ $0 }) where p.width > 0 && p.height > 0 {
-            if p.offset + (p.height - 1) * p.bytesPerRow + (p.width - 1) * p.stride >= capacity { return nil }
+        // Checked plane by plane: no array (this runs for every `frame.pixels`, on the hot path).
+        func fits(_ p: Plane?) -> Bool {
+            guard let p, p.width > 0, p.height > 0 else { return true }
+            return p.offset + (p.height - 1) * p.bytesPerRow + (p.width - 1) * p.stride < capacity
         }
+        guard fits(luma), fits(cb), fits(cr) else { return nil }
     }
 }

@@ -158,7 +158,7 @@ struct VividTests {
         o.stageRingCapacity = 8
         let consumer = PixelCheckConsumer()
         let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: 320, height: 180, fps: 30,
-                                                  bufferCount: CaptureEngine.buffersNeeded(stages: stages, consumers: [consumer], options: o)))
+                                                  bufferCount: CaptureEngine.buffersNeeded(stages: stages, consumers: [consumer], options: o, pixelFormat: format)))
         #expect(cfg.format.pixelFormat == format)
         #expect(cam.convertedFrom == nil, "\(format) should stream natively, not through libv4lconvert")
         let engine = CaptureEngine(source: cam, configuration: cfg, stages: stages, consumers: [consumer], options: o, logger: quietLogger)
