@@ -170,8 +170,10 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Called once, from an engine thread, when every thread has finished.
     public var onFinish: (@Sendable () -> Void)?
 
-    /// - Parameter pixelDecoders: decoders for formats without YUV planes (MJPEG: ViewfinderKit's
-    ///   device directory carries TurboJPEG's); RGB and Bayer are converted by the core anyway.
+    /// An engine for `source` streaming `configuration` through `stages` into `consumers`.
+    /// `pixelDecoders` decode formats without YUV planes for the stages that ask for pixels (MJPEG:
+    /// ViewfinderKit's device directory carries TurboJPEG's); RGB and Bayer are converted by the
+    /// core anyway.
     public init(source: any CaptureSource, configuration: StreamConfiguration, stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions = EngineOptions(),
                 pixelDecoders: (any PixelDecoderFactory)? = nil, logger: Logger = Logger(label: "viewfinder.engine")) {
         self.source = source

@@ -33,7 +33,7 @@ public struct StageContext: Sendable {
     public var isLive: Bool
     /// Buffers the source really has (a driver may grant fewer than asked), 0 if unknown.
     public var sourceBuffers: Int
-    /// Buffers this pipeline needs in flight (``CaptureEngine/buffersNeeded(stages:consumers:options:limit:)``),
+    /// Buffers this pipeline needs in flight (``CaptureEngine/buffersNeeded(stages:consumers:options:limit:pixelFormat:)``),
     /// 0 if unknown. A stage that holds frames for look-ahead can keep the source's own buffers
     /// when `sourceBuffers >= buffersNeeded`, and must copy otherwise.
     public var buffersNeeded: Int

@@ -1,13 +1,13 @@
 import Viewfinder
 
 extension LumaView {
-    /// The kernels' view of a luma ``PlaneView``.
+    /// The kernels' view of a luma `PlaneView`.
     public init(_ plane: PlaneView) {
         self.init(base: plane.unsafeBaseAddress, width: plane.width, height: plane.height, bytesPerRow: plane.bytesPerRow, pixelStride: plane.sampleStride)
     }
 
     /// The luma of `frame`'s pixels whatever its format: its own plane, or the decoded view the
-    /// engine made for MJPEG, RGB or Bayer (possibly reduced: see ``FramePixels/scale``).
+    /// engine made for MJPEG, RGB or Bayer (possibly reduced: see `FramePixels/scale`).
     public init?(pixelsOf frame: Frame) {
         guard let p = frame.pixels else { return nil }
         self.init(p.luma)

@@ -53,7 +53,7 @@ public struct StabiliseOptions: StageOptions {
 /// half the crop margin — and the frame is warped by (smoothed − actual) path, zoomed by
 /// 1/`keep`, the correction clamped so no border shows (`metadata.correction`, its `scale` the zoom).
 /// Supports YUYV, UYVY, NV12, I420, YUV422P and GREY in place, and MJPEG, RGB and Bayer through
-/// the full-size decoded view it asks the engine for (``PixelNeed/modify``): the warped view goes
+/// the full-size decoded view it asks the engine for (`PixelNeed/modify`): the warped view goes
 /// to the sinks, which encode it, while the frame's own bytes stay the camera's.
 ///
 /// Memory: warped frames go to the stage's own buffers (look-ahead + 10). The frames it holds for

@@ -110,7 +110,7 @@ public final class MJPEGDecoder {
         frame.bytesUsed = fmt.maxByteCount
     }
 
-    /// Decodes only the luma of `jpeg` into `frame` as ``PixelFormat/grey`` at 1/`scaleDenominator`
+    /// Decodes only the luma of `jpeg` into `frame` as `PixelFormat/grey` at 1/`scaleDenominator`
     /// (any subsampling, 4:4:4 and 4:4:0 included: TurboJPEG converts to greyscale).
     public func decodeLuma(_ jpeg: UnsafeRawBufferPointer, scaleDenominator: Int = 1, into frame: Frame) throws(MJPEGError) {
         let hdr = try header(jpeg)

@@ -1,9 +1,9 @@
 import Viewfinder
 
-/// TurboJPEG behind the engine's ``PixelDecoder``: each MJPEG frame's decoded view for the stages,
+/// TurboJPEG behind the engine's `PixelDecoder`: each MJPEG frame's decoded view for the stages,
 /// at full size or at 1/2, 1/4, 1/8 by the DCT scaling (the reduced decodes cost a fraction of a
-/// full one). 4:2:2 JPEGs decode to ``PixelFormat/yuv422p``, 4:2:0 to ``PixelFormat/i420``,
-/// greyscale to ``PixelFormat/grey``; other subsamplings (4:4:4, 4:4:0) give their luma only.
+/// full one). 4:2:2 JPEGs decode to `PixelFormat/yuv422p`, 4:2:0 to `PixelFormat/i420`,
+/// greyscale to `PixelFormat/grey`; other subsamplings (4:4:4, 4:4:0) give their luma only.
 /// A damaged JPEG throws, and the engine drops the frame as corrupt.
 public final class MJPEGPixelDecoder: PixelDecoder {
     private let decoder: MJPEGDecoder
