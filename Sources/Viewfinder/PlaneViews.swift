@@ -1,3 +1,17 @@
+/// Refuses a geometry whose rows overlap or whose sizes are negative (both plane views).
+@usableFromInline
+func checkPlaneGeometry(width: Int, height: Int, bytesPerRow: Int, sampleStride: Int) {
+    precondition(width >= 0 && height >= 0 && sampleStride >= 1 && (height <= 1 || bytesPerRow >= (width - 1) * sampleStride + 1), "inconsistent plane geometry")
+}
+
+/// The byte index of sample (`x`, `y`), bounds-checked (the check folds away in loops over
+/// `0..<width` and `0..<height`).
+@inlinable @inline(__always)
+func sampleIndex(x: Int, y: Int, width: Int, height: Int, bytesPerRow: Int, sampleStride: Int) -> Int {
+    precondition(UInt(bitPattern: x) < UInt(bitPattern: width) && UInt(bitPattern: y) < UInt(bitPattern: height), "pixel outside the plane")
+    return y &* bytesPerRow &+ x &* sampleStride
+}
+
 /// Typed views of a frame's pixels, the same whatever the camera sends.
 ///
 /// A stage reads luma and chroma through ``FramePixels`` (from ``Frame/pixels``) and changes them
@@ -30,7 +44,7 @@ public struct PlaneView: @unchecked Sendable {
     /// A view over memory the caller guarantees for the view's use: `height` rows of `width`
     /// samples, `sampleStride` bytes apart, rows `bytesPerRow` apart.
     public init(unsafeBase base: UnsafePointer<UInt8>, width: Int, height: Int, bytesPerRow: Int, sampleStride: Int = 1) {
-        precondition(width >= 0 && height >= 0 && sampleStride >= 1 && (height <= 1 || bytesPerRow >= (width - 1) * sampleStride + 1), "inconsistent plane geometry")
+        checkPlaneGeometry(width: width, height: height, bytesPerRow: bytesPerRow, sampleStride: sampleStride)
         self.base = base
         self.width = width
         self.height = height
@@ -42,8 +56,7 @@ public struct PlaneView: @unchecked Sendable {
     @inlinable
     public subscript(x: Int, y: Int) -> UInt8 {
         @inline(__always) get {
-            precondition(UInt(bitPattern: x) < UInt(bitPattern: width) && UInt(bitPattern: y) < UInt(bitPattern: height), "pixel outside the plane")
-            return base[y &* bytesPerRow &+ x &* sampleStride]
+            return base[sampleIndex(x: x, y: y, width: width, height: height, bytesPerRow: bytesPerRow, sampleStride: sampleStride)]
         }
     }
 
@@ -117,7 +130,7 @@ public struct MutablePlaneView: @unchecked Sendable {
     public let sampleStride: Int
 
     public init(unsafeBase base: UnsafeMutablePointer<UInt8>, width: Int, height: Int, bytesPerRow: Int, sampleStride: Int = 1) {
-        precondition(width >= 0 && height >= 0 && sampleStride >= 1 && (height <= 1 || bytesPerRow >= (width - 1) * sampleStride + 1), "inconsistent plane geometry")
+        checkPlaneGeometry(width: width, height: height, bytesPerRow: bytesPerRow, sampleStride: sampleStride)
         self.base = base
         self.width = width
         self.height = height
@@ -129,12 +142,10 @@ public struct MutablePlaneView: @unchecked Sendable {
     @inlinable
     public subscript(x: Int, y: Int) -> UInt8 {
         @inline(__always) get {
-            precondition(UInt(bitPattern: x) < UInt(bitPattern: width) && UInt(bitPattern: y) < UInt(bitPattern: height), "pixel outside the plane")
-            return base[y &* bytesPerRow &+ x &* sampleStride]
+            return base[sampleIndex(x: x, y: y, width: width, height: height, bytesPerRow: bytesPerRow, sampleStride: sampleStride)]
         }
         @inline(__always) nonmutating set {
-            precondition(UInt(bitPattern: x) < UInt(bitPattern: width) && UInt(bitPattern: y) < UInt(bitPattern: height), "pixel outside the plane")
-            base[y &* bytesPerRow &+ x &* sampleStride] = newValue
+            base[sampleIndex(x: x, y: y, width: width, height: height, bytesPerRow: bytesPerRow, sampleStride: sampleStride)] = newValue
         }
     }
 
