@@ -176,7 +176,7 @@ struct VividTests {
         let counted = s.drops[.driverGap] + s.drops[.ringFull] + s.drops[.outOfBuffers]
         #expect(s.drops.total == counted, "only a live source's counted drops: \(s.drops.byName)")
         #expect(s.decodeScale == 1)
-        #expect(s.delivered >= 8 && seen.count >= 8, "delivered \(s.delivered), seen \(seen.count)")
+        #expect(s.delivered >= 5 && seen.count >= 5, "delivered \(s.delivered), seen \(seen.count)")
         for v in seen {
             #expect(v.width == 320 && v.modified && v.corrected)
             #expect(v.luma > 5 && v.luma < 250, "vivid's test pattern metered at \(v.luma)")
