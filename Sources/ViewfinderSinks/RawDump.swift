@@ -20,6 +20,13 @@ public final class RawDumpWriter {
     private var scratchCapacity: Int
     private var header = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
     private var metadata: [UInt8] = []
+    /// The record header's first 64 bytes followed by the metadata: what the header checksum
+    /// covers, assembled in a buffer that keeps its capacity (no allocation per frame).
+    private var checksummed: [UInt8] = []
+    /// Frames stored as they are because a probe said LZ4 would save too little, and frames
+    /// compressed whole (for the summary and the report).
+    public private(set) var framesStoredByProbe = 0
+    public private(set) var framesCompressed = 0
     private var index: [DumpIndexEntry] = []
     private var closed = false
     private var preallocator: Preallocator?
@@ -78,13 +85,16 @@ public final class RawDumpWriter {
         }
         var payload = UnsafeRawBufferPointer(start: frame.data, count: raw)
         var flags: UInt8 = frame.pixelsModified ? RawDumpFormat.flagPixelsModified : 0
-        if raw > 0 {
+        if raw > 0 && !worthCompressing(frame.data, count: raw) {
+            framesStoredByProbe += 1
+        } else if raw > 0 {
             let n = LZ4_compress_fast(frame.data.assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self), Int32(raw), Int32(scratchCapacity), acceleration)
             // Incompressible data (sensor noise) is stored as it is: no slower to write, faster to read.
             if n > 0 && Int(n) < raw {
                 payload = UnsafeRawBufferPointer(start: scratch, count: Int(n))
                 flags |= RawDumpFormat.flagCompressed
             }
+            framesCompressed += 1
         }
         DumpMetadataCodec.encode(frame.metadata, into: &metadata)
         let offset = file.offset
@@ -107,10 +117,10 @@ public final class RawDumpWriter {
             LE.put(UInt16(0), p, 50)
             LE.put(UInt32(metadata.count), p, 52)
             LE.put(frame.receiveTime, p, 56)
-            let hh = metadata.withUnsafeBytes { mb -> UInt64 in
-                var tmp = [UInt8](UnsafeRawBufferPointer(start: p, count: 64)); tmp += mb
-                return tmp.withUnsafeBytes { XXHash64.hash($0) }
-            }
+            checksummed.removeAll(keepingCapacity: true)
+            checksummed.append(contentsOf: UnsafeRawBufferPointer(start: p, count: 64))
+            checksummed.append(contentsOf: metadata)
+            let hh = checksummed.withUnsafeBytes { XXHash64.hash($0) }
             LE.put(XXHash64.hash(payload, seed: hh), p, 64)
         }
         try header.withUnsafeBytes { hb in
@@ -121,6 +131,29 @@ public final class RawDumpWriter {
         preallocator?.advance(to: Int64(file.offset))
         index.append(DumpIndexEntry(offset: offset, sequence: frame.sequence, timestampNanoseconds: frame.timestamp.nanoseconds, rawLength: UInt32(raw), storedLength: UInt32(payload.count)))
         rawBytes &+= UInt64(raw)
+    }
+
+    /// Bytes of each probe, and how many probes a frame gets (spread over its height).
+    static let probeBytes = 16 << 10, probeCount = 4
+    /// A probe that LZ4 shrinks to more than this fraction says the frame is not worth it.
+    static let probeKeepRatio = 0.9
+
+    /// Whether LZ4 would save at least 10 % of this frame, judged by compressing four 16 KiB
+    /// samples spread over it (about 1.5 % of the work of compressing a 1080p frame). Sensor
+    /// noise leaves LZ4 nothing to find: such frames are stored as they are, at the speed of the
+    /// write, instead of paying a full compression that would then be thrown away. Small frames are
+    /// always compressed whole.
+    func worthCompressing(_ data: UnsafeMutableRawPointer, count: Int) -> Bool {
+        let n = Self.probeBytes, k = Self.probeCount
+        guard count >= 4 * n * k else { return true }
+        var stored = 0
+        for i in 0..<k {
+            let start = (count - n) * (2 * i + 1) / (2 * k)
+            let c = LZ4_compress_fast((data + start).assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self),
+                                      Int32(n), Int32(scratchCapacity), acceleration)
+            stored += c > 0 ? Int(c) : n
+        }
+        return Double(stored) < Self.probeKeepRatio * Double(n * k)
     }
 
     /// Writes the index record and the trailer. The file is complete without them (a reader

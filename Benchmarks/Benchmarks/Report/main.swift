@@ -99,6 +99,10 @@ if CommandLine.arguments.contains("--frames-out") {
     try FramesOutReport.run(quick: quick)
     exit(0)
 }
+if CommandLine.arguments.contains("--dump") {
+    try runDumpReport(quick: quick)
+    exit(0)
+}
 if CommandLine.arguments.contains("--formats") {
     try runFormatsReport(quick: quick)
     exit(0)
