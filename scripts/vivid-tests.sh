@@ -13,7 +13,12 @@
 #      value, `viewfinder run --device /dev/video0 --frames 300` captures 300 frames, and vivid's
 #      "Disconnect" control during `viewfinder run --metadata FILE` ends the run with a non-zero
 #      exit, a 'disconnected' runtime error and a complete metadata file; vivid is then reloaded;
-#   3. VividDisconnectTests (VIEWFINDER_VIVID_DISCONNECT=1): vivid's "Disconnect" control
+#   3. SoundVMTests (VIEWFINDER_SOUND_VM=1): clicks played into snd-aloop's hw:Loopback,0,0 every
+#      second while vivid video and hw:Loopback,1,0 are recorded to a movie (60 s, or
+#      VIEWFINDER_SOUND_SECONDS): every click within 10 ms of where it belongs; then with the
+#      loopback's clock 0.5 % fast ('PCM Rate Shift 100000' = 100500, set with amixer) within one
+#      frame and the clock measured at ±5000 ppm; snd-dummy's format/rate errors, a busy device;
+#   4. VividDisconnectTests (VIEWFINDER_VIVID_DISCONNECT=1): vivid's "Disconnect" control
 #      mid-stream must end an engine run with DeviceError.disconnected delivered to the sinks.
 # Exit code: 0 when both pass; the test's failure code otherwise; 125 when the VM failed.
 #
@@ -85,6 +90,20 @@ if [ -x "$V" ]; then
     i=0; while [ ! -e /dev/video0 ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done
 fi
 
+echo "== SoundVMTests: clicks through snd-aloop into a movie with vivid video (nominal clock)"
+SOUND_SECONDS=${VIEWFINDER_SOUND_SECONDS:-60}
+VIEWFINDER_VIVID=1 VIEWFINDER_SOUND_VM=1 VIEWFINDER_SOUND_SECONDS=$SOUND_SECONDS VIEWFINDER_SOUND_TOLERANCE_MS=10 \
+    "$T" --testing-library swift-testing --filter SoundVMTests || rc=$?
+if [ -x /usr/bin/amixer ]; then
+    echo "== SoundVMTests: the loopback's clock 0.5 % fast (PCM Rate Shift 100500): sync within one frame (33 ms)"
+    for d in 0 1; do amixer -q -c Loopback cset iface=PCM,device=$d,subdevice=0,name='PCM Rate Shift 100000' 100500 || fail "amixer rate shift"; done
+    VIEWFINDER_VIVID=1 VIEWFINDER_SOUND_VM=1 VIEWFINDER_SOUND_SECONDS=$SOUND_SECONDS VIEWFINDER_SOUND_TOLERANCE_MS=33.3 VIEWFINDER_SOUND_EXPECT_PPM=5000 \
+        "$T" --testing-library swift-testing --filter "SoundVMTests/clicksLandWhereTheyBelongInTheMovie" || rc=$?
+    for d in 0 1; do amixer -q -c Loopback cset iface=PCM,device=$d,subdevice=0,name='PCM Rate Shift 100000' 100000; done
+else
+    fail "amixer is not in the VM image (the rate-shift test needs it)"
+fi
+
 echo "== VividDisconnectTests"
 VIEWFINDER_VIVID=1 VIEWFINDER_VIVID_DISCONNECT=1 "$T" --testing-library swift-testing --filter VividDisconnectTests || rc=$?
 echo "== guest rc=$rc"
@@ -95,6 +114,8 @@ T1=$(date +%s)
 set +e
 CLI=()
 [ -x "$BIN/viewfinder" ] && CLI=(-f "$BIN/viewfinder")
+# amixer sets snd-aloop's "PCM Rate Shift 100000" for the drifting-clock sound test.
+command -v amixer >/dev/null && CLI+=(-f "$(command -v amixer)":/usr/bin/amixer)
 "$ROOT/scripts/vivid-vm.sh" --timeout "${VIVID_TIMEOUT:-600}" -f "$XCTEST" "${CLI[@]}" "$@" "$W/run-vivid-tests"
 RC=$?
 set -e
