@@ -12,6 +12,9 @@ echo "== unit tests" >&2
 flock "$LOCK" swift build --build-tests
 swift test --skip-build
 
+echo "== sound: viewfinder record --device sim --audio (an ALSA file PCM) --duration 4, read back with ffprobe/ffmpeg" >&2
+bash scripts/check-sound-movie.sh .build/debug/viewfinder
+
 echo "== frames out from Python: python/ installed with pip, read from the shm ring and the pipe" >&2
 VIEWFINDER_BIN="$PWD/.build/debug/viewfinder" bash scripts/python-tests.sh
 

@@ -20,12 +20,13 @@
 #      frame and the clock measured at ±5000 ppm; snd-dummy's format/rate errors, a busy device;
 #   4. VividDisconnectTests (VIEWFINDER_VIVID_DISCONNECT=1): vivid's "Disconnect" control
 #      mid-stream must end an engine run with DeviceError.disconnected delivered to the sinks.
-# Exit code: 0 when both pass; the test's failure code otherwise; 125 when the VM failed.
+# Exit code: 0 when all pass; the test's failure code otherwise; 125 when the VM failed.
 #
 # Usage: scripts/vivid-tests.sh [--no-build] [extra vivid-vm.sh options...]
 # Environment: VF_BUILD_LOCK (default /tmp/vf-build.lock), VIVID_TIMEOUT (default 600 s).
 # Needs root (the VM script installs qemu-system-x86 etc. with apt-get when missing).
-# Seen here: ~5-8 s of VM boot plus about a minute of tests under TCG emulation.
+# Seen here: ~5-8 s of VM boot plus about a minute of V4L2 tests and 2.5 minutes of sound tests
+# (two 60 s recordings) under TCG emulation; 210 s in all.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
