@@ -12,6 +12,8 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
     let failAfter: Int?
     let reads = Atomic<Int>(0)
     let closed = Atomic<Bool>(false)
+    /// Set by a test: the next read fails as if the device was unplugged.
+    let unplugged = Atomic<Bool>(false)
     private var produced = 0
     init(overrunEvery: Int? = nil, failAfter: Int? = nil) { self.overrunEvery = overrunEvery; self.failAfter = failAfter }
     func configure(_ request: AudioStreamRequest) throws -> AudioStreamFormat {
@@ -22,6 +24,7 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
     func read(into buffer: UnsafeMutableRawPointer, frames: Int) throws -> AudioReadResult {
         let k = reads.add(1, ordering: .relaxed).newValue
         if let f = failAfter, k > f { throw AudioError.deviceGone(info.id) }
+        if unplugged.load(ordering: .relaxed) { throw AudioError.deviceGone(info.id) }
         let p = buffer.assumingMemoryBound(to: Int16.self)
         for i in 0..<frames { p[i] = Int16(truncatingIfNeeded: produced + i) }
         produced += frames

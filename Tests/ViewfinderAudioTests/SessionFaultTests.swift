@@ -19,7 +19,7 @@ final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
 }
 
 @Suite(.serialized) struct SessionSoundFaultTests {
-    /// A microphone that disappears a second into a two-second recording: one interruption and one
+    /// A microphone that disappears after a second of a two-second recording: one interruption and one
     /// typed runtime error; the video goes on to its end, and the movie is complete, with the sound
     /// captured before the device went away (the scripted counter, in order) and no more.
     @Test func aMicrophoneThatDisappearsLeavesTheMovieItsVideoAndTheSoundSoFar() throws {
@@ -27,7 +27,7 @@ final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let path = dir + "/gone.mov"
-        let source = ScriptedAudioSource(failAfter: 1000)   // 1000 periods of 1 ms
+        let source = ScriptedAudioSource()   // 1 ms periods, paced by the clock
         let session = CaptureSession(registry: .builtIn)
         let events = LockedBox<[SessionEvent]>([])
         session.onEvent { e in events.withLock { $0.append(e) } }
@@ -43,7 +43,11 @@ final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
         let waiter = SummaryWaiter()
         try movie.startRecording(to: path, delegate: waiter)
         try session.startRunning()
-        let (summary, error) = try #require(waiter.wait(seconds: 15))
+        // Unplugged once the movie holds a second of video (by the movie's clock, not the wall's).
+        let deadline = monotonicNanoseconds() + 60_000_000_000
+        while movie.recordedDuration < 1 && monotonicNanoseconds() < deadline { usleep(2000) }
+        source.unplugged.store(true, ordering: .relaxed)
+        let (summary, error) = try #require(waiter.wait(seconds: 60))
         session.stopRunning()
 
         // As in AVFoundation, reaching the maximum duration is reported as the "error" of a complete file.
@@ -54,17 +58,17 @@ final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
         #expect(seen.contains { if case .wasInterrupted(.audioDeviceNotAvailable) = $0 { return true }; return false })
         #expect(seen.compactMap { $0.error as? AudioError } == [.deviceGone("scripted")])
         let stats = try #require(session.audioStatistics)
-        #expect(stats.frames == 1000 * 48 && stats.error == "sound device 'scripted' disappeared")
+        #expect(stats.frames > 0 && stats.error == "sound device 'scripted' disappeared")
         let closed = source.closed.load(ordering: .relaxed)
         #expect(closed)
 
         if let d = try ffprobeDurations(path) {
             #expect(abs(d.video - 2) < 0.001)
-            #expect(d.audio > 0.2 && d.audio <= 1.0, "audio \(d.audio) s")
+            #expect(d.audio > 0.5 && d.audio < 1.9, "audio \(d.audio) s")
         }
         // The track is the device's counter, consecutive, after any silence before the first period.
         let samples = try movieAudioSamples(path)
-        #expect(samples.count > 48000 / 5 && samples.count <= 48000)
+        #expect(samples.count > 48000 / 2 && samples.count < 48000 * 19 / 10)
         let tail = Array(samples.drop { $0 == 0 }.dropFirst())
         #expect(!tail.isEmpty && zip(tail, tail.dropFirst()).allSatisfy { $1 == $0 &+ 1 })
     }
