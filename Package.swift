@@ -23,6 +23,7 @@ let package = Package(
         // C libraries, through pkg-config, with the Debian packages that provide them.
         .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev"])]),
         .systemLibrary(name: "CTurboJPEG", pkgConfig: "libturbojpeg", providers: [.apt(["libturbojpeg0-dev"])]),
+        .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
         // Linux futex wake/wait and a per-thread SIGPIPE block (glibc's syscall() is variadic).
         .systemLibrary(name: "CFutex"),
@@ -56,10 +57,15 @@ let package = Package(
             name: "ViewfinderSinks",
             dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels"]
         ),
+        // Sound capture through ALSA (the engine's audio types, clock and aligner are in Viewfinder).
+        .target(
+            name: "ViewfinderAudio",
+            dependencies: ["Viewfinder", "CALSA"]
+        ),
         // Everything together: device discovery over sim, V4L2 and dumps; the built-in stage registry.
         .target(
             name: "ViewfinderKit",
-            dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks"]
+            dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks", "ViewfinderAudio"]
         ),
         // Test doubles and fixtures; used by Tests/ and Benchmarks/, never by ViewfinderKit.
         .target(
@@ -89,6 +95,7 @@ let package = Package(
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderStages", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "CTurboJPEG", "CLZ4", "CFutex"]),
+        .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
         .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
     ]

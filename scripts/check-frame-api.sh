@@ -11,7 +11,7 @@ LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
 flock "$LOCK" swift build --target ViewfinderKit >/dev/null
 MODULES=.build/debug/Modules
 [ -d "$MODULES" ] || MODULES=.build/debug
-FLAGS=(-typecheck -I "$MODULES" -I Sources/CTurboJPEG -I Sources/CLZ4 -I Sources/CV4L2 -I Sources/CFutex -Xcc -fmodule-map-file=.build/debug/CViewfinderKernels.build/module.modulemap)
+FLAGS=(-typecheck -I "$MODULES" -I Sources/CTurboJPEG -I Sources/CLZ4 -I Sources/CV4L2 -I Sources/CFutex -I Sources/CALSA -Xcc -fmodule-map-file=.build/debug/CViewfinderKernels.build/module.modulemap)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what Viewfinder needs on Debian 12 when it is missing: the C libraries it links
-# (through pkg-config), ffmpeg (the tests read the movies back with ffprobe/ffmpeg), python3
+# (through pkg-config; libasound2-dev for sound), alsa-utils (arecord/aplay/amixer for the VM's
+# sound tests), ffmpeg (the tests read the movies back with ffprobe/ffmpeg), python3
 # (scripts/check-public-api.sh; with NumPy, OpenCV, venv and setuptools/wheel for python/ and its
 # tests in scripts/python-tests.sh) and, with --bench, the peers the benchmarks compare against.
 # Runs apt-get update once, only if something is missing. Needs root, or sudo.
 set -euo pipefail
-packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev ffmpeg util-linux python3
+packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev libasound2-dev alsa-utils ffmpeg util-linux python3
           python3-numpy python3-opencv python3-venv python3-setuptools python3-wheel)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(g++ libboost-dev gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good)

@@ -12,15 +12,18 @@ echo "== unit tests" >&2
 flock "$LOCK" swift build --build-tests
 swift test --skip-build
 
+echo "== sound: viewfinder record --device sim --audio (an ALSA file PCM) --duration 4, read back with ffprobe/ffmpeg" >&2
+bash scripts/check-sound-movie.sh .build/debug/viewfinder
+
 echo "== frames out from Python: python/ installed with pip, read from the shm ring and the pipe" >&2
 VIEWFINDER_BIN="$PWD/.build/debug/viewfinder" bash scripts/python-tests.sh
 
 echo "== public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit" >&2
 VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 
-echo "== ring and channel tests under the thread sanitizer" >&2
+echo "== ring, channel, engine and sound tests under the thread sanitizer" >&2
 flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
-TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests"
+TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests|ViewfinderAudioTests"
 
 echo "== frames cannot be retained, released or recycled from outside the package" >&2
 bash scripts/check-frame-api.sh

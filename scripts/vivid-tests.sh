@@ -13,14 +13,21 @@
 #      value, `viewfinder run --device /dev/video0 --frames 300` captures 300 frames, and vivid's
 #      "Disconnect" control during `viewfinder run --metadata FILE` ends the run with a non-zero
 #      exit, a 'disconnected' runtime error and a complete metadata file; vivid is then reloaded;
-#   3. VividDisconnectTests (VIEWFINDER_VIVID_DISCONNECT=1): vivid's "Disconnect" control
+#   3. only with VIEWFINDER_SOUND_SYNC=1 (not reliable enough for CI yet, see below), SoundVMTests
+#      (VIEWFINDER_SOUND_VM=1): snd-dummy's format/rate errors and a busy device; clicks played into snd-aloop's hw:Loopback,0,0 every
+#      second while vivid video and hw:Loopback,1,0 are recorded to a movie (60 s, or
+#      VIEWFINDER_SOUND_SECONDS): every click within 10 ms of where it belongs; then with the
+#      loopback's clock 0.5 % fast ('PCM Rate Shift 100000' = 100500, set with amixer) within one
+#      frame and the clock measured at ±5000 ppm;
+#   4. VividDisconnectTests (VIEWFINDER_VIVID_DISCONNECT=1): vivid's "Disconnect" control
 #      mid-stream must end an engine run with DeviceError.disconnected delivered to the sinks.
-# Exit code: 0 when both pass; the test's failure code otherwise; 125 when the VM failed.
+# Exit code: 0 when all pass; the test's failure code otherwise; 125 when the VM failed.
 #
 # Usage: scripts/vivid-tests.sh [--no-build] [extra vivid-vm.sh options...]
 # Environment: VF_BUILD_LOCK (default /tmp/vf-build.lock), VIVID_TIMEOUT (default 600 s).
 # Needs root (the VM script installs qemu-system-x86 etc. with apt-get when missing).
-# Seen here: ~5-8 s of VM boot plus about a minute of tests under TCG emulation.
+# Seen here: ~5-8 s of VM boot plus about a minute of tests under TCG emulation; with
+# VIEWFINDER_SOUND_SYNC=1 2.5 minutes more (two 60 s recordings), 210-235 s in all.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -93,6 +100,29 @@ if [ -x "$V" ]; then
     i=0; while [ ! -e /dev/video0 ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done
 fi
 
+# The sound tests are opt-in (VIEWFINDER_SOUND_SYNC=1), not reliable enough for CI yet. Each
+# passed in the VM, but not every time: one nominal-clock click run of five had two overruns under
+# TCG emulation after which the clock estimator was misled (-4967 ppm on a nominal clock, worst
+# click 75 ms off), and once, run first in a fresh VM, snd-dummy delivered its first 100 ms so fast
+# that the engine took it for a file PCM and paced it itself (selfPaced; the test wants device stamps).
+if [ "${VIEWFINDER_SOUND_SYNC:-0}" = 1 ]; then
+    echo "== SoundVMTests: snd-dummy negotiation, typed format/rate errors, a busy device, device stamps"
+    VIEWFINDER_VIVID=1 VIEWFINDER_SOUND_VM=1 "$T" --testing-library swift-testing --filter "SoundVMTests/dummyCardNegotiationAndBusyDevice" || rc=$?
+    echo "== SoundVMTests: clicks through snd-aloop into a movie with vivid video (nominal clock)"
+    SOUND_SECONDS=${VIEWFINDER_SOUND_SECONDS:-60}
+    VIEWFINDER_VIVID=1 VIEWFINDER_SOUND_VM=1 VIEWFINDER_SOUND_SECONDS=$SOUND_SECONDS VIEWFINDER_SOUND_TOLERANCE_MS=10 \
+        "$T" --testing-library swift-testing --filter "SoundVMTests/clicksLandWhereTheyBelongInTheMovie" || rc=$?
+    if [ -x /usr/bin/amixer ]; then
+        echo "== SoundVMTests: the loopback's clock 0.5 % fast (PCM Rate Shift 100500): sync within one frame (33 ms)"
+        for d in 0 1; do amixer -q -c Loopback cset iface=PCM,device=$d,subdevice=0,name='PCM Rate Shift 100000' 100500 || fail "amixer rate shift"; done
+        VIEWFINDER_VIVID=1 VIEWFINDER_SOUND_VM=1 VIEWFINDER_SOUND_SECONDS=$SOUND_SECONDS VIEWFINDER_SOUND_TOLERANCE_MS=33.3 VIEWFINDER_SOUND_EXPECT_PPM=5000 \
+            "$T" --testing-library swift-testing --filter "SoundVMTests/clicksLandWhereTheyBelongInTheMovie" || rc=$?
+        for d in 0 1; do amixer -q -c Loopback cset iface=PCM,device=$d,subdevice=0,name='PCM Rate Shift 100000' 100000; done
+    else
+        fail "amixer is not in the VM image (the rate-shift test needs it)"
+    fi
+fi
+
 echo "== VividDisconnectTests"
 VIEWFINDER_VIVID=1 VIEWFINDER_VIVID_DISCONNECT=1 "$T" --testing-library swift-testing --filter VividDisconnectTests || rc=$?
 echo "== guest rc=$rc"
@@ -103,7 +133,11 @@ T1=$(date +%s)
 set +e
 CLI=()
 [ -x "$BIN/viewfinder" ] && CLI=(-f "$BIN/viewfinder")
-"$ROOT/scripts/vivid-vm.sh" --timeout "${VIVID_TIMEOUT:-600}" -f "$XCTEST" "${CLI[@]}" "$@" "$W/run-vivid-tests"
+# amixer sets snd-aloop's "PCM Rate Shift 100000" for the drifting-clock sound test.
+command -v amixer >/dev/null && CLI+=(-f "$(command -v amixer)":/usr/bin/amixer)
+"$ROOT/scripts/vivid-vm.sh" --timeout "${VIVID_TIMEOUT:-600}" -f "$XCTEST" "${CLI[@]}" \
+    --env VIEWFINDER_SOUND_SYNC="${VIEWFINDER_SOUND_SYNC:-0}" --env VIEWFINDER_SOUND_SECONDS="${VIEWFINDER_SOUND_SECONDS:-60}" \
+    "$@" "$W/run-vivid-tests"
 RC=$?
 set -e
 T2=$(date +%s)

@@ -5,13 +5,13 @@ import ViewfinderKit
 struct DevicesCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "devices",
-        abstract: "List cameras with their formats, sizes, rates and controls, and every device string's options.")
+        abstract: "List cameras with their formats, sizes, rates and controls, sound capture devices with their formats, rates and channels, and every device string's options.")
 
-    @Flag(help: "Print JSON for scripts: {\"devices\": [...], \"device_strings\": [...]}.") var json = false
+    @Flag(help: "Print JSON for scripts: {\"devices\": [...], \"device_strings\": [...]}; sound devices have \"media_type\": \"audio\".") var json = false
 
     /// What `--json` prints.
     struct Listing: Encodable {
-        let devices: [DeviceInfo]
+        let devices: [ListedDevice]
         let deviceStrings: [DeviceKindDocumentation]
         enum CodingKeys: String, CodingKey { case devices, deviceStrings = "device_strings" }
     }
@@ -19,13 +19,16 @@ struct DevicesCommand: ParsableCommand {
     func run() throws {
         let directory = DeviceDirectory.standard
         let devices = directory.discover()
+        let sound = ALSA.discover()
         if json {
             let enc = JSONEncoder()
             enc.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try enc.encode(Listing(devices: devices, deviceStrings: directory.kinds)), as: UTF8.self))
+            let all = devices.map { ListedDevice.video($0) } + sound.map { ListedDevice.audio($0) }
+            print(String(decoding: try enc.encode(Listing(devices: all, deviceStrings: directory.kinds)), as: UTF8.self))
             return
         }
         for d in devices { print(DevicesCommand.render(d)) }
+        for a in sound { print(ListedDevice.render(a)) }
         print("Device strings (/dev/videoN opens a V4L2 capture node; it takes no options):")
         for k in directory.kinds {
             print("\(k.syntax) — \(k.summary)")

@@ -64,6 +64,7 @@ struct RunCommand: ParsableCommand {
     @Flag(help: "Print the summary as one JSON object.") var json = false
     @Option(help: "Write one JSON line of metadata per frame to this file.") var metadata: String?
     @OptionGroup var frameOutput: FrameOutputOptions
+    @OptionGroup var audioOptions: AudioOptions
 
     func validate() throws {
         if stages != nil && config != nil { throw ValidationError("give --stages or --config, not both") }
@@ -96,6 +97,7 @@ struct RunCommand: ParsableCommand {
             writer = w
             try session.addOutput(w)
         }
+        try audioOptions.attach(to: session)
         try session.commitConfiguration()
 
         let errors = LockedBox<[any Error]>([])
@@ -118,7 +120,8 @@ struct RunCommand: ParsableCommand {
         guard let stats = session.statistics else { return }
         let cfg = session.streamConfiguration
         let runErrors = errors.withLock { $0 }
-        let summary = Summary(device: dev.uniqueID, configuration: cfg, stats: stats, errors: runErrors.map { "\($0)" }, metadataLines: writer?.lines, metadataPath: metadata)
+        var summary = Summary(device: dev.uniqueID, configuration: cfg, stats: stats, errors: runErrors.map { "\($0)" }, metadataLines: writer?.lines, metadataPath: metadata)
+        summary.audio = session.audioStatistics
         let outputsSummary = frameOutputs.summary(stats)
         let report = json ? jsonString(summary.dictionary.merging(outputsSummary) { a, _ in a }) : summary.text + frameOutputs.text(stats)
         FrameOutputs.printSummary(report, toStderr: frameOutput.usesStdout)
@@ -152,6 +155,7 @@ final class StatusLine: @unchecked Sendable {
                 if !drops.isEmpty { line += "  dropped " + drops.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
                 for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) { line += String(format: "  %@ %.0fµs", name, us) }
                 line += String(format: "  latency p50 %.1f p99 %.1f ms  ", Double(s.latency.quantile(0.5)) / 1e6, Double(s.latency.quantile(0.99)) / 1e6)
+                if let a = session.audioStatistics { line += audioText(a) + "  " }
                 FileHandle.standardError.write(Data(line.utf8))
             }
             FileHandle.standardError.write(Data("\n".utf8))
@@ -172,6 +176,7 @@ struct Summary {
     let errors: [String]
     let metadataLines: Int?
     let metadataPath: String?
+    var audio: AudioStatistics? = nil
 
     var dictionary: [String: Any] {
         var d: [String: Any] = [
@@ -191,6 +196,7 @@ struct Summary {
         }
         if stats.decodeScale > 0 { d["decode"] = ["scale": "1/\(stats.decodeScale)", "mean_us": stats.decodeMeanMicroseconds] }
         if !errors.isEmpty { d["errors"] = errors }
+        if let audio { d["audio"] = audioDictionary(audio) }
         if let metadataPath { d["metadata"] = ["path": metadataPath, "lines": metadataLines ?? 0] }
         return d
     }
@@ -210,6 +216,7 @@ struct Summary {
             s += "\n  output \(c.name): \(c.consumed) frames"
             if c.drops.total > 0 { s += ", dropped \(c.drops.byName)" }
         }
+        if let audio { s += "\n  " + audioText(audio) + "  samples \(audio.frames)" }
         if let metadataPath { s += "\n  metadata: \(metadataLines ?? 0) lines in \(metadataPath)" }
         for e in errors { s += "\n  error: \(e)" }
         return s

@@ -152,6 +152,7 @@ struct RecordCommand: ParsableCommand {
     @Option(help: "Movie fragment interval, seconds (at most this much is lost if the process dies).") var fragment = 0.5
     @Option(help: "Stages to run before the movie output.") var stages: String?
     @Flag(help: "Overwrite an existing file.") var force = false
+    @OptionGroup var audioOptions: AudioOptions
 
     func validate() throws {
         if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
@@ -179,6 +180,7 @@ struct RecordCommand: ParsableCommand {
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         if !dev.source.isLive { var o = EngineOptions(); o.stallTimeoutSeconds = 30; try session.setEngineOptions(o) }
         try session.addOutput(movie)
+        try audioOptions.attach(to: session)
         try session.commitConfiguration()
         if preRoll == nil { try movie.startRecording(to: output, overwrite: force, delegate: waiter) }
         try session.startRunning()
@@ -197,6 +199,7 @@ struct RecordCommand: ParsableCommand {
         guard let summary = waiter.lock.withLock({ waiter.summary }) else { throw RuntimeFailure(message: "the recording did not start") }
         let err = waiter.lock.withLock { waiter.error }
         print("wrote \(summary.path): \(summary.frames) frames (\(summary.preRollFrames) from the pre-roll), \(String(format: "%.2f", summary.duration)) s, \(formatBytes(summary.bytes)), \(summary.droppedFrames) dropped on the way to the file; \(dropSummary(session.statistics))")
+        if let a = session.audioStatistics { print(recordedAudioText(a, movie.audioAlignment)) }
         print("ended: \(summary.reason.rawValue)\(err.map { " (\($0))" } ?? ""); file complete: \(summary.successfullyFinished ? "yes" : "no")")
         if let err, !summary.successfullyFinished { throw err }
     }

@@ -3,6 +3,7 @@
 @_exported import ViewfinderStages
 @_exported import ViewfinderV4L2
 @_exported import ViewfinderSinks
+@_exported import ViewfinderAudio
 
 extension StageRegistry {
     /// Every built-in stage, with ``BuiltInControlStages`` carrying out the devices' exposure and

@@ -138,8 +138,12 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private var activePath: String?
     private var publishedDuration: Double = 0
     private var publishedBytes: UInt64 = 0
-    private var pendingAudio: [(bytes: [UInt8], timestamp: UInt64)] = []
+    private var pendingAudio: [QueuedAudio] = []
     private var pendingAudioBytes = 0
+    /// The session's microphone feeds this output (``prepareAudio(format:)``) and is still running.
+    private var sessionAudioLive = false
+    /// Frames given through ``appendAudio(_:timestamp:)`` (their positions).
+    private var appendedAudioFrames: UInt64 = 0
     private var finishedCount = 0
 
     // Consumer thread only.
@@ -158,6 +162,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         var dropped = 0
         var firstTimestamp: UInt64?
         var lastTimestamp: UInt64 = 0
+        /// Puts the audio on the video timeline (made at the first frame: its time is time zero).
+        var aligner: AudioTimelineAligner?
+        var audioOut: [Int16] = []
         init(writer: MovieWriter, delegate: (any MovieRecordingDelegate)?) { self.writer = writer; self.delegate = delegate }
     }
 
@@ -237,12 +244,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     public func appendAudio(_ pcm: UnsafeRawBufferPointer, timestamp: Timestamp) {
         lock.withLock {
             guard activePath != nil, let a = settingsValue.audio else { return }
-            let limit = a.sampleRate * a.channels * 2 * 5
-            while pendingAudioBytes + pcm.count > limit, !pendingAudio.isEmpty {
-                pendingAudioBytes -= pendingAudio.removeFirst().bytes.count
-            }
-            pendingAudio.append((Array(pcm), timestamp.nanoseconds))
-            pendingAudioBytes += pcm.count
+            let frames = UInt64(pcm.count / (2 * a.channels))
+            queueAudio(QueuedAudio(bytes: Array(pcm), format: .s16, position: appendedAudioFrames, timestamp: timestamp.nanoseconds, discontinuity: false))
+            appendedAudioFrames += frames
         }
     }
 
@@ -354,14 +358,8 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
             rec.started = true
             rec.delegate?.movieOutput(self, didStartRecordingTo: rec.writer.path)
         }
-        // Audio queued up to now.
-        let audio = lock.withLock { () -> [(bytes: [UInt8], timestamp: UInt64)] in
-            defer { pendingAudio.removeAll(keepingCapacity: true); pendingAudioBytes = 0 }
-            return pendingAudio
-        }
-        for a in audio where rec.writer.tracks.count > 1 {
-            try a.bytes.withUnsafeBytes { try rec.writer.appendAudio($0, timestampNanoseconds: a.timestamp) }
-        }
+        // Audio captured up to this frame's time, placed by the clock.
+        try writeAudio(rec, upTo: timestamp)
         let d = rec.writer.durationAppended, b = rec.writer.bytesWritten
         lock.withLock { publishedDuration = d; publishedBytes = b }
     }
@@ -417,6 +415,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         var finalReason = reason
         do {
             let last = lastFrameDuration.flatMap { $0 > 0 && $0 < 10_000_000_000 ? $0 : nil } ?? (lastFrameInterval > 0 ? lastFrameInterval : nil)
+            if error == nil || reason == .maximumDurationReached || reason == .maximumFileSizeReached {
+                try completeAudio(rec, videoEnd: rec.lastTimestamp &+ (last ?? 0))
+            }
             if case .diskFull = error ?? .notRunning { rec.writer.finishAfterError() }
             else if case .writeFailed = error ?? .notRunning { rec.writer.finishAfterError() }
             else { try rec.writer.finish(lastFrameDurationNanoseconds: last) }
@@ -441,5 +442,118 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
             lock.broadcast()
         }
         rec.delegate?.movieOutput(self, didFinishRecordingTo: rec.writer.path, summary: summary, error: finalError)
+    }
+
+    // MARK: Sound (the session's microphone, or `appendAudio`)
+
+    /// A block of captured audio waiting for the movie's thread.
+    private struct QueuedAudio {
+        var bytes: [UInt8]
+        var format: AudioSampleFormat
+        var position: UInt64
+        var timestamp: UInt64
+        var discontinuity: Bool
+    }
+
+    /// Blocks that did not fit in the 5 s queue (the movie's thread stalled).
+    private var droppedAudioBlocks = 0
+
+    /// Called with `lock` held: queues a block, dropping the oldest beyond 5 s of audio.
+    private func queueAudio(_ q: QueuedAudio) {
+        guard let a = settingsValue.audio else { return }
+        let limit = a.sampleRate * a.channels * 4 * 5
+        while pendingAudioBytes + q.bytes.count > limit, !pendingAudio.isEmpty {
+            pendingAudioBytes -= pendingAudio.removeFirst().bytes.count
+            droppedAudioBlocks += 1
+        }
+        pendingAudio.append(q)
+        pendingAudioBytes += q.bytes.count
+    }
+
+    /// Feeds the queued audio to the recording's aligner and writes the track up to `time`.
+    private func writeAudio(_ rec: Recording, upTo time: UInt64) throws {
+        let audio = lock.withLock { () -> [QueuedAudio] in
+            defer { pendingAudio.removeAll(keepingCapacity: true); pendingAudioBytes = 0 }
+            return pendingAudio
+        }
+        guard rec.writer.tracks.count > 1, case .pcmAudio(let rate, let channels) = rec.writer.tracks[1], let origin = rec.firstTimestamp else { return }
+        if rec.aligner == nil { rec.aligner = AudioTimelineAligner(sampleRate: rate, channels: channels, origin: origin) }
+        for a in audio {
+            a.bytes.withUnsafeBytes { rec.aligner!.add($0, format: a.format, position: a.position, timestampNanoseconds: a.timestamp, discontinuity: a.discontinuity) }
+        }
+        rec.audioOut.removeAll(keepingCapacity: true)
+        let first = rec.aligner!.emit(upTo: time, into: &rec.audioOut)
+        guard !rec.audioOut.isEmpty else { return }
+        let ts = origin + UInt64((Double(first) * 1e9 / Double(rate)).rounded())
+        try rec.audioOut.withUnsafeBytes { try rec.writer.appendAudio($0, timestampNanoseconds: ts) }
+    }
+
+    /// At the end of a recording: waits (at most 300 ms) for the audio of the last frame's time
+    /// while the microphone is live, and writes the track up to the end of the video.
+    private func completeAudio(_ rec: Recording, videoEnd: UInt64) throws {
+        guard rec.writer.tracks.count > 1, rec.firstTimestamp != nil else { return }
+        let deadline = monotonicNanoseconds() + 300_000_000
+        while lock.withLock({ sessionAudioLive }) && monotonicNanoseconds() < deadline {
+            try writeAudio(rec, upTo: videoEnd)
+            if let a = rec.aligner, a.inputEndNanoseconds >= Double(videoEnd) { break }
+            usleep(5000)
+        }
+        try writeAudio(rec, upTo: videoEnd)
+        if let a = rec.aligner {
+            logger.debug("movie: audio \(a.emitted) frames, \(a.dropped) dropped and \(a.repeated) repeated for sync, \(a.silenceInserted) of silence, clock \(a.clock.ppm) ppm, max error \(a.maximumError * 1000) ms")
+            lock.withLock { lastAudioAlignment = MovieAudioAlignment(aligner: a) }
+        }
+    }
+
+    private var lastAudioAlignment: MovieAudioAlignment?
+
+    /// How the last recording's audio was aligned with its video.
+    public var audioAlignment: MovieAudioAlignment? { lock.withLock { lastAudioAlignment } }
+}
+
+/// How a recording's audio was kept on the video's timeline.
+public struct MovieAudioAlignment: Sendable, Equatable, Codable {
+    /// Audio frames in the track.
+    public var frames: UInt64
+    /// Single frames dropped (card fast) and repeated (card slow) at quiet points.
+    public var dropped: UInt64
+    public var repeated: UInt64
+    /// Frames of silence for audio that was lost or had not started.
+    public var silence: UInt64
+    /// The card's clock against the monotonic clock at the end, ppm.
+    public var measuredPPM: Double
+    /// The largest error between a written sample and where the clock put it, seconds.
+    public var maximumError: Double
+    /// The movie's time zero (the first frame's capture time, monotonic ns): track sample `k`
+    /// belongs at `origin + k / rate`.
+    public var origin: UInt64
+
+    init(aligner a: AudioTimelineAligner) {
+        origin = a.origin
+        frames = a.emitted; dropped = a.dropped; repeated = a.repeated; silence = a.silenceInserted
+        measuredPPM = a.clock.ppm; maximumError = a.maximumError
+    }
+}
+
+extension MovieFileOutput: AudioConsumer {
+    /// The session's microphone: the movie gets an audio track in its format (as 16-bit PCM)
+    /// unless ``MovieOutputSettings/audio`` was set.
+    public func prepareAudio(format: AudioStreamFormat) {
+        lock.withLock {
+            if settingsValue.audio == nil { settingsValue.audio = PCMFormat(sampleRate: format.sampleRate, channels: format.channels) }
+            sessionAudioLive = true
+        }
+    }
+
+    public func consumeAudio(_ buffer: AudioBuffer) {
+        lock.withLock {
+            guard activePath != nil, let a = settingsValue.audio, a.sampleRate == buffer.format.sampleRate, a.channels == buffer.format.channels else { return }
+            queueAudio(QueuedAudio(bytes: Array(buffer.data), format: buffer.format.sampleFormat, position: buffer.period.position,
+                                   timestamp: buffer.period.timestamp.nanoseconds, discontinuity: buffer.period.discontinuity))
+        }
+    }
+
+    public func finishAudio(error: (any Error)?) {
+        lock.withLock { sessionAudioLive = false }
     }
 }

@@ -50,6 +50,9 @@ public final class CaptureSession: @unchecked Sendable {
     /// wait for `lock`, which `stopRunning()` holds while it waits for those threads.
     private let runID = Atomic<Int>(0)
     private let watcher = LockedBox<InterruptionWatcher?>(nil)
+    /// The microphone's engine while running, and the counts of the last audio run. Its own lock:
+    /// the video engine's `onFinish` (an engine thread) stops the microphone.
+    let audioRun = LockedBox<AudioRun>(AudioRun())
 
     /// - Parameters:
     ///   - registry: the stages pipelines may name (`StageRegistry.builtIn` from ViewfinderKit).
@@ -134,6 +137,7 @@ public final class CaptureSession: @unchecked Sendable {
     }
 
     private func validate(_ c: Configuration) throws {
+        try validateAudio(c)
         let videoInputs = c.inputs.compactMap { $0 as? CaptureDeviceInput }
         if videoInputs.count > 1 { throw SessionError.cannotAddInput(reason: "the session already has a video input (one camera per session)") }
         if let d = videoInputs.first?.device {
@@ -244,6 +248,9 @@ public final class CaptureSession: @unchecked Sendable {
     /// The running (or last) engine's counts.
     public var statistics: EngineStatistics? { lock.withLock { engine?.statistics ?? lastStatistics } }
 
+    /// The microphone's counts: running, or of the last run.
+    public var audioStatistics: AudioStatistics? { audioRun.withLock { $0.engine?.statistics ?? $0.last } }
+
     public func startRunning() throws {
         try transition.withLock {
             try lock.withLock {
@@ -325,6 +332,7 @@ public final class CaptureSession: @unchecked Sendable {
         device.onSettingsChange = { s in relay.publish(s) }
         try applyManualControls(settings, device: device)
 
+        let audio = try prepareAudio(c, connections: connectionsStore)
         let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions,
                               pixelDecoders: device.pixelDecoders, logger: logger)
         let run = runID.add(1, ordering: .sequentiallyConsistent).newValue
@@ -336,9 +344,19 @@ public final class CaptureSession: @unchecked Sendable {
             }
             hub.post(.runtimeError(error))
         }
-        // Every run that started reports its end once, whoever ended it.
-        e.onFinish = { hub.post(.didStopRunning) }
-        try e.start()
+        // The microphone runs as long as the video: the video engine's end stops it (after the
+        // movie had the sound of its last frames), then every run that started reports its end
+        // once, whoever ended it.
+        let audioRun = self.audioRun
+        e.onFinish = {
+            CaptureSession.stopAudio(audio, run: audioRun)
+            hub.post(.didStopRunning)
+        }
+        try startAudio(audio, hub: hub)
+        do { try e.start() } catch {
+            CaptureSession.stopAudio(audio, run: audioRun)
+            throw error
+        }
         engine = e
         lastStatistics = e.statistics
         hub.post(.didStartRunning)

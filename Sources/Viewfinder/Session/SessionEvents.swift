@@ -35,6 +35,8 @@ public enum SessionEvent: Sendable, CustomStringConvertible {
 public enum InterruptionReason: String, Sendable, Equatable, CustomStringConvertible {
     /// The camera was unplugged or its driver went away.
     case videoDeviceNotAvailable = "video device not available"
+    /// The microphone was unplugged or its driver went away (the video goes on).
+    case audioDeviceNotAvailable = "audio device not available"
     public var description: String { rawValue }
 }
 

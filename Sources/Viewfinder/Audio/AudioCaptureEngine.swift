@@ -1,0 +1,233 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// The counts of an audio capture run.
+public struct AudioStatistics: Sendable, Equatable, Codable {
+    /// Frames (one sample per channel) delivered to consumers.
+    public var frames: UInt64 = 0
+    public var periods: UInt64 = 0
+    /// Overruns the device reported and the engine recovered (`snd_pcm_recover`).
+    public var overruns: UInt64 = 0
+    /// Frames the device's clock says were lost in overruns.
+    public var framesLost: UInt64 = 0
+    /// Periods read but not delivered because the consumers fell behind (the ring was full).
+    public var ringDrops: UInt64 = 0
+    /// Periods stamped by the clock because the device gave no timestamp.
+    public var softwareTimestamps: UInt64 = 0
+    /// The device delivered faster than real time (a file or null PCM): the engine paced it by the
+    /// monotonic clock and stamped it by position.
+    public var selfPaced = false
+    /// Peak level over the last half second, dBFS.
+    public var peakDBFS: Double = -120
+    /// The card's rate against the monotonic clock, ppm off nominal.
+    public var measuredPPM: Double = 0
+    public var measuredRate: Double = 0
+    /// Why capture ended early, if it did (a device that disappeared).
+    public var error: String?
+    public init() {}
+}
+
+/// Runs a sound device: a real-time capture thread reads periods into preallocated slots and
+/// hands them over a lock-free ring; a delivery thread stamps them against the measured clock and
+/// gives them to the consumers (the movie, the audio data output).
+///
+/// - The capture thread allocates nothing per period: slots come from a free ring and go back to
+///   it; when every slot is in use, the period is read into a scratch slot and counted as a ring
+///   drop (the device is drained regardless, so a slow consumer never causes an overrun).
+/// - Periods are stamped by the device (ALSA's `htstamp` on `CLOCK_MONOTONIC`), not by when the
+///   thread woke up.
+/// - The engine never relies on the device pacing it: a device that returns the first periods
+///   much faster than real time (ALSA's `file`/`null` plugins) is paced by the monotonic clock and
+///   stamped by its position (``AudioStatistics/selfPaced``).
+public final class AudioCaptureEngine: @unchecked Sendable {
+    // @unchecked Sendable: configuration is immutable after init; capture-thread state is owned by
+    // that thread, delivery state by the delivery thread; shared counts are atomics or `stats`.
+    public let source: any AudioCaptureSource
+    public let format: AudioStreamFormat
+    public let periodFrames: Int
+    private let consumers: [any AudioConsumer]
+    private let logger: Logger
+    private let slotCount: Int
+    private let slotBytes: Int
+    private let storage: UnsafeMutableRawPointer
+    private let free: SPSCRing<Int>
+    private let filled: SPSCRing<(slot: Int, period: AudioPeriod)>
+    private let stopFlag = Atomic<Bool>(false)
+    private let captureDone = Atomic<Bool>(false)
+    private let overruns = Atomic<UInt64>(0)
+    private let ringDrops = Atomic<UInt64>(0)
+    private let softwareStamps = Atomic<UInt64>(0)
+    private let selfPaced = Atomic<Bool>(false)
+    private let stats = LockedBox(AudioStatistics())
+    private let errorBox = LockedBox<(any Error)?>(nil)
+    private let doneLock = ConditionLock()
+    private var finished = false
+    private var threads: [EngineThread] = []
+    /// Called once, from the capture thread, when the device fails (disappears) mid-run.
+    public var onRuntimeError: (@Sendable (any Error) -> Void)?
+
+    /// `source` must be configured (its format is `format`). `ringPeriods` is a power of two.
+    public init(source: any AudioCaptureSource, format: AudioStreamFormat, consumers: [any AudioConsumer], ringPeriods: Int = 64,
+                logger: Logger = Logger(label: "viewfinder.audio")) {
+        self.source = source
+        self.format = format
+        self.periodFrames = max(1, source.periodFrames)
+        self.consumers = consumers
+        self.logger = logger
+        self.slotCount = ringPeriods
+        self.slotBytes = periodFrames * format.bytesPerFrame
+        // One more slot: the scratch slot periods go to when the ring is full.
+        storage = .allocate(byteCount: (ringPeriods + 1) * slotBytes, alignment: 64)
+        storage.initializeMemory(as: UInt8.self, repeating: 0, count: (ringPeriods + 1) * slotBytes)
+        free = SPSCRing(capacity: ringPeriods)
+        filled = SPSCRing(capacity: ringPeriods)
+        for i in 0..<ringPeriods { _ = free.push(i) }
+    }
+
+    deinit { storage.deallocate() }
+
+    public var statistics: AudioStatistics {
+        var s = stats.withLock { $0 }
+        s.overruns = overruns.load(ordering: .relaxed)
+        s.ringDrops = ringDrops.load(ordering: .relaxed)
+        s.softwareTimestamps = softwareStamps.load(ordering: .relaxed)
+        s.selfPaced = selfPaced.load(ordering: .relaxed)
+        return s
+    }
+
+    public var isFinished: Bool { doneLock.withLock { finished } }
+
+    private var prepared = false
+
+    /// Tells the consumers the format (before the video starts, so that a movie has its track).
+    public func prepare() {
+        guard !prepared else { return }
+        prepared = true
+        for c in consumers { c.prepareAudio(format: format) }
+    }
+
+    /// Prepares the consumers if not done yet, starts the device and the two threads.
+    public func start() throws {
+        prepare()
+        try source.start()
+        threads.append(EngineThread(name: "vf-audio-cap") { [self] in captureLoop() })
+        threads.append(EngineThread(name: "vf-audio-out") { [self] in deliveryLoop() })
+    }
+
+    /// Stops capture; periods already read still reach the consumers.
+    public func stop() { stopFlag.store(true, ordering: .releasing) }
+
+    public func waitUntilFinished() {
+        for t in threads { t.join() }
+    }
+
+    // MARK: Capture thread
+
+    private struct Pacing {
+        var start: UInt64 = 0
+        var probing = true
+        var held: [(slot: Int, period: AudioPeriod)] = []
+    }
+
+    private func captureLoop() {
+        let rate = Double(format.sampleRate)
+        var pacing = Pacing()
+        pacing.held.reserveCapacity(Self.probePeriods)
+        pacing.start = monotonicNanoseconds()
+        var position: UInt64 = 0
+        var spare: Int?
+        var lostBefore = false
+        while !stopFlag.load(ordering: .acquiring) {
+            let slot = spare ?? free.pop() ?? slotCount
+            spare = nil
+            if selfPaced.load(ordering: .relaxed) {
+                sleepUntil(monotonicNanoseconds: pacing.start &+ UInt64(Double(position + UInt64(periodFrames)) * 1e9 / rate))
+            }
+            let r: AudioReadResult
+            do { r = try source.read(into: storage + slot * slotBytes, frames: periodFrames) } catch {
+                if slot < slotCount { spare = slot }
+                fail(error)
+                break
+            }
+            if r.overruns > 0 { overruns.add(UInt64(r.overruns), ordering: .relaxed); lostBefore = true }
+            guard r.frames > 0 else { if slot < slotCount { spare = slot }; continue }
+            var stamp = r.timestamp?.nanoseconds ?? 0
+            if r.timestamp == nil || selfPaced.load(ordering: .relaxed) {
+                if r.timestamp == nil { softwareStamps.add(1, ordering: .relaxed) }
+                stamp = selfPaced.load(ordering: .relaxed)
+                    ? pacing.start &+ UInt64(Double(position) * 1e9 / rate)
+                    : monotonicNanoseconds() &- UInt64(Double(r.frames) * 1e9 / rate)
+            }
+            let period = AudioPeriod(frames: r.frames, timestamp: Timestamp(nanoseconds: stamp), position: position, discontinuity: lostBefore)
+            lostBefore = false
+            position += UInt64(r.frames)
+            if slot == slotCount { ringDrops.add(1, ordering: .relaxed); continue }
+            if pacing.probing { probe(&pacing, slot: slot, period: period, position: position); continue }
+            if filled.push((slot, period)) != nil { ringDrops.add(1, ordering: .relaxed); spare = slot }
+        }
+        for h in pacing.held where filled.push(h) != nil { ringDrops.add(1, ordering: .relaxed) }
+        captureDone.store(true, ordering: .releasing)
+    }
+
+    static let probePeriods = 16
+
+    /// Holds the first 100 ms (at most 16 periods) back until it is known whether the device paces
+    /// itself: a real card needs about that long to deliver them (it may have a period ready at
+    /// once, never 100 ms), a file or null PCM returns them at once.
+    private func probe(_ p: inout Pacing, slot: Int, period: AudioPeriod, position: UInt64) {
+        p.held.append((slot, period))
+        guard p.held.count >= min(Self.probePeriods, max(1, slotCount / 2)) || position >= UInt64(format.sampleRate / 10) else { return }
+        p.probing = false
+        let elapsed = Double(monotonicNanoseconds() &- p.start) / 1e9
+        let media = Double(position) / Double(format.sampleRate)
+        if elapsed < media / 4 {
+            selfPaced.store(true, ordering: .relaxed)
+            logger.info("audio: '\(source.info.id)' delivered \(media) s in \(elapsed) s: not a real-time device, pacing it by the clock")
+            for i in p.held.indices {
+                p.held[i].period.timestamp = Timestamp(nanoseconds: p.start &+ UInt64(Double(p.held[i].period.position) * 1e9 / Double(format.sampleRate)))
+            }
+        }
+        for h in p.held where filled.push(h) != nil { ringDrops.add(1, ordering: .relaxed) }
+        p.held.removeAll(keepingCapacity: true)
+    }
+
+    private func fail(_ error: any Error) {
+        logger.error("audio: \(error)")
+        errorBox.withLock { $0 = error }
+        stats.withLock { $0.error = "\(error)" }
+        onRuntimeError?(error)
+    }
+
+    // MARK: Delivery thread
+
+    private func deliveryLoop() {
+        var clock = AudioClockEstimator(nominalRate: format.sampleRate)
+        var peakHold = 0.0
+        var peakTime: UInt64 = 0
+        while true {
+            guard let e = filled.pop() else {
+                if captureDone.load(ordering: .acquiring) && filled.isEmpty { break }
+                usleep(2000)
+                continue
+            }
+            var period = e.period
+            period.position = clock.add(position: period.position, timestampNanoseconds: period.timestamp.nanoseconds, discontinuity: period.discontinuity)
+            let data = UnsafeRawBufferPointer(start: storage + e.slot * slotBytes, count: period.frames * format.bytesPerFrame)
+            let peak = AudioSamples.peak(data, format: format.sampleFormat)
+            if peak >= peakHold || period.timestamp.nanoseconds &- peakTime > 500_000_000 { peakHold = peak; peakTime = period.timestamp.nanoseconds }
+            let buffer = AudioBuffer(data: data, format: format, period: period, measuredRate: clock.rate)
+            for c in consumers { c.consumeAudio(buffer) }
+            _ = free.push(e.slot)
+            let (rate, ppm, lost, level) = (clock.rate, clock.ppm, clock.framesLost, AudioSamples.dBFS(peakHold))
+            stats.withLock { s in
+                s.frames += UInt64(period.frames); s.periods += 1
+                s.measuredRate = rate; s.measuredPPM = ppm; s.framesLost = lost; s.peakDBFS = level
+            }
+        }
+        source.close()
+        let error = errorBox.withLock { $0 }
+        for c in consumers { c.finishAudio(error: error) }
+        doneLock.withLock { finished = true; doneLock.broadcast() }
+    }
+}

@@ -1,0 +1,164 @@
+import Foundation
+
+/// Measures a sound card's sample clock against `CLOCK_MONOTONIC`.
+///
+/// Every period comes with the device's position (frames since start) and the monotonic time of
+/// its first frame. The estimator keeps one point per tenth of a second over a sliding window (30 s)
+/// and fits a straight line by least squares: its slope is the card's real rate (reported in ppm
+/// off nominal), and the line maps any position to a time and back. Fitting a window rather than
+/// taking the latest stamp averages out the scheduling jitter of individual stamps; the window
+/// follows a clock whose rate wanders with temperature.
+///
+/// Until the points span a second, or when the fit is implausible (more than 2 % off: not a real
+/// sound card clock), the nominal rate is used with the line through the points' centre.
+///
+/// When frames were lost (an overrun), the first period after the gap has a position that is too
+/// small for its time; ``add(position:timestampNanoseconds:discontinuity:)`` moves the positions on
+/// by the number of frames the clock says were lost, so positions stay proportional to time. That
+/// estimate rests on one stamp, and the first stamps after a restart can be stale (seen with
+/// snd-aloop under load), so the gap starts a new *segment*: the slope is fitted over all segments
+/// together (deviations from each segment's own centre), and positions map to times through the
+/// current segment's centre only. A wrong gap estimate then costs a shift of the positions, never a
+/// wrong time for a position.
+///
+/// Storage is preallocated; nothing is allocated per period.
+public struct AudioClockEstimator: Sendable {
+    public let nominalRate: Double
+    public let window: Double
+    private var positions: [Double]
+    private var times: [Double]
+    private var segments: [Int]
+    private var segment = 0
+    private var head = 0
+    private var count = 0
+    private var lastPointPosition: Double = -.infinity
+    private var origin: UInt64?
+    private var offset: Int64 = 0
+    private var meanP = 0.0, meanT = 0.0
+    private(set) public var rate: Double
+    /// Frames added to the positions for losses (overruns).
+    private(set) public var framesLost: UInt64 = 0
+
+    public init(nominalRate rate: Int, window seconds: Double = 30) {
+        nominalRate = Double(rate)
+        window = seconds
+        let n = max(16, Int(seconds * 10) + 1)
+        positions = [Double](repeating: 0, count: n)
+        times = [Double](repeating: 0, count: n)
+        segments = [Int](repeating: 0, count: n)
+        self.rate = Double(rate)
+    }
+
+    /// Parts per million the card's clock runs fast (+) or slow (−) against the monotonic clock.
+    public var ppm: Double { (rate / nominalRate - 1) * 1e6 }
+    public var hasPoints: Bool { count > 0 }
+
+    /// Adds a period; returns its position corrected for frames lost before it.
+    public mutating func add(position reported: UInt64, timestampNanoseconds t: UInt64, discontinuity: Bool) -> UInt64 {
+        if origin == nil { origin = t }
+        var p = Int64(reported) &+ offset
+        if discontinuity && count > 0 {
+            let expected = position(atNanoseconds: t)
+            let gap = Int64((expected - Double(p)).rounded())
+            if gap > 0 { offset &+= gap; p &+= gap; framesLost &+= UInt64(gap) }
+            segment += 1
+        }
+        let pd = Double(p)
+        if pd - lastPointPosition >= nominalRate / 10 || segment != segments[(head + count + positions.count - 1) % positions.count] || count == 0 {
+            lastPointPosition = pd
+            let cap = positions.count
+            positions[(head + count) % cap] = pd
+            times[(head + count) % cap] = seconds(t)
+            segments[(head + count) % cap] = segment
+            if count < cap { count += 1 } else { head = (head + 1) % cap }
+            fit()
+        }
+        return UInt64(max(0, p))
+    }
+
+    private func seconds(_ ns: UInt64) -> Double {
+        guard let o = origin else { return 0 }
+        return ns >= o ? Double(ns - o) / 1e9 : -Double(o - ns) / 1e9
+    }
+
+    /// Least squares with one slope shared by the segments and the centre of each; the mapping uses
+    /// the slope and the current segment's centre.
+    private mutating func fit() {
+        let cap = positions.count
+        var sxy = 0.0, sxx = 0.0, span = 0.0
+        var i = 0
+        while i < count {
+            // One segment: [i, j).
+            let seg = segments[(head + i) % cap]
+            var j = i, sp = 0.0, st = 0.0
+            while j < count && segments[(head + j) % cap] == seg { sp += positions[(head + j) % cap]; st += times[(head + j) % cap]; j += 1 }
+            let mp = sp / Double(j - i), mt = st / Double(j - i)
+            for k in i..<j {
+                let dp = positions[(head + k) % cap] - mp
+                sxy += dp * (times[(head + k) % cap] - mt)
+                sxx += dp * dp
+            }
+            span += positions[(head + j - 1) % cap] - positions[(head + i) % cap]
+            if j == count { meanP = mp; meanT = mt }
+            i = j
+        }
+        guard span / nominalRate >= 1 else { rate = nominalRate; return }
+        let fitted = sxy > 0 ? sxx / sxy : 0
+        rate = abs(fitted / nominalRate - 1) <= 0.02 ? fitted : nominalRate
+    }
+
+    /// The monotonic time (ns) of the frame at `position`, by the fitted line.
+    public func nanoseconds(atPosition p: Double) -> Double {
+        Double(origin ?? 0) + (meanT + (p - meanP) / rate) * 1e9
+    }
+
+    /// The (fractional) position of the frame captured at monotonic time `t` ns.
+    public func position(atNanoseconds t: UInt64) -> Double {
+        meanP + (seconds(t) - meanT) * rate
+    }
+}
+
+/// Sample conversions and levels.
+public enum AudioSamples {
+    /// Converts interleaved samples of any captured format to signed 16-bit, appending to `out`.
+    public static func appendS16(_ data: UnsafeRawBufferPointer, format: AudioSampleFormat, to out: inout [Int16]) {
+        switch format {
+        case .s16:
+            let n = data.count / 2
+            for i in 0..<n { out.append(Int16(littleEndian: data.loadUnaligned(fromByteOffset: i * 2, as: Int16.self))) }
+        case .s32:
+            let n = data.count / 4
+            for i in 0..<n { out.append(Int16(truncatingIfNeeded: Int32(littleEndian: data.loadUnaligned(fromByteOffset: i * 4, as: Int32.self)) >> 16)) }
+        case .float32:
+            let n = data.count / 4
+            for i in 0..<n {
+                let v = data.loadUnaligned(fromByteOffset: i * 4, as: Float.self)
+                let c = v.isNaN ? 0 : min(1, max(-1, v))
+                out.append(Int16((c * 32767).rounded()))
+            }
+        }
+    }
+
+    /// The largest absolute sample as a fraction of full scale (0…1).
+    public static func peak(_ data: UnsafeRawBufferPointer, format: AudioSampleFormat) -> Double {
+        var m = 0.0
+        switch format {
+        case .s16:
+            var best: Int32 = 0
+            for i in 0..<(data.count / 2) { best = max(best, abs(Int32(Int16(littleEndian: data.loadUnaligned(fromByteOffset: i * 2, as: Int16.self))))) }
+            m = Double(best) / 32768
+        case .s32:
+            var best: Int64 = 0
+            for i in 0..<(data.count / 4) { best = max(best, abs(Int64(Int32(littleEndian: data.loadUnaligned(fromByteOffset: i * 4, as: Int32.self))))) }
+            m = Double(best) / 2_147_483_648
+        case .float32:
+            var best: Float = 0
+            for i in 0..<(data.count / 4) { let v = data.loadUnaligned(fromByteOffset: i * 4, as: Float.self); if !v.isNaN { best = max(best, abs(v)) } }
+            m = Double(min(best, 1))
+        }
+        return m
+    }
+
+    /// A level as dBFS (−∞ for silence is reported as −120).
+    public static func dBFS(_ peak: Double) -> Double { peak > 1e-6 ? 20 * log10(peak) : -120 }
+}

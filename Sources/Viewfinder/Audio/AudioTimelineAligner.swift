@@ -1,0 +1,162 @@
+/// Puts captured audio on a movie's video timeline, by clock rather than by sample count.
+///
+/// The movie's audio track is contiguous 16-bit PCM at the nominal rate `R`, starting at the movie's
+/// time zero `origin` (the first video frame's capture time): its sample `k` belongs at
+/// `origin + k/R`. A sound card's clock is not the monotonic clock, so after `n` samples the card
+/// has not necessarily advanced `n/R` seconds. The aligner keeps its own ``AudioClockEstimator``
+/// over the periods' (position, monotonic time) pairs and, for each output sample, knows which
+/// input position belongs there.
+///
+/// **Method: samples are copied unchanged and single samples are dropped or repeated at quiet
+/// points**, not resampled. The error between the sample being copied and the one the clock asks
+/// for is tracked; when it passes ``tolerance`` (1 ms), one sample at a time is dropped (card fast)
+/// or repeated (card slow), each at the next zero crossing or near-silent sample, until the error
+/// is back under a quarter of the tolerance. Why: the recording keeps the microphone's own samples
+/// bit for bit (no interpolation filter colours the sound, and a test can compare samples); a real
+/// card is within ±100 ppm, that is ≤ 5 corrections a second of 1/48000 s each at zero crossings,
+/// which are inaudible; the A/V error stays within about one millisecond however long the
+/// recording. The cost is that a grossly wrong clock (0.5 %, 240 corrections a second) gets a
+/// crude, slightly rough correction where a resampler would be smoother — sync still holds.
+///
+/// Frames lost in overruns (positions jumping ahead) become silence of the same length, so what
+/// follows stays in place. Not thread-safe: the movie's thread owns it.
+public struct AudioTimelineAligner {
+    public let sampleRate: Int
+    public let channels: Int
+    /// Time zero of the track (ns, monotonic).
+    public let origin: UInt64
+    /// The error (s) beyond which corrections start.
+    public var tolerance: Double = 0.001
+    private(set) public var clock: AudioClockEstimator
+    /// Input samples (interleaved S16) from position `fifoStart` on.
+    private var fifo: [Int16] = []
+    private var fifoHead = 0
+    private var fifoStart: UInt64 = 0
+    private var started = false
+    private var hasInput = false
+    /// Next input position to copy, and output frames emitted.
+    private var next: UInt64 = 0
+    private(set) public var emitted: UInt64 = 0
+    private var correcting = 0
+    private(set) public var dropped: UInt64 = 0
+    private(set) public var repeated: UInt64 = 0
+    private(set) public var silenceInserted: UInt64 = 0
+    /// Largest |error| seen after the start, seconds.
+    private(set) public var maximumError: Double = 0
+
+    public init(sampleRate: Int, channels: Int, origin: UInt64) {
+        self.sampleRate = sampleRate; self.channels = channels; self.origin = origin
+        clock = AudioClockEstimator(nominalRate: sampleRate)
+    }
+
+    /// The end of the input held (a position).
+    public var inputEnd: UInt64 { fifoStart + UInt64((fifo.count - fifoHead) / channels) }
+    /// The monotonic time up to which input is held.
+    public var inputEndNanoseconds: Double { clock.hasPoints ? clock.nanoseconds(atPosition: Double(inputEnd)) : 0 }
+
+    /// Adds captured samples (converted to S16) at `position`, first frame captured at `timestamp`.
+    public mutating func add(_ data: UnsafeRawBufferPointer, format: AudioSampleFormat, position: UInt64, timestampNanoseconds t: UInt64, discontinuity: Bool = false) {
+        let p = clock.add(position: position, timestampNanoseconds: t, discontinuity: discontinuity)
+        if !hasInput { fifoStart = p; hasInput = true }
+        var end = inputEnd
+        if p > end {
+            let gap = min(p - end, UInt64(sampleRate) * 10)
+            fifo.append(contentsOf: repeatElement(0, count: Int(gap) * channels))
+            silenceInserted += gap
+            end += gap
+        }
+        let skipFrames = end > p ? Int(end - p) : 0
+        let skipBytes = skipFrames * channels * format.bytesPerSample
+        guard skipBytes < data.count else { return }
+        AudioSamples.appendS16(UnsafeRawBufferPointer(rebasing: data[skipBytes...]), format: format, to: &fifo)
+    }
+
+    /// Appends to `out` the track's samples for the time before `endNanoseconds`, as far as input
+    /// is held. Returns the output position of the first appended frame.
+    @discardableResult
+    public mutating func emit(upTo endNanoseconds: UInt64, into out: inout [Int16]) -> UInt64 {
+        let first = emitted
+        guard hasInput, endNanoseconds > origin else { return first }
+        let want = UInt64((Double(endNanoseconds - origin) * Double(sampleRate) / 1e9).rounded(.down))
+        let tol = tolerance * Double(sampleRate)
+        if !started { start(into: &out, until: want) }
+        guard started else { return first }
+        while emitted < want && next < inputEnd {
+            let x = clock.position(atNanoseconds: origin + UInt64(Double(emitted) * 1e9 / Double(sampleRate)))
+            let e = Double(next) - x   // > 0: ahead of the clock (card slow): repeat; < 0: drop
+            maximumError = max(maximumError, abs(e) / Double(sampleRate))
+            // In sync: copy a run at once. Within 64 frames the error moves by less than a frame
+            // (for any clock within 2 %), so it is checked once per run.
+            if correcting == 0 && abs(e) <= tol / 2 {
+                let n = Int(min(64, want - emitted, inputEnd - next))
+                let i = index(next)
+                out.append(contentsOf: fifo[i..<(i + n * channels)])
+                next += UInt64(n); emitted += UInt64(n)
+                continue
+            }
+            if correcting == 0 && abs(e) > tol { correcting = e > 0 ? 1 : -1 }
+            if correcting != 0 && abs(e) < tol / 4 { correcting = 0 }
+            if correcting != 0 && (isQuiet(next) || abs(e) > 4 * tol) {
+                if correcting > 0, next > fifoStart {
+                    copy(next - 1, into: &out); emitted += 1; repeated += 1
+                    continue
+                } else if correcting < 0, next + 1 < inputEnd {
+                    next += 1; dropped += 1
+                }
+            }
+            copy(next, into: &out); next += 1; emitted += 1
+        }
+        trim()
+        return first
+    }
+
+    /// The first output sample: silence until the input starts, or skip input captured before time zero.
+    private mutating func start(into out: inout [Int16], until want: UInt64) {
+        let x0 = clock.position(atNanoseconds: origin)
+        if x0 >= Double(fifoStart) {
+            next = UInt64(x0.rounded())
+            if next >= inputEnd { return }
+        } else {
+            // The input starts after time zero: silence until it does.
+            let startTime = clock.nanoseconds(atPosition: Double(fifoStart))
+            let k = UInt64(max(0, (startTime - Double(origin)) * Double(sampleRate) / 1e9).rounded())
+            let n = min(k, want)
+            out.append(contentsOf: repeatElement(0, count: Int(n) * channels))
+            emitted = n
+            silenceInserted += n
+            if n < k { return }
+            next = fifoStart
+        }
+        started = true
+    }
+
+    private func index(_ p: UInt64) -> Int { fifoHead + Int(p - fifoStart) * channels }
+
+    private func copy(_ p: UInt64, into out: inout [Int16]) {
+        let i = index(p)
+        out.append(contentsOf: fifo[i..<(i + channels)])
+    }
+
+    /// A zero crossing between `p-1` and `p`, or a sample within 1 % of full scale.
+    private func isQuiet(_ p: UInt64) -> Bool {
+        let i = index(p)
+        var quiet = true
+        for c in 0..<channels where abs(Int32(fifo[i + c])) > 328 { quiet = false }
+        if quiet { return true }
+        guard p > fifoStart else { return false }
+        let j = index(p - 1)
+        return (Int32(fifo[j]) < 0) != (Int32(fifo[i]) < 0)
+    }
+
+    private mutating func trim() {
+        // Keep one frame before `next` (a repeat copies it).
+        guard next > fifoStart + 1 else { return }
+        let drop = Int(next - 1 - fifoStart) * channels
+        fifoHead += drop
+        fifoStart = next - 1
+        if fifoHead > 1 << 16 && fifoHead > fifo.count / 2 {
+            fifo.removeFirst(fifoHead)
+            fifoHead = 0
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import Testing
+import ViewfinderKit
+
+/// ALSA's own plugins on a machine without a sound card: capture PCMs that read known signals
+/// from files. They are not paced in real time; these tests check content and bookkeeping.
+@Suite(.serialized) struct ALSAFileTests {
+    init() { ALSAFixture.install() }
+
+    @Test func theTestPCMsAreListedAndProbed() {
+        let names = ALSA.hints().map(\.name)
+        #expect(names.contains("vfsig"))
+        let info = ALSA.probe("vfsig")
+        #expect(info.sampleFormats == [.s16, .s32, .float32])
+        #expect(info.rates.contains(48000) && info.rates.contains(44100))
+        #expect(info.minimumChannels <= 2 && info.maximumChannels >= 2)
+    }
+
+    @Test func aMissingDeviceIsOneClearError() {
+        #expect(throws: AudioError.deviceNotFound("no_such_pcm")) { try ALSACaptureSource(name: "no_such_pcm") }
+        #expect(throws: AudioError.deviceNotFound("hw:97,0")) { try ALSACaptureSource(name: "hw:97,0") }
+    }
+
+    func capture(_ name: String, format: AudioSampleFormat, seconds: Double = 0.6) throws -> (CollectingConsumer, AudioStatistics, AudioStreamFormat) {
+        let source = try ALSACaptureSource(name: name)
+        var request = AudioStreamRequest(sampleFormat: format, sampleRate: 48000, channels: 2)
+        request.periodFrames = 480
+        let f = try source.configure(request)
+        let c = CollectingConsumer()
+        let engine = AudioCaptureEngine(source: source, format: f, consumers: [c])
+        try engine.start()
+        usleep(UInt32(seconds * 1e6))
+        engine.stop()
+        engine.waitUntilFinished()
+        return (c, engine.statistics, f)
+    }
+
+    @Test(arguments: [("vfsig", AudioSampleFormat.s16), ("vfsig32", .s32), ("vfsigfloat", .float32)])
+    func capturesTheFileSampleForSample(name: String, format: AudioSampleFormat) throws {
+        let (c, s, f) = try capture(name, format: format)
+        #expect(f == AudioStreamFormat(sampleFormat: format, sampleRate: 48000, channels: 2))
+        let st = c.state
+        #expect(st.finished && st.error == nil)
+        #expect(s.selfPaced, "a file PCM is not real time; the engine must pace it itself")
+        #expect(s.overruns == 0 && s.ringDrops == 0)
+        #expect(s.frames == UInt64(st.samples.count / 2))
+        #expect(st.samples.count / 2 > 48000 / 4)
+        // Float full scale is ±1, so -32768 comes back from float as -32767.
+        func expected(_ v: Int16) -> Int16 { format == .float32 ? max(v, -32767) : v }
+        var mismatches = 0
+        for n in 0..<(st.samples.count / 2) {
+            if st.samples[2 * n] != expected(ALSAFixture.left(n)) || st.samples[2 * n + 1] != expected(ALSAFixture.right(n)) { mismatches += 1 }
+        }
+        #expect(mismatches == 0)
+        // Positions are contiguous and stamps one period apart.
+        for (a, b) in zip(st.periods, st.periods.dropFirst()) {
+            #expect(b.position == a.position + UInt64(a.frames))
+            #expect(b.timestamp.nanoseconds - a.timestamp.nanoseconds == UInt64(Double(a.frames) * 1e9 / 48000))
+        }
+    }
+
+    @Test func aMovieOfSimVideoAndFileSoundHasTheInputsSamplesAndLastsAsLongAsTheVideo() async throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-movie-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/a.mov"
+        let session = CaptureSession(registry: .builtIn)
+        let camera = try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)
+        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
+        var settings = MovieOutputSettings()
+        settings.maximumDuration = 2
+        let movie = MovieFileOutput(settings: settings)
+        let audioData = AudioDataOutput()
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: camera))
+        try session.addInput(AudioDeviceInput(device: mic))
+        try session.setSessionPreset(.inputPriority)
+        try session.addOutput(movie)
+        try session.addOutput(audioData)
+        try session.commitConfiguration()
+        let delegate = FinishWaiter()
+        try movie.startRecording(to: path, delegate: delegate)
+        let stream = audioData.buffers(bufferingNewest: 1024)   // subscribed before the session starts
+        let collected = Task { var n = 0; for await b in stream { n += b.frames }; return n }
+        try session.startRunning()
+        #expect(delegate.wait(seconds: 10))
+        session.stopRunning()
+        let streamed = await collected.value
+        let stats = try #require(session.audioStatistics)
+        #expect(stats.selfPaced && stats.overruns == 0)
+        #expect(UInt64(streamed) == stats.frames)
+
+        if let d = try ffprobeDurations(path) {
+            #expect(abs(d.video - 2) < 0.001)
+            #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s")
+        }
+        let samples = try movieAudioSamples(path)
+        #expect(abs(samples.count / 2 - 96000) < 1600)
+        // After the silence before the microphone's first frame, the track is the input's frames
+        // in order: the right channel counts, the left is the tone that goes with each count.
+        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
+        #expect(first < 4800)
+        let n0 = Int(samples[2 * first + 1]) + 32768
+        var wrong = 0
+        for k in first..<(samples.count / 2) {
+            let n = n0 + (k - first)
+            if samples[2 * k + 1] != ALSAFixture.right(n) || samples[2 * k] != ALSAFixture.left(n) { wrong += 1 }
+        }
+        #expect(wrong == 0)
+        let alignment = try #require(movie.audioAlignment)
+        #expect(alignment.dropped == 0 && alignment.repeated == 0)
+    }
+}
+
+final class FinishWaiter: MovieRecordingDelegate, @unchecked Sendable {
+    private let lock = ConditionLock()
+    private var done = false
+    func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+        lock.withLock { done = true; lock.broadcast() }
+    }
+    func wait(seconds: Double) -> Bool {
+        let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
+        return lock.withLock {
+            while !done { if !lock.wait(untilMonotonicNanoseconds: deadline) { break } }
+            return done
+        }
+    }
+}

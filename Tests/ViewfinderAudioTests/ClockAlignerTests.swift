@@ -1,0 +1,147 @@
+import Foundation
+import Testing
+import Viewfinder
+
+/// A simulated card: periods of 480 frames whose stamps follow a clock `ppm` off nominal, with
+/// ±`jitter` ns of stamp noise; clicks (a 2 ms full-scale pulse) every second of real time.
+struct SimulatedCard {
+    var rate = 48000
+    var ppm = 0.0
+    var jitter: UInt64 = 500_000
+    var start: UInt64 = 5_000_000_000
+    var rng = SystemRandomNumberGenerator()
+    var actualRate: Double { Double(rate) * (1 + ppm / 1e6) }
+    /// Monotonic time of frame `n`.
+    func time(_ n: UInt64) -> UInt64 { start + UInt64(Double(n) / actualRate * 1e9) }
+    /// Frame `n`: a click at each whole second of real time.
+    func sample(_ n: UInt64) -> Int16 {
+        let t = Double(time(n) - start) / 1e9
+        return t - t.rounded(.down) < 0.002 && t >= 1 ? 30000 : 0
+    }
+    mutating func stamp(_ n: UInt64) -> UInt64 { time(n) &+ UInt64.random(in: 0...(2 * jitter), using: &rng) &- jitter }
+}
+
+@Suite struct ClockEstimatorTests {
+    @Test func measuresACardThatRunsHalfAPercentFast() {
+        var card = SimulatedCard(ppm: 5000)
+        var clock = AudioClockEstimator(nominalRate: 48000)
+        var n: UInt64 = 0
+        while n < 48000 * 30 {
+            _ = clock.add(position: n, timestampNanoseconds: card.stamp(n), discontinuity: false)
+            n += 480
+        }
+        #expect(abs(clock.ppm - 5000) < 100, "measured \(clock.ppm) ppm")
+        // The fitted line puts the latest frame within a millisecond of its real time.
+        #expect(abs(clock.nanoseconds(atPosition: Double(n)) - Double(card.time(n))) < 1_000_000)
+    }
+
+    @Test func implausibleRatesFallBackToNominal() {
+        var clock = AudioClockEstimator(nominalRate: 48000)
+        // A device that returns 10 s of audio in 10 ms: stamps barely move.
+        for k in 0..<1000 { _ = clock.add(position: UInt64(k * 480), timestampNanoseconds: 1_000_000_000 + UInt64(k) * 10_000, discontinuity: false) }
+        #expect(clock.rate == 48000)
+    }
+
+    @Test func framesLostInAnOverrunMoveThePositionsOn() {
+        let card = SimulatedCard(ppm: 0, jitter: 0)
+        var clock = AudioClockEstimator(nominalRate: 48000)
+        var reported: UInt64 = 0, real: UInt64 = 0
+        for k in 0..<300 {
+            if k == 200 { real += 4800 }   // 100 ms lost: the device's count does not include them
+            let p = clock.add(position: reported, timestampNanoseconds: card.time(real), discontinuity: k == 200)
+            #expect(p == real || abs(Int64(p) - Int64(real)) <= 1)
+            reported += 480; real += 480
+        }
+        #expect(clock.framesLost >= 4799 && clock.framesLost <= 4801)
+    }
+}
+
+@Suite struct TimelineAlignerTests {
+    /// Runs 60 s of a simulated card through the aligner with video-like emit calls every 33 ms;
+    /// returns the aligner and the track.
+    func align(_ card: inout SimulatedCard, seconds: Double = 60, gapAt: UInt64? = nil) -> (AudioTimelineAligner, [Int16]) {
+        let origin = card.start + 20_000_000   // the first video frame, 20 ms after the audio starts
+        var a = AudioTimelineAligner(sampleRate: card.rate, channels: 1, origin: origin)
+        var out: [Int16] = []
+        var n: UInt64 = 0, reported: UInt64 = 0
+        var block = [Int16](repeating: 0, count: 480)
+        var nextVideo = origin
+        while Double(card.time(n) - card.start) / 1e9 < seconds {
+            var lost = false
+            if let g = gapAt, n == g { n += 9600; lost = true }   // a 200 ms overrun
+            for i in 0..<480 { block[i] = card.sample(n + UInt64(i)) }
+            let stamp = card.stamp(n)
+            block.withUnsafeBytes { a.add($0, format: .s16, position: reported, timestampNanoseconds: stamp, discontinuity: lost) }
+            n += 480; reported += 480
+            while nextVideo + 33_000_000 < card.time(n) { a.emit(upTo: nextVideo, into: &out); nextVideo += 33_333_333 }
+        }
+        return (a, out)
+    }
+
+    /// Where each click starts in the track, as an error against where it belongs (ms).
+    func clickErrors(_ out: [Int16], card: SimulatedCard, origin: UInt64) -> [Double] {
+        var errors: [Double] = []
+        var i = 1
+        while i < out.count {
+            if out[i] > 15000 && out[i - 1] < 15000 {
+                // The track's sample i is at origin + i/R; the click belongs at a whole second after start.
+                let sinceStart = (Double(origin - card.start) + Double(i) / Double(card.rate) * 1e9) / 1e9
+                errors.append((sinceStart - sinceStart.rounded()) * 1000)
+                i += Int(card.rate / 100)
+            }
+            i += 1
+        }
+        return errors
+    }
+
+    @Test func aFastCardStaysInSyncWhereCountingSamplesWouldDrift() {
+        var card = SimulatedCard(ppm: 5000)
+        let (a, out) = align(&card)
+        let origin = card.start + 20_000_000
+        let errors = clickErrors(out, card: card, origin: origin)
+        #expect(errors.count >= 55)
+        #expect(errors.allSatisfy { abs($0) < 2 }, "click errors (ms): \(errors.map { Int($0 * 10) })")
+        // Worst case includes the first second, before the clock's rate is measured.
+        #expect(a.maximumError < 0.004)
+        #expect(abs(a.clock.ppm - 5000) < 200)
+        // About 0.5 % of the frames were dropped to keep up; a writer that counted samples would
+        // have put the last click 0.5 % × 59 s ≈ 300 ms late.
+        let ratio = Double(a.dropped) / Double(a.emitted)
+        #expect(ratio > 0.004 && ratio < 0.006, "dropped \(a.dropped) of \(a.emitted)")
+        let naiveLast = 59 * (1 + 5000e-6) - 59
+        #expect(naiveLast > 0.29)
+    }
+
+    @Test func aSlowCardGetsFramesRepeated() {
+        var card = SimulatedCard(ppm: -2000)
+        let (a, out) = align(&card)
+        let errors = clickErrors(out, card: card, origin: card.start + 20_000_000)
+        #expect(errors.count >= 55)
+        #expect(errors.allSatisfy { abs($0) < 2 }, "click errors (ms): \(errors.map { Int($0 * 10) })")
+        #expect(a.repeated > 0 && a.dropped == 0)
+    }
+
+    @Test func aNominalClockCopiesTheSamplesUnchanged() {
+        var a = AudioTimelineAligner(sampleRate: 48000, channels: 2, origin: 1_000_000_000)
+        var input: [Int16] = []
+        for n in 0..<(48000 * 4) { input.append(Int16(truncatingIfNeeded: n)); input.append(Int16(truncatingIfNeeded: -n)) }
+        var out: [Int16] = []
+        for p in stride(from: 0, to: 48000 * 4, by: 480) {
+            let t = 1_000_000_000 + UInt64(Double(p) * 1e9 / 48000)
+            input[(2 * p)..<(2 * p + 960)].withUnsafeBytes { a.add($0, format: .s16, position: UInt64(p), timestampNanoseconds: t) }
+            a.emit(upTo: t, into: &out)
+        }
+        #expect(out.count > 48000 * 2 * 3)
+        #expect(Array(input.prefix(out.count)) == out)
+        #expect(a.dropped == 0 && a.repeated == 0)
+    }
+
+    @Test func anOverrunBecomesSilenceAndWhatFollowsStaysInPlace() {
+        var card = SimulatedCard(ppm: 0, jitter: 0)
+        let (a, out) = align(&card, seconds: 10, gapAt: 48000 * 5 + 480 * 20)
+        let errors = clickErrors(out, card: card, origin: card.start + 20_000_000)
+        #expect(errors.count >= 8)
+        #expect(errors.allSatisfy { abs($0) < 1 }, "\(errors)")
+        #expect(a.silenceInserted >= 9600)
+    }
+}

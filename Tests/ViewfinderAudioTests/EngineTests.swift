@@ -1,0 +1,112 @@
+import Foundation
+import Synchronization
+import Testing
+import Viewfinder
+
+/// A scripted sound device: returns 48-frame periods of a counter signal as fast as it is asked
+/// (not real time, like ALSA's file plugin), with overruns and a failure where the script says.
+final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
+    let info = AudioDeviceInfo(id: "scripted", name: "scripted test device", sampleFormats: [.s16], minimumRate: 48000, maximumRate: 48000, rates: [48000], minimumChannels: 1, maximumChannels: 1)
+    let periodFrames = 48
+    let overrunEvery: Int?
+    let failAfter: Int?
+    let reads = Atomic<Int>(0)
+    let closed = Atomic<Bool>(false)
+    /// Set by a test: the next read fails as if the device was unplugged.
+    let unplugged = Atomic<Bool>(false)
+    private var produced = 0
+    init(overrunEvery: Int? = nil, failAfter: Int? = nil) { self.overrunEvery = overrunEvery; self.failAfter = failAfter }
+    func configure(_ request: AudioStreamRequest) throws -> AudioStreamFormat {
+        if let f = request.sampleFormat, f != .s16 { throw AudioError.unsupportedFormat(device: info.id, requested: f.rawValue, available: "S16_LE") }
+        return AudioStreamFormat(sampleFormat: .s16, sampleRate: 48000, channels: 1)
+    }
+    func start() throws {}
+    func read(into buffer: UnsafeMutableRawPointer, frames: Int) throws -> AudioReadResult {
+        let k = reads.add(1, ordering: .relaxed).newValue
+        if let f = failAfter, k > f { throw AudioError.deviceGone(info.id) }
+        if unplugged.load(ordering: .relaxed) { throw AudioError.deviceGone(info.id) }
+        let p = buffer.assumingMemoryBound(to: Int16.self)
+        for i in 0..<frames { p[i] = Int16(truncatingIfNeeded: produced + i) }
+        produced += frames
+        let overrun = overrunEvery.map { k % $0 == 0 } ?? false
+        return AudioReadResult(frames: frames, timestamp: nil, overruns: overrun ? 1 : 0)
+    }
+    func close() { closed.store(true, ordering: .relaxed) }
+}
+
+@Suite struct AudioEngineTests {
+    func run(_ source: ScriptedAudioSource, consumer: CollectingConsumer, seconds: Double, ring: Int = 64) throws -> AudioCaptureEngine {
+        let format = try source.configure(AudioStreamRequest())
+        let engine = AudioCaptureEngine(source: source, format: format, consumers: [consumer], ringPeriods: ring)
+        try engine.start()
+        let until = monotonicNanoseconds() + UInt64(seconds * 1e9)
+        while monotonicNanoseconds() < until && !engine.isFinished { usleep(5000) }
+        engine.stop()
+        engine.waitUntilFinished()
+        return engine
+    }
+
+    @Test func aDeviceFasterThanRealTimeIsPacedByTheClockAndEveryFrameArrives() throws {
+        let source = ScriptedAudioSource()
+        let c = CollectingConsumer()
+        let start = monotonicNanoseconds()
+        let engine = try run(source, consumer: c, seconds: 0.5)
+        let elapsed = Double(monotonicNanoseconds() - start) / 1e9
+        let s = engine.statistics
+        #expect(s.selfPaced)
+        // Paced: about 0.5 s of audio in 0.5 s, not millions of frames.
+        #expect(Double(s.frames) / 48000 < elapsed + 0.1)
+        #expect(s.frames > 48000 / 4)
+        let st = c.state
+        #expect(st.finished && st.error == nil && source.closed.load(ordering: .relaxed))
+        #expect(st.samples.enumerated().allSatisfy { $0.element == Int16(truncatingIfNeeded: $0.offset) })
+        // Stamped by position: exactly one period apart.
+        for (a, b) in zip(st.periods, st.periods.dropFirst()) { #expect(b.timestamp.nanoseconds - a.timestamp.nanoseconds == 1_000_000) }
+    }
+
+    @Test func anOverrunStormIsCountedAndNeverEndsCapture() throws {
+        let source = ScriptedAudioSource(overrunEvery: 3)
+        let c = CollectingConsumer()
+        let engine = try run(source, consumer: c, seconds: 0.4)
+        let s = engine.statistics
+        let reads = source.reads.load(ordering: .relaxed)
+        #expect(s.overruns >= UInt64(reads / 3 - 1) && s.overruns <= UInt64(reads / 3))
+        #expect(s.error == nil)
+        #expect(c.state.periods.filter(\.discontinuity).count >= Int(s.overruns) - 1)
+    }
+
+    @Test func aDeviceThatDisappearsEndsCaptureWithOneErrorAndKeepsWhatCameBefore() throws {
+        let source = ScriptedAudioSource(failAfter: 100)
+        let c = CollectingConsumer()
+        let errors = LockedBox<[String]>([])
+        let format = try source.configure(AudioStreamRequest())
+        let engine = AudioCaptureEngine(source: source, format: format, consumers: [c])
+        engine.onRuntimeError = { e in errors.withLock { $0.append("\(e)") } }
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(errors.withLock { $0 } == ["sound device 'scripted' disappeared"])
+        #expect(engine.statistics.error == "sound device 'scripted' disappeared")
+        let st = c.state
+        #expect(st.samples.count == 100 * 48)
+        #expect(st.finished && st.error != nil)
+    }
+
+    @Test func aSlowConsumerCostsCountedRingDropsNotOverruns() throws {
+        let source = ScriptedAudioSource()
+        let c = CollectingConsumer(delayMicroseconds: 4000)
+        let engine = try run(source, consumer: c, seconds: 0.5, ring: 4)
+        let s = engine.statistics
+        #expect(s.ringDrops > 0)
+        #expect(s.overruns == 0)
+        let reads = UInt64(source.reads.load(ordering: .relaxed))
+        #expect(s.periods + s.ringDrops <= reads && s.periods + s.ringDrops >= reads - 1)
+    }
+
+    @Test func requestsParse() throws {
+        let r = try AudioStreamRequest(options: "rate=44100,channels=1,format=float,period=256,periods=3")
+        #expect(r.sampleRate == 44100 && r.channels == 1 && r.sampleFormat == .float32 && r.periodFrames == 256 && r.periods == 3)
+        #expect(throws: AudioError.self) { try AudioStreamRequest(options: "channels=0") }
+        #expect(throws: AudioError.self) { try AudioStreamRequest(options: "format=u8") }
+        #expect(throws: AudioError.self) { try AudioStreamRequest(options: "bogus=1") }
+    }
+}

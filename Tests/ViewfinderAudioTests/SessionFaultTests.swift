@@ -1,0 +1,87 @@
+import Foundation
+import Testing
+import ViewfinderKit
+
+/// Keeps how a recording ended.
+final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
+    private let lock = ConditionLock()
+    private var result: (MovieRecordingSummary, MovieRecordingError?)?
+    func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+        lock.withLock { result = (summary, error); lock.broadcast() }
+    }
+    func wait(seconds: Double) -> (MovieRecordingSummary, MovieRecordingError?)? {
+        let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
+        return lock.withLock {
+            while result == nil { if !lock.wait(untilMonotonicNanoseconds: deadline) { break } }
+            return result
+        }
+    }
+}
+
+@Suite(.serialized) struct SessionSoundFaultTests {
+    /// A microphone that disappears after a second of a two-second recording: one interruption and one
+    /// typed runtime error; the video goes on to its end, and the movie is complete, with the sound
+    /// captured before the device went away (the scripted counter, in order) and no more.
+    @Test func aMicrophoneThatDisappearsLeavesTheMovieItsVideoAndTheSoundSoFar() throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-gone-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/gone.mov"
+        let source = ScriptedAudioSource()   // 1 ms periods, paced by the clock
+        let session = CaptureSession(registry: .builtIn)
+        let events = LockedBox<[SessionEvent]>([])
+        session.onEvent { e in events.withLock { $0.append(e) } }
+        var settings = MovieOutputSettings()
+        settings.maximumDuration = 2
+        let movie = MovieFileOutput(settings: settings)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)))
+        try session.addInput(AudioDeviceInput(device: AudioCaptureDevice(source: source)))
+        try session.setSessionPreset(.inputPriority)
+        try session.addOutput(movie)
+        try session.commitConfiguration()
+        let waiter = SummaryWaiter()
+        try movie.startRecording(to: path, delegate: waiter)
+        try session.startRunning()
+        // Unplugged once the movie holds a second of video (by the movie's clock, not the wall's).
+        let deadline = monotonicNanoseconds() + 60_000_000_000
+        while movie.recordedDuration < 1 && monotonicNanoseconds() < deadline { usleep(2000) }
+        source.unplugged.store(true, ordering: .relaxed)
+        let (summary, error) = try #require(waiter.wait(seconds: 60))
+        session.stopRunning()
+
+        // As in AVFoundation, reaching the maximum duration is reported as the "error" of a complete file.
+        #expect(summary.successfullyFinished && summary.reason == .maximumDurationReached, "\(summary)")
+        if case .maximumDurationReached = error {} else { Issue.record("the recording ended with \(String(describing: error))") }
+        #expect(abs(summary.duration - 2) < 0.001)
+        let seen = events.withLock { $0 }
+        #expect(seen.contains { if case .wasInterrupted(.audioDeviceNotAvailable) = $0 { return true }; return false })
+        #expect(seen.compactMap { $0.error as? AudioError } == [.deviceGone("scripted")])
+        let stats = try #require(session.audioStatistics)
+        #expect(stats.frames > 0 && stats.error == "sound device 'scripted' disappeared")
+        let closed = source.closed.load(ordering: .relaxed)
+        #expect(closed)
+
+        if let d = try ffprobeDurations(path) {
+            #expect(abs(d.video - 2) < 0.001)
+            #expect(d.audio > 0.5 && d.audio < 1.9, "audio \(d.audio) s")
+        }
+        // The track is the device's counter, consecutive, after any silence before the first period.
+        let samples = try movieAudioSamples(path)
+        #expect(samples.count > 48000 / 2 && samples.count < 48000 * 19 / 10)
+        let tail = Array(samples.drop { $0 == 0 }.dropFirst())
+        #expect(!tail.isEmpty && zip(tail, tail.dropFirst()).allSatisfy { $1 == $0 &+ 1 })
+    }
+
+    /// A request the device cannot meet is one typed error at start; the session does not run.
+    @Test func anUnsupportedFormatIsATypedErrorAtStart() throws {
+        let session = CaptureSession(registry: .builtIn)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)))
+        try session.addInput(AudioDeviceInput(device: AudioCaptureDevice(source: ScriptedAudioSource(), request: AudioStreamRequest(sampleFormat: .float32))))
+        try session.addOutput(VideoDataOutput())
+        try session.commitConfiguration()
+        #expect(throws: AudioError.unsupportedFormat(device: "scripted", requested: "FLOAT_LE", available: "S16_LE")) { try session.startRunning() }
+        #expect(!session.isRunning)
+    }
+}

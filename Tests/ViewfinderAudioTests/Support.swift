@@ -1,0 +1,137 @@
+import Foundation
+import Testing
+import Viewfinder
+
+/// A test-local ALSA configuration: capture PCMs that read known signals from files (`type file`
+/// with an `infile` over a `null` slave), pointed at with ALSA_CONFIG_PATH (the machine's own
+/// configuration first, then ours; /etc is never touched).
+enum ALSAFixture {
+    static let rate = 48000
+    /// Seconds in each signal file.
+    static let seconds = 8
+
+    /// Left channel: a 440 Hz tone in 100 ms bursts; right channel: a counter (frame number mod
+    /// 65536 as a signed sample) that names every frame.
+    static func left(_ n: Int) -> Int16 { (n / 4800) % 2 == 0 ? Int16(8000 * sin(2 * Double.pi * 440 * Double(n) / Double(rate))) : 0 }
+    static func right(_ n: Int) -> Int16 { Int16(truncatingIfNeeded: n % 65536 - 32768) }
+
+    static let directory: String = {
+        let dir = NSTemporaryDirectory() + "vfaudio-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let n = rate * seconds
+        var s16 = [Int16](repeating: 0, count: 2 * n)
+        var s32 = [Int32](repeating: 0, count: 2 * n)
+        var f32 = [Float](repeating: 0, count: 2 * n)
+        for i in 0..<n {
+            s16[2 * i] = left(i); s16[2 * i + 1] = right(i)
+            s32[2 * i] = Int32(left(i)) << 16; s32[2 * i + 1] = Int32(right(i)) << 16
+            f32[2 * i] = Float(left(i)) / 32767; f32[2 * i + 1] = Float(right(i)) / 32767
+        }
+        _ = FileManager.default.createFile(atPath: dir + "/s16.raw", contents: s16.withUnsafeBytes { Data($0) })
+        _ = FileManager.default.createFile(atPath: dir + "/s32.raw", contents: s32.withUnsafeBytes { Data($0) })
+        _ = FileManager.default.createFile(atPath: dir + "/f32.raw", contents: f32.withUnsafeBytes { Data($0) })
+        var conf = "pcm.vfnull { type null }\n"
+        for (name, file) in [("vfsig", "s16"), ("vfsig32", "s32"), ("vfsigfloat", "f32")] {
+            conf += "pcm.\(name) { type file\n slave.pcm \"vfnull\"\n file \"/dev/null\"\n infile \"\(dir)/\(file).raw\"\n format \"raw\" }\n"
+        }
+        _ = FileManager.default.createFile(atPath: dir + "/asound.conf", contents: Data(conf.utf8))
+        return dir
+    }()
+
+    /// Points ALSA at the fixture (idempotent).
+    static func install() {
+        setenv("ALSA_CONFIG_PATH", "/usr/share/alsa/alsa.conf:" + directory + "/asound.conf", 1)
+    }
+}
+
+/// Keeps everything an audio engine delivers.
+final class CollectingConsumer: AudioConsumer, @unchecked Sendable {
+    private let box = LockedBox(State())
+    struct State {
+        var format: AudioStreamFormat?
+        var samples: [Int16] = []
+        var periods: [AudioPeriod] = []
+        var finished = false
+        var error: String?
+    }
+    let delay: UInt32
+    init(delayMicroseconds: UInt32 = 0) { delay = delayMicroseconds }
+    var state: State { box.withLock { $0 } }
+    func prepareAudio(format: AudioStreamFormat) { box.withLock { $0.format = format } }
+    func consumeAudio(_ b: AudioBuffer) {
+        var s: [Int16] = []
+        AudioSamples.appendS16(b.data, format: b.format.sampleFormat, to: &s)
+        box.withLock { $0.samples += s; $0.periods.append(b.period) }
+        if delay > 0 { usleep(delay) }
+    }
+    func finishAudio(error: (any Error)?) { box.withLock { $0.finished = true; $0.error = error.map { "\($0)" } } }
+}
+
+/// The samples of a sound track in a movie Viewfinder wrote (fragmented MOV: `moof` boxes whose
+/// `trun`s point, relative to the `moof`, at sample data), with no decoder.
+func movieAudioSamples(_ path: String, track: UInt32 = 2) throws -> [Int16] {
+    let d = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+    func u32(_ o: Int) -> Int { Int(d[o]) << 24 | Int(d[o + 1]) << 16 | Int(d[o + 2]) << 8 | Int(d[o + 3]) }
+    func fourcc(_ o: Int) -> String { String(decoding: d[o..<(o + 4)], as: UTF8.self) }
+    var out: [Int16] = []
+    var o = 0
+    while o + 8 <= d.count {
+        let size = u32(o)
+        guard size >= 8, o + size <= d.count else { break }
+        if fourcc(o + 4) == "moof" {
+            var t = o + 8
+            while t < o + size {
+                let ts = u32(t)
+                if fourcc(t + 4) == "traf" {
+                    var id: UInt32 = 0
+                    var b = t + 8
+                    while b < t + ts {
+                        let bs = u32(b)
+                        if fourcc(b + 4) == "tfhd" { id = UInt32(u32(b + 12)) }
+                        if fourcc(b + 4) == "trun", id == track {
+                            let count = u32(b + 12)
+                            var at = o + u32(b + 16)
+                            for k in 0..<count {
+                                let sz = u32(b + 20 + 8 * k + 4)
+                                for j in stride(from: 0, to: sz, by: 2) { out.append(Int16(bitPattern: UInt16(d[at + j]) | UInt16(d[at + j + 1]) << 8)) }
+                                at += sz
+                            }
+                        }
+                        b += bs
+                    }
+                }
+                t += ts
+            }
+        }
+        o += size
+    }
+    return out
+}
+
+/// Runs a program; returns its exit status and standard output.
+func runTool(_ path: String, _ args: [String]) throws -> (Int32, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = args
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    p.standardError = FileHandle.nullDevice
+    try p.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// Stream durations by ffprobe (nil when ffprobe is missing).
+func ffprobeDurations(_ path: String) throws -> (video: Double, audio: Double)? {
+    guard FileManager.default.isExecutableFile(atPath: "/usr/bin/ffprobe") else { return nil }
+    let (rc, out) = try runTool("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=codec_type,duration", "-of", "csv=p=0", path])
+    guard rc == 0 else { return nil }
+    var v = 0.0, a = 0.0
+    for line in out.split(separator: "\n") {
+        let f = line.split(separator: ",")
+        guard f.count == 2, let x = Double(f[1]) else { continue }
+        if f[0] == "video" { v = x } else if f[0] == "audio" { a = x }
+    }
+    return (v, a)
+}
