@@ -353,8 +353,10 @@ public final class RawDumpReader {
         }
     }
 
-    /// Reads the record of `entry`, verifies its checksum and returns (header, metadata, stored payload in scratch).
-    private func checkedPayload(_ e: DumpIndexEntry, frameNumber: Int) throws -> (header: [UInt8], metadata: [UInt8], payload: UnsafeRawBufferPointer) {
+    /// Reads the record of `entry`, verifies its checksum and returns (header, metadata, stored
+    /// payload). The payload lands in scratch, or straight in `direct` when the record is stored
+    /// uncompressed and fits there (a replay of a noisy dump then copies each frame once, not twice).
+    private func checkedPayload(_ e: DumpIndexEntry, frameNumber: Int, direct: UnsafeMutableRawBufferPointer? = nil) throws -> (header: [UInt8], metadata: [UInt8], payload: UnsafeRawBufferPointer) {
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
         guard try RawDumpReader.pread(fd, &h, e.offset, path) == h.count else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated header") }
         let (magic, stored, metaLen, sum) = h.withUnsafeBytes { b -> (UInt32, UInt32, UInt32, UInt64) in
@@ -366,8 +368,13 @@ public final class RawDumpReader {
         }
         var meta = [UInt8](repeating: 0, count: Int(metaLen))
         if metaLen > 0 { _ = try RawDumpReader.pread(fd, &meta, e.offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
-        ensureScratch(Int(stored))
-        let buf = UnsafeMutableRawBufferPointer(start: scratch, count: Int(stored))
+        let buf: UnsafeMutableRawBufferPointer
+        if let direct, h[5] & RawDumpFormat.flagCompressed == 0, Int(stored) <= direct.count {
+            buf = UnsafeMutableRawBufferPointer(rebasing: direct[0..<Int(stored)])
+        } else {
+            ensureScratch(Int(stored))
+            buf = UnsafeMutableRawBufferPointer(start: scratch, count: Int(stored))
+        }
         guard try RawDumpReader.pread(fd, buf, e.offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), path) == Int(stored) else {
             throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated payload")
         }
@@ -382,7 +389,7 @@ public final class RawDumpReader {
     public func read(_ i: Int, into frame: Frame) throws {
         guard i >= 0 && i < entries.count else { throw DumpError.frameOutOfRange(path: path, index: i, count: entries.count) }
         let e = entries[i]
-        let (h, meta, payload) = try checkedPayload(e, frameNumber: i)
+        let (h, meta, payload) = try checkedPayload(e, frameNumber: i, direct: UnsafeMutableRawBufferPointer(start: frame.data, count: frame.capacity))
         guard Int(e.rawLength) <= frame.capacity else {
             throw DumpError.formatMismatch(path: path, expected: "a buffer of \(e.rawLength) bytes", got: "\(frame.capacity)")
         }
@@ -400,7 +407,9 @@ public final class RawDumpReader {
             guard n == Int32(e.rawLength) else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "LZ4 block decodes to \(n) bytes, expected \(e.rawLength)") }
         } else {
             guard payload.count == Int(e.rawLength) else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "stored length differs from raw length") }
-            if payload.count > 0 { frame.data.copyMemory(from: payload.baseAddress!, byteCount: payload.count) }
+            if payload.count > 0 && payload.baseAddress != UnsafeRawPointer(frame.data) {
+                frame.data.copyMemory(from: payload.baseAddress!, byteCount: payload.count)
+            }
         }
         frame.format = FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: Int(bpr))
         frame.bytesUsed = Int(e.rawLength)
