@@ -6,6 +6,7 @@ import Foundation
 import Glibc
 #endif
 import ViewfinderKit
+import StageTiming
 
 /// Median and spread (min–max) of several runs.
 struct Spread: CustomStringConvertible {
