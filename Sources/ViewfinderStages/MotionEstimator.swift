@@ -16,18 +16,6 @@ public final class GreyImage {
     deinit { pixels.deallocate() }
 
     @inline(__always) subscript(x: Int, y: Int) -> UInt8 { pixels[y &* width &+ x] }
-
-    /// Bilinear sample at (x, y); the caller keeps (x, y) inside `[0, w-1) × [0, h-1)`.
-    @inline(__always)
-    func sample(_ x: Float, _ y: Float) -> Float {
-        let ix = Int(x), iy = Int(y)
-        let fx = x - Float(ix), fy = y - Float(iy)
-        let p = pixels + (iy &* width &+ ix)
-        let a = Float(p[0]), b = Float(p[1]), c = Float(p[width]), d = Float(p[width &+ 1])
-        let top = a + (b - a) * fx
-        let bot = c + (d - c) * fx
-        return top + (bot - top) * fy
-    }
 }
 
 /// Image pyramid kernels.

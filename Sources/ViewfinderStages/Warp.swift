@@ -41,8 +41,9 @@ public struct AffineMap: Sendable, Equatable {
 /// column and weight (the scalar path), and per block of 16 output columns a base column, four
 /// lane masks and the weights (the vector path): with `a` in [0.8, 1] output lane j of a block
 /// reads source `base + j − z` with z in 0...3, so a block is five unaligned loads blended by
-/// masks made from z — no gather, which Swift cannot express and x86 does poorly. Tables are
-/// rebuilt when `a` changes (fixed point) and the block tables of a phase when it is first used.
+/// masks made from z — no gather, which the baseline vector units lack and x86 does poorly. Tables
+/// are rebuilt when `a` changes (fixed point) and the block tables of a phase when it is first
+/// used. Both passes run in `CViewfinderKernels` (portable, and AVX2 where the CPU has it).
 public final class WarpWorkspace {
     public let maxWidth: Int
     static let phases = 32
