@@ -440,3 +440,213 @@ VF_DISPATCH(vf_sim_chroma_row,
             (const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
              int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs),
             (luma, cu, cv, sat, castU, castV, layout, out, outV, pairs))
+
+// MARK: Warp (see Warp.swift)
+
+#include <string.h>
+
+typedef uint8_t vf_u8x16 __attribute__((vector_size(16)));
+typedef int8_t vf_i8x16 __attribute__((vector_size(16)));
+typedef uint16_t vf_u16x16 __attribute__((vector_size(32)));
+
+VF_INLINE vf_u8x16 vf_load16(const uint8_t *p) { vf_u8x16 v; memcpy(&v, p, 16); return v; }
+
+/// One run of the vertical pass: t[i] = (r0[i·s]·(256 − w) + r1[i·s]·w + 128) >> 8 with
+/// w = (uint16)(f + i·st) >> 8, all in wrapping 16-bit arithmetic (exact: the sum is at most 65408).
+VF_INLINE void warp_blend(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) {
+    ptrdiff_t i = 0;
+    if (s == 1) {
+        vf_u16x16 ramp = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        vf_u16x16 w = (uint16_t)f + ramp * st;
+        const uint16_t step16 = (uint16_t)(st * 16);
+        for (; i + 16 <= n; i += 16) {
+            vf_u16x16 a = __builtin_convertvector(vf_load16(r0 + i), vf_u16x16);
+            vf_u16x16 b = __builtin_convertvector(vf_load16(r1 + i), vf_u16x16);
+            vf_u16x16 wy = w >> 8;
+            vf_u16x16 v = ((a << 8) + (b - a) * wy + 128) >> 8;
+            vf_u8x16 o = __builtin_convertvector(v, vf_u8x16);
+            memcpy(t + i, &o, 16);
+            w += step16;
+        }
+    }
+    for (; i < n; i++) {
+        uint16_t a = r0[i * s], b = r1[i * s];
+        uint16_t wy = (uint16_t)(f + (uint16_t)i * st) >> 8;
+        t[i] = (uint8_t)((uint16_t)((uint16_t)(a << 8) + (uint16_t)((uint16_t)(b - a) * wy) + 128) >> 8);
+    }
+}
+
+VF_INLINE void vf_warp_vertical_body(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t first, ptrdiff_t last, ptrdiff_t s,
+                                     int32_t start, int32_t step, uint8_t *tmp) {
+    int32_t fv = start;
+    ptrdiff_t u = first;
+    const uint16_t st = (uint16_t)step;
+    while (u <= last) {
+        int32_t iv = fv >> 16;
+        ptrdiff_t end = last;
+        if (step > 0) {
+            ptrdiff_t e = u + (ptrdiff_t)((((iv + 1) << 16) - fv - 1) / step);
+            if (e < end) end = e;
+        } else if (step < 0) {
+            ptrdiff_t e = u + (ptrdiff_t)((fv - (iv << 16)) / (-step));
+            if (e < end) end = e;
+        }
+        const uint8_t *r0 = sbase + (ptrdiff_t)iv * bpr, *r1 = r0 + bpr;
+        ptrdiff_t n = end - u + 1;
+        warp_blend(r0 + u * s, r1 + u * s, tmp + (u - first), n, (uint16_t)fv, st, s);
+        fv = (int32_t)((uint32_t)fv + (uint32_t)n * (uint32_t)step);
+        u = end + 1;
+    }
+}
+
+VF_DISPATCH(vf_warp_vertical,
+            (const uint8_t *sbase, ptrdiff_t bytesPerRow, ptrdiff_t first, ptrdiff_t last, ptrdiff_t pixelStride,
+             int32_t start, int32_t step, uint8_t *tmp),
+            (sbase, bytesPerRow, first, last, pixelStride, start, step, tmp))
+
+/// (a·(256 − w) + b·w + 128) >> 8 per lane, in 16-bit lanes.
+VF_INLINE vf_u8x16 warp_lerp16(vf_u8x16 a8, vf_u8x16 b8, vf_u8x16 w8) {
+    vf_u16x16 a = __builtin_convertvector(a8, vf_u16x16), b = __builtin_convertvector(b8, vf_u16x16);
+    vf_u16x16 w = __builtin_convertvector(w8, vf_u16x16);
+    return __builtin_convertvector((a * (256 - w) + b * w + 128) >> 8, vf_u8x16);
+}
+
+VF_INLINE void vf_warp_resample_body(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
+                                     const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
+    ptrdiff_t x = 0;
+    for (ptrdiff_t b = 0; b < blocks; b++) {
+        const uint8_t *p = src + bases[b];
+        vf_u8x16 l1 = vf_load16(p + 1), l0 = vf_load16(p), m1 = vf_load16(p - 1), m2 = vf_load16(p - 2), m3 = vf_load16(p - 3);
+        vf_i8x16 z; memcpy(&z, shifts + b * 16, 16);
+        // All ones where z == k: (z ^ k) − 1 is −1 only then.
+        vf_u8x16 k0 = (vf_u8x16)((vf_i8x16)(z - 1) >> 7), k1 = (vf_u8x16)((vf_i8x16)((z ^ 1) - 1) >> 7);
+        vf_u8x16 k2 = (vf_u8x16)((vf_i8x16)((z ^ 2) - 1) >> 7), k3 = (vf_u8x16)((vf_i8x16)((z ^ 3) - 1) >> 7);
+        vf_u8x16 left = (l0 & k0) | (m1 & k1) | (m2 & k2) | (m3 & k3);
+        vf_u8x16 right = (l1 & k0) | (l0 & k1) | (m1 & k2) | (m2 & k3);
+        vf_u8x16 o = warp_lerp16(left, right, vf_load16(weights + b * 16));
+        memcpy(out + b * 16, &o, 16);
+    }
+    x = blocks * 16;
+    for (; x < n; x++) {
+        int32_t i = index[x];
+        int32_t a = src[i], b = src[i + 1];
+        out[x] = (uint8_t)(((a << 8) + (b - a) * weight[x] + 128) >> 8);
+    }
+}
+
+VF_DISPATCH(vf_warp_resample,
+            (const uint8_t *src, uint8_t *out, ptrdiff_t count, ptrdiff_t blocks, const int32_t *blockBase,
+             const int8_t *blockShift, const uint8_t *blockWeight, const int32_t *index, const int32_t *weight),
+            (src, out, count, blocks, blockBase, blockShift, blockWeight, index, weight))
+
+VF_INLINE void merge_pairs(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yo, int uo) {
+    for (ptrdiff_t k = 0; k < pairs; k++) {
+        dst[4 * k + yo] = y[2 * k];
+        dst[4 * k + yo + 2] = y[2 * k + 1];
+        dst[4 * k + uo] = u[k];
+        dst[4 * k + uo + 2] = v[k];
+    }
+}
+
+VF_INLINE void vf_merge_packed422_body(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yOffset, int uOffset) {
+    if (yOffset == 0 && uOffset == 1) merge_pairs(y, u, v, dst, pairs, 0, 1);
+    else if (yOffset == 1 && uOffset == 0) merge_pairs(y, u, v, dst, pairs, 1, 0);
+    else merge_pairs(y, u, v, dst, pairs, yOffset, uOffset);
+}
+
+VF_DISPATCH(vf_merge_packed422,
+            (const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yOffset, int uOffset),
+            (y, u, v, dst, pairs, yOffset, uOffset))
+
+// MARK: Lucas–Kanade (see MotionEstimator.swift)
+//
+// Float sums in eight lanes: sample k of a row goes to lane k mod 8, each lane adds in row order,
+// and the lanes are added 0 to 7 at the end. Both builds do exactly these operations (the AVX2
+// one in one register, the portable one in two; no FMA), so they agree bit for bit.
+
+typedef float vf_f32x8 __attribute__((vector_size(32)));
+typedef uint8_t vf_u8x8 __attribute__((vector_size(8)));
+typedef uint16_t vf_u16x8 __attribute__((vector_size(16)));
+
+/// Eight samples `s` bytes apart from p as floats; for `s` 2 the 16 bytes from p are read. (Macros,
+/// not functions: a 256-bit vector passed to or returned from a function without AVX changes the ABI.)
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LK_LOAD8_S2(r, p) do { vf_u16x8 v_; memcpy(&v_, (p), 16); v_ &= 0xFF; (r) = __builtin_convertvector(v_, vf_f32x8); } while (0)
+#else
+#define LK_LOAD8_S2(r, p) do { for (int i_ = 0; i_ < 8; i_++) (r)[i_] = (float)(p)[2 * i_]; } while (0)
+#endif
+#define LK_LOAD8(r, p, s) do {                                                                  \
+        if ((s) == 1) { vf_u8x8 v_; memcpy(&v_, (p), 8); (r) = __builtin_convertvector(v_, vf_f32x8); } \
+        else if ((s) == 2) LK_LOAD8_S2(r, p);                                                   \
+        else for (int i_ = 0; i_ < 8; i_++) (r)[i_] = (float)(p)[i_ * (s)];                     \
+    } while (0)
+/// The lanes added 0 to 7.
+#define LK_LANES(out, v) do { float t_ = (v)[0]; for (int i_ = 1; i_ < 8; i_++) t_ += (v)[i_]; (out) = t_; } while (0)
+
+VF_INLINE void vf_lk_tensor_body(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, float *out) {
+    vf_f32x8 xx = {0}, xy = {0}, yy = {0};
+    const ptrdiff_t full = n & ~(ptrdiff_t)7;
+    for (ptrdiff_t j = 0; j < rows; j++) {
+        const uint8_t *r = t + j * ts;
+        for (ptrdiff_t k = 0; k < full; k += 8) {
+            vf_f32x8 tr, tl, td, tu;
+            LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1); LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
+            vf_f32x8 gx = (tr - tl) * 0.5f, gy = (td - tu) * 0.5f;
+            xx += gx * gx; xy += gx * gy; yy += gy * gy;
+        }
+        for (ptrdiff_t k = full; k < n; k++) {
+            float gx = ((float)r[k + 1] - (float)r[k - 1]) * 0.5f;
+            float gy = ((float)r[k + ts] - (float)r[k - ts]) * 0.5f;
+            int l = (int)(k & 7);
+            xx[l] += gx * gx; xy[l] += gx * gy; yy[l] += gy * gy;
+        }
+    }
+    LK_LANES(out[0], xx); LK_LANES(out[1], xy); LK_LANES(out[2], yy);
+}
+
+VF_DISPATCH(vf_lk_tensor, (const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, float *out), (t, ts, n, rows, out))
+
+VF_INLINE void lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
+                           ptrdiff_t rows, float fx, float fy, float *out) {
+    vf_f32x8 bx = {0}, by = {0};
+    const ptrdiff_t full = n & ~(ptrdiff_t)7;
+    for (ptrdiff_t j = 0; j < rows; j++) {
+        const uint8_t *r = t + j * ts, *p = img + j * bpr;
+        for (ptrdiff_t k = 0; k < full; k += 8) {
+            const uint8_t *q = p + k * s;
+            vf_f32x8 a, b, c, d, tc, tr, tl, td, tu;
+            LK_LOAD8(a, q, s); LK_LOAD8(b, q + s, s); LK_LOAD8(c, q + bpr, s); LK_LOAD8(d, q + bpr + s, s);
+            LK_LOAD8(tc, r + k, 1); LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1);
+            LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
+            vf_f32x8 top = a + (b - a) * fx;
+            vf_f32x8 v = top + ((c + (d - c) * fx) - top) * fy;
+            vf_f32x8 gx = (tr - tl) * 0.5f, gy = (td - tu) * 0.5f;
+            vf_f32x8 e = tc - v;
+            bx += gx * e; by += gy * e;
+        }
+        for (ptrdiff_t k = full; k < n; k++) {
+            const uint8_t *q = p + k * s;
+            float a = q[0], b = q[s], c = q[bpr], d = q[bpr + s];
+            float top = a + (b - a) * fx;
+            float v = top + ((c + (d - c) * fx) - top) * fy;
+            float gx = ((float)r[k + 1] - (float)r[k - 1]) * 0.5f;
+            float gy = ((float)r[k + ts] - (float)r[k - ts]) * 0.5f;
+            float e = (float)r[k] - v;
+            int l = (int)(k & 7);
+            bx[l] += gx * e; by[l] += gy * e;
+        }
+    }
+    LK_LANES(out[0], bx); LK_LANES(out[1], by);
+}
+
+VF_INLINE void vf_lk_mismatch_body(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
+                                   ptrdiff_t rows, float fx, float fy, float *out) {
+    if (s == 1) lk_mismatch(t, ts, img, bpr, 1, n, rows, fx, fy, out);
+    else if (s == 2) lk_mismatch(t, ts, img, bpr, 2, n, rows, fx, fy, out);
+    else lk_mismatch(t, ts, img, bpr, s, n, rows, fx, fy, out);
+}
+
+VF_DISPATCH(vf_lk_mismatch,
+            (const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n,
+             ptrdiff_t rows, float fx, float fy, float *out),
+            (t, ts, img, bytesPerRow, pixelStride, n, rows, fx, fy, out))

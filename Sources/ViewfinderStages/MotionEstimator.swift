@@ -1,3 +1,4 @@
+import CViewfinderKernels
 import Viewfinder
 
 /// An 8-bit single-channel image in memory the estimator owns.
@@ -15,18 +16,6 @@ public final class GreyImage {
     deinit { pixels.deallocate() }
 
     @inline(__always) subscript(x: Int, y: Int) -> UInt8 { pixels[y &* width &+ x] }
-
-    /// Bilinear sample at (x, y); the caller keeps (x, y) inside `[0, w-1) × [0, h-1)`.
-    @inline(__always)
-    func sample(_ x: Float, _ y: Float) -> Float {
-        let ix = Int(x), iy = Int(y)
-        let fx = x - Float(ix), fy = y - Float(iy)
-        let p = pixels + (iy &* width &+ ix)
-        let a = Float(p[0]), b = Float(p[1]), c = Float(p[width]), d = Float(p[width &+ 1])
-        let top = a + (b - a) * fx
-        let bot = c + (d - c) * fx
-        return top + (bot - top) * fy
-    }
 }
 
 /// Image pyramid kernels.
@@ -238,15 +227,8 @@ public final class MotionEstimator {
         let side = patchSide, h = half0
         let t = patches + i * side * side
         let cx = centres[i].x * 2, cy = centres[i].y * 2
-        var gxx: Float = 0, gxy: Float = 0, gyy: Float = 0
-        for j in 1...(2 * h + 1) {
-            let row = t + j * side
-            for k in 1...(2 * h + 1) {
-                let gx = (Float(row[k + 1]) - Float(row[k - 1])) * 0.5
-                let gy = (Float(row[k + side]) - Float(row[k - side])) * 0.5
-                gxx += gx * gx; gxy += gx * gy; gyy += gy * gy
-            }
-        }
+        let n = 2 * h + 1
+        let (gxx, gxy, gyy) = Self.tensor(t + side + 1, rowStride: side, size: n)
         let npx = Float((2 * h + 1) * (2 * h + 1))
         guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { return nil }
         var ux = Float(dx), uy = Float(dy)
@@ -256,21 +238,7 @@ public final class MotionEstimator {
             guard sx0 >= 0, sy0 >= 0, sx0 + Float(2 * h + 2) < Float(luma.width - 1), sy0 + Float(2 * h + 2) < Float(luma.height - 1) else { return nil }
             let ix = Int(sx0), iy = Int(sy0)
             let fx = sx0 - Float(ix), fy = sy0 - Float(iy)
-            var bx: Float = 0, by: Float = 0
-            for j in 0...(2 * h) {
-                let row = t + (j + 1) * side
-                let p = luma.pointer(x: ix, y: iy + j)
-                for k in 0...(2 * h) {
-                    let q = p + k &* s
-                    let a = Float(q[0]), b = Float(q[s]), c = Float(q[bpr]), d = Float(q[bpr &+ s])
-                    let top = a + (b - a) * fx
-                    let v = top + ((c + (d - c) * fx) - top) * fy
-                    let gx = (Float(row[k + 2]) - Float(row[k])) * 0.5
-                    let gy = (Float(row[k + 1 + side]) - Float(row[k + 1 - side])) * 0.5
-                    let e = Float(row[k + 1]) - v
-                    bx += gx * e; by += gy * e
-                }
-            }
+            let (bx, by) = Self.mismatch(t + side + 1, rowStride: side, luma.pointer(x: ix, y: iy), bytesPerRow: bpr, pixelStride: s, size: n, fx: fx, fy: fy)
             let (du, dv) = Self.solve(gxx, gxy, gyy, bx, by)
             ux += du; uy += dv
             if du * du + dv * dv < 1e-4 { break }
@@ -520,38 +488,45 @@ public final class MotionEstimator {
     /// no texture or leaves the picture; along an edge the block keeps its starting displacement.
     private func lk(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, half: Int, dx: Double, dy: Double, iterations: Int) -> BlockMotion? {
         guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { return nil }
-        var gxx: Float = 0, gxy: Float = 0, gyy: Float = 0
-        let w = a.width
-        for j in -half...half {
-            let row = a.pixels + ((y &+ j) &* w &+ x)
-            for i in -half...half {
-                let gx = (Float(row[i &+ 1]) - Float(row[i &- 1])) * 0.5
-                let gy = (Float(row[i &+ w]) - Float(row[i &- w])) * 0.5
-                gxx += gx * gx; gxy += gx * gy; gyy += gy * gy
-            }
-        }
+        let w = a.width, n = 2 * half + 1
+        // The block's top-left sample in `a`.
+        let t = UnsafePointer(a.pixels + ((y &- half) &* w &+ x &- half))
+        let (gxx, gxy, gyy) = Self.tensor(t, rowStride: w, size: n)
         let npx = Float((2 * half + 1) * (2 * half + 1))
         guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { return nil }
         var ux = Float(dx), uy = Float(dy)
         for _ in 0..<iterations {
             let sx = Float(x) + ux, sy = Float(y) + uy
             guard sx - Float(half) >= 1, sy - Float(half) >= 1, sx + Float(half) < Float(b.width - 2), sy + Float(half) < Float(b.height - 2) else { return nil }
-            var bx: Float = 0, by: Float = 0
-            for j in -half...half {
-                let row = a.pixels + ((y &+ j) &* w &+ x)
-                let yy = sy + Float(j)
-                for i in -half...half {
-                    let gx = (Float(row[i &+ 1]) - Float(row[i &- 1])) * 0.5
-                    let gy = (Float(row[i &+ w]) - Float(row[i &- w])) * 0.5
-                    let e = Float(row[i]) - b.sample(sx + Float(i), yy)
-                    bx += gx * e; by += gy * e
-                }
-            }
+            // One bilinear fraction for the whole block: it moves by whole pixels.
+            let x0 = sx - Float(half), y0 = sy - Float(half)
+            let ix = Int(x0), iy = Int(y0)
+            let fx = x0 - Float(ix), fy = y0 - Float(iy)
+            let (bx, by) = Self.mismatch(t, rowStride: w, UnsafePointer(b.pixels + (iy &* b.width &+ ix)), bytesPerRow: b.width, pixelStride: 1, size: n, fx: fx, fy: fy)
             let (du, dv) = Self.solve(gxx, gxy, gyy, bx, by)
             ux += du; uy += dv
             if du * du + dv * dv < 1e-4 { break }
         }
         return BlockMotion(dx: Double(ux), dy: Double(uy), gxx: Double(gxx / npx), gxy: Double(gxy / npx), gyy: Double(gyy / npx), ok: true)
+    }
+
+    /// The structure tensor (Σgx², Σgx·gy, Σgy²) of the size × size template whose top-left sample
+    /// is `t` (central differences; one sample of border read all round). `vf_lk_tensor`.
+    @inline(__always)
+    static func tensor(_ t: UnsafePointer<UInt8>, rowStride: Int, size n: Int) -> (Float, Float, Float) {
+        var out = InlineArray<3, Float>(repeating: 0)
+        withUnsafeMutablePointer(to: &out) { vf_lk_tensor(t, rowStride, n, n, UnsafeMutableRawPointer($0).assumingMemoryBound(to: Float.self)) }
+        return (out[0], out[1], out[2])
+    }
+
+    /// A Lucas–Kanade step's right-hand side (Σgx·e, Σgy·e), e the template `t` minus the image
+    /// sampled bilinearly at (k + fx, j + fy) from `img`. `vf_lk_mismatch`: sums in eight float
+    /// lanes in a fixed order, so the portable and AVX2 builds agree bit for bit.
+    @inline(__always)
+    static func mismatch(_ t: UnsafePointer<UInt8>, rowStride: Int, _ img: UnsafePointer<UInt8>, bytesPerRow: Int, pixelStride: Int, size n: Int, fx: Float, fy: Float) -> (Float, Float) {
+        var out = InlineArray<2, Float>(repeating: 0)
+        withUnsafeMutablePointer(to: &out) { vf_lk_mismatch(t, rowStride, img, bytesPerRow, pixelStride, n, n, fx, fy, UnsafeMutableRawPointer($0).assumingMemoryBound(to: Float.self)) }
+        return (out[0], out[1])
     }
 
     /// In place, without the temporary buffer the standard library's sort may allocate.

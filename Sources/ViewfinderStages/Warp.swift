@@ -1,3 +1,4 @@
+import CViewfinderKernels
 import Viewfinder
 
 /// An affine map from destination to source pixel coordinates: `src = (a·x + b·y + tx, c·x + d·y + ty)`.
@@ -40,8 +41,9 @@ public struct AffineMap: Sendable, Equatable {
 /// column and weight (the scalar path), and per block of 16 output columns a base column, four
 /// lane masks and the weights (the vector path): with `a` in [0.8, 1] output lane j of a block
 /// reads source `base + j − z` with z in 0...3, so a block is five unaligned loads blended by
-/// masks made from z — no gather, which Swift cannot express and x86 does poorly. Tables are
-/// rebuilt when `a` changes (fixed point) and the block tables of a phase when it is first used.
+/// masks made from z — no gather, which the baseline vector units lack and x86 does poorly. Tables
+/// are rebuilt when `a` changes (fixed point) and the block tables of a phase when it is first
+/// used. Both passes run in `CViewfinderKernels` (portable, and AVX2 where the CPU has it).
 public final class WarpWorkspace {
     public let maxWidth: Int
     static let phases = 32
@@ -149,57 +151,15 @@ public final class WarpWorkspace {
 
     /// Resamples one planar row: `out[x] = lerp(src[i], src[i+1], w)` with (i, w) of phase `k`
     /// for x in 0..<n. `src` may be read up to 3 bytes before and 16 after the columns used.
+    /// Blocks of 16 outputs by the phase's block tables, the rest by its per-column table
+    /// (`vf_warp_resample` in CViewfinderKernels).
     @inline(__always)
     func resample(_ src: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>, count n: Int, phase k: Int) {
-        var x = 0
-        if n >= 16, blocksUsable(phase: k) {
-            let raw = UnsafeRawPointer(src)
-            let o = UnsafeMutableRawPointer(out)
-            let bases = blockBase + k * blocks, shifts = blockShift + k * blocks, weights = blockWeight + k * blocks
-            let full = min(n / 16, blocks)
-            for b in 0..<full {
-                let i = Int(bases[b])
-                let l1 = raw.loadUnaligned(fromByteOffset: i &+ 1, as: SIMD16<Int8>.self)
-                let l0 = raw.loadUnaligned(fromByteOffset: i, as: SIMD16<Int8>.self)
-                let m1 = raw.loadUnaligned(fromByteOffset: i &- 1, as: SIMD16<Int8>.self)
-                let m2 = raw.loadUnaligned(fromByteOffset: i &- 2, as: SIMD16<Int8>.self)
-                let m3 = raw.loadUnaligned(fromByteOffset: i &- 3, as: SIMD16<Int8>.self)
-                // Lane masks: all ones where z == k ((z ^ k) − 1 is −1 only then).
-                let z = shifts[b]
-                let k0 = (z &- 1) &>> 7, k1 = ((z ^ 1) &- 1) &>> 7, k2 = ((z ^ 2) &- 1) &>> 7, k3 = ((z ^ 3) &- 1) &>> 7
-                let left = (l0 & k0) | (m1 & k1) | (m2 & k2) | (m3 & k3)
-                let right = (l1 & k0) | (l0 & k1) | (m1 & k2) | (m2 & k3)
-                o.storeBytes(of: Self.lerp(left, right, weights[b]), toByteOffset: b &* 16, as: SIMD16<UInt8>.self)
-            }
-            x = full &* 16
-        }
-        let ip = index + k * maxWidth, wp = weight + k * maxWidth
-        while x < n {
-            let i = Int(ip[x])
-            let a = Int32(src[i]), b = Int32(src[i &+ 1])
-            out[x] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wp[x] &+ 128) &>> 8)
-            x &+= 1
-        }
-    }
-
-    /// (a·(256 − w) + b·w + 128) / 256 per lane, in 16 bits.
-    @inline(__always)
-    static func lerp(_ a: SIMD16<Int8>, _ b: SIMD16<Int8>, _ w: SIMD16<UInt8>) -> SIMD16<UInt8> {
-        let lo = half(a, b, w, 0), hi = half(a, b, w, 8)
-        return SIMD16<UInt8>(
-            UInt8(truncatingIfNeeded: lo[0]), UInt8(truncatingIfNeeded: lo[1]), UInt8(truncatingIfNeeded: lo[2]), UInt8(truncatingIfNeeded: lo[3]),
-            UInt8(truncatingIfNeeded: lo[4]), UInt8(truncatingIfNeeded: lo[5]), UInt8(truncatingIfNeeded: lo[6]), UInt8(truncatingIfNeeded: lo[7]),
-            UInt8(truncatingIfNeeded: hi[0]), UInt8(truncatingIfNeeded: hi[1]), UInt8(truncatingIfNeeded: hi[2]), UInt8(truncatingIfNeeded: hi[3]),
-            UInt8(truncatingIfNeeded: hi[4]), UInt8(truncatingIfNeeded: hi[5]), UInt8(truncatingIfNeeded: hi[6]), UInt8(truncatingIfNeeded: hi[7]))
-    }
-
-    @inline(__always)
-    static func half(_ a: SIMD16<Int8>, _ b: SIMD16<Int8>, _ w: SIMD16<UInt8>, _ o: Int) -> SIMD8<UInt16> {
-        @inline(__always) func u(_ v: Int8) -> UInt16 { UInt16(UInt8(bitPattern: v)) }
-        let va = SIMD8<UInt16>(u(a[o]), u(a[o + 1]), u(a[o + 2]), u(a[o + 3]), u(a[o + 4]), u(a[o + 5]), u(a[o + 6]), u(a[o + 7]))
-        let vb = SIMD8<UInt16>(u(b[o]), u(b[o + 1]), u(b[o + 2]), u(b[o + 3]), u(b[o + 4]), u(b[o + 5]), u(b[o + 6]), u(b[o + 7]))
-        let vw = SIMD8<UInt16>(UInt16(w[o]), UInt16(w[o + 1]), UInt16(w[o + 2]), UInt16(w[o + 3]), UInt16(w[o + 4]), UInt16(w[o + 5]), UInt16(w[o + 6]), UInt16(w[o + 7]))
-        return (va &* (256 &- vw) &+ vb &* vw &+ 128) &>> 8
+        let full = n >= 16 && blocksUsable(phase: k) ? min(n / 16, blocks) : 0
+        vf_warp_resample(src, out, n, full, blockBase + k * blocks,
+                         UnsafeRawPointer(blockShift + k * blocks).assumingMemoryBound(to: Int8.self),
+                         UnsafeRawPointer(blockWeight + k * blocks).assumingMemoryBound(to: UInt8.self),
+                         index + k * maxWidth, weight + k * maxWidth)
     }
 }
 
@@ -332,16 +292,7 @@ public enum Warp {
             let (wholeC, phaseC) = WarpWorkspace.split(relC)
             let pairs = lastPair - firstPair + 1
             let pY = ws.planes[0], pU = ws.planes[1], pV = ws.planes[2]
-            let words = UnsafeRawPointer(tmp)
-            let yShift = UInt32(lo8 * 8), uShift = UInt32(co8 * 8), vShift = UInt32(co8 * 8 + 16)
-            let pY16 = UnsafeMutableRawPointer(pY)
-            for k in 0..<pairs {
-                let word = words.loadUnaligned(fromByteOffset: k &* 4, as: UInt32.self)
-                let y0 = (word &>> yShift) & 0xFF, y1 = (word &>> (yShift &+ 16)) & 0xFF
-                pY16.storeBytes(of: UInt16(truncatingIfNeeded: y0 | y1 &<< 8), toByteOffset: k &* 2, as: UInt16.self)
-                pU[k] = UInt8(truncatingIfNeeded: word &>> uShift)
-                pV[k] = UInt8(truncatingIfNeeded: word &>> vShift)
-            }
+            vf_split_packed422(tmp, 0, 2 * pairs, 1, Int32(lo8), Int32(co8), pY, pU, pV)
             guard wholeC >= 0, whole >= 0 else {
                 rowGeneral(Channel(base: source + lo8, width: w, height: h, bytesPerRow: bpr, pixelStride: 2), lumaDst, m, y, stride: 2)
                 for c in 0..<2 {
@@ -354,14 +305,7 @@ public enum Warp {
             ws.resample(pY + whole, into: oY, count: w, phase: phase)
             ws.resample(pU + wholeC, into: oU, count: cw, phase: phaseC)
             ws.resample(pV + wholeC, into: oV, count: cw, phase: phaseC)
-            let outWords = UnsafeMutableRawPointer(out)
-            let oY16 = UnsafeRawPointer(oY)
-            let yShift0 = UInt32(lo8 * 8), yShift1 = UInt32(lo8 * 8 + 16)
-            for k in 0..<cw {
-                let yy = UInt32(oY16.loadUnaligned(fromByteOffset: k &* 2, as: UInt16.self))
-                let word = (yy & 0xFF) &<< yShift0 | (yy &>> 8) &<< yShift1 | UInt32(oU[k]) &<< uShift | UInt32(oV[k]) &<< vShift
-                outWords.storeBytes(of: word, toByteOffset: k &* 4, as: UInt32.self)
-            }
+            vf_merge_packed422(oY, oU, oV, out, cw, Int32(lo8), Int32(co8))
         }
     }
 
@@ -410,42 +354,12 @@ public enum Warp {
 
     /// The vertical pass over `columns` of one output row into `tmp[0...]`: the source row at
     /// column c is `start + (c − first)·step` (16.16 fixed point), split into runs of columns that
-    /// share their two source rows, each blended by ``blendRun``.
+    /// share their two source rows, each blended as `(r0·(256 − w) + r1·w + 128) >> 8` with w bits
+    /// 8–15 of the row position, in 16-bit lanes (`vf_warp_vertical` in CViewfinderKernels: the
+    /// portable build and, where the CPU has it, an AVX2 one).
     @inline(__always)
     static func verticalPass(_ sbase: UnsafePointer<UInt8>, bytesPerRow bpr: Int, columns: ClosedRange<Int>, stride s: Int, start: Int32, step: Int32, into tmp: UnsafeMutablePointer<UInt8>) {
-        let first = columns.lowerBound, last = columns.upperBound
-        var fv = start
-        var u = first
-        while u <= last {
-            let iv = Int(fv &>> 16)
-            // The run of columns over which the source row stays iv.
-            var end = last
-            if step > 0 {
-                end = min(last, u + Int(((Int32(iv + 1) &<< 16) &- fv &- 1) / step))
-            } else if step < 0 {
-                end = min(last, u + Int((fv &- (Int32(iv) &<< 16)) / (0 &- step)))
-            }
-            let r0 = sbase + iv &* bpr, r1 = r0 + bpr
-            let n = end - u + 1
-            blendRun(r0 + u &* s, r1 + u &* s, into: tmp + (u - first), count: n, weight: fv, step: step, stride: s)
-            fv = fv &+ Int32(truncatingIfNeeded: n) &* step
-            u = end + 1
-        }
-    }
-
-    /// The vertical pass over one run of columns that share their two source rows:
-    /// `t[i] = lerp(r0[i·s], r1[i·s], w_i)` with the weight w_i bits 8–15 of `weight + i·step`
-    /// (16.16 fixed point). Everything in 16-bit lanes: those bits only need the sum mod 2^16, and
-    /// the blend, a·(256 − w) + b·w + 128 ≤ 65408, is exact in wrapping 16-bit arithmetic.
-    @inline(__always)
-    static func blendRun(_ r0: UnsafePointer<UInt8>, _ r1: UnsafePointer<UInt8>, into t: UnsafeMutablePointer<UInt8>, count n: Int, weight: Int32, step: Int32, stride s: Int) {
-        let f = UInt16(truncatingIfNeeded: weight), st = UInt16(truncatingIfNeeded: step)
-        for i in 0..<n {
-            let k = i &* s
-            let a = UInt16(r0[k]), b = UInt16(r1[k])
-            let wy = (f &+ UInt16(truncatingIfNeeded: i) &* st) &>> 8
-            t[i] = UInt8(truncatingIfNeeded: ((a &<< 8) &+ (b &- a) &* wy &+ 128) &>> 8)
-        }
+        vf_warp_vertical(sbase, bpr, columns.lowerBound, columns.upperBound, s, start, step, tmp)
     }
 
     /// One output row by the per-pixel path, clamping at the source's edges.

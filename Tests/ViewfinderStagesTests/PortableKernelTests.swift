@@ -1,6 +1,7 @@
 import CViewfinderKernels
 import Testing
 import Viewfinder
+import ViewfinderTestSupport
 @testable import ViewfinderStages
 @testable import ViewfinderSim
 
@@ -98,5 +99,141 @@ struct PortableKernelTests {
             #expect(bytes.portable.count == r.format.maxByteCount)
             #expect(bytes.portable == bytes.best, "\(pf), defocus \(defocus)")
         }
+    }
+
+    /// `count` xorshift bytes.
+    func noiseBytes(_ count: Int, seed: UInt64) -> [UInt8] {
+        var x = seed | 1
+        return (0..<count).map { _ in
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17
+            return UInt8(truncatingIfNeeded: x >> 24)
+        }
+    }
+
+    @Test("the warp", arguments: [PixelFormat.grey, .yuyv, .uyvy, .nv12, .i420])
+    func warp(_ pf: PixelFormat) throws {
+        // Widths around the 16-sample blocks; stabiliser-like maps (the two-pass path, rows at the
+        // edges per pixel), one without rotation (a vertical step of 0) and one rotated the other way.
+        let maps = [(2.3, -1.7, 0.004, 1.1), (0.5, 0.25, 0.0, 1.0), (-5.0, 3.0, -0.02, 1.05)]
+        for (w, h) in [(322, 40), (64, 36), (170, 30)] {
+            let format = FrameFormat(pf, width: w, height: h)
+            let src = noiseFrame(format, seed: UInt64(w * 7 + h))
+            let dst = Frame(capacity: format.maxByteCount, format: format)
+            let ws = WarpWorkspace(maxWidth: w)
+            for (dx, dy, angle, zoom) in maps {
+                let m = AffineMap.correction(dx: dx, dy: dy, angle: angle, zoom: zoom, width: w, height: h)
+                let r = bothBuilds { () -> [UInt8] in
+                    dst.data.initializeMemory(as: UInt8.self, repeating: 0, count: format.maxByteCount)
+                    Warp.frame(dst, from: src.data.assumingMemoryBound(to: UInt8.self), map: m, workspace: ws)
+                    return Array(UnsafeRawBufferPointer(start: dst.data, count: format.maxByteCount))
+                }
+                #expect(r.portable == r.best, "\(pf) \(w)x\(h) map \(dx), \(dy), \(angle), \(zoom)")
+            }
+        }
+    }
+
+    @Test("the warp's vertical pass against a plain reference")
+    func warpVerticalReference() {
+        let bpr = 301, rows = 9
+        let src = noiseBytes(bpr * rows, seed: 11)
+        for s in [1, 2, 3] {
+            let first = 4, last = (bpr - 1) / s - 1
+            for (start, step) in [(2 * 65536 + 1234, Int32(250)), (6 * 65536 + 40000, -317), (3 * 65536 + 77, 0), (1 * 65536 + 65535, 9)] {
+                var expected: [UInt8] = []
+                for c in first...last {
+                    let fv = Int32(start) + Int32(c - first) * step
+                    let iv = Int(fv >> 16), wy = Int((fv >> 8) & 0xFF)
+                    let a = Int(src[iv * bpr + c * s]), b = Int(src[(iv + 1) * bpr + c * s])
+                    expected.append(UInt8((a * (256 - wy) + b * wy + 128) >> 8))
+                }
+                let r = bothBuilds { () -> [UInt8] in
+                    var t = [UInt8](repeating: 0, count: last - first + 1)
+                    src.withUnsafeBufferPointer { p in
+                        t.withUnsafeMutableBufferPointer { vf_warp_vertical(p.baseAddress!, bpr, first, last, s, Int32(start), step, $0.baseAddress!) }
+                    }
+                    return t
+                }
+                #expect(r.portable == expected && r.best == expected, "stride \(s), start \(start), step \(step)")
+            }
+        }
+    }
+
+    @Test("the warp's horizontal pass against a plain reference")
+    func warpResampleReference() {
+        let ws = WarpWorkspace(maxWidth: 200)
+        let src = noiseBytes(300, seed: 5)
+        for a in [0.9, 0.8347, 1.0, 0.99] {
+            ws.prepare(scale: a)
+            let fa = Int64((a * 16_777_216).rounded())
+            for k in [0, 7, 31] {
+                for n in [200, 37, 16, 15] {
+                    var expected: [UInt8] = []
+                    for x in 0..<n {
+                        let u = Int64(k) << 19 + Int64(x) * fa
+                        let i = Int(u >> 24) + 8, w = Int((u >> 16) & 0xFF)
+                        expected.append(UInt8((Int(src[i]) * (256 - w) + Int(src[i + 1]) * w + 128) >> 8))
+                    }
+                    let r = bothBuilds { () -> [UInt8] in
+                        var out = [UInt8](repeating: 0, count: n)
+                        src.withUnsafeBufferPointer { p in
+                            out.withUnsafeMutableBufferPointer { ws.resample(p.baseAddress! + 8, into: $0.baseAddress!, count: n, phase: k) }
+                        }
+                        return out
+                    }
+                    #expect(r.portable == expected && r.best == expected, "scale \(a), phase \(k), \(n) columns")
+                }
+            }
+        }
+    }
+
+    @Test("Lucas–Kanade sums: both builds agree and match a plain reference", arguments: [1, 2, 3])
+    func lucasKanade(stride s: Int) {
+        let tw = 40, iw = 60 * s, bpr = iw + 5
+        let template = noiseBytes(tw * tw, seed: 3), image = noiseBytes(bpr * 50, seed: 4)
+        for n in [13, 25, 33, 8, 5] {
+            for (fx, fy) in [(Float(0.3), Float(0.71)), (0, 0), (0.999, 0.5)] {
+                var rx = 0.0, rxy = 0.0, ry = 0.0, rbx = 0.0, rby = 0.0
+                for j in 0..<n {
+                    for k in 0..<n {
+                        func t(_ dx: Int, _ dy: Int) -> Double { Double(template[(j + 1 + dy) * tw + k + 1 + dx]) }
+                        func p(_ dx: Int, _ dy: Int) -> Double { Double(image[(j + 2 + dy) * bpr + (k + 3 + dx) * s]) }
+                        let gx = (t(1, 0) - t(-1, 0)) / 2, gy = (t(0, 1) - t(0, -1)) / 2
+                        let top = p(0, 0) + (p(1, 0) - p(0, 0)) * Double(fx), bot = p(0, 1) + (p(1, 1) - p(0, 1)) * Double(fx)
+                        let e = t(0, 0) - (top + (bot - top) * Double(fy))
+                        rx += gx * gx; rxy += gx * gy; ry += gy * gy; rbx += gx * e; rby += gy * e
+                    }
+                }
+                let r = bothBuilds { () -> [Float] in
+                    var out = [Float](repeating: 0, count: 5)
+                    template.withUnsafeBufferPointer { t in
+                        image.withUnsafeBufferPointer { im in
+                            out.withUnsafeMutableBufferPointer { o in
+                                vf_lk_tensor(t.baseAddress! + tw + 1, tw, n, n, o.baseAddress!)
+                                vf_lk_mismatch(t.baseAddress! + tw + 1, tw, im.baseAddress! + 2 * bpr + 3 * s, bpr, s, n, n, fx, fy, o.baseAddress! + 3)
+                            }
+                        }
+                    }
+                    return out
+                }
+                #expect(r.portable == r.best, "stride \(s), \(n)x\(n), fraction (\(fx), \(fy))")
+                for (got, want) in zip(r.best, [rx, rxy, ry, rbx, rby]) {
+                    #expect(abs(Double(got) - want) <= 1e-5 * max(1, abs(rx) + abs(ry)) * 10, "stride \(s), \(n)x\(n): \(got) vs \(want)")
+                }
+            }
+        }
+    }
+
+    @Test("motion estimation", arguments: [PixelFormat.grey, .yuyv])
+    func motion(_ pf: PixelFormat) {
+        let format = FrameFormat(pf, width: 320, height: 240)
+        let a = TexturedFrames.make(format), b = TexturedFrames.make(format, shiftX: 3, shiftY: -2)
+        let r = bothBuilds { () -> [Double] in
+            let est = MotionEstimator(width: 320, height: 240)
+            _ = est.estimate(LumaView(a)!)
+            let m = est.estimate(LumaView(b)!)
+            return [m.dx, m.dy, m.angle, m.scale, m.confidence]
+        }
+        #expect(r.portable == r.best, "\(pf): \(r.portable) vs \(r.best)")
+        #expect(abs(abs(r.best[0]) - 3) < 0.1 && abs(abs(r.best[1]) - 2) < 0.1, "\(pf): \(r.best)")
     }
 }

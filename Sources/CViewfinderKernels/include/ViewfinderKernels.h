@@ -72,6 +72,37 @@ uint32_t vf_sim_tone_row(const int32_t *codes, const uint8_t *tone, uint8_t *dst
 void vf_sim_chroma_row(const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
                        int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs);
 
+// MARK: Warp (see Warp.swift)
+
+/// The warp's vertical pass over columns first...last of one output row into tmp[0...]: the source
+/// row at column c is `start + (c − first)·step` (16.16), split into runs of columns that share
+/// their two source rows; tmp[c − first] = (r0·(256 − w) + r1·w + 128) >> 8 with w bits 8–15 of
+/// the row position (16-bit arithmetic). Samples `pixelStride` bytes apart.
+void vf_warp_vertical(const uint8_t *sbase, ptrdiff_t bytesPerRow, ptrdiff_t first, ptrdiff_t last, ptrdiff_t pixelStride,
+                      int32_t start, int32_t step, uint8_t *tmp);
+
+/// The warp's horizontal pass over one row: `blocks` blocks of 16 outputs by the block tables (lane j
+/// of block b reads src[blockBase[b] + j − z] and the next, z = blockShift[16b + j] in 0...3, weight
+/// blockWeight[16b + j]), then outputs 16·blocks..<count by index/weight:
+/// out[x] = (src[i]·(256 − w) + src[i + 1]·w + 128) >> 8. `src` is read 3 bytes before and 16 after.
+void vf_warp_resample(const uint8_t *src, uint8_t *out, ptrdiff_t count, ptrdiff_t blocks, const int32_t *blockBase,
+                      const int8_t *blockShift, const uint8_t *blockWeight, const int32_t *index, const int32_t *weight);
+
+/// Interleaves planar rows into packed 4:2:2 (`pairs` pixel pairs); offsets as ``vf_split_packed422``.
+void vf_merge_packed422(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yOffset, int uOffset);
+
+// MARK: Lucas–Kanade (see MotionEstimator.swift)
+
+/// Structure tensor of an n × rows template (first sample `t`, rows `ts` apart, one sample of border
+/// read all round) with central-difference gradients: out = (Σgx², Σgx·gy, Σgy²).
+void vf_lk_tensor(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, float *out);
+
+/// One Lucas–Kanade step's right-hand side: out = (Σgx·e, Σgy·e), e = T − the image sampled
+/// bilinearly at (k + fx, j + fy) from `img` (rows `bytesPerRow` apart, samples `pixelStride` apart).
+/// Sums in eight lanes in a fixed order (bit-identical between the builds).
+void vf_lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n,
+                    ptrdiff_t rows, float fx, float fy, float *out);
+
 #ifdef __cplusplus
 }
 #endif
