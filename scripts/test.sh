@@ -28,6 +28,9 @@ TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scrat
 echo "== frames cannot be retained, released or recycled from outside the package" >&2
 bash scripts/check-frame-api.sh
 
+echo "== the C kernels on arm64 (qemu-aarch64) give the same bits as on x86-64, portable and AVX2" >&2
+bash scripts/check-arm64-kernels.sh
+
 echo "== allocation thresholds: 0 allocations per frame, fake V4L2 device, exposure+focus, controls flowing" >&2
 bash scripts/check-allocations.sh
 

@@ -1,0 +1,110 @@
+// Runs every kernel of CViewfinderKernels on fixed pseudo-random inputs and prints one line per
+// kernel: its name and a hash of what it wrote (integer kernels) or its sums (float kernels).
+// scripts/check-arm64-kernels.sh builds this for x86-64 (portable and AVX2 copies) and for arm64
+// (run under qemu-aarch64) and compares the lines: the integer kernels must agree bit for bit on
+// both architectures; so do the float ones (sums in a fixed order, no fused multiply-add).
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ViewfinderKernels.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
+
+static uint64_t fnv(const void *p, size_t n) {
+    const uint8_t *b = p; uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+enum { W = 643, H = 97, S = 2 * W + 64 };
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "portable") == 0) vf_kernels_force_portable(1);
+    printf("avx2_active %d\n", vf_kernels_avx2_active());
+    static uint8_t img[S * (H + 8)];
+    for (size_t i = 0; i < sizeof img; i++) img[i] = (uint8_t)(next() & 0xFF) / 2 + (uint8_t)((i % S) / 8);
+    const uint8_t *mid = img + S + 2;
+
+    for (int stride = 1; stride <= 2; stride++) {
+        int64_t sum; uint64_t sq, px;
+        vf_laplacian_sums(mid, S, stride, W - 4, H - 2, &sum, &sq, &px);
+        printf("laplacian_sums/%d %lld %llu %llu\n", stride, (long long)sum, (unsigned long long)sq, (unsigned long long)px);
+        vf_sobel_sums(mid, S, stride, W - 4, H - 2, &sq, &px);
+        printf("sobel_sums/%d %llu %llu\n", stride, (unsigned long long)sq, (unsigned long long)px);
+    }
+
+    static uint8_t y[W * H], u[W * H], v[W * H], packed[S * H];
+    for (int order = 0; order < 2; order++) {
+        vf_split_packed422(img, S, W - 1, H, order, 1 - order, y, u, v);
+        printf("split_packed422/%d %016llx %016llx %016llx\n", order, (unsigned long long)fnv(y, (W - 1) * H),
+               (unsigned long long)fnv(u, (W - 1) / 2 * H), (unsigned long long)fnv(v, (W - 1) / 2 * H));
+        vf_merge_packed422(y, u, v, packed, (W - 1) / 2, order, 1 - order);
+        printf("merge_packed422/%d %016llx\n", order, (unsigned long long)fnv(packed, (W - 1) / 2 * 4));
+    }
+
+    static uint16_t src16[4 * W + 64], dst16[2 * W];
+    for (size_t i = 0; i < sizeof src16 / 2; i++) src16[i] = (uint16_t)(next() & 0x3FFF);
+    vf_sim_cubic_row(src16 + 4, dst16, W, 3 << 16 | 0x1234, 0x0000F0A0);
+    printf("sim_cubic_row %016llx\n", (unsigned long long)fnv(dst16, W * 2));
+    vf_sim_cubic_columns(src16 + 2 * 97, 97, dst16, 80, 1 << 16 | 0x8000, 0x00001100);
+    printf("sim_cubic_columns %016llx\n", (unsigned long long)fnv(dst16, 80 * 2));
+    vf_sim_box_row(src16, dst16, W, 3, 4000, 1500);
+    printf("sim_box_row %016llx\n", (unsigned long long)fnv(dst16, W * 2));
+
+    static uint8_t tone[4096], out8[2 * W], outV[W];
+    static int32_t codes[W];
+    for (int i = 0; i < 4096; i++) tone[i] = (uint8_t)(i * 255 / 4095);
+    for (int i = 0; i < W; i++) codes[i] = (int32_t)(next() % 4096);
+    uint32_t tsum = vf_sim_tone_row(codes, tone, out8, W);
+    printf("sim_tone_row %u %016llx\n", tsum, (unsigned long long)fnv(out8, W));
+    static int8_t cu[W], cv[W];
+    for (int i = 0; i < W; i++) { cu[i] = (int8_t)(next() & 0xFF); cv[i] = (int8_t)(next() & 0xFF); }
+    for (int layout = 0; layout < 4; layout++) {
+        memset(out8, 0, sizeof out8); memset(outV, 0, sizeof outV);
+        vf_sim_chroma_row(y, cu, cv, 300, -2000, 1500, layout, out8, outV, W / 2);
+        printf("sim_chroma_row/%d %016llx %016llx\n", layout, (unsigned long long)fnv(out8, sizeof out8), (unsigned long long)fnv(outV, sizeof outV));
+    }
+
+    vf_sim_sensor sc = { .k = 37.5f, .fullWell = 20000, .readNoise2 = 9, .noiseScale = 1, .gain = 0.2f, .adcMax = 4095,
+                         .blurFraction = 0.25f, .blurInvNorm = 1.0f / 7.5f };
+    static uint16_t rowA[W], lo[W], hi[W], nx[W];
+    static uint32_t colSum[W];
+    static float noise[W];
+    static int32_t sensed[W];
+    for (int i = 0; i < W; i++) {
+        rowA[i] = (uint16_t)(next() & 0x3FF); lo[i] = (uint16_t)(next() & 0x3FF); hi[i] = (uint16_t)(next() & 0x3FF);
+        nx[i] = (uint16_t)(next() & 0x3FF); colSum[i] = (uint32_t)(next() & 0xFFF); noise[i] = (float)((int32_t)(next() & 0xFFFF) - 32768) / 16384.0f;
+    }
+    vf_sim_sensor_row(&sc, rowA, NULL, NULL, NULL, NULL, noise, sensed, W);
+    printf("sim_sensor_row %016llx\n", (unsigned long long)fnv(sensed, sizeof sensed));
+    vf_sim_sensor_row(&sc, rowA, colSum, lo, hi, nx, noise, sensed, W);
+    printf("sim_sensor_row/blur %016llx %016llx\n", (unsigned long long)fnv(sensed, sizeof sensed), (unsigned long long)fnv(colSum, sizeof colSum));
+
+    static uint8_t tmp[W + 64];
+    for (int stride = 1; stride <= 2; stride++) {
+        memset(tmp, 0, sizeof tmp);
+        vf_warp_vertical(img + 4 * S, S, 3, W / stride - 8, stride, 2 << 16 | 0x3000, 0x00000123, tmp);
+        printf("warp_vertical/%d %016llx\n", stride, (unsigned long long)fnv(tmp, sizeof tmp));
+    }
+    enum { BLOCKS = 20, COUNT = 16 * BLOCKS + 9 };
+    static int32_t blockBase[BLOCKS], index_[COUNT], weight[COUNT];
+    static int8_t blockShift[16 * BLOCKS];
+    static uint8_t blockWeight[16 * BLOCKS];
+    for (int b = 0; b < BLOCKS; b++) {
+        blockBase[b] = 4 + 15 * b;
+        for (int j = 0; j < 16; j++) { blockShift[16 * b + j] = (int8_t)(j * 3 / 16); blockWeight[16 * b + j] = (uint8_t)(next() & 0xFF); }
+    }
+    for (int x = 0; x < COUNT; x++) { index_[x] = 4 + x * 15 / 16; weight[x] = (int32_t)(next() & 0xFF); }
+    memset(out8, 0, sizeof out8);
+    vf_warp_resample(img + S, out8, COUNT, BLOCKS, blockBase, blockShift, blockWeight, index_, weight);
+    printf("warp_resample %016llx\n", (unsigned long long)fnv(out8, COUNT));
+
+    float t3[3], m2[2];
+    vf_lk_tensor(img + 2 * S + 2, S, 31, 29, t3);
+    printf("lk_tensor %.9g %.9g %.9g\n", t3[0], t3[1], t3[2]);
+    vf_lk_mismatch(img + 2 * S + 2, S, img + 5 * S + 9, S, 1, 31, 29, 0.3125f, 0.71875f, m2);
+    printf("lk_mismatch %.9g %.9g\n", m2[0], m2[1]);
+    return 0;
+}
