@@ -21,12 +21,17 @@ public protocol FrameConsumer: AnyObject, Sendable {
     /// Called on the consumer's thread after the last frame; `error` is the session's runtime
     /// error, if the stream ended with one.
     func finish(error: (any Error)?)
+    /// Whether the consumer needs full-size YUV planes of every frame (a y4m or raw pipe): on MJPEG,
+    /// RGB and Bayer streams the engine then gives each frame its full-size decoded view
+    /// (``Frame/pixelFrame``), as it does for a stage that declares ``PixelNeed/read``.
+    var needsPixels: Bool { get }
 }
 
 extension FrameConsumer {
     public var ringCapacity: Int { 8 }
     public var overflowPolicy: OverflowPolicy { .dropOldest }
     public var discardsLateFrames: Bool { false }
+    public var needsPixels: Bool { false }
     public func start(configuration: StreamConfiguration) throws {}
     public func finish(error: (any Error)?) {}
 }
@@ -235,6 +240,10 @@ public final class CaptureEngine: @unchecked Sendable {
             if n == 0 { return }
             frame.retain(n)
             for ch in channels { ch.send(frame) }
+        }
+        for c in consumers where c.needsPixels && !format.pixelFormat.hasYUVPlanes {
+            // Without a decoder the consumer gets the stream as it is and says so itself.
+            if requests.available { try requests.need(.read, stage: c.consumerName) }
         }
         if let decoder, let scale = requests.scale(width: format.width, available: decoder.scaleDenominators) {
             // Every frame in flight may carry its view: as many as the pipeline holds, plus slack.

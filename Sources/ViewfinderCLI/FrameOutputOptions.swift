@@ -35,6 +35,8 @@ struct FrameOutputOptions: ParsableArguments {
         if let output {
             let pipe = FramePipeOutput(path: output, format: FramePipeOutput.Format(rawValue: outputFormat) ?? .y4m)
             pipe.onClosed = { DispatchQueue.global().async { session.stopRunning() } }
+            // Stdout carries the frames: a raw stream's layout goes to stderr.
+            pipe.onRawLayout = { FileHandle.standardError.write(Data("viewfinder: \($0)\n".utf8)) }
             try session.addOutput(pipe)
             outs.pipe = pipe
         }
@@ -51,12 +53,6 @@ struct FrameOutputOptions: ParsableArguments {
 struct FrameOutputs {
     var pipe: FramePipeOutput?
     var shm: SharedMemoryOutput?
-
-    /// Tells the reader of a raw stream its layout (stderr: stdout carries the frames).
-    func announce(_ configuration: StreamConfiguration?) {
-        guard let pipe, pipe.format == .raw, let c = configuration else { return }
-        FileHandle.standardError.write(Data("viewfinder: \(FramePipeOutput.rawLayout(of: c.format))\n".utf8))
-    }
 
     /// Summary entries: per output, frames written and the books (`delivered` = written +
     /// `consumer_late` + `after_close` for the pipe; = published + `consumer_late` + `mismatched`).

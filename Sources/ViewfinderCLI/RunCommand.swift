@@ -110,7 +110,6 @@ struct RunCommand: ParsableCommand {
         sigint.resume()
 
         try session.startRunning()
-        frameOutputs.announce(session.streamConfiguration)
         let showStatus = !json && isatty(STDERR_FILENO) != 0
         let status = showStatus ? StatusLine(session: session) : nil
         session.waitUntilFinished()

@@ -26,9 +26,16 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     public let path: String
     public let format: Format
     public var ringCapacity: Int { 4 }
+    /// On MJPEG, RGB and Bayer cameras the pipe carries each frame's full-size decoded view
+    /// (planar YUV), which the engine makes because this output asks for it.
+    public var needsPixels: Bool { true }
     /// Called once, on the output's thread, when the output can write no more: the reader closed
     /// the pipe, or opening or writing failed. The CLI stops the run there.
     public var onClosed: (@Sendable () -> Void)?
+    /// Called once, on the output's thread, with ``rawLayout(of:)`` of the frames a raw output is
+    /// about to write (at start, or at the first frame on MJPEG, RGB and Bayer streams, whose
+    /// decoded layout only the frames tell). The CLI prints it to stderr.
+    public var onRawLayout: (@Sendable (String) -> Void)?
     private let logger: Logger
     private var fd: Int32 = -1
     private var frameFormatAtStart: FrameFormat?
@@ -37,6 +44,9 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     /// Planes of one frame for the fast y4m path (packed 4:2:2 split, NV12 chroma split).
     private var scratch: UnsafeMutablePointer<UInt8>?
     private var fastY4M = false
+    /// The stream has no YUV planes (MJPEG, RGB, Bayer): the header waits for the first decoded
+    /// view, whose layout (4:2:2 or 4:2:0 JPEG, I420 from RGB/Bayer) only the frames tell.
+    private var pendingOpen: StreamConfiguration?
     private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var error: (any Error)? }
     private let state = LockedBox(Counts())
 
@@ -94,18 +104,27 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     }
 
     private func open(_ configuration: StreamConfiguration) throws {
-        let f = configuration.format
-        frameFormatAtStart = f
-        if format == .raw && f.pixelFormat.isCompressed {
-            throw SinkError.unsupportedFormat("raw frame output takes uncompressed frames; the stream is \(f.pixelFormat) (use --shm for MJPEG)")
-        }
         if path == "-" { fd = 1 } else {
             fd = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
             guard fd >= 0 else { throw SinkError.fromErrno(path: path, operation: "open for writing") }
         }
         // A bigger pipe buffer (if it is a pipe) lets a reader take a 1080p frame in fewer wake-ups.
         _ = vf_set_pipe_size(fd, 1 << 20)
-        guard format == .y4m else { return }
+        if configuration.format.pixelFormat.hasYUVPlanes {
+            try begin(configuration)
+        } else {
+            pendingOpen = configuration
+        }
+    }
+
+    /// Writes the stream header (y4m) for frames of `configuration`'s format.
+    private func begin(_ configuration: StreamConfiguration) throws {
+        let f = configuration.format
+        frameFormatAtStart = f
+        if format == .raw {
+            onRawLayout?(Self.rawLayout(of: f))
+            return
+        }
         if Self.fastY4MPath(f) {
             // Planes straight from the frame (or split once into scratch), one write each: no
             // staging copy.
@@ -152,13 +171,21 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         }
     }
 
-    public func consume(_ frame: Frame) {
+    public func consume(_ source: Frame) {
         let gone = state.withLock { c -> Bool in
             if c.readerClosed || c.error != nil { c.afterClose += 1; return true }
             return false
         }
         if gone { return }
         do {
+            guard let frame = source.pixelFrame else {
+                throw SinkError.unsupportedFormat("\(source.format.pixelFormat) frames have no decoded view to write (the engine makes one when a TurboJPEG decoder is installed: open the device through ViewfinderKit's DeviceDirectory.standard)")
+            }
+            if var c = pendingOpen {
+                pendingOpen = nil
+                c.format = frame.format
+                try begin(c)
+            }
             if fastY4M { try writeY4MFast(frame) } else if let y = y4m { try y.write(frame) } else { try writeRaw(frame) }
             state.withLock { $0.written += 1 }
         } catch {

@@ -99,6 +99,56 @@ struct MJPEGStagesTests {
         try? FileManager.default.removeItem(atPath: r.dir)
     }
 
+    @Test("frames out of an MJPEG camera: y4m and raw carry each frame's decoded planes, in order", arguments: [FramePipeOutput.Format.y4m, .raw])
+    func pipeCarriesDecodedPlanes(_ format: FramePipeOutput.Format) throws {
+        let dir = makeTempDirectory("mjpeg-pipe-\(format.rawValue)")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let cam = try SimCamera(deviceString: "sim:paced=false,seed=5,format=mjpeg,width=320,height=240,frames=12")
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .mjpeg, width: 320, height: 240, fps: 30, bufferCount: 32))
+        let path = dir + "/out." + format.rawValue
+        let pipe = FramePipeOutput(path: path, format: format)
+        let layouts = LockedBox<[String]>([])
+        pipe.onRawLayout = { l in layouts.withLock { $0.append(l) } }
+        let rec = CameraBytesRecorder()
+        // No stage asks for pixels: the pipe alone makes the engine decode each frame, full size.
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [], consumers: [pipe, rec], options: EngineOptions(frameLimit: 12),
+                                   pixelDecoders: MJPEGPixelDecoder.Factory())
+        try engine.start()
+        engine.waitUntilFinished()
+        #expect(engine.runtimeError == nil)
+        #expect(pipe.error == nil)
+        #expect(pipe.framesWritten == 12)
+        #expect(engine.statistics.decodeScale == 1)
+        // What each camera JPEG decodes to, by sequence order.
+        let decoder = try MJPEGDecoder()
+        let want = Frame(capacity: FrameFormat(.yuv422p, width: 320, height: 240).maxByteCount, format: FrameFormat(.grey, width: 1, height: 1))
+        let camera = rec.bytes.sorted { $0.key < $1.key }.map(\.value)
+        #expect(camera.count == 12)
+        let wanted: [[UInt8]] = try camera.map { jpeg in
+            try jpeg.withUnsafeBytes { try decoder.decode($0, into: want) }
+            return Array(want.bytes)
+        }
+        if format == .y4m {
+            let reader = try Y4MReader(path: path)
+            #expect(reader.format.pixelFormat == want.format.pixelFormat && reader.format.width == 320 && reader.format.height == 240)
+            let f = Frame(capacity: reader.format.maxByteCount, format: reader.format)
+            var i = 0
+            while try reader.read(into: f) {
+                #expect(Array(f.bytes) == wanted[i], "frame \(i)")
+                i += 1
+            }
+            #expect(i == 12)
+        } else {
+            #expect(layouts.withLock { $0 } == [FramePipeOutput.rawLayout(of: want.format)])
+            let all = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+            let n = FramePipeOutput.rawFrameBytes(want.format)
+            #expect(all.count == 12 * n)
+            for i in 0..<12 where all.count == 12 * n {
+                #expect(Array(all[i * n ..< (i + 1) * n]) == wanted[i], "frame \(i)")
+            }
+        }
+    }
+
     @Test("the TurboJPEG view decoder refuses a damaged JPEG (the engine counts it as corrupt)")
     func corruptFrame() throws {
         let views = MJPEGPixelDecoder.Factory().makeDecoder(for: FrameFormat(.mjpeg, width: 64, height: 48))!
