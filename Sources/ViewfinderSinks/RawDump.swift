@@ -28,10 +28,14 @@ public final class RawDumpWriter {
     public private(set) var framesStoredByProbe = 0
     public private(set) var framesCompressed = 0
     private var index: [DumpIndexEntry] = []
+    private var audioIndex: [DumpAudioEntry] = []
+    private var audioHeader = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
     private var closed = false
     private var preallocator: Preallocator?
 
     public var framesWritten: Int { index.count }
+    /// Audio records (periods) written.
+    public var audioPeriodsWritten: Int { audioIndex.count }
     public var bytesWritten: UInt64 { file.offset }
     /// Sum of the frames' raw sizes.
     public private(set) var rawBytes: UInt64 = 0
@@ -133,6 +137,42 @@ public final class RawDumpWriter {
         rawBytes &+= UInt64(raw)
     }
 
+    /// Appends one period of sound (type 3 record): its samples as they are, with the capture time
+    /// of its first frame and its position in the device's stream. Nothing is allocated but the
+    /// index entry (amortized).
+    public func appendAudio(_ buffer: AudioBuffer, receiveTime: UInt64 = 0) throws {
+        guard !closed else { throw SinkError.invalidArgument(name: "dump", reason: "'\(path)' is closed") }
+        let payload = UnsafeRawBufferPointer(start: buffer.data.baseAddress, count: buffer.frames * buffer.format.bytesPerFrame)
+        guard payload.count <= buffer.data.count, payload.count < Int(UInt32.max) else { throw SinkError.invalidArgument(name: "audio", reason: "\(buffer.data.count) bytes") }
+        let offset = file.offset
+        let period = buffer.period
+        audioHeader.withUnsafeMutableBytes { hb in
+            let p = hb.baseAddress!
+            LE.put(RawDumpFormat.recordMagic, p, 0)
+            p.storeBytes(of: RawDumpFormat.RecordType.audio.rawValue, toByteOffset: 4, as: UInt8.self)
+            p.storeBytes(of: UInt8(0), toByteOffset: 5, as: UInt8.self)
+            LE.put(UInt16(0), p, 6)
+            LE.put(UInt32(payload.count), p, 8)
+            LE.put(UInt32(payload.count), p, 12)
+            LE.put(RawDumpFormat.audioCode(buffer.format.sampleFormat), p, 16)
+            LE.put(UInt32(buffer.format.sampleRate), p, 20)
+            LE.put(UInt32(buffer.format.channels), p, 24)
+            LE.put(UInt32(period.frames), p, 28)
+            LE.put(period.position, p, 32)
+            LE.put(period.timestamp.nanoseconds, p, 40)
+            p.storeBytes(of: RawDumpFormat.clockCode(period.timestamp.clock), toByteOffset: 48, as: UInt8.self)
+            p.storeBytes(of: UInt8(period.discontinuity ? 1 : 0), toByteOffset: 49, as: UInt8.self)
+            LE.put(UInt16(0), p, 50)
+            LE.put(UInt32(0), p, 52)
+            LE.put(receiveTime, p, 56)
+            let hh = XXHash64.hash(UnsafeRawBufferPointer(start: p, count: 64))
+            LE.put(XXHash64.hash(payload, seed: hh), p, 64)
+        }
+        try audioHeader.withUnsafeBytes { hb in try file.writev([hb, payload]) }
+        preallocator?.advance(to: Int64(file.offset))
+        audioIndex.append(DumpAudioEntry(offset: offset, position: period.position, timestampNanoseconds: period.timestamp.nanoseconds, rawLength: UInt32(payload.count), storedLength: UInt32(payload.count)))
+    }
+
     /// Bytes of each probe, and how many probes a frame gets (spread over its height).
     static let probeBytes = 16 << 10, probeCount = 4
     /// A probe that LZ4 shrinks to more than this fraction says the frame is not worth it.
@@ -162,14 +202,16 @@ public final class RawDumpWriter {
         guard !closed else { return }
         closed = true
         var payload = [UInt8]()
-        payload.reserveCapacity(index.count * RawDumpFormat.indexEntrySize)
-        for e in index {
-            withUnsafeBytes(of: e.offset.littleEndian) { payload += $0 }
-            withUnsafeBytes(of: e.sequence.littleEndian) { payload += $0 }
-            withUnsafeBytes(of: e.timestampNanoseconds.littleEndian) { payload += $0 }
-            withUnsafeBytes(of: e.rawLength.littleEndian) { payload += $0 }
-            withUnsafeBytes(of: e.storedLength.littleEndian) { payload += $0 }
+        payload.reserveCapacity((index.count + audioIndex.count) * RawDumpFormat.indexEntrySize)
+        func entry(_ offset: UInt64, _ a: UInt64, _ t: UInt64, _ raw: UInt32, _ stored: UInt32) {
+            withUnsafeBytes(of: offset.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: a.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: t.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: raw.littleEndian) { payload += $0 }
+            withUnsafeBytes(of: stored.littleEndian) { payload += $0 }
         }
+        for e in index { entry(e.offset, e.sequence, e.timestampNanoseconds, e.rawLength, e.storedLength) }
+        for e in audioIndex { entry(e.offset, e.position, e.timestampNanoseconds, e.rawLength, e.storedLength) }
         let indexOffset = file.offset
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
         h.withUnsafeMutableBytes { hb in
@@ -179,6 +221,7 @@ public final class RawDumpWriter {
             LE.put(UInt32(payload.count), p, 8)
             LE.put(UInt32(payload.count), p, 12)
             LE.put(UInt64(index.count), p, 32)
+            LE.put(UInt64(audioIndex.count), p, 40)
             let hh = XXHash64.hash(UnsafeRawBufferPointer(start: p, count: 64))
             LE.put(payload.withUnsafeBytes { XXHash64.hash($0, seed: hh) }, p, 64)
         }
@@ -210,6 +253,10 @@ public final class RawDumpReader {
     public let info: DumpStreamInfo
     public let format: FrameFormat
     public private(set) var entries: [DumpIndexEntry] = []
+    /// The audio records (version 2 dumps recorded with sound), in the order written.
+    public private(set) var audioEntries: [DumpAudioEntry] = []
+    /// The file's version (1 or 2).
+    public private(set) var version = 0
     /// Set when the file did not end with a valid index: a crash, a truncated copy, damage.
     public private(set) var damage: DumpDamage?
     /// Whether the index came from the footer (false: rebuilt by scanning).
@@ -241,8 +288,8 @@ public final class RawDumpReader {
             guard try RawDumpReader.pread(fd, &head, 0, path) == 16, Array(head[0..<8]) == RawDumpFormat.fileMagic else {
                 throw DumpError.notADump(path: path, reason: "no VFDUMP magic at the start")
             }
-            let version = Int(head[8]) | Int(head[9]) << 8
-            guard version == Int(RawDumpFormat.version) else { throw DumpError.unsupportedVersion(path: path, version: version) }
+            version = Int(head[8]) | Int(head[9]) << 8
+            guard RawDumpFormat.readableVersions.contains(version) else { throw DumpError.unsupportedVersion(path: path, version: version) }
             let jsonLength = Int(head[12]) | Int(head[13]) << 8 | Int(head[14]) << 16 | Int(head[15]) << 24
             guard jsonLength < 1 << 20, UInt64(16 + jsonLength + 8) <= fileSize else { throw DumpError.notADump(path: path, reason: "stream header runs past the end") }
             var rest = [UInt8](repeating: 0, count: jsonLength + 8)
@@ -295,28 +342,36 @@ public final class RawDumpReader {
         guard indexOffset >= headerEnd, indexOffset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize - ts else { return false }
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
         _ = try RawDumpReader.pread(fd, &h, indexOffset, path)
-        let (magic, type, stored, count, sum) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt64, UInt64) in
+        let (magic, type, stored, count, audioCount, sum) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt64, UInt64, UInt64) in
             let p = b.baseAddress!
-            return (LE.get(p, 0, UInt32.self), b[4], LE.get(p, 8, UInt32.self), LE.get(p, 32, UInt64.self), LE.get(p, 64, UInt64.self))
+            return (LE.get(p, 0, UInt32.self), b[4], LE.get(p, 8, UInt32.self), LE.get(p, 32, UInt64.self), LE.get(p, 40, UInt64.self), LE.get(p, 64, UInt64.self))
         }
         guard magic == RawDumpFormat.recordMagic, type == RawDumpFormat.RecordType.index.rawValue,
               indexOffset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(stored) + ts == fileSize,
-              UInt64(stored) == count * UInt64(RawDumpFormat.indexEntrySize) else { return false }
+              count < 1 << 40, audioCount < 1 << 40, version >= 2 || audioCount == 0,
+              UInt64(stored) == (count + audioCount) * UInt64(RawDumpFormat.indexEntrySize) else { return false }
         var payload = [UInt8](repeating: 0, count: Int(stored))
         _ = try RawDumpReader.pread(fd, &payload, indexOffset + UInt64(RawDumpFormat.recordHeaderSize), path)
         let hh = h.withUnsafeBytes { XXHash64.hash(UnsafeRawBufferPointer(rebasing: $0[0..<64])) }
         guard payload.withUnsafeBytes({ XXHash64.hash($0, seed: hh) }) == sum else { return false }
         var out: [DumpIndexEntry] = []
+        var audio: [DumpAudioEntry] = []
         out.reserveCapacity(Int(count))
+        audio.reserveCapacity(Int(audioCount))
         payload.withUnsafeBytes { b in
             let p = b.baseAddress!
-            for i in 0..<Int(count) {
+            for i in 0..<Int(count + audioCount) {
                 let o = i * RawDumpFormat.indexEntrySize
-                out.append(DumpIndexEntry(offset: LE.get(p, o, UInt64.self), sequence: LE.get(p, o + 8, UInt64.self), timestampNanoseconds: LE.get(p, o + 16, UInt64.self),
-                                          rawLength: LE.get(p, o + 24, UInt32.self), storedLength: LE.get(p, o + 28, UInt32.self)))
+                let (off, a, t, raw, st) = (LE.get(p, o, UInt64.self), LE.get(p, o + 8, UInt64.self), LE.get(p, o + 16, UInt64.self), LE.get(p, o + 24, UInt32.self), LE.get(p, o + 28, UInt32.self))
+                if i < Int(count) {
+                    out.append(DumpIndexEntry(offset: off, sequence: a, timestampNanoseconds: t, rawLength: raw, storedLength: st))
+                } else {
+                    audio.append(DumpAudioEntry(offset: off, position: a, timestampNanoseconds: t, rawLength: raw, storedLength: st))
+                }
             }
         }
         entries = out
+        audioEntries = audio
         usedFooterIndex = true
         return true
     }
@@ -326,6 +381,7 @@ public final class RawDumpReader {
         var offset = headerEnd
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
         entries = []
+        audioEntries = []
         while offset < fileSize {
             func stop(_ reason: String) { damage = DumpDamage(offset: offset, ignoredBytes: fileSize - offset, reason: reason) }
             guard fileSize - offset >= UInt64(RawDumpFormat.recordHeaderSize) else { stop("incomplete record header"); return }
@@ -342,6 +398,15 @@ public final class RawDumpReader {
                 let end = offset + total
                 if end != fileSize && end + UInt64(RawDumpFormat.trailerSize) != fileSize { damage = DumpDamage(offset: end, ignoredBytes: fileSize - end, reason: "data after the index") }
                 return
+            }
+            if type == RawDumpFormat.RecordType.audio.rawValue && version >= 2 {
+                let entry = DumpAudioEntry(offset: offset, position: seq, timestampNanoseconds: ts, rawLength: raw, storedLength: stored)
+                if verify {
+                    do { _ = try checkedPayload(DumpIndexEntry(offset: offset, sequence: seq, timestampNanoseconds: ts, rawLength: raw, storedLength: stored), frameNumber: audioEntries.count) } catch { stop("\(error)"); return }
+                }
+                audioEntries.append(entry)
+                offset += total
+                continue
             }
             guard type == RawDumpFormat.RecordType.frame.rawValue else { stop("unknown record type \(type)"); return }
             let entry = DumpIndexEntry(offset: offset, sequence: seq, timestampNanoseconds: ts, rawLength: raw, storedLength: stored)
@@ -418,5 +483,26 @@ public final class RawDumpReader {
         frame.receiveTime = receive
         frame.pixelsModified = flags & RawDumpFormat.flagPixelsModified != 0
         frame.metadata = meta.withUnsafeBytes { DumpMetadataCodec.decode($0) }
+    }
+
+    /// Reads audio record `i`: its samples (appended to `samples`, interleaved, as captured), format,
+    /// position and capture time, checked against its checksum.
+    @discardableResult
+    public func readAudio(_ i: Int, into samples: inout [UInt8]) throws -> DumpAudioPeriod {
+        guard i >= 0 && i < audioEntries.count else { throw DumpError.frameOutOfRange(path: path, index: i, count: audioEntries.count) }
+        let a = audioEntries[i]
+        let (h, _, payload) = try checkedPayload(DumpIndexEntry(offset: a.offset, sequence: a.position, timestampNanoseconds: a.timestampNanoseconds, rawLength: a.rawLength, storedLength: a.storedLength), frameNumber: i)
+        let (type, code, rate, channels, frames, position, ts, clock, gap, receive) = h.withUnsafeBytes { b in
+            let p = b.baseAddress!
+            return (b[4], LE.get(p, 16, UInt32.self), LE.get(p, 20, UInt32.self), LE.get(p, 24, UInt32.self), LE.get(p, 28, UInt32.self),
+                    LE.get(p, 32, UInt64.self), LE.get(p, 40, UInt64.self), b[48], b[49], LE.get(p, 56, UInt64.self))
+        }
+        guard type == RawDumpFormat.RecordType.audio.rawValue, let sf = RawDumpFormat.audioFormat(code), rate > 0, channels > 0,
+              Int(frames) * sf.bytesPerSample * Int(channels) == payload.count else {
+            throw DumpError.corruptRecord(path: path, offset: a.offset, reason: "not a valid audio record")
+        }
+        samples.append(contentsOf: payload)
+        return DumpAudioPeriod(format: AudioStreamFormat(sampleFormat: sf, sampleRate: Int(rate), channels: Int(channels)), frames: Int(frames),
+                               position: position, timestamp: Timestamp(nanoseconds: ts, clock: RawDumpFormat.clock(clock)), discontinuity: gap != 0, receiveTime: receive)
     }
 }

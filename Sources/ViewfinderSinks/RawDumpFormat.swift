@@ -8,7 +8,7 @@ import Viewfinder
 /// ```text
 /// stream header
 ///   0  8  magic "VFDUMP\r\n"
-///   8  2  version (1)
+///   8  2  version (2; version 1 files, without audio records, are read the same way)
 ///  10  2  flags (0)
 ///  12  4  JSON length L
 ///  16  L  JSON: {"pixelFormat","width","height","bytesPerRow","intervalNumerator",
@@ -37,8 +37,16 @@ import Viewfinder
 ///  72  M  metadata (tag-length-value, see `DumpMetadataCodec`)
 /// 72+M S  payload
 ///
+/// audio record (type 3, version 2): one period of captured sound, stored as it is (no LZ4),
+///   same 72-byte header with: 16 sample format (1 S16_LE, 2 S32_LE, 3 FLOAT_LE), 20 sample rate,
+///   24 channels, 28 frames, 32 position (frames since the device started, after overruns),
+///   40 capture time of the first frame, ns; 48 clock; 49 1 when frames were lost before it;
+///   52 metadata length 0; 56 receive time; payload = the interleaved samples.
+///
 /// index record (type 2, written when the file is closed): payload = one 32-byte entry per frame
-///   (record offset u64, sequence u64, timestamp u64, raw length u32, stored length u32)
+///   (record offset u64, sequence u64, timestamp u64, raw length u32, stored length u32), then (version 2)
+///   one per audio record (offset, position, timestamp, raw length, stored length); header field 32
+///   is the frame count, 40 the audio record count (0 in version 1).
 /// trailer (last 16 bytes of a closed file): "VFIDXEND", u64 offset of the index record
 /// ```
 ///
@@ -49,12 +57,16 @@ public enum RawDumpFormat {
     public static let fileMagic: [UInt8] = Array("VFDUMP\r\n".utf8)
     public static let recordMagic: UInt32 = 0x4352_4656  // "VFRC" little-endian
     public static let trailerMagic: [UInt8] = Array("VFIDXEND".utf8)
-    public static let version: UInt16 = 1
+    public static let version: UInt16 = 2
+    /// Versions this build reads: 1 (frames only) and 2 (frames and audio records).
+    public static let readableVersions: ClosedRange<Int> = 1...2
     public static let recordHeaderSize = 72
     public static let indexEntrySize = 32
     public static let trailerSize = 16
 
-    enum RecordType: UInt8 { case frame = 1, index = 2 }
+    enum RecordType: UInt8 { case frame = 1, index = 2, audio = 3 }
+    static func audioCode(_ f: AudioSampleFormat) -> UInt32 { switch f { case .s16: 1; case .s32: 2; case .float32: 3 } }
+    static func audioFormat(_ code: UInt32) -> AudioSampleFormat? { switch code { case 1: .s16; case 2: .s32; case 3: .float32; default: nil } }
     static let flagCompressed: UInt8 = 1
     static let flagPixelsModified: UInt8 = 2
 
@@ -94,6 +106,26 @@ public struct DumpIndexEntry: Sendable, Equatable {
     public var storedLength: UInt32
 }
 
+/// One audio record in a dump, as the index knows it, with what its header says.
+public struct DumpAudioEntry: Sendable, Equatable {
+    public var offset: UInt64
+    /// Frames since the device started (gaps are frames lost in overruns).
+    public var position: UInt64
+    public var timestampNanoseconds: UInt64
+    public var rawLength: UInt32
+    public var storedLength: UInt32
+}
+
+/// One period of sound read back from a dump.
+public struct DumpAudioPeriod: Sendable, Equatable {
+    public var format: AudioStreamFormat
+    public var frames: Int
+    public var position: UInt64
+    public var timestamp: Timestamp
+    public var discontinuity: Bool
+    public var receiveTime: UInt64
+}
+
 /// Problems with dump files.
 public enum DumpError: Error, Equatable, CustomStringConvertible {
     case notADump(path: String, reason: String)
@@ -107,7 +139,7 @@ public enum DumpError: Error, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .notADump(let p, let r): return "'\(p)' is not a Viewfinder dump: \(r)"
-        case .unsupportedVersion(let p, let v): return "'\(p)': dump version \(v) is not supported (this build reads version \(RawDumpFormat.version))"
+        case .unsupportedVersion(let p, let v): return "'\(p)': dump version \(v) is not supported (this build reads versions \(RawDumpFormat.readableVersions.lowerBound) to \(RawDumpFormat.readableVersions.upperBound))"
         case .corruptRecord(let p, let o, let r): return "'\(p)': corrupt record at byte \(o): \(r)"
         case .checksumMismatch(let p, let f, let o): return "'\(p)': frame \(f) (record at byte \(o)) fails its checksum"
         case .frameOutOfRange(let p, let i, let n): return "'\(p)': frame \(i) does not exist (the dump has \(n))"

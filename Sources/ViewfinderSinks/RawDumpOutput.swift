@@ -39,7 +39,15 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
         writer = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration)
     }
 
+    /// Serializes the writer between the frame thread and the audio delivery thread.
+    private let writeLock = NSLock()
+    private struct AudioCounts { var periods = 0; var error: (any Error)? }
+    private let audioState = LockedBox(AudioCounts())
+    /// Audio periods written (a session with a microphone records them beside the frames).
+    public var audioPeriodsWritten: Int { audioState.withLock { $0.periods } }
+
     public func consume(_ frame: Frame) {
+        writeLock.lock(); defer { writeLock.unlock() }
         guard let w = writer else { state.withLock { $0.dropped += 1 }; return }
         do {
             try w.append(frame)
@@ -54,6 +62,7 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     }
 
     public func finish(error: (any Error)?) {
+        writeLock.lock(); defer { writeLock.unlock() }
         if let w = writer {
             do { try w.close() } catch { state.withLock { $0.error = $0.error ?? error } }
             let b = w.bytesWritten
@@ -65,6 +74,27 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
 }
 
 /// Conversions between dumps and YUV4MPEG2.
+extension RawDumpOutput: AudioConsumer {
+    public func prepareAudio(format: AudioStreamFormat) {}
+
+    /// Writes the period as an audio record (its samples as captured, its stamp and position).
+    /// Periods that arrive before the first frame opened the file, or after it closed, are not kept.
+    public func consumeAudio(_ buffer: AudioBuffer) {
+        writeLock.lock(); defer { writeLock.unlock() }
+        guard let w = writer else { return }
+        do {
+            try w.appendAudio(buffer, receiveTime: monotonicNanoseconds())
+            let n = w.audioPeriodsWritten
+            audioState.withLock { $0.periods = n }
+        } catch {
+            logger.error("dump '\(path)': audio: \(error)")
+            audioState.withLock { $0.error = error }
+        }
+    }
+
+    public func finishAudio(error: (any Error)?) {}
+}
+
 public enum DumpConversion {
     /// Summary of a conversion.
     public struct Result: Sendable, Equatable {

@@ -30,7 +30,8 @@ extension MovieFileOutput: CaptureOutput {
 }
 
 extension RawDumpOutput: CaptureOutput {
-    public var acceptedMediaTypes: Set<MediaType> { [.video] }
+    /// Frames and, from a session with a microphone, its sound (audio records).
+    public var acceptedMediaTypes: Set<MediaType> { [.video, .audio] }
 }
 
 extension FramePipeOutput: CaptureOutput {

@@ -127,14 +127,16 @@ public final class AudioCaptureEngine: @unchecked Sendable {
     private struct Pacing {
         var start: UInt64 = 0
         var probing = true
+        var probe: AudioPacingProbe
         var held: [(slot: Int, period: AudioPeriod)] = []
     }
 
     private func captureLoop() {
         let rate = Double(format.sampleRate)
-        var pacing = Pacing()
-        pacing.held.reserveCapacity(Self.probePeriods)
-        pacing.start = monotonicNanoseconds()
+        let started = monotonicNanoseconds()
+        let probeLimit = min(Self.probePeriods, max(1, slotCount / 2))
+        var pacing = Pacing(start: started, probe: AudioPacingProbe(sampleRate: format.sampleRate, start: started, maximumPeriods: probeLimit))
+        pacing.held.reserveCapacity(probeLimit)
         var position: UInt64 = 0
         var spare: Int?
         var lostBefore = false
@@ -163,27 +165,32 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             lostBefore = false
             position += UInt64(r.frames)
             if slot == slotCount { ringDrops.add(1, ordering: .relaxed); continue }
-            if pacing.probing { probe(&pacing, slot: slot, period: period, position: position); continue }
+            if pacing.probing {
+                let done = pacing.probe.record(position: period.position, frames: r.frames, arrivalNanoseconds: monotonicNanoseconds(), deviceTimestamp: r.timestamp?.nanoseconds)
+                probe(&pacing, slot: slot, period: period, decide: done)
+                continue
+            }
             if filled.push((slot, period)) != nil { ringDrops.add(1, ordering: .relaxed); spare = slot }
         }
         for h in pacing.held where filled.push(h) != nil { ringDrops.add(1, ordering: .relaxed) }
         captureDone.store(true, ordering: .releasing)
     }
 
-    static let probePeriods = 16
+    static let probePeriods = 32
 
-    /// Holds the first 100 ms (at most 16 periods) back until it is known whether the device paces
-    /// itself: a real card needs about that long to deliver them (it may have a period ready at
-    /// once, never 100 ms), a file or null PCM returns them at once.
-    private func probe(_ p: inout Pacing, slot: Int, period: AudioPeriod, position: UInt64) {
+    /// Holds the first periods back (up to 250 ms, at most half the ring) until it is known whether
+    /// the device paces itself (``AudioPacingProbe``): a file or null PCM returns them at once and
+    /// without timestamps that follow its positions; a real card may burst at start, but its
+    /// stamps follow its positions and the periods after the burst come at real time.
+    private func probe(_ p: inout Pacing, slot: Int, period: AudioPeriod, decide: Bool) {
         p.held.append((slot, period))
-        guard p.held.count >= min(Self.probePeriods, max(1, slotCount / 2)) || position >= UInt64(format.sampleRate / 10) else { return }
+        guard decide else { return }
         p.probing = false
-        let elapsed = Double(monotonicNanoseconds() &- p.start) / 1e9
-        let media = Double(position) / Double(format.sampleRate)
-        if elapsed < media / 4 {
+        if p.probe.isSelfPaced {
             selfPaced.store(true, ordering: .relaxed)
-            logger.info("audio: '\(source.info.id)' delivered \(media) s in \(elapsed) s: not a real-time device, pacing it by the clock")
+            let media = Double(period.position + UInt64(period.frames)) / Double(format.sampleRate)
+            let elapsed = Double(monotonicNanoseconds() &- p.start) / 1e9
+            logger.info("audio: '\(source.info.id)' delivered \(media) s in \(elapsed) s with no timestamps that follow it: not a real-time device, pacing it by the clock")
             for i in p.held.indices {
                 p.held[i].period.timestamp = Timestamp(nanoseconds: p.start &+ UInt64(Double(p.held[i].period.position) * 1e9 / Double(format.sampleRate)))
             }

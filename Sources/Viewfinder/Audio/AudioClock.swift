@@ -16,10 +16,17 @@ import Foundation
 /// small for its time; ``add(position:timestampNanoseconds:discontinuity:)`` moves the positions on
 /// by the number of frames the clock says were lost, so positions stay proportional to time. That
 /// estimate rests on one stamp, and the first stamps after a restart can be stale (seen with
-/// snd-aloop under load), so the gap starts a new *segment*: the slope is fitted over all segments
-/// together (deviations from each segment's own centre), and positions map to times through the
-/// current segment's centre only. A wrong gap estimate then costs a shift of the positions, never a
-/// wrong time for a position.
+/// snd-aloop under emulation), so an overrun never joins what follows to what came before:
+///
+/// - The gap starts a new *segment*, re-anchored on the device's own stamps after the restart:
+///   positions map to times through the current segment's centre only (until the new segment has a
+///   point, through the old line and the gap estimate). A wrong gap estimate costs a shift of the
+///   positions (silence of the wrong length), never a wrong time for a position.
+/// - The first 50 ms after a restart give no points at all (their stamps may predate the restart).
+/// - The slope (the rate) is fitted over the segments that span at least a second, each around its
+///   own centre; segments shorter than that (an overrun storm) never move the rate.
+/// - The fit is done twice: points more than 2 ms (or 4 σ) off the first line are left out of the
+///   second, so a few bad stamps cannot tilt it.
 ///
 /// Storage is preallocated; nothing is allocated per period.
 public struct AudioClockEstimator: Sendable {
@@ -28,16 +35,20 @@ public struct AudioClockEstimator: Sendable {
     private var positions: [Double]
     private var times: [Double]
     private var segments: [Int]
+    private var residuals: [Double]
     private var segment = 0
     private var head = 0
     private var count = 0
     private var lastPointPosition: Double = -.infinity
+    private var settleUntil: Double = -.infinity
     private var origin: UInt64?
     private var offset: Int64 = 0
     private var meanP = 0.0, meanT = 0.0
     private(set) public var rate: Double
     /// Frames added to the positions for losses (overruns).
     private(set) public var framesLost: UInt64 = 0
+    /// Discontinuities (overruns) seen.
+    private(set) public var restarts = 0
 
     public init(nominalRate rate: Int, window seconds: Double = 30) {
         nominalRate = Double(rate)
@@ -46,6 +57,7 @@ public struct AudioClockEstimator: Sendable {
         positions = [Double](repeating: 0, count: n)
         times = [Double](repeating: 0, count: n)
         segments = [Int](repeating: 0, count: n)
+        residuals = [Double](repeating: 0, count: n)
         self.rate = Double(rate)
     }
 
@@ -62,11 +74,14 @@ public struct AudioClockEstimator: Sendable {
             let gap = Int64((expected - Double(p)).rounded())
             if gap > 0 { offset &+= gap; p &+= gap; framesLost &+= UInt64(gap) }
             segment += 1
+            restarts += 1
+            settleUntil = Double(p) + nominalRate / 20
         }
         let pd = Double(p)
-        if pd - lastPointPosition >= nominalRate / 10 || segment != segments[(head + count + positions.count - 1) % positions.count] || count == 0 {
+        guard pd >= settleUntil else { return UInt64(max(0, p)) }
+        let cap = positions.count
+        if count == 0 || pd - lastPointPosition >= nominalRate / 10 || segment != segments[(head + count + cap - 1) % cap] {
             lastPointPosition = pd
-            let cap = positions.count
             positions[(head + count) % cap] = pd
             times[(head + count) % cap] = seconds(t)
             segments[(head + count) % cap] = segment
@@ -81,29 +96,71 @@ public struct AudioClockEstimator: Sendable {
         return ns >= o ? Double(ns - o) / 1e9 : -Double(o - ns) / 1e9
     }
 
-    /// Least squares with one slope shared by the segments and the centre of each; the mapping uses
-    /// the slope and the current segment's centre.
-    private mutating func fit() {
+    /// The end (exclusive) of the segment starting at index `i` (indices relative to `head`).
+    private func segmentEnd(_ i: Int) -> Int {
         let cap = positions.count
-        var sxy = 0.0, sxx = 0.0, span = 0.0
+        let seg = segments[(head + i) % cap]
+        var j = i
+        while j < count && segments[(head + j) % cap] == seg { j += 1 }
+        return j
+    }
+
+    /// One least-squares pass: a slope shared by the long segments, each around its own centre.
+    /// `limit` > 0 leaves out points whose residual (from the previous pass) is larger. Also sets
+    /// the current segment's centre.
+    private mutating func pass(limit: Double) -> (slope: Double?, qualifying: Bool) {
+        let cap = positions.count
+        var sxy = 0.0, sxx = 0.0, longSpan = 0.0
         var i = 0
         while i < count {
-            // One segment: [i, j).
-            let seg = segments[(head + i) % cap]
-            var j = i, sp = 0.0, st = 0.0
-            while j < count && segments[(head + j) % cap] == seg { sp += positions[(head + j) % cap]; st += times[(head + j) % cap]; j += 1 }
-            let mp = sp / Double(j - i), mt = st / Double(j - i)
-            for k in i..<j {
-                let dp = positions[(head + k) % cap] - mp
-                sxy += dp * (times[(head + k) % cap] - mt)
-                sxx += dp * dp
+            let j = segmentEnd(i)
+            var sp = 0.0, st = 0.0, n = 0
+            for k in i..<j where limit <= 0 || abs(residuals[(head + k) % cap]) <= limit {
+                sp += positions[(head + k) % cap]; st += times[(head + k) % cap]; n += 1
             }
-            span += positions[(head + j - 1) % cap] - positions[(head + i) % cap]
+            if n == 0 {   // every point rejected: fall back to all of them for the centre
+                for k in i..<j { sp += positions[(head + k) % cap]; st += times[(head + k) % cap] }
+                n = j - i
+            }
+            let mp = sp / Double(n), mt = st / Double(n)
+            let span = positions[(head + j - 1) % cap] - positions[(head + i) % cap]
+            if span >= nominalRate {
+                longSpan += span
+                for k in i..<j where limit <= 0 || abs(residuals[(head + k) % cap]) <= limit {
+                    let dp = positions[(head + k) % cap] - mp
+                    sxy += dp * (times[(head + k) % cap] - mt)
+                    sxx += dp * dp
+                }
+            }
             if j == count { meanP = mp; meanT = mt }
             i = j
         }
-        guard span / nominalRate >= 1 else { rate = nominalRate; return }
-        let fitted = sxy > 0 ? sxx / sxy : 0
+        guard longSpan > 0, sxy > 0 else { return (nil, false) }
+        return (sxx / sxy, true)
+    }
+
+    /// Two passes; the second leaves out the points far off the first line.
+    private mutating func fit() {
+        let cap = positions.count
+        let (first, ok) = pass(limit: 0)
+        guard ok, let first, abs(first / nominalRate - 1) <= 0.02 else { rate = nominalRate; return }
+        // Residuals (s) of every point against the first line, around its segment's centre.
+        var i = 0, sumSq = 0.0
+        while i < count {
+            let j = segmentEnd(i)
+            var sp = 0.0, st = 0.0
+            for k in i..<j { sp += positions[(head + k) % cap]; st += times[(head + k) % cap] }
+            let mp = sp / Double(j - i), mt = st / Double(j - i)
+            for k in i..<j {
+                let r = (times[(head + k) % cap] - mt) - (positions[(head + k) % cap] - mp) / first
+                residuals[(head + k) % cap] = r
+                sumSq += r * r
+            }
+            i = j
+        }
+        let sigma = (sumSq / Double(count)).squareRoot()
+        let (second, _) = pass(limit: max(0.002, 4 * sigma))
+        let fitted = second ?? first
         rate = abs(fitted / nominalRate - 1) <= 0.02 ? fitted : nominalRate
     }
 

@@ -1,0 +1,111 @@
+import Foundation
+import Testing
+import Viewfinder
+
+/// The two engine bugs the VM tier found: the clock estimator misled by overruns under emulation,
+/// and a real card taken for a file PCM because it delivered a burst at start.
+@Suite struct OverrunClockTests {
+    /// A nominal card over 60 s with an overrun at 20 s (80 ms lost) and a storm of ten at 35 s
+    /// (30 ms lost each, 100 ms apart). After each restart the first three periods carry a stale
+    /// stamp: the device's last stamp from before the overrun (as snd-aloop gave under load).
+    @Test func overrunsWithStaleStampsNeitherTiltTheRateNorMisplaceLaterPeriods() {
+        var card = SimulatedCard(ppm: 0, jitter: 500_000)
+        var clock = AudioClockEstimator(nominalRate: 48000)
+        var reported: UInt64 = 0, real: UInt64 = 0
+        var lastGoodStamp: UInt64 = 0
+        var stale = 0
+        var sinceRestart: UInt64 = .max
+        var worst = 0.0, checked = 0
+        var overrunAt: Set<UInt64> = [20 * 48000]
+        for k in 0..<10 { overrunAt.insert(UInt64(35 * 48000 + k * 4800)) }
+        while real < 60 * 48000 {
+            var discontinuity = false
+            if overrunAt.contains(real) {
+                real += real == 20 * 48000 ? 3840 : 1440   // lost: the device's count skips them
+                discontinuity = true
+                stale = 3
+                sinceRestart = 0
+            }
+            let stamp: UInt64
+            if stale > 0 { stamp = lastGoodStamp; stale -= 1 } else { stamp = card.stamp(real); lastGoodStamp = stamp }
+            let p = clock.add(position: reported, timestampNanoseconds: stamp, discontinuity: discontinuity)
+            // 100 ms after a restart, the period's time by the estimator is its real time.
+            if sinceRestart > 4800 {
+                let e = abs(clock.nanoseconds(atPosition: Double(p)) - Double(card.time(real))) / 1e6
+                worst = max(worst, e); checked += 1
+            }
+            reported += 480; real += 480; sinceRestart &+= 480
+        }
+        #expect(clock.restarts == 11)
+        #expect(abs(clock.ppm) < 50, "measured \(clock.ppm) ppm on a nominal clock")
+        #expect(checked > 5000)
+        #expect(worst < 2, "worst period \(worst) ms off its real time")
+    }
+
+    /// A clock 0.5 % slow through the same storm: still measured, not pulled towards anything.
+    @Test func aShiftedClockIsStillMeasuredThroughAnOverrunStorm() {
+        var card = SimulatedCard(ppm: -4975, jitter: 500_000)
+        var clock = AudioClockEstimator(nominalRate: 48000)
+        var reported: UInt64 = 0, real: UInt64 = 0
+        var previous: UInt64 = 0
+        for n in 0..<6000 {
+            let storm = n >= 3000 && n < 3200 && n % 20 == 0
+            if storm { real += 960 }
+            let stamp = storm ? previous : card.stamp(real)
+            previous = stamp
+            _ = clock.add(position: reported, timestampNanoseconds: stamp, discontinuity: storm)
+            reported += 480; real += 480
+        }
+        #expect(abs(clock.ppm + 4975) < 100, "measured \(clock.ppm) ppm, expected −4975")
+    }
+}
+
+@Suite struct PacingProbeTests {
+    let start: UInt64 = 1_000_000_000
+    let period = 480   // 10 ms
+
+    /// snd-dummy first in a fresh VM: the first 150 ms at once, then one period per 10 ms; its
+    /// stamps follow its positions. A real-time device.
+    @Test func aBurstThenRealTimeIsARealCard() {
+        var probe = AudioPacingProbe(sampleRate: 48000, start: start)
+        var n = 0, done = false
+        while !done {
+            let pos = UInt64(n * period)
+            let arrival = n < 15 ? start + UInt64(n) * 50_000 : start + 150_000_000 + UInt64(n - 14) * 10_000_000
+            done = probe.record(position: pos, frames: period, arrivalNanoseconds: arrival, deviceTimestamp: start + UInt64(n) * 10_000_000)
+            n += 1
+        }
+        #expect(!probe.isSelfPaced)
+        #expect(n >= 25, "judged after \(n) periods")
+    }
+
+    /// The same burst with no device timestamps: the periods after it, at real time, decide.
+    @Test func aBurstThenRealTimeWithoutStampsIsStillARealCard() {
+        var probe = AudioPacingProbe(sampleRate: 48000, start: start)
+        var n = 0
+        while !probe.record(position: UInt64(n * period), frames: period,
+                            arrivalNanoseconds: n < 12 ? start + UInt64(n) * 50_000 : start + UInt64(n - 11) * 10_000_000,
+                            deviceTimestamp: nil) { n += 1 }
+        #expect(!probe.isSelfPaced)
+    }
+
+    /// A burst whose stamps barely move (a file/null PCM: stamped when read) is not real time,
+    /// and neither is one with no stamps.
+    @Test func aFilePCMIsNotRealTime() {
+        for stamped in [true, false] {
+            var probe = AudioPacingProbe(sampleRate: 48000, start: start)
+            var n: UInt64 = 0
+            while !probe.record(position: n * 480, frames: 480, arrivalNanoseconds: start + n * 20_000,
+                                deviceTimestamp: stamped ? start + n * 20_000 : nil) { n += 1 }
+            #expect(probe.isSelfPaced)
+        }
+    }
+
+    /// A real card delivering at real time from the start.
+    @Test func aSteadyCardIsRealTime() {
+        var probe = AudioPacingProbe(sampleRate: 48000, start: start)
+        var n: UInt64 = 0
+        while !probe.record(position: n * 480, frames: 480, arrivalNanoseconds: start + (n + 1) * 10_000_000, deviceTimestamp: nil) { n += 1 }
+        #expect(!probe.isSelfPaced)
+    }
+}
