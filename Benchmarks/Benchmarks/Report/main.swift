@@ -1,6 +1,6 @@
 // Side-by-side figures: Viewfinder's measurements next to the peers', measured in the same run.
 //
-//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out]
+//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out | --dump | --formats | --stabilise | --kernels | --stages]
 //
 // Needs g++ and libboost-dev for the ring reference and gst-launch-1.0 for the movie peer
 // (`bash scripts/install-deps.sh --bench`); a peer that is missing is reported as such.
@@ -95,24 +95,16 @@ if let i = CommandLine.arguments.firstIndex(of: "--diagnose") {
     try diagnoseEstimator(CommandLine.arguments[i + 1])
     exit(0)
 }
-if CommandLine.arguments.contains("--frames-out") {
-    try FramesOutReport.run(quick: quick)
-    exit(0)
-}
-if CommandLine.arguments.contains("--dump") {
-    try runDumpReport(quick: quick)
-    exit(0)
-}
-if CommandLine.arguments.contains("--formats") {
-    try runFormatsReport(quick: quick)
-    exit(0)
-}
-if CommandLine.arguments.contains("--stabilise") {
-    try runStabiliseComparison(quick: quick)
-    exit(0)
-}
-if CommandLine.arguments.contains("--kernels") {
-    try reportKernels(quick: quick)
+// One section alone: the first of these flags given runs its section and exits.
+let sections: [(flag: String, run: () throws -> Void)] = [
+    ("--frames-out", { try FramesOutReport.run(quick: quick) }),
+    ("--dump", { try runDumpReport(quick: quick) }),
+    ("--formats", { try runFormatsReport(quick: quick) }),
+    ("--stabilise", { try runStabiliseComparison(quick: quick) }),
+    ("--kernels", { try reportKernels(quick: quick) }),
+]
+if let section = sections.first(where: { CommandLine.arguments.contains($0.flag) }) {
+    try section.run()
     exit(0)
 }
 if stagesOnly {
