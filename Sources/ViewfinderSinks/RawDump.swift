@@ -23,6 +23,10 @@ public final class RawDumpWriter {
     /// The record header's first 64 bytes followed by the metadata: what the header checksum
     /// covers, assembled in a buffer that keeps its capacity (no allocation per frame).
     private var checksummed: [UInt8] = []
+    /// Side-by-side compression of large frames (nil: one thread).
+    private let chunked: ChunkedLZ4?
+    /// Frames at least this large are compressed in chunks.
+    static let chunkedMinimum = 1 << 20
     /// Frames stored as they are because a probe said LZ4 would save too little, and frames
     /// compressed whole (for the summary and the report).
     public private(set) var framesStoredByProbe = 0
@@ -42,8 +46,14 @@ public final class RawDumpWriter {
 
     /// Creates the dump and writes its stream header. `preallocate` reserves space ahead of the
     /// writes on a helper thread (see `Preallocator`): faster on tmpfs, less fragmented on disks.
-    public init(path: String, format: FrameFormat, interval: FrameInterval = FrameInterval(numerator: 0, denominator: 0), device: String = "", overwrite: Bool = false, acceleration: Int = 1, preallocate: Bool = true) throws {
+    /// Frames of 1 MiB and more are compressed as `compressionThreads` LZ4 blocks side by side
+    /// (default: one per core, at most 4); 1 keeps one block on the appending thread.
+    public init(path: String, format: FrameFormat, interval: FrameInterval = FrameInterval(numerator: 0, denominator: 0), device: String = "", overwrite: Bool = false, acceleration: Int = 1, preallocate: Bool = true,
+                compressionThreads: Int? = nil) throws {
         guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
+        let threads = compressionThreads ?? min(4, ProcessInfo.processInfo.activeProcessorCount)
+        guard (1...64).contains(threads) else { throw SinkError.invalidArgument(name: "compressionThreads", reason: "\(threads) is outside 1...64") }
+        chunked = threads > 1 ? ChunkedLZ4(chunks: threads) : nil
         self.path = path
         self.format = format
         self.acceleration = Int32(acceleration)
@@ -81,7 +91,7 @@ public final class RawDumpWriter {
         }
         let raw = frame.bytesUsed
         guard raw >= 0, raw <= Int(LZ4_MAX_INPUT_SIZE) else { throw SinkError.invalidArgument(name: "frame", reason: "\(raw) bytes") }
-        let bound = Int(LZ4_compressBound(Int32(raw)))
+        let bound = max(Int(LZ4_compressBound(Int32(raw))), chunked?.bound(raw) ?? 0)
         if bound > scratchCapacity {
             scratch.deallocate()
             scratch = .allocate(byteCount: bound, alignment: 64)
@@ -91,6 +101,13 @@ public final class RawDumpWriter {
         var flags: UInt8 = frame.pixelsModified ? RawDumpFormat.flagPixelsModified : 0
         if raw > 0 && !worthCompressing(frame.data, count: raw) {
             framesStoredByProbe += 1
+        } else if let chunked, raw >= Self.chunkedMinimum {
+            let n = chunked.compress(frame.data, count: raw, acceleration: acceleration, into: scratch)
+            if n < raw {
+                payload = UnsafeRawBufferPointer(start: scratch, count: n)
+                flags |= RawDumpFormat.flagChunked
+            }
+            framesCompressed += 1
         } else if raw > 0 {
             let n = LZ4_compress_fast(frame.data.assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self), Int32(raw), Int32(scratchCapacity), acceleration)
             // Incompressible data (sensor noise) is stored as it is: no slower to write, faster to read.
@@ -434,7 +451,7 @@ public final class RawDumpReader {
         var meta = [UInt8](repeating: 0, count: Int(metaLen))
         if metaLen > 0 { _ = try RawDumpReader.pread(fd, &meta, e.offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
         let buf: UnsafeMutableRawBufferPointer
-        if let direct, h[5] & RawDumpFormat.flagCompressed == 0, Int(stored) <= direct.count {
+        if let direct, h[5] & (RawDumpFormat.flagCompressed | RawDumpFormat.flagChunked) == 0, Int(stored) <= direct.count {
             buf = UnsafeMutableRawBufferPointer(rebasing: direct[0..<Int(stored)])
         } else {
             ensureScratch(Int(stored))
@@ -467,7 +484,13 @@ public final class RawDumpReader {
         guard let pf = PixelFormat(fourcc: fourcc), w > 0, hgt > 0 else {
             throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "unknown pixel format \(fourCCString(fourcc)) \(w)x\(hgt)")
         }
-        if flags & RawDumpFormat.flagCompressed != 0 {
+        if flags & RawDumpFormat.flagChunked != 0 {
+            do {
+                try ChunkedLZ4.decompress(payload, into: frame.data, rawLength: Int(e.rawLength))
+            } catch {
+                throw DumpError.corruptRecord(path: path, offset: e.offset, reason: error.reason)
+            }
+        } else if flags & RawDumpFormat.flagCompressed != 0 {
             let n = LZ4_decompress_safe(payload.baseAddress!.assumingMemoryBound(to: CChar.self), frame.data.assumingMemoryBound(to: CChar.self), Int32(payload.count), Int32(frame.capacity))
             guard n == Int32(e.rawLength) else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "LZ4 block decodes to \(n) bytes, expected \(e.rawLength)") }
         } else {

@@ -19,7 +19,9 @@ import Viewfinder
 ///   0  4  magic "VFRC"
 ///   4  1  type: 1 frame, 2 index
 ///   5  1  flags: bit 0 payload is LZ4 block-compressed (else stored as is),
-///                bit 1 pixels were modified by a stage
+///                bit 1 pixels were modified by a stage,
+///                bit 2 payload is chunked (version 2): u32 k, k × (u32 raw, u32 stored), then the
+///                k chunks, each an LZ4 block or as is when stored == raw (compressed side by side)
 ///   6  2  reserved (0)
 ///   8  4  stored payload length S
 ///  12  4  raw payload length (the frame's bytesUsed)
@@ -69,6 +71,7 @@ public enum RawDumpFormat {
     static func audioFormat(_ code: UInt32) -> AudioSampleFormat? { switch code { case 1: .s16; case 2: .s32; case 3: .float32; default: nil } }
     static let flagCompressed: UInt8 = 1
     static let flagPixelsModified: UInt8 = 2
+    static let flagChunked: UInt8 = 4
 
     static func clockCode(_ c: ClockSource) -> UInt8 {
         switch c { case .monotonic: 0; case .monotonicRaw: 1; case .realtime: 2; case .boottime: 3; case .unknown: 4 }

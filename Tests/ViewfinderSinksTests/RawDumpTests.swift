@@ -117,6 +117,52 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// Frames of 1 MiB and more compress as LZ4 blocks side by side: bit-exact back whatever the
+    /// thread count (odd counts make unequal chunks), each record flagged chunked, and the same
+    /// file size as one block within a few percent.
+    @Test(arguments: [1, 2, 3])
+    func largeFramesCompressInChunksBitExact(_ threads: Int) throws {
+        let dir = makeTempDirectory("chunked-\(threads)")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fmt = FrameFormat(.yuyv, width: 1280, height: 720)
+        let path = dir + "/c.vfdump"
+        let writer = try RawDumpWriter(path: path, format: fmt, compressionThreads: threads)
+        let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+        var written: [[UInt8]] = []
+        for i in 0..<5 {
+            fillFrame(f, index: i, noise: 2)
+            memset(f.data + i * 50_000, Int32(i), 300_000)   // a flat band: LZ4 has something to find
+            f.sequence = UInt64(i)
+            try writer.append(f)
+            written.append(Array(f.bytes))
+        }
+        try writer.close()
+        #expect(writer.framesCompressed == 5)
+        let reader = try RawDumpReader(path: path)
+        let back = Frame(capacity: fmt.maxByteCount, format: fmt)
+        for i in 0..<5 {
+            try reader.read(i, into: back)
+            #expect(Array(back.bytes) == written[i], "frame \(i)")
+            #expect(reader.entries[i].storedLength < reader.entries[i].rawLength)
+        }
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        let flags = data[Int(reader.entries[0].offset) + 5]
+        #expect((flags & 4 != 0) == (threads > 1), "chunked flag with \(threads) threads: \(flags)")
+        // A damaged chunk table is a typed error, never a crash (checksums off: read past them).
+        if threads > 1 {
+            var bad = data
+            let e = reader.entries[2]
+            let tableAt = Int(e.offset) + 72 + metadataLength(data, e)
+            bad[tableAt] = 0xFF   // chunk count 255
+            let badPath = dir + "/bad.vfdump"
+            try bad.write(to: URL(fileURLWithPath: badPath))
+            let r2 = try RawDumpReader(path: badPath)
+            #expect(throws: DumpError.self) { try r2.read(2, into: back) }
+            try r2.read(1, into: back)
+            #expect(Array(back.bytes) == written[1])
+        }
+    }
+
     func metadataLength(_ data: Data, _ e: DumpIndexEntry) -> Int {
         let o = Int(e.offset) + 52
         return Int(data[o]) | Int(data[o + 1]) << 8 | Int(data[o + 2]) << 16 | Int(data[o + 3]) << 24

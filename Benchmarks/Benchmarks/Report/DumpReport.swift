@@ -53,14 +53,19 @@ func dumpRun(_ frames: [Frame], total: Int, acceleration: Int = 1) throws -> (fp
 
 func runDumpReport(quick: Bool) throws {
     let runs = quick ? 3 : 5
-    let photo = fetchPhotos()?.first
+    let photos = fetchPhotos() ?? []
+    let photo = photos.first
     print("== Raw dump to tmpfs, YUYV, frames held in memory (medians of \(runs) runs, min–max)")
     if photo == nil { print("  (no photograph: the real-picture rows are skipped)") }
+    print("   (LZ4 in \(min(4, ProcessInfo.processInfo.activeProcessorCount)) blocks side by side for frames of 1 MiB and more; frames a probe finds LZ4 would shrink by < 10 % are stored as they are)")
     for (w, h) in [(1920, 1080), (3840, 2160)] {
         let n = w > 2000 ? 8 : 24
         let total = quick ? (w > 2000 ? 60 : 150) : (w > 2000 ? 120 : 300)
         var inputs: [(String, String)] = [("clean procedural scene (noise 0)", "sim:noise=0,seed=3")]
-        if let photo { inputs.insert(("photograph + sensor noise 0.5", "sim:scene=\(photo),noise=0.5,seed=3,shake=2"), at: 0) }
+        for p in photos.prefix(2).reversed() {
+            let name = (p as NSString).lastPathComponent.components(separatedBy: "_by_").first ?? p
+            inputs.insert(("photograph \(name) + sensor noise 0.5", "sim:scene=\(p),noise=0.5,seed=3,shake=2"), at: 0)
+        }
         for (label, device) in inputs {
             let frames = try filmFrames(device, format: .yuyv, width: w, height: h, count: n)
             var fps: [Double] = [], cpu: [Double] = []
