@@ -23,7 +23,7 @@ VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 
 echo "== ring, channel, engine and sound tests under the thread sanitizer" >&2
 flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
-TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests|ViewfinderAudioTests"
+TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests|ViewfinderAudioTests|DecodedViewEngineTests|largeFramesCompressInChunks|pipeCarriesDecodedPlanes"
 
 echo "== frames cannot be retained, released or recycled from outside the package" >&2
 bash scripts/check-frame-api.sh
