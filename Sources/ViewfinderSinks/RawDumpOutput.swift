@@ -8,8 +8,9 @@ import Viewfinder
 /// A write error (a full disk) ends the dump: later frames are counted as dropped and the error is
 /// kept in ``error``; what was written stays readable.
 public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
-    // @unchecked Sendable: `writer` is confined to the consumer thread; the published counters
-    // and the error are behind `state`.
+    // @unchecked Sendable: `writer` is read and written under `writeLock` (the frame thread and
+    // the audio delivery thread both write through it); the published counters and the error are
+    // behind `state`.
     public let consumerName: String
     public let path: String
     public let overwrite: Bool
@@ -36,7 +37,10 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public var isFinished: Bool { state.withLock { $0.finished } }
 
     public func start(configuration: StreamConfiguration) throws {
-        writer = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration)
+        // The audio delivery thread may already be writing periods (it starts first): `writer` is
+        // set under the same lock it reads it under.
+        let w = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration)
+        writeLock.lock(); writer = w; writeLock.unlock()
     }
 
     /// Serializes the writer between the frame thread and the audio delivery thread.
