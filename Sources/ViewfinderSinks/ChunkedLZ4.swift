@@ -35,10 +35,29 @@ final class ChunkedLZ4 {
         core.compress(source, count: count, acceleration: acceleration, into: payload)
     }
 
+    /// Decodes a chunked payload into `destination` (`rawLength` bytes). Throws a description of
+    /// what is wrong with a damaged payload.
     static func decompress(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int) throws(ChunkError) {
-        try ChunkedLZ4Core.decompress(payload, into: destination, rawLength: rawLength)
+        guard payload.count >= 4, let base = payload.baseAddress else { throw ChunkError("no chunk table") }
+        let k = Int(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
+        guard k >= 1, k <= 64, payload.count >= 4 + 8 * k else { throw ChunkError("chunk table of \(k) chunks does not fit") }
+        var at = 4 + 8 * k, out = 0
+        for i in 0..<k {
+            let raw = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: 4 + 8 * i, as: UInt32.self)))
+            let stored = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: 8 + 8 * i, as: UInt32.self)))
+            guard stored <= raw, at + stored <= payload.count, out + raw <= rawLength else { throw ChunkError("chunk \(i) runs past the payload or the frame") }
+            if stored == raw {
+                (destination + out).copyMemory(from: base + at, byteCount: raw)
+            } else {
+                let n = LZ4_decompress_safe((base + at).assumingMemoryBound(to: CChar.self), (destination + out).assumingMemoryBound(to: CChar.self), Int32(stored), Int32(raw))
+                guard n == Int32(raw) else { throw ChunkError("chunk \(i): LZ4 block decodes to \(n) bytes, expected \(raw)") }
+            }
+            at += stored; out += raw
+        }
+        guard out == rawLength, at == payload.count else { throw ChunkError("chunks hold \(out) bytes of \(rawLength)") }
     }
-    typealias ChunkError = ChunkedLZ4Core.ChunkError
+
+    struct ChunkError: Error { let reason: String; init(_ r: String) { reason = r } }
 }
 
 /// The state the caller and the helper threads share.
@@ -151,27 +170,4 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         }
     }
 
-    /// Decodes a chunked payload into `destination` (`rawLength` bytes). Throws a description of
-    /// what is wrong with a damaged payload.
-    static func decompress(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int) throws(ChunkError) {
-        guard payload.count >= 4, let base = payload.baseAddress else { throw ChunkError("no chunk table") }
-        let k = Int(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
-        guard k >= 1, k <= 64, payload.count >= 4 + 8 * k else { throw ChunkError("chunk table of \(k) chunks does not fit") }
-        var at = 4 + 8 * k, out = 0
-        for i in 0..<k {
-            let raw = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: 4 + 8 * i, as: UInt32.self)))
-            let stored = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: 8 + 8 * i, as: UInt32.self)))
-            guard stored <= raw, at + stored <= payload.count, out + raw <= rawLength else { throw ChunkError("chunk \(i) runs past the payload or the frame") }
-            if stored == raw {
-                (destination + out).copyMemory(from: base + at, byteCount: raw)
-            } else {
-                let n = LZ4_decompress_safe((base + at).assumingMemoryBound(to: CChar.self), (destination + out).assumingMemoryBound(to: CChar.self), Int32(stored), Int32(raw))
-                guard n == Int32(raw) else { throw ChunkError("chunk \(i): LZ4 block decodes to \(n) bytes, expected \(raw)") }
-            }
-            at += stored; out += raw
-        }
-        guard out == rawLength, at == payload.count else { throw ChunkError("chunks hold \(out) bytes of \(rawLength)") }
-    }
-
-    struct ChunkError: Error { let reason: String; init(_ r: String) { reason = r } }
 }

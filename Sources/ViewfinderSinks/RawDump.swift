@@ -20,8 +20,7 @@ public final class RawDumpWriter {
     private var scratchCapacity: Int
     private var header = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
     private var metadata: [UInt8] = []
-    /// The record header's first 64 bytes followed by the metadata: what the header checksum
-    /// covers, assembled in a buffer that keeps its capacity (no allocation per frame).
+    /// Where the header checksum's input is assembled (see `RawDumpFormat.recordSeed`).
     private var checksummed: [UInt8] = []
     /// Side-by-side compression of large frames (nil: one thread).
     private let chunked: ChunkedLZ4?
@@ -101,21 +100,21 @@ public final class RawDumpWriter {
         var flags: UInt8 = frame.pixelsModified ? RawDumpFormat.flagPixelsModified : 0
         if raw > 0 && !worthCompressing(frame.data, count: raw) {
             framesStoredByProbe += 1
-        } else if let chunked, raw >= Self.chunkedMinimum {
-            let n = chunked.compress(frame.data, count: raw, acceleration: acceleration, into: scratch)
-            if n < raw {
-                payload = UnsafeRawBufferPointer(start: scratch, count: n)
-                flags |= RawDumpFormat.flagChunked
-            }
-            framesCompressed += 1
         } else if raw > 0 {
-            let n = LZ4_compress_fast(frame.data.assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self), Int32(raw), Int32(scratchCapacity), acceleration)
-            // Incompressible data (sensor noise) is stored as it is: no slower to write, faster to read.
-            if n > 0 && Int(n) < raw {
-                payload = UnsafeRawBufferPointer(start: scratch, count: Int(n))
-                flags |= RawDumpFormat.flagCompressed
-            }
             framesCompressed += 1
+            // Large frames as blocks side by side, others as one block. Whatever LZ4 cannot
+            // shrink (sensor noise) is stored as it is: no slower to write, faster to read.
+            let (n, flag): (Int, UInt8)
+            if let chunked, raw >= Self.chunkedMinimum {
+                (n, flag) = (chunked.compress(frame.data, count: raw, acceleration: acceleration, into: scratch), RawDumpFormat.flagChunked)
+            } else {
+                (n, flag) = (Int(LZ4_compress_fast(frame.data.assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self),
+                                                   Int32(raw), Int32(scratchCapacity), acceleration)), RawDumpFormat.flagCompressed)
+            }
+            if n > 0 && n < raw {
+                payload = UnsafeRawBufferPointer(start: scratch, count: n)
+                flags |= flag
+            }
         }
         DumpMetadataCodec.encode(frame.metadata, into: &metadata)
         let offset = file.offset
@@ -138,10 +137,7 @@ public final class RawDumpWriter {
             LE.put(UInt16(0), p, 50)
             LE.put(UInt32(metadata.count), p, 52)
             LE.put(frame.receiveTime, p, 56)
-            checksummed.removeAll(keepingCapacity: true)
-            checksummed.append(contentsOf: UnsafeRawBufferPointer(start: p, count: 64))
-            checksummed.append(contentsOf: metadata)
-            let hh = checksummed.withUnsafeBytes { XXHash64.hash($0) }
+            let hh = RawDumpFormat.recordSeed(header: p, metadata: metadata, scratch: &checksummed)
             LE.put(XXHash64.hash(payload, seed: hh), p, 64)
         }
         try header.withUnsafeBytes { hb in
@@ -282,6 +278,8 @@ public final class RawDumpReader {
     private let fd: Int32
     private var scratch: UnsafeMutableRawPointer
     private var scratchCapacity: Int
+    /// Where the header checksum's input is assembled (see `RawDumpFormat.recordSeed`).
+    private var checksummed: [UInt8] = []
     private let headerEnd: UInt64
 
     public var frameCount: Int { entries.count }
@@ -460,8 +458,7 @@ public final class RawDumpReader {
         guard try RawDumpReader.pread(fd, buf, e.offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), path) == Int(stored) else {
             throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated payload")
         }
-        var hm = Array(h[0..<64]); hm += meta
-        let hh = hm.withUnsafeBytes { XXHash64.hash($0) }
+        let hh = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &checksummed) }
         guard XXHash64.hash(UnsafeRawBufferPointer(buf), seed: hh) == sum else { throw DumpError.checksumMismatch(path: path, frame: frameNumber, offset: e.offset) }
         return (h, meta, UnsafeRawBufferPointer(buf))
     }

@@ -73,6 +73,15 @@ public enum RawDumpFormat {
     static let flagPixelsModified: UInt8 = 2
     static let flagChunked: UInt8 = 4
 
+    /// The seed of a frame record's payload checksum: XXH64 of the header's first 64 bytes and the
+    /// metadata, assembled in `scratch` (kept by the caller, so nothing is allocated per record).
+    static func recordSeed(header: UnsafeRawPointer, metadata: [UInt8], scratch: inout [UInt8]) -> UInt64 {
+        scratch.removeAll(keepingCapacity: true)
+        scratch.append(contentsOf: UnsafeRawBufferPointer(start: header, count: 64))
+        scratch.append(contentsOf: metadata)
+        return scratch.withUnsafeBytes { XXHash64.hash($0) }
+    }
+
     static func clockCode(_ c: ClockSource) -> UInt8 {
         switch c { case .monotonic: 0; case .monotonicRaw: 1; case .realtime: 2; case .boottime: 3; case .unknown: 4 }
     }
