@@ -180,7 +180,7 @@ struct RecordCommand: ParsableCommand {
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         if !dev.source.isLive { var o = EngineOptions(); o.stallTimeoutSeconds = 30; try session.setEngineOptions(o) }
         try session.addOutput(movie)
-        try audioOptions.attach(to: session)
+        try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
         if preRoll == nil { try movie.startRecording(to: output, overwrite: force, delegate: waiter) }
         try session.startRunning()
@@ -217,6 +217,7 @@ struct DumpCommand: ParsableCommand {
     @Option(help: "LZ4 acceleration (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
     @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
     @Flag(help: "Overwrite an existing file.") var force = false
+    @OptionGroup var audioOptions: AudioOptions
 
     func validate() throws {
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
@@ -234,6 +235,7 @@ struct DumpCommand: ParsableCommand {
         if !dev.source.isLive { o.stallTimeoutSeconds = 30 }
         try session.setEngineOptions(o)
         try session.addOutput(out)
+        try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
         let t0 = monotonicNanoseconds()
         try session.startRunning()
@@ -243,7 +245,8 @@ struct DumpCommand: ParsableCommand {
         session.stopRunning()
         let secs = Double(monotonicNanoseconds() - t0) / 1e9
         let ratio = out.bytesWritten > 0 ? Double(out.rawBytesWritten) / Double(out.bytesWritten) : 0
-        print("wrote \(output): \(out.framesWritten) frames of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
+        let sound = out.audioPeriodsWritten > 0 ? ", \(out.audioPeriodsWritten) periods of sound" : ""
+        print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
         if let e = out.error { throw e }
     }
 }
