@@ -188,3 +188,21 @@ import ViewfinderKit
         #expect(try CaptureDevice.open("sim", directory: .standard).recordedSound() == nil)
     }
 }
+
+@Suite struct DefaultDeviceTests {
+    /// `CaptureDevice.default(for:)` gives a camera for `.video` and a microphone for `.audio`,
+    /// each typed, nil (not a crash) where there is none.
+    @Test func defaultDevicesByMediaType() throws {
+        let camera: CaptureDevice? = CaptureDevice.default(for: .video)
+        let expected = try CaptureDevice.defaultDevice(directory: .standard).uniqueID
+        #expect(camera?.uniqueID == expected)
+        if !FileManager.default.fileExists(atPath: "/dev/video0") { #expect(expected == "sim") }
+        let mic: AudioCaptureDevice? = CaptureDevice.default(for: .audio)
+        let micID = mic?.uniqueID
+        mic?.source.close()   // held while open: close it before opening it again
+        switch Result(catching: { try AudioCaptureDevice.defaultDevice() }) {
+        case .success(let d): #expect(micID == d.uniqueID); d.source.close()
+        case .failure(let e): #expect(micID == nil, "defaultDevice() threw \(e) but default(for: .audio) gave a device")
+        }
+    }
+}
