@@ -74,15 +74,15 @@ struct PreviewCommand: ParsableCommand {
         try session.startRunning()
         let done = DispatchSemaphore(value: 0)
         let failure = LockedBox<(any Error)?>(nil)
+        let (bindHost, shownToken, madeToken) = (bind, cfg.token, generated)
         let task = Task {
             do {
                 try await server.run { port in
-                    let host = bind.contains(":") ? "[\(bind)]" : bind
+                    let host = bindHost.contains(":") ? "[\(bindHost)]" : bindHost
                     var line = "viewfinder preview: http://\(host):\(port)/"
-                    if let t = cfg.token { line += "?token=\(t)" }
-                    if generated { line += "  (token made for this run)" }
-                    print(line)
-                    fflush(stdout)
+                    if let t = shownToken { line += "?token=\(t)" }
+                    if madeToken { line += "  (token made for this run)" }
+                    FileHandle.standardOutput.write(Data((line + "\n").utf8))
                 }
             } catch is CancellationError {
             } catch {

@@ -1,5 +1,6 @@
 import Hummingbird
 import Synchronization
+import Viewfinder
 import ViewfinderKit
 
 /// One preview picture: a JPEG, shared by every viewer (one buffer, never copied per client).
@@ -300,7 +301,7 @@ final class PreviewCounters: Sendable {
 
 /// Hands each picture to every viewer's one-picture mailbox.
 final class PictureBroadcaster: Sendable {
-    private let viewers = LockedBox<[Int: AsyncStream<PreviewPicture>.Continuation]>([:])
+    private let viewers = LockedBox<(open: [Int: AsyncStream<PreviewPicture>.Continuation], closed: Bool)>(([:], false))
     private let nextID = Atomic<Int>(0)
     private let count = Atomic<Int>(0)
 
@@ -310,11 +311,18 @@ final class PictureBroadcaster: Sendable {
     func subscribe() -> (pictures: AsyncStream<PreviewPicture>, cancel: @Sendable () -> Void) {
         let id = nextID.add(1, ordering: .relaxed).newValue
         let (stream, continuation) = AsyncStream.makeStream(of: PreviewPicture.self, bufferingPolicy: .bufferingNewest(1))
-        viewers.withLock { $0[id] = continuation }
+        let added = viewers.withLock { v -> Bool in
+            if v.closed { return false }
+            v.open[id] = continuation
+            return true
+        }
+        guard added else {
+            continuation.finish()
+            return (stream, {})
+        }
         count.add(1, ordering: .relaxed)
-        let viewers = self.viewers, count = self.count
-        let cancel: @Sendable () -> Void = {
-            let c = viewers.withLock { $0.removeValue(forKey: id) }
+        let cancel: @Sendable () -> Void = { [self] in
+            let c = viewers.withLock { $0.open.removeValue(forKey: id) }
             if let c {
                 count.subtract(1, ordering: .relaxed)
                 c.finish()
@@ -326,7 +334,7 @@ final class PictureBroadcaster: Sendable {
 
     /// Offers the picture to every viewer; returns how many viewers lost an older picture to it.
     func publish(_ picture: PreviewPicture) -> Int {
-        let all = viewers.withLock { Array($0.values) }
+        let all = viewers.withLock { Array($0.open.values) }
         var late = 0
         for c in all {
             if case .dropped = c.yield(picture) { late += 1 }
@@ -334,9 +342,12 @@ final class PictureBroadcaster: Sendable {
         return late
     }
 
-    /// Ends every viewer's stream (the server is stopping).
+    /// Ends every viewer's stream and refuses new ones (the server is stopping).
     func finishAll() {
-        let all = viewers.withLock { v -> [AsyncStream<PreviewPicture>.Continuation] in defer { v.removeAll() }; return Array(v.values) }
+        let all = viewers.withLock { v -> [AsyncStream<PreviewPicture>.Continuation] in
+            v.closed = true
+            return Array(v.open.values)
+        }
         for c in all { c.finish() }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import Logging
+import ServiceLifecycle
 import Synchronization
 import ViewfinderKit
 
@@ -119,7 +120,8 @@ public final class PreviewServer: Sendable {
         try session.commitConfiguration()
     }
 
-    /// Serves until the calling task is cancelled (or the server fails to start).
+    /// Serves until the calling task is cancelled (or the server fails to start). Cancellation
+    /// shuts the server down gracefully: the open streams end, then the listener closes.
     /// - Parameter onListening: called once with the port the server listens on.
     public func run(onListening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
         let app = Application(
@@ -128,13 +130,22 @@ public final class PreviewServer: Sendable {
             onServerRunning: { channel in onListening(channel.localAddress?.port ?? 0) },
             logger: logger
         )
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await self.tickStatistics() }
-            group.addTask { try await app.run() }
-            defer { self.output.broadcaster.finishAll(); self.hub.finishAll() }
-            try await group.next()
-            group.cancelAll()
+        let group = ServiceGroup(services: [app], logger: logger)
+        // Not a child task: the caller's cancellation becomes a graceful shutdown, not a cancellation
+        // of the server's connections mid-write.
+        let serving = Task { try await group.run() }
+        let ticker = Task { await self.tickStatistics() }
+        let output = self.output, hub = self.hub
+        defer { ticker.cancel() }
+        try await withTaskCancellationHandler {
+            try await serving.value
+        } onCancel: {
+            output.broadcaster.finishAll()
+            hub.finishAll()
+            Task { await group.triggerGracefulShutdown() }
         }
+        output.broadcaster.finishAll()
+        hub.finishAll()
     }
 
     /// Makes the statistics message every interval while the server runs.
@@ -287,13 +298,14 @@ struct TokenMiddleware: RouterMiddleware {
 
 /// The latest statistics message, offered to every `/events` subscriber (newest kept).
 final class StatisticsHub: Sendable {
-    private let state = LockedBox<(latest: String?, next: Int, subscribers: [Int: AsyncStream<String>.Continuation])>((nil, 0, [:]))
+    private let state = LockedBox<(latest: String?, next: Int, subscribers: [Int: AsyncStream<String>.Continuation], closed: Bool)>((nil, 0, [:], false))
 
     var latest: String? { state.withLock { $0.latest } }
 
     func subscribe() -> (AsyncStream<String>, @Sendable () -> Void) {
         let (stream, continuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(2))
         let id = state.withLock { s -> Int in
+            if s.closed { continuation.finish(); return 0 }
             s.next += 1
             s.subscribers[s.next] = continuation
             if let l = s.latest { continuation.yield(l) }
@@ -313,7 +325,11 @@ final class StatisticsHub: Sendable {
     var subscriberCount: Int { state.withLock { $0.subscribers.count } }
 
     func finishAll() {
-        let all = state.withLock { s -> [AsyncStream<String>.Continuation] in defer { s.subscribers.removeAll() }; return Array(s.subscribers.values) }
+        let all = state.withLock { s -> [AsyncStream<String>.Continuation] in
+            s.closed = true
+            defer { s.subscribers.removeAll() }
+            return Array(s.subscribers.values)
+        }
         for c in all { c.finish() }
     }
 }

@@ -30,7 +30,7 @@ final class StatisticsBuilder: @unchecked Sendable {
             d["delivered"] = s.delivered
             d["drops"] = s.drops.byName
             d["seconds"] = s.elapsedSeconds
-            d["stages"] = zip(s.stageNames, s.stageMeanMicroseconds).map { ["name": $0.0, "mean_us": finite($0.1)] as [String: Any] }
+            d["stages"] = zip(s.stageNames, s.stageMeanMicroseconds).map { ["name": $0.0, "mean_us": finiteOrZero($0.1)] as [String: Any] }
             d["latency_ms"] = ["p50": Double(s.latency.quantile(0.5)) / 1e6, "p99": Double(s.latency.quantile(0.99)) / 1e6]
             d["outputs"] = s.consumers.map { ["name": $0.name, "frames": $0.consumed, "drops": $0.drops.byName] as [String: Any] }
         }
@@ -53,11 +53,11 @@ final class StatisticsBuilder: @unchecked Sendable {
         d["ae_state"] = latest.exposureState ?? NSNull()
         d["af_state"] = latest.focusState ?? NSNull()
         d["metered_luma"] = optional(latest.meteredLuma)
-        d["motion"] = latest.motionX.map { ["dx": finite($0), "dy": finite(latest.motionY ?? 0)] as [String: Any] } ?? NSNull()
-        if let x = latest.spotX, let y = latest.spotY { d["spot"] = ["x": finite(x), "y": finite(y)] } else { d["spot"] = NSNull() }
+        d["motion"] = latest.motionX.map { ["dx": finiteOrZero($0), "dy": finiteOrZero(latest.motionY ?? 0)] as [String: Any] } ?? NSNull()
+        if let x = latest.spotX, let y = latest.spotY { d["spot"] = ["x": finiteOrZero(x), "y": finiteOrZero(y)] } else { d["spot"] = NSNull() }
         d["samples"] = samples.map { s -> [String: Any] in
             ["seq": s.sequence, "exposure_us": optional(s.exposureMicroseconds), "gain": optional(s.gain), "lens": optional(s.lensPosition),
-             "focus_score": optional(s.focusScore), "raw_x": finite(s.rawPathX), "raw_y": finite(s.rawPathY),
+             "focus_score": optional(s.focusScore), "raw_x": finiteOrZero(s.rawPathX), "raw_y": finiteOrZero(s.rawPathY),
              "smooth_x": optional(s.smoothPathX), "smooth_y": optional(s.smoothPathY)]
         }
         d["histogram"] = histogram.map { Int($0) }
@@ -69,7 +69,7 @@ final class StatisticsBuilder: @unchecked Sendable {
     }
 }
 
-private func finite(_ v: Double) -> Double { v.isFinite ? v : 0 }
+private func finiteOrZero(_ v: Double) -> Double { v.isFinite ? v : 0 }
 private func optional(_ v: Double?) -> Any { v.flatMap { $0.isFinite ? $0 : nil } ?? NSNull() }
 
 /// The Prometheus registry of `/metrics`: the engine's totals are copied in at each scrape (so
@@ -90,24 +90,30 @@ final class PreviewMetrics: Sendable {
 
     init() {
         previewLatency = registry.makeDurationHistogram(
-            name: "viewfinder_preview_latency_seconds",
+            descriptor: Self.descriptor("viewfinder_preview_latency_seconds", "Capture to the preview picture written to a viewer's connection"),
             buckets: [.milliseconds(5), .milliseconds(10), .milliseconds(20), .milliseconds(35), .milliseconds(50), .milliseconds(75),
-                      .milliseconds(100), .milliseconds(150), .milliseconds(250), .milliseconds(500), .seconds(1)],
-            help: "Capture to the preview picture written to a viewer's connection")
+                      .milliseconds(100), .milliseconds(150), .milliseconds(250), .milliseconds(500), .seconds(1)])
+    }
+
+    /// The whole name as the metric name (the unit is already in it).
+    static func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
     }
 
     func recordPreviewLatency(nanoseconds: UInt64) {
         previewLatency.recordNanoseconds(Int64(min(nanoseconds, UInt64(Int64.max))))
     }
 
-    private func setCounter(_ name: String, _ labels: [(String, String)] = [], _ value: UInt64, help: String) {
-        let c = labels.isEmpty ? registry.makeCounter(name: name, help: help) : registry.makeCounter(name: name, labels: labels, help: help)
+    private func setCounter(_ name: String, labels: [(String, String)] = [], _ value: UInt64, help: String) {
+        let d = Self.descriptor(name, help)
+        let c = labels.isEmpty ? registry.makeCounter(descriptor: d) : registry.makeCounter(descriptor: d, labels: labels)
         c.reset()
         c.increment(by: Int64(min(value, UInt64(Int64.max))))
     }
 
-    private func setGauge(_ name: String, _ labels: [(String, String)] = [], _ value: Double, help: String) {
-        let g = labels.isEmpty ? registry.makeGauge(name: name, help: help) : registry.makeGauge(name: name, labels: labels, help: help)
+    private func setGauge(_ name: String, labels: [(String, String)] = [], _ value: Double, help: String) {
+        let d = Self.descriptor(name, help)
+        let g = labels.isEmpty ? registry.makeGauge(descriptor: d) : registry.makeGauge(descriptor: d, labels: labels)
         g.set(value.isFinite ? value : 0)
     }
 
@@ -118,20 +124,20 @@ final class PreviewMetrics: Sendable {
                 setCounter("viewfinder_frames_captured_total", s.captured, help: "Frames captured from the device")
                 setCounter("viewfinder_frames_delivered_total", s.delivered, help: "Frames that left the stage chain for the outputs")
                 for r in DropReason.allCases {
-                    setCounter("viewfinder_frames_dropped_total", [("reason", r.name)], s.drops[r], help: "Frames dropped before the outputs, by reason")
+                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], s.drops[r], help: "Frames dropped before the outputs, by reason")
                 }
                 for c in s.consumers {
-                    setCounter("viewfinder_output_frames_total", [("output", c.name)], c.consumed, help: "Frames an output consumed")
+                    setCounter("viewfinder_output_frames_total", labels: [("output", c.name)], c.consumed, help: "Frames an output consumed")
                     for r in DropReason.allCases {
-                        setCounter("viewfinder_output_frames_dropped_total", [("output", c.name), ("reason", r.name)], c.drops[r],
+                        setCounter("viewfinder_output_frames_dropped_total", labels: [("output", c.name), ("reason", r.name)], c.drops[r],
                                    help: "Frames dropped on the way to an output, by reason")
                     }
                 }
                 for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) {
-                    setGauge("viewfinder_stage_time_seconds", [("stage", name)], us / 1e6, help: "Mean time per frame in a stage")
+                    setGauge("viewfinder_stage_time_seconds", labels: [("stage", name)], us / 1e6, help: "Mean time per frame in a stage")
                 }
                 for q in [0.5, 0.9, 0.99] {
-                    setGauge("viewfinder_latency_seconds", [("quantile", String(q))], Double(s.latency.quantile(q)) / 1e9,
+                    setGauge("viewfinder_latency_seconds", labels: [("quantile", String(q))], Double(s.latency.quantile(q)) / 1e9,
                              help: "Capture to delivery to the outputs (log-scale buckets, upper bound)")
                 }
             }
@@ -139,7 +145,7 @@ final class PreviewMetrics: Sendable {
             setGauge("viewfinder_preview_viewers", Double(o.broadcaster.viewerCount), help: "Open /stream connections")
             setCounter("viewfinder_preview_pictures_total", o.counters.encoded.load(ordering: .relaxed), help: "Preview pictures made (encoded or passed through)")
             for (reason, n) in o.counters.drops {
-                setCounter("viewfinder_preview_frames_dropped_total", [("reason", reason)], n, help: "Preview pictures not shown, by reason")
+                setCounter("viewfinder_preview_frames_dropped_total", labels: [("reason", reason)], n, help: "Preview pictures not shown, by reason")
             }
             let latest = o.latestSample
             if let e = latest.exposureMicroseconds { setGauge("viewfinder_exposure_seconds", e / 1e6, help: "Exposure time of the newest frame") }

@@ -4,6 +4,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import Testing
+import Viewfinder
 @testable import ViewfinderKit
 @testable import ViewfinderPreview
 
@@ -236,7 +237,7 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         let run = try RunningPreview(stages: "stabilise")
         try await run.start()
         let url = run.url("/events")
-        let messages: [[String: Any]] = try await within(20, "statistics over /events") {
+        let texts: [String] = try await within(20, "statistics over /events") {
             let response = try await HTTPClient.shared.execute(request(url), timeout: .seconds(10))
             guard response.headers.first(name: "content-type") == "text/event-stream" else { throw TestFailure("content type \(response.headers)") }
             var text = "", out: [String] = []
@@ -248,8 +249,9 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
                 }
                 if out.count >= 8 { break }
             }
-            return try out.map { try jsonObject($0) }
+            return out
         }
+        let messages = try texts.map { try jsonObject($0) }
         let last = try #require(messages.last)
         #expect((last["captured"] as? Int ?? 0) > 0)
         #expect((last["fps"] as? Double ?? 0) > 5, "the sim runs at 30 fps")
