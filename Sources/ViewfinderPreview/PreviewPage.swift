@@ -136,7 +136,7 @@ function lineChart(id, lines) {
     if (v.length < 2) return;
     let lo = ln.min !== undefined ? Math.min(ln.min, ...v) : Math.min(...v), hi = Math.max(...v);
     if (ln.shared) { const a = ln.shared.filter((x) => x !== null && isFinite(x)); lo = Math.min(lo, ...a); hi = Math.max(hi, ...a); }
-    if (hi - lo < 1e-9) { hi += 1; lo -= 1; }
+    if (hi - lo < 1e-9) { const pad = Math.max(Math.abs(hi) * 0.05, 1e-3); hi += pad; lo -= pad; }
     g.strokeStyle = ln.color; g.lineWidth = 1.5; g.beginPath();
     let started = false;
     ln.data.forEach((x, i) => {

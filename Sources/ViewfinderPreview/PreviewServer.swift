@@ -121,7 +121,8 @@ public final class PreviewServer: Sendable {
     }
 
     /// Serves until the calling task is cancelled (or the server fails to start). Cancellation
-    /// shuts the server down gracefully: the open streams end, then the listener closes.
+    /// shuts the server down gracefully: the open streams end, then the listener closes; a
+    /// connection still open 2 s later (a viewer that stopped reading) is closed.
     /// - Parameter onListening: called once with the port the server listens on.
     public func run(onListening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
         let app = Application(
@@ -143,6 +144,12 @@ public final class PreviewServer: Sendable {
             output.broadcaster.finishAll()
             hub.finishAll()
             Task { await group.triggerGracefulShutdown() }
+            // A viewer that stopped reading holds its response in a write that never completes:
+            // after a grace period the server's tasks are cancelled, connections and all.
+            Task {
+                try? await Task.sleep(nanoseconds: 2_000_000_000)
+                serving.cancel()
+            }
         }
         output.broadcaster.finishAll()
         hub.finishAll()
