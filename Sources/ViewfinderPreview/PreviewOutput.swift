@@ -44,7 +44,7 @@ struct PreviewSample: Sendable, Equatable {
 /// Flow: the engine gives the output its own ring (2 frames, keep the newest) and thread, so
 /// encoding never holds up capture or the other outputs. Each viewer has a one-picture mailbox:
 /// a viewer whose connection has not taken the last picture when the next one is ready loses
-/// the older one, counted as `client_late` (``PreviewCounters``). A stalled browser therefore
+/// the older one, counted as `client_late` (``viewerLateDrops``). A stalled browser therefore
 /// costs one buffer, never a frame elsewhere. Nothing is encoded while nobody watches.
 ///
 /// Pictures: camera MJPEG is passed through as it is when no stage changed the pixels; other
@@ -97,6 +97,7 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
     private let spotYKey = MetadataKey("ae.spot_y")
 
     /// - Parameters:
+    ///   - name: the output's name in statistics and metrics.
     ///   - maximumWidth: widest preview picture, pixels (at least 64).
     ///   - quality: JPEG quality of encoded pictures, 1–100.
     public init(name: String = "preview", maximumWidth: Int = 640, quality: Int = 75) {
