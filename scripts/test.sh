@@ -18,6 +18,16 @@ bash scripts/check-sound-movie.sh .build/debug/viewfinder
 echo "== frames out from Python: python/ installed with pip, read from the shm ring and the pipe" >&2
 VIEWFINDER_BIN="$PWD/.build/debug/viewfinder" bash scripts/python-tests.sh
 
+# ---- browser preview (issue 13) ------------------------------------------------------------
+# `viewfinder preview` on the sim camera, driven by headless Chromium through selenium (Debian's
+# chromium, chromium-driver, python3-selenium from install-deps.sh): the picture arrives and
+# changes, a click moves the exposure spot, the charts draw, the token is enforced. The
+# screenshot is kept in .build/preview-artifacts/preview-page.png (the script prints the path).
+# Costs about 15 s (the CLI is already built by the unit-test step).
+echo "== browser preview: headless Chromium against viewfinder preview --device sim" >&2
+/usr/bin/python3 scripts/browser_preview_test.py .build/debug/viewfinder .build/preview-artifacts
+# ---------------------------------------------------------------------------------------------
+
 echo "== public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit" >&2
 VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 
