@@ -151,6 +151,7 @@ struct RecordCommand: ParsableCommand {
     @Option(help: "TurboJPEG encoder threads.") var threads = 2
     @Option(help: "Movie fragment interval, seconds (at most this much is lost if the process dies).") var fragment = 0.5
     @Option(help: "Stages to run before the movie output.") var stages: String?
+    @Option(help: "Clockwise rotation players apply when they show the movie: 0, 90, 180 or 270 (the track matrix; pixels stored as captured).") var rotation = 0
     @Flag(help: "Overwrite an existing file.") var force = false
     @OptionGroup var audioOptions: AudioOptions
 
@@ -160,6 +161,7 @@ struct RecordCommand: ParsableCommand {
         guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
         guard (1...16).contains(threads) else { throw ValidationError("--threads must be 1...16") }
         guard fragment > 0 && fragment <= 10 else { throw ValidationError("--fragment must be in (0, 10] seconds") }
+        guard [0, 90, 180, 270].contains(rotation) else { throw ValidationError("--rotation must be 0, 90, 180 or 270") }
         if duration == nil && maxSize == nil { /* until Ctrl-C or the end of the source */ }
     }
 
@@ -169,6 +171,7 @@ struct RecordCommand: ParsableCommand {
         s.quality = quality
         s.encoderThreads = threads
         s.fragmentInterval = fragment
+        s.rotation = rotation
         s.maximumDuration = duration
         s.maximumFileSize = try maxSize.map(parseByteSize)
         s.minimumFreeDiskSpace = try minFree.map(parseByteSize)
