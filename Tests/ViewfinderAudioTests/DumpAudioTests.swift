@@ -11,23 +11,7 @@ import ViewfinderKit
         let dir = NSTemporaryDirectory() + "vfaudio-dump-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let path = dir + "/a.vfdump"
-        let session = CaptureSession(registry: .builtIn)
-        let camera = try CaptureDevice.open("sim:width=160,height=120,fps=30", directory: .standard)
-        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
-        let dump = RawDumpOutput(path: path)
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: camera))
-        try session.addInput(AudioDeviceInput(device: mic))
-        try session.setSessionPreset(.inputPriority)
-        try session.addOutput(dump)
-        try session.commitConfiguration()
-        try session.startRunning()
-        usleep(1_500_000)
-        session.stopRunning()
-        let deadline = monotonicNanoseconds() + 10_000_000_000
-        while !dump.isFinished && monotonicNanoseconds() < deadline { usleep(10_000) }
-        #expect(dump.error == nil)
+        let path = try DumpReplaySoundTests.makeDump(dir)
 
         for verify in [false, true] {
             let reader = try RawDumpReader(path: path, verify: verify)
