@@ -40,8 +40,21 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
         // The audio delivery thread may already be writing periods (it starts first): `writer` is
         // set under the same lock it reads it under.
         let w = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration)
-        writeLock.lock(); writer = w; intervalNanoseconds = configuration.interval.nanoseconds; writeLock.unlock()
+        writeLock.lock(); defer { writeLock.unlock() }
+        writer = w
+        intervalNanoseconds = configuration.interval.nanoseconds
+        // Sound captured before the file existed (the microphone starts first): written now.
+        let early = earlyAudio
+        earlyAudio.removeAll()
+        earlyAudioBytes = 0
+        for e in early { write(e, to: w) }
     }
+
+    /// A period that came before the file was open: kept (the last two seconds) until it is.
+    private struct EarlyAudio { var bytes: [UInt8]; var format: AudioStreamFormat; var period: AudioPeriod; var measuredRate: Double }
+    /// Under `writeLock`.
+    private var earlyAudio: [EarlyAudio] = []
+    private var earlyAudioBytes = 0
 
     /// The stream's frame interval (under `writeLock`).
     private var intervalNanoseconds: UInt64 = 0
@@ -103,10 +116,31 @@ extension RawDumpOutput: AudioConsumer {
     public func prepareAudio(format: AudioStreamFormat) { audioState.withLock { $0.live = true } }
 
     /// Writes the period as an audio record (its samples as captured, its stamp and position).
-    /// Periods that arrive before the first frame opened the file, or after it closed, are not kept.
+    /// Periods that arrive before the stream opened the file are kept for it (the last 2 s); those
+    /// after it closed are not.
     public func consumeAudio(_ buffer: AudioBuffer) {
         writeLock.lock(); defer { writeLock.unlock() }
-        guard let w = writer else { return }
+        guard let w = writer else {
+            // Not open yet (before the first frame's stream started): keep the last 2 s for it.
+            guard state.withLock({ !$0.finished && $0.error == nil }) else { return }
+            let e = EarlyAudio(bytes: Array(buffer.data), format: buffer.format, period: buffer.period, measuredRate: buffer.measuredRate)
+            earlyAudio.append(e)
+            earlyAudioBytes += e.bytes.count
+            while earlyAudioBytes > 2 * buffer.format.sampleRate * buffer.format.bytesPerFrame, earlyAudio.count > 1 {
+                earlyAudioBytes -= earlyAudio.removeFirst().bytes.count
+            }
+            return
+        }
+        append(buffer, to: w)
+    }
+
+    /// Under `writeLock`.
+    private func write(_ e: EarlyAudio, to w: RawDumpWriter) {
+        e.bytes.withUnsafeBytes { append(AudioBuffer(data: $0, format: e.format, period: e.period, measuredRate: e.measuredRate), to: w) }
+    }
+
+    /// Under `writeLock`.
+    private func append(_ buffer: AudioBuffer, to w: RawDumpWriter) {
         do {
             try w.appendAudio(buffer, receiveTime: monotonicNanoseconds())
             let n = w.audioPeriodsWritten
