@@ -67,6 +67,12 @@ let package = Package(
             name: "ViewfinderKit",
             dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks", "ViewfinderAudio"]
         ),
+        // `viewfinder bench`: camera timing, control latency from the pictures, stage time
+        // distributions, the JSON report, the HTML report with SVG plots, baseline comparison.
+        .target(
+            name: "ViewfinderBench",
+            dependencies: ["ViewfinderKit", .product(name: "Logging", package: "swift-log")]
+        ),
         // Test doubles and fixtures; used by Tests/ and Benchmarks/, never by ViewfinderKit.
         .target(
             name: "ViewfinderTestSupport",
@@ -76,6 +82,7 @@ let package = Package(
             name: "ViewfinderCLI",
             dependencies: [
                 "ViewfinderKit",
+                "ViewfinderBench",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -98,5 +105,6 @@ let package = Package(
         .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
         .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
+        .testTarget(name: "ViewfinderBenchTests", dependencies: ["ViewfinderBench", "ViewfinderKit"]),
     ]
 )

@@ -75,6 +75,8 @@ public final class EngineStatistics: Sendable {
     public let latency = LatencyHistogram()
     public let consumers: [ConsumerStatistics]
     public let stageNames: [String]
+    /// Distribution of each stage's time per call (same order as ``stageNames``).
+    public let stageTimeHistograms: [LatencyHistogram]
     private let stageTimes: LockedBox<[Double]>
     private let startTime = Atomic<UInt64>(0)
     private let endTime = Atomic<UInt64>(0)
@@ -83,6 +85,7 @@ public final class EngineStatistics: Sendable {
         self.stageNames = stageNames
         self.consumers = consumerNames.map(ConsumerStatistics.init)
         self.stageTimes = LockedBox(Array(repeating: 0, count: stageNames.count))
+        self.stageTimeHistograms = stageNames.map { _ in LatencyHistogram() }
     }
 
     /// Frames the source produced, including those it lost (sequence gaps, no buffer, corrupt).
@@ -189,7 +192,7 @@ public final class CaptureEngine: @unchecked Sendable {
         self.options = options
         self.logger = logger
         self.statistics = EngineStatistics(stageNames: stages.map { type(of: $0).name }, consumerNames: consumers.map(\.consumerName))
-        self.chain = StageChain(stages: stages, drops: statistics.drops)
+        self.chain = StageChain(stages: stages, drops: statistics.drops, timeHistograms: statistics.stageTimeHistograms)
         let controls = source.controls
         self.controlRequests = controls.map { _ in ControlRequestQueue() }
         self.delayedControls = controls.map { DelayedControls(latency: $0.controlLatencyFrames) }
