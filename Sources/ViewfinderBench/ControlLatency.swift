@@ -4,7 +4,8 @@ import Foundation
 public struct StepResponse: Codable, Sendable, Equatable {
     public var from: Int64
     public var to: Int64
-    /// Sequence of the frame after whose arrival the control was set.
+    /// Sequence of the newest frame the capture thread had received when the `set` returned: the
+    /// frame the latency counts from.
     public var referenceSequence: UInt64?
     /// Frames from the reference to the first frame that moved at least half-way to the new level
     /// (nil: no visible change, or the set failed).
@@ -37,23 +38,34 @@ public struct ControlLatencyResult: Codable, Sendable, Equatable {
 /// Finds the frame at which a step shows in the pictures.
 public enum ControlLatencyAnalysis {
     /// The response of `step` in `samples`: the baseline is the `baselineFrames` frames up to the
-    /// reference, the new level the mean of the last three of the `window` frames after it. A
+    /// reference (the newest frame received before the set), the new level the mean of the last
+    /// three of the `window` frames after it. A
     /// change smaller than three times the baseline's spread (or than `minimumChange`) is "no
     /// visible change"; otherwise the latency is the offset of the first frame at least half-way
     /// from the baseline to the new level.
     public static func response(of step: ControlStep, in samples: [FrameSample], baselineFrames: Int, window: Int, minimumChange: Double) -> StepResponse {
         var r = StepResponse(from: step.from, to: step.to, referenceSequence: step.reference, latencyFrames: nil, baseline: 0, baselineSpread: 0, settled: 0, offsets: [], values: [], error: step.error)
-        guard let k = step.reference else {
+        guard let consumedAtSet = step.reference else {
             if r.error == nil { r.error = "the step was not made (the run ended first)" }
             return r
         }
+        // The newest frame received by the capture thread before the set: later than the one the
+        // recorder had in hand when the pipeline runs behind.
+        var k = consumedAtSet
+        if let t = step.setTime {
+            for s in samples where s.received > 0 && s.received <= t && s.sequence > k { k = s.sequence }
+        }
+        r.referenceSequence = k
+        // The next step is set after `baselineFrames` more frames reach the recorder: frames up to
+        // here cannot show it.
+        let last = min(k + UInt64(window), consumedAtSet + UInt64(window + baselineFrames - 1))
         let lo = k >= UInt64(baselineFrames - 1) ? k - UInt64(baselineFrames - 1) : 0
         var before: [Double] = []
         var after: [(Int, Double)] = []
         for s in samples {
             guard let m = s.measure else { continue }
             if s.sequence >= lo && s.sequence <= k { before.append(m); r.offsets.append(-Int(k - s.sequence)); r.values.append(m) }
-            else if s.sequence > k && s.sequence <= k + UInt64(window) {
+            else if s.sequence > k && s.sequence <= last {
                 let off = Int(s.sequence - k)
                 after.append((off, m)); r.offsets.append(off); r.values.append(m)
             }

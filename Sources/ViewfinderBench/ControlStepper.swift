@@ -23,8 +23,10 @@ public struct ControlStep: Sendable, Equatable {
     public var name: String
     public var from: Int64
     public var to: Int64
-    /// Sequence of the frame after whose arrival the `set` was made (nil: not made).
+    /// Sequence of the frame after whose arrival at the recorder the `set` was made (nil: not made).
     public var reference: UInt64?
+    /// When the `set` returned, CLOCK_MONOTONIC ns (nil: not made).
+    public var setTime: UInt64?
     /// The error of the `set`, if it failed.
     public var error: String?
 }
@@ -33,10 +35,11 @@ public struct ControlStep: Sendable, Equatable {
 /// `baselineFrames` frames, sets the control right after frame k arrives (k is the step's
 /// reference), then watches `window` more frames before the next step.
 ///
-/// Setting right after a frame arrives makes "frames after the set" well defined: on a camera
-/// whose control applies `L` frames after the last frame delivered (libcamera's "frame delay"),
-/// the first frame showing the change is k + L. Not thread-safe: the recorder calls it under its
-/// lock.
+/// Setting right after a frame arrives keeps the set clear of frame boundaries. The analysis
+/// counts from the newest frame the capture thread had received when the set returned (k, or a
+/// later one when the pipeline runs behind the camera): on a camera whose control applies `L`
+/// frames after the last frame delivered (libcamera's "frame delay"), the first frame showing the
+/// change is that frame + L. Not thread-safe: the recorder calls it under its lock.
 public struct ControlStepper: Sendable {
     public private(set) var steps: [ControlStep]
     private let controls: any DeviceControlling
@@ -96,6 +99,7 @@ public struct ControlStepper: Sendable {
             guard framesInStep >= baselineFrames else { return }
             do {
                 try controls.set(steps[index].name, to: steps[index].to)
+                steps[index].setTime = monotonicNanoseconds()
                 steps[index].reference = sequence
                 framesInStep = 0
             } catch {

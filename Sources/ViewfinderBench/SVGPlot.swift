@@ -98,7 +98,7 @@ struct SVGPlot {
     /// A legend in the top right corner.
     mutating func legend(_ names: [String]) {
         for (i, n) in names.enumerated() {
-            let y = top + 8 + Double(i) * 14
+            let y = top + 16 + Double(i) * 14
             body += "<rect x=\"\(SVGPlot.f(width - right - 150))\" y=\"\(SVGPlot.f(y - 8))\" width=\"10\" height=\"10\" fill=\"\(SVGPlot.colours[i % SVGPlot.colours.count])\"/>"
             body += "<text x=\"\(SVGPlot.f(width - right - 136))\" y=\"\(SVGPlot.f(y + 1))\" font-size=\"11\">\(SVGPlot.escape(n))</text>\n"
         }

@@ -97,7 +97,8 @@ import ViewfinderKit
         #expect(ControlStepper.stepTarget(focus, current: 400) == 700)
         #expect(ControlStepper.stepTarget(focus, current: 900) == 600)
         let bright = ControlDescriptor(id: 3, name: "brightness", kind: .integer, minimum: 0, maximum: 255, step: 1, defaultValue: 128, menu: [:], standard: .brightness)
-        #expect(ControlStepper.stepTarget(bright, current: 128) == 64)
+        // A quarter of the range (63) toward the far end.
+        #expect(ControlStepper.stepTarget(bright, current: 128) == 65)
     }
 
     @Test func simJitterIsGaussianWithTheAskedDeviation() {

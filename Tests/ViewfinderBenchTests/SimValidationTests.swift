@@ -50,7 +50,8 @@ import ViewfinderKit
         c.controls = []
         c.stages = "exposure:mode=continuous,focus"
         let r = try BenchRunner(configuration: c).run()
-        #expect(r.pipeline.stages.map(\.name) == ["exposure", "focus"])
+        // The session's own device-controls stage runs first, then the pipeline's.
+        #expect(r.pipeline.stages.map(\.name).suffix(2) == ["exposure", "focus"])
         for s in r.pipeline.stages {
             #expect(s.calls >= 25)
             #expect(s.p50Us > 0 && s.p50Us <= s.p99Us && s.maxUs > 0)
@@ -91,10 +92,11 @@ import ViewfinderKit
         c.stages = "exposure:mode=continuous"
         c.controls = [.exposure]
         let html = HTMLReport.render(try BenchRunner(configuration: c).run())
-        // Interval histogram, intervals over time, latency over time, the step response, one
-        // stage, delivered rate, drops.
+        // Interval histogram, intervals over time, latency over time, the step response, delivered
+        // rate, drops, and one per stage (the session's device_controls and exposure).
         let svgs = html.components(separatedBy: "<svg ").count - 1
-        #expect(svgs == 7)
+        #expect(svgs == 8)
+        #expect(html.contains("Stage exposure: time per frame"))
         #expect(!html.contains("<script"))
         #expect(!html.contains("https://") && !html.replacingOccurrences(of: "http://www.w3.org/2000/svg", with: "").contains("http://"))
         #expect(html.contains("exposure step response"))
