@@ -68,13 +68,15 @@ extension BenchReport {
     }
 
     /// This run against `baseline`: a metric regressed when it moved the wrong way by more than
-    /// twice the larger of the two runs' noise (and by more than 1 % of the baseline).
+    /// the allowed noise: three times the larger of the two runs' own noise, and at least 10 % of
+    /// the baseline and the metric's floor (``noiseFloor(_:)``) — within-run spread understates
+    /// the spread between runs on a shared machine.
     public func compared(with baseline: BenchReport) -> BaselineComparison {
         let old = Dictionary(baseline.metrics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         var out: [MetricComparison] = []
         for m in metrics {
             guard let b = old[m.name] else { continue }
-            let noise = max(2 * max(m.noise, b.noise), abs(b.value) * 0.01)
+            let noise = max(3 * max(m.noise, b.noise), abs(b.value) * 0.10, BenchReport.noiseFloor(m.name))
             let change = m.value - b.value
             let worse = m.higherIsBetter ? change < -noise : change > noise
             let better = m.higherIsBetter ? change > noise : change < -noise
@@ -82,5 +84,16 @@ extension BenchReport {
                                         verdict: worse ? .regression : better ? .improvement : .unchanged))
         }
         return BaselineComparison(baselineDevice: baseline.device, metrics: out)
+    }
+
+    /// The smallest change of a metric that counts, by its unit: 0.2 ms for times in ms (a
+    /// scheduler tick's worth of wake-up jitter), 2 µs for stage times, one frame for control
+    /// latencies, one frame in a thousand for the drop fraction.
+    public static func noiseFloor(_ metric: String) -> Double {
+        if metric.hasSuffix("_us") { return 2 }
+        if metric.hasSuffix("latency_frames") { return 0.5 }
+        if metric.contains("_ms") { return 0.2 }
+        if metric.hasSuffix("dropped_fraction") { return 0.001 }
+        return 0
     }
 }
