@@ -3,7 +3,7 @@
 # the DOM Chromium built holds every plot with its series (polylines, bars, points), and the
 # screenshot is not blank (enough non-white pixels, several colours).
 #
-#   bash scripts/check-bench-report.sh [OUT_DIR]    # default OUT_DIR: .build/artifacts/bench-report
+#   bash scripts/check-bench-report.sh [OUT_DIR]    # default OUT_DIR: .build/test-artifacts/bench-report
 #
 # Leaves report.html, report.json, dom.html and screenshot.png in OUT_DIR (the test artifacts).
 # Needs chromium (scripts/install-deps.sh installs it). About 20 s plus the build.
@@ -11,13 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/opt/swift/usr/bin"
 LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
-OUT=${1:-.build/artifacts/bench-report}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+OUT=${1:-.build/test-artifacts/bench-report}
 command -v chromium >/dev/null || { echo "check-bench-report: chromium is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 
 flock "$LOCK" swift build --product viewfinder >/dev/null
 BIN=$(swift build --show-bin-path)/viewfinder
+# Made after the build (SwiftPM owns .build/artifacts and may clear it; this path is ours).
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 # A small sim camera with jitter and a pipeline of two stages: every kind of plot has data.
 flock "$LOCK" "$BIN" bench --device sim:latency=3,fps=30,width=640,height=360,jitter=1 --duration 3 \
     --stages exposure:mode=continuous,focus --report "$OUT/report.html" --json > "$OUT/report.json"
