@@ -38,8 +38,9 @@ dom = open(f"{out}/dom.html", encoding="utf-8").read()
 svgs = re.findall(r"<svg\b.*?</svg>", dom, flags=re.S)
 stages = len(report["pipeline"]["stages"])
 controls = sum(1 for c in report["controls"] if c["steps"])
-# Histogram, intervals over time, latency over time, delivered rate, drops; one per stage and per stepped control.
-expected = 5 + stages + controls
+# Histogram, intervals over time, latency over time, delivered rate, drops, ring occupancy; one
+# per stage and per stepped control.
+expected = 6 + stages + controls
 problems = []
 if len(svgs) != expected:
     problems.append(f"{len(svgs)} svg plots in the DOM, expected {expected}")

@@ -34,7 +34,7 @@ public enum BenchAnalysis {
     }
 
     /// The pipeline's counts, stage times, sinks and threads.
-    public static func pipeline(_ stats: EngineStatistics, samples: [FrameSample], threads: [(String, Double)], wallSeconds: Double, timeline: [TimelinePoint]) -> PipelineSummary {
+    public static func pipeline(_ stats: EngineStatistics, samples: [FrameSample], threads: [(String, Double)], wallSeconds: Double, timeline: [TimelinePoint], ringCapacities: [String: Int] = [:]) -> PipelineSummary {
         let means = stats.stageMeanMicroseconds
         let stages = stats.stageNames.indices.map { i -> StageTimeSummary in
             let h = stats.stageTimeHistograms[i]
@@ -54,7 +54,7 @@ public enum BenchAnalysis {
         }
         return PipelineSummary(captured: stats.captured, delivered: stats.delivered, drops: stats.drops.byName, stages: stages, outputs: outputs,
                                captureToOutputMs: Distribution(samples.map { Double(Int64(bitPattern: $0.consumed &- $0.timestamp)) / 1e6 }),
-                               threads: threadSummaries, timeline: timeline)
+                               threads: threadSummaries, timeline: timeline, ringCapacities: ringCapacities)
     }
 
     /// Per-frame series, in sequence order.

@@ -95,6 +95,8 @@ public struct TimelinePoint: Codable, Sendable, Equatable {
     public var delivered: UInt64
     /// Drops by reason so far; a sink's drops are keyed `sink.reason`.
     public var drops: [String: UInt64]
+    /// Frames queued in each of the engine's rings (`decode`, `stages`, each sink by name).
+    public var rings: [String: Int]
 }
 
 public struct PipelineSummary: Codable, Sendable {
@@ -108,6 +110,8 @@ public struct PipelineSummary: Codable, Sendable {
     public var captureToOutputMs: Distribution
     public var threads: [ThreadSummary]
     public var timeline: [TimelinePoint]
+    /// The capacity of each ring in ``TimelinePoint/rings``.
+    public var ringCapacities: [String: Int]
 }
 
 /// Per-frame series (same length; times in seconds from the first frame's timestamp).

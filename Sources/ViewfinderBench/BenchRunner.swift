@@ -66,7 +66,7 @@ public struct BenchRunner {
         var camera = BenchAnalysis.camera(samples, nominalFps: nominal)
         camera.openToFirstFrameMs = samples.first.map { Double($0.received &- openedAt) / 1e6 }
         camera.startToFirstFrameMs = samples.first.map { Double($0.received &- startedAt) / 1e6 }
-        let pipeline = BenchAnalysis.pipeline(stats, samples: samples, threads: sampler.cpu.values.map { ($0.name, $0.last - $0.first) }, wallSeconds: wall, timeline: sampler.points)
+        let pipeline = BenchAnalysis.pipeline(stats, samples: samples, threads: sampler.cpu.values.map { ($0.name, $0.last - $0.first) }, wallSeconds: wall, timeline: sampler.points, ringCapacities: sampler.ringCapacities)
 
         // 2. The control run.
         let controls = try measureControls(device: device)

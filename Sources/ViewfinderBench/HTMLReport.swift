@@ -159,6 +159,13 @@ public enum HTMLReport {
             for (i, reason) in reasons.enumerated() { d.line(xs, t.map { Double($0.drops[reason] ?? 0) }, colour: i, name: reason) }
             d.legend(reasons.isEmpty ? ["no drops"] : reasons)
             h += d.svg
+            let rings = pl.ringCapacities.keys.sorted()
+            let cap = Double(pl.ringCapacities.values.max() ?? 1)
+            var o = SVGPlot(title: "Ring occupancy over time", xLabel: "time from start (s)", yLabel: "frames queued", x: 0...(xs.last ?? 1), y: 0...max(cap, 1))
+            if rings.isEmpty { o.line(xs, xs.map { _ in 0 }, colour: 2, name: "no rings") }
+            for (i, ring) in rings.enumerated() { o.line(xs, t.map { Double($0.rings[ring] ?? 0) }, colour: i, name: "\(ring) (capacity \(pl.ringCapacities[ring] ?? 0))") }
+            o.legend(rings.isEmpty ? ["no rings"] : rings.map { "\($0) (of \(pl.ringCapacities[$0] ?? 0))" })
+            h += o.svg
         }
         return h + "</div>\n"
     }

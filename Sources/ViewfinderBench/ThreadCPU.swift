@@ -43,6 +43,7 @@ final class RunSampler: @unchecked Sendable {
     private let stopFlag = LockedBox(false)
     private var thread: EngineThread?
     private(set) var points: [TimelinePoint] = []
+    private(set) var ringCapacities: [String: Int] = [:]
     /// The first and last CPU time seen of each thread (by tid), and its name.
     private(set) var cpu: [Int: (name: String, first: Double, last: Double)] = [:]
     private let start: UInt64
@@ -70,7 +71,12 @@ final class RunSampler: @unchecked Sendable {
         guard let st = session.statistics else { return }
         var drops: [String: UInt64] = st.drops.byName
         for c in st.consumers { for (k, v) in c.drops.byName { drops["\(c.name).\(k)", default: 0] += v } }
-        points.append(TimelinePoint(seconds: Double(monotonicNanoseconds() - start) / 1e9, captured: st.captured, delivered: st.delivered, drops: drops))
+        var rings: [String: Int] = [:]
+        for r in session.ringOccupancy {
+            rings[r.name] = r.count
+            ringCapacities[r.name] = r.capacity
+        }
+        points.append(TimelinePoint(seconds: Double(monotonicNanoseconds() - start) / 1e9, captured: st.captured, delivered: st.delivered, drops: drops, rings: rings))
     }
 
     func stop() {

@@ -60,6 +60,9 @@ import ViewfinderKit
         #expect(r.pipeline.outputs.first?.name == "bench")
         #expect(r.pipeline.threads.contains { $0.name.hasPrefix("vf-") })
         #expect(r.pipeline.timeline.count >= 5)
+        #expect(r.pipeline.ringCapacities["stages"] == 8)
+        #expect(r.pipeline.ringCapacities["bench"] == 32)
+        #expect(r.pipeline.timeline.contains { $0.rings["stages"] != nil })
         #expect(r.series.sequence.count == r.camera.frames)
     }
 
@@ -93,9 +96,9 @@ import ViewfinderKit
         c.controls = [.exposure]
         let html = HTMLReport.render(try BenchRunner(configuration: c).run())
         // Interval histogram, intervals over time, latency over time, the step response, delivered
-        // rate, drops, and one per stage (the session's device_controls and exposure).
+        // rate, drops, ring occupancy, and one per stage (the session's device_controls and exposure).
         let svgs = html.components(separatedBy: "<svg ").count - 1
-        #expect(svgs == 8)
+        #expect(svgs == 9)
         #expect(html.contains("Stage exposure: time per frame"))
         #expect(!html.contains("<script"))
         #expect(!html.contains("https://") && !html.replacingOccurrences(of: "http://www.w3.org/2000/svg", with: "").contains("http://"))
