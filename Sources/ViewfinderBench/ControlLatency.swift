@@ -39,11 +39,12 @@ public struct ControlLatencyResult: Codable, Sendable, Equatable {
 public enum ControlLatencyAnalysis {
     /// The response of `step` in `samples`: the baseline is the `baselineFrames` frames up to the
     /// reference (the newest frame received before the set), the new level the mean of the last
-    /// three of the `window` frames after it. A
-    /// change smaller than three times the baseline's spread (or than `minimumChange`) is "no
-    /// visible change"; otherwise the latency is the offset of the first frame at least half-way
-    /// from the baseline to the new level.
+    /// three of the `window` frames after it (both at least 1). A change smaller than three times
+    /// the baseline's spread (or than `minimumChange`) is "no visible change"; otherwise the
+    /// latency is the offset of the first frame at least half-way from the baseline to the new
+    /// level.
     public static func response(of step: ControlStep, in samples: [FrameSample], baselineFrames: Int, window: Int, minimumChange: Double) -> StepResponse {
+        let baselineFrames = max(1, baselineFrames), window = max(1, window)
         var r = StepResponse(from: step.from, to: step.to, referenceSequence: step.reference, latencyFrames: nil, baseline: 0, baselineSpread: 0, settled: 0, offsets: [], values: [], error: step.error)
         guard let consumedAtSet = step.reference else {
             if r.error == nil { r.error = "the step was not made (the run ended first)" }

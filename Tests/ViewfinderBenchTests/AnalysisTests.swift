@@ -75,6 +75,8 @@ import ViewfinderKit
         #expect(r.error?.hasPrefix("no visible change") == true)
         let unmade = ControlStep(control: .gain, name: "gain", from: 100, to: 200, reference: nil, error: "device said no")
         #expect(ControlLatencyAnalysis.response(of: unmade, in: [], baselineFrames: 4, window: 14, minimumChange: 1).error == "device said no")
+        // Nonsense window sizes are clamped, not a crash.
+        #expect(ControlLatencyAnalysis.response(of: step, in: stepSamples(reference: 6, latency: 1, a: 80, b: 120), baselineFrames: 0, window: 0, minimumChange: 1).latencyFrames == nil)
         let result = ControlLatencyAnalysis.result(control: .focus, name: nil, responses: [])
         #expect(result.latencyFrames == nil)
         #expect(result.error == "the device has no focus_absolute control")
