@@ -29,8 +29,8 @@ public struct BenchConfiguration: Sendable {
 }
 
 /// Runs a bench: the pipeline run (camera timing, stage times, drops, threads), the control run
-/// (steps and their responses in the pictures) and optionally the mode sweep, one after another
-/// on one opened device.
+/// (steps and their responses in the pictures) and optionally the mode sweep, one after another,
+/// each on the device opened afresh.
 public struct BenchRunner {
     public let configuration: BenchConfiguration
     public let logger: Logger
@@ -67,15 +67,17 @@ public struct BenchRunner {
         camera.openToFirstFrameMs = samples.first.map { Double($0.received &- openedAt) / 1e6 }
         camera.startToFirstFrameMs = samples.first.map { Double($0.received &- startedAt) / 1e6 }
         let pipeline = BenchAnalysis.pipeline(stats, samples: samples, threads: sampler.cpu.values.map { ($0.name, $0.last - $0.first) }, wallSeconds: wall, timeline: sampler.points, ringCapacities: sampler.ringCapacities)
+        let deviceID = device.uniqueID
+        BenchRunner.close(device)
 
-        // 2. The control run.
-        let controls = try measureControls(device: device)
+        // 2. The control run, on the device opened again (see `close(_:)`).
+        let controls = try measureControls()
 
         // 3. The sweep.
-        let sweep = c.sweep ? sweepModes(device: device) : []
+        let sweep = c.sweep ? sweepModes(formats: device.formats) : []
 
         return BenchReport(
-            device: device.uniqueID, stages: specs.map(\.description),
+            device: deviceID, stages: specs.map(\.description),
             format: cfg.map { FormatSummary(pixelFormat: $0.format.pixelFormat.rawValue, width: $0.format.width, height: $0.format.height, nominalFps: $0.interval.fps) },
             durationSeconds: wall, camera: camera, controls: controls, pipeline: pipeline, sweep: sweep,
             series: BenchAnalysis.series(samples), comparison: nil)
@@ -115,10 +117,20 @@ public struct BenchRunner {
         return (session, recorder)
     }
 
+    /// Closes a V4L2 camera once its run is over. A session stopped with frames still in its
+    /// rings leaves the kernel's buffers allocated, and a second session on the same open node
+    /// then fails with EBUSY (seen with vivid); each run therefore opens the device afresh and
+    /// closes it after. Other sources need nothing.
+    static func close(_ device: CaptureDevice) {
+        (device.source as? V4L2Camera)?.close()
+    }
+
     /// Steps each control and reads its latency from the pictures.
-    func measureControls(device: CaptureDevice) throws -> [ControlLatencyResult] {
+    func measureControls() throws -> [ControlLatencyResult] {
         let c = configuration
         guard !c.controls.isEmpty else { return [] }
+        let device = try CaptureDevice.open(c.device, directory: .standard)
+        defer { BenchRunner.close(device) }
         guard let dc = device.controls else {
             return c.controls.map { ControlLatencyAnalysis.result(control: $0, name: nil, responses: []) }
         }
@@ -131,7 +143,7 @@ public struct BenchRunner {
             let frames = Double(stepper.steps.count * (stepper.baselineFrames + stepper.window + 1))
             // Twice the planned time, plus start-up: the run ends as soon as the steps are done.
             let limit = 2 * frames / max(fps, 1) + 3
-            let (session, recorder) = try makeSession(device: device, specs: [], request: nil, duration: limit, recorder: { _ in
+            let (session, recorder) = try makeSession(device: device, specs: [], request: requestedMode(device), duration: limit, recorder: { _ in
                 FrameRecorder(name: "bench-controls", capacity: Int(frames * 2) + 64, stepper: stepper)
             })
             try session.startRunning()
@@ -161,11 +173,12 @@ public struct BenchRunner {
         return results
     }
 
-    /// Each listed format and size at its fastest listed rate, for `sweepSeconds` each.
-    func sweepModes(device: CaptureDevice) -> [SweepEntry] {
+    /// Each listed format and size at its fastest listed rate, for `sweepSeconds` each (the
+    /// device opened afresh for each mode).
+    func sweepModes(formats: [FormatDescription]) -> [SweepEntry] {
         var out: [SweepEntry] = []
         // Formats this build cannot name (an unknown fourcc) cannot be requested: left out.
-        for f in device.formats {
+        for f in formats {
             guard let pf = f.pixelFormat else { continue }
             for size in f.sizes {
                 guard case .discrete(let w, let h, let intervals) = size, let best = intervals.max(by: { $0.fps < $1.fps }) else { continue }
@@ -173,6 +186,8 @@ public struct BenchRunner {
                 do {
                     let req = StreamRequest(pixelFormat: pf, width: w, height: h, fps: best.fps)
                     let seconds = configuration.sweepSeconds
+                    let device = try CaptureDevice.open(configuration.device, directory: .standard)
+                    defer { BenchRunner.close(device) }
                     let (session, recorder) = try makeSession(device: device, specs: [], request: req, duration: seconds, recorder: { fps in
                         FrameRecorder(name: "bench-sweep", capacity: Int(seconds * max(fps, 1) * 2) + 64)
                     })

@@ -9,7 +9,7 @@ struct BenchCommand: ParsableCommand {
         commandName: "bench",
         abstract: "Measure a camera and a pipeline: rate, jitter, gaps, latencies, control latency, stage time distributions.",
         discussion: """
-        Three runs on one opened device: the pipeline run (--duration seconds with --stages: frame \
+        Three runs, each opening the device afresh: the pipeline run (--duration seconds with --stages: frame \
         timing from the buffer timestamps, per-stage time distributions, drops, threads' CPU), the \
         control run (steps exposure, gain and focus and finds, in the pictures, how many frames \
         each takes to show) and, with --sweep, every listed mode at its fastest listed rate.
