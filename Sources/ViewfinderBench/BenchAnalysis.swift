@@ -18,16 +18,18 @@ public enum BenchAnalysis {
             }
         }
         var measured = 0.0
+        var delivered = 0.0
         var jitter = 0.0
         if let first = ordered.first, let last = ordered.last, last.timestamp > first.timestamp, last.sequence > first.sequence {
             measured = Double(last.sequence - first.sequence) / (Double(last.timestamp - first.timestamp) / 1e9)
+            delivered = Double(ordered.count - 1) / (Double(last.timestamp - first.timestamp) / 1e9)
             let xs = ordered.map { Double($0.sequence - first.sequence) }
             let ys = ordered.map { Double(Int64(bitPattern: $0.timestamp &- first.timestamp)) / 1e6 }
             jitter = LineFit(xs: xs, ys: ys)?.residualRMS ?? 0
         }
         let nominalMs = nominalFps > 0 ? 1000 / nominalFps : 0
         let d2p = samples.map { Double(Int64(bitPattern: $0.received &- $0.timestamp)) / 1e6 }
-        return CameraSummary(nominalFps: nominalFps, measuredFps: measured, frames: samples.count, sequenceGaps: gaps, framesMissing: missing,
+        return CameraSummary(nominalFps: nominalFps, measuredFps: measured, deliveredFps: delivered, frames: samples.count, sequenceGaps: gaps, framesMissing: missing,
                              intervalMs: Distribution(intervals), intervalHistogramMs: Histogram(intervals, bins: 40),
                              intervalErrorMs: Distribution(intervals.map { abs($0 - nominalMs) }), timestampJitterMs: jitter,
                              driverToProcessMs: Distribution(d2p), openToFirstFrameMs: nil, startToFirstFrameMs: nil)

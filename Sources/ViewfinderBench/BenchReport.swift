@@ -38,6 +38,9 @@ public struct CameraSummary: Codable, Sendable {
     public var nominalFps: Double
     /// Frames per second from the timestamps: (last − first sequence) / (last − first timestamp).
     public var measuredFps: Double
+    /// Frames per second that reached the process: (frames received − 1) over the same span.
+    /// Below ``measuredFps`` when the sequence has gaps (frames the sensor made but lost).
+    public var deliveredFps: Double
     /// Frames the bench received.
     public var frames: Int
     /// Places where the sequence numbers skipped, and the frames missing there in total.
@@ -133,7 +136,9 @@ public struct SweepEntry: Codable, Sendable, Equatable {
     public var measuredFps: Double?
     public var frames: Int
     public var framesMissing: UInt64
-    /// Whether the measured rate is within 2 % of the nominal one.
+    /// Frames per second that reached the process (``CameraSummary/deliveredFps``).
+    public var deliveredFps: Double?
+    /// Whether the delivered rate is within 2 % of the nominal one, with no sequence gap.
     public var deliversNominalRate: Bool
     public var error: String?
 }

@@ -182,7 +182,7 @@ public struct BenchRunner {
             guard let pf = f.pixelFormat else { continue }
             for size in f.sizes {
                 guard case .discrete(let w, let h, let intervals) = size, let best = intervals.max(by: { $0.fps < $1.fps }) else { continue }
-                var e = SweepEntry(pixelFormat: pf.rawValue, width: w, height: h, nominalFps: best.fps, measuredFps: nil, frames: 0, framesMissing: 0, deliversNominalRate: false, error: nil)
+                var e = SweepEntry(pixelFormat: pf.rawValue, width: w, height: h, nominalFps: best.fps, measuredFps: nil, frames: 0, framesMissing: 0, deliveredFps: nil, deliversNominalRate: false, error: nil)
                 do {
                     let req = StreamRequest(pixelFormat: pf, width: w, height: h, fps: best.fps)
                     let seconds = configuration.sweepSeconds
@@ -198,8 +198,13 @@ public struct BenchRunner {
                     e.nominalFps = cam.nominalFps
                     e.frames = cam.frames
                     e.framesMissing = cam.framesMissing
-                    if cam.frames >= 2 { e.measuredFps = cam.measuredFps }
-                    e.deliversNominalRate = cam.frames >= 2 && cam.measuredFps >= cam.nominalFps * 0.98 && cam.framesMissing == 0
+                    if cam.frames >= 2 {
+                        e.measuredFps = cam.measuredFps
+                        e.deliveredFps = cam.deliveredFps
+                    } else {
+                        e.error = "\(cam.frames) frame(s) in \(seconds) s"
+                    }
+                    e.deliversNominalRate = cam.frames >= 2 && cam.deliveredFps >= cam.nominalFps * 0.98 && cam.framesMissing == 0
                 } catch {
                     e.error = "\(error)"
                 }

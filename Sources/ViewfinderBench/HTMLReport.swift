@@ -48,7 +48,8 @@ public enum HTMLReport {
     static func cameraSection(_ r: BenchReport) -> String {
         let c = r.camera
         var h = "<h2>Camera</h2>\n<table>\n"
-        h += row(["nominal rate", "\(num(c.nominalFps)) fps"]) + row(["measured rate (timestamps)", "\(num(c.measuredFps, 3)) fps"])
+        h += row(["nominal rate", "\(num(c.nominalFps)) fps"]) + row(["measured rate (sequence over timestamps)", "\(num(c.measuredFps, 3)) fps"])
+        h += row(["delivered rate (frames received over timestamps)", "\(num(c.deliveredFps, 3)) fps"])
         h += row(["frames received", "\(c.frames)"]) + row(["sequence gaps", "\(c.sequenceGaps) (\(c.framesMissing) frames missing)"])
         h += row(["timestamp jitter (RMS from a straight line)", "\(num(c.timestampJitterMs, 3)) ms"])
         if let o = c.openToFirstFrameMs { h += row(["open to first frame", "\(num(o, 1)) ms"]) }
@@ -171,9 +172,9 @@ public enum HTMLReport {
     }
 
     static func sweepSection(_ sweep: [SweepEntry]) -> String {
-        var h = "<h2>Modes</h2>\n<table>\n" + row(["format", "size", "nominal fps", "measured fps", "frames", "missing", "delivers nominal", "error"], header: true)
+        var h = "<h2>Modes</h2>\n<table>\n" + row(["format", "size", "nominal fps", "measured fps", "delivered fps", "frames", "missing", "delivers nominal", "error"], header: true)
         for e in sweep {
-            h += row([esc(e.pixelFormat), "\(e.width)×\(e.height)", num(e.nominalFps), e.measuredFps.map { num($0) } ?? "—", "\(e.frames)", "\(e.framesMissing)", e.deliversNominalRate ? "yes" : "no", esc(e.error ?? "")],
+            h += row([esc(e.pixelFormat), "\(e.width)×\(e.height)", num(e.nominalFps), e.measuredFps.map { num($0) } ?? "—", e.deliveredFps.map { num($0) } ?? "—", "\(e.frames)", "\(e.framesMissing)", e.deliversNominalRate ? "yes" : "no", esc(e.error ?? "")],
                      cls: e.deliversNominalRate ? nil : "regression")
         }
         return h + "</table>\n"

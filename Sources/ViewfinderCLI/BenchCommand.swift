@@ -89,8 +89,8 @@ struct BenchCommand: ParsableCommand {
         let c = r.camera
         var s = r.device
         if let f = r.format { s += ": \(f.pixelFormat) \(f.width)x\(f.height) at \(String(format: "%.2f", f.nominalFps)) fps nominal" }
-        s += String(format: "\n  measured %.3f fps over %d frames; %d gaps (%llu missing); interval p50 %.2f p99 %.2f max %.2f ms; timestamp jitter %.3f ms",
-                    c.measuredFps, c.frames, c.sequenceGaps, c.framesMissing, c.intervalMs.p50, c.intervalMs.p99, c.intervalMs.max, c.timestampJitterMs)
+        s += String(format: "\n  measured %.3f fps (%.3f delivered) over %d frames; %d gaps (%llu missing); interval p50 %.2f p99 %.2f max %.2f ms; timestamp jitter %.3f ms",
+                    c.measuredFps, c.deliveredFps, c.frames, c.sequenceGaps, c.framesMissing, c.intervalMs.p50, c.intervalMs.p99, c.intervalMs.max, c.timestampJitterMs)
         s += String(format: "\n  driver to process p50 %.2f p99 %.2f ms; capture to output p50 %.2f p99 %.2f ms", c.driverToProcessMs.p50, c.driverToProcessMs.p99,
                     r.pipeline.captureToOutputMs.p50, r.pipeline.captureToOutputMs.p99)
         if let o = c.openToFirstFrameMs { s += String(format: "; open to first frame %.1f ms", o) }
@@ -99,7 +99,7 @@ struct BenchCommand: ParsableCommand {
         }
         for st in r.pipeline.stages { s += String(format: "\n  stage %@: p50 %.1f p99 %.1f max %.1f µs", st.name, st.p50Us, st.p99Us, st.maxUs) }
         if !r.pipeline.drops.isEmpty { s += "\n  dropped: " + r.pipeline.drops.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") }
-        for e in r.sweep { s += "\n  mode \(e.pixelFormat) \(e.width)x\(e.height) @ \(String(format: "%.1f", e.nominalFps)): " + (e.measuredFps.map { String(format: "%.2f fps%@", $0, e.deliversNominalRate ? "" : " (short)") } ?? "failed: \(e.error ?? "")") }
+        for e in r.sweep { s += "\n  mode \(e.pixelFormat) \(e.width)x\(e.height) @ \(String(format: "%.1f", e.nominalFps)): " + (e.deliveredFps.map { String(format: "%.2f fps delivered%@", $0, e.deliversNominalRate ? "" : " (short)") } ?? "failed: \(e.error ?? "")") }
         if let cmp = r.comparison {
             s += "\n  against the baseline: \(cmp.regressions) regression(s)"
             for m in cmp.metrics where m.verdict != .unchanged { s += String(format: "\n    %@ %@: %.3f → %.3f (noise %.3f)", m.verdict.rawValue, m.metric, m.baseline, m.current, m.noise) }

@@ -28,6 +28,7 @@ import ViewfinderKit
             #expect(abs(r.camera.measuredFps - fps) / fps < 0.005, "\(fps): \(r.camera.measuredFps)")
             #expect(r.camera.nominalFps == fps)
             #expect(r.camera.sequenceGaps == 0)
+            #expect(abs(r.camera.deliveredFps - fps) / fps < 0.005)
             #expect(r.camera.timestampJitterMs < 0.05)
             #expect(abs(r.camera.intervalMs.p50 - 1000 / fps) < 0.05)
             #expect(r.camera.openToFirstFrameMs.map { $0 > 0 } == true)
@@ -104,5 +105,23 @@ import ViewfinderKit
         #expect(!html.contains("https://") && !html.replacingOccurrences(of: "http://www.w3.org/2000/svg", with: "").contains("http://"))
         #expect(html.contains("exposure step response"))
         #expect(html.contains("class=\"series\""))
+    }
+}
+
+/// `--sweep`: each listed mode opened, run and judged by its delivered rate.
+@Suite struct SweepTests {
+    @Test func sweepMeasuresEachListedModeAtItsFastestRate() throws {
+        var c = BenchConfiguration(device: "sim:width=320,height=240")
+        c.sweepSeconds = 0.6
+        let sizes = [FrameSizeRange.discrete(width: 320, height: 240, intervals: [FrameInterval(fps: 30), FrameInterval(fps: 60)])]
+        let f = FormatDescription(pixelFormat: .yuyv, fourcc: PixelFormat.yuyv.fourcc, description: "YUYV 4:2:2", compressed: false, sizes: sizes)
+        let out = BenchRunner(configuration: c).sweepModes(formats: [f])
+        #expect(out.count == 1)
+        let e = try #require(out.first)
+        #expect(e.error == nil)
+        #expect(e.nominalFps == 60)
+        #expect(e.width == 320 && e.height == 240)
+        #expect(abs((e.deliveredFps ?? 0) - 60) < 1.2, "delivered \(e.deliveredFps ?? 0)")
+        #expect(e.deliversNominalRate)
     }
 }
