@@ -74,6 +74,12 @@ let package = Package(
             name: "ViewfinderKit",
             dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks", "ViewfinderAudio"]
         ),
+        // `viewfinder bench`: camera timing, control latency from the pictures, stage time
+        // distributions, the JSON report, the HTML report with SVG plots, baseline comparison.
+        .target(
+            name: "ViewfinderBench",
+            dependencies: ["ViewfinderKit", .product(name: "Logging", package: "swift-log")]
+        ),
         // Test doubles and fixtures; used by Tests/ and Benchmarks/, never by ViewfinderKit.
         .target(
             name: "ViewfinderTestSupport",
@@ -93,7 +99,7 @@ let package = Package(
         .executableTarget(
             name: "ViewfinderCLI",
             dependencies: [
-                "ViewfinderKit", "ViewfinderPreview",
+                "ViewfinderKit", "ViewfinderPreview", "ViewfinderBench",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -122,5 +128,6 @@ let package = Package(
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
         ]),
+        .testTarget(name: "ViewfinderBenchTests", dependencies: ["ViewfinderBench", "ViewfinderKit"]),
     ]
 )

@@ -6,7 +6,8 @@
 # tests in scripts/python-tests.sh) and, with --bench, the peers the benchmarks compare against.
 # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user build and run the C kernels for arm64
 # (scripts/check-arm64-kernels.sh). chromium, chromium-driver and python3-selenium run the
-# browser preview test (scripts/browser_preview_test.py) headless.
+# browser preview test (scripts/browser_preview_test.py) headless; chromium also renders the
+# bench's HTML report (scripts/check-bench-report.sh: the SVG plots must draw).
 # Runs apt-get update once, only if something is missing. Needs root, or sudo.
 set -euo pipefail
 packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev libasound2-dev alsa-utils ffmpeg util-linux python3

@@ -60,6 +60,14 @@ bash scripts/test-url-dependency.sh
 echo "== documentation: DocC of the public modules, no warnings" >&2
 VF_BUILD_LOCK="$LOCK" bash scripts/build-docs.sh
 
+# ---- viewfinder bench: its HTML report rendered in headless Chromium (issue 18) ----
+# A 3 s bench of the sim camera with --report, opened in headless Chromium: every SVG plot must
+# be in the DOM with its series drawn and the screenshot must not be blank. Artifacts (report,
+# JSON, DOM, screenshot.png) stay in .build/test-artifacts/bench-report. About 20-30 s.
+echo "== bench report: plots render in headless Chromium" >&2
+VF_BUILD_LOCK="$LOCK" bash scripts/check-bench-report.sh .build/test-artifacts/bench-report
+# ---- end of the bench block ----
+
 if [ "${VIEWFINDER_SKIP_VIVID:-0}" != 1 ]; then
     echo "== real-driver tier: vivid in a VM" >&2
     bash scripts/vivid-tests.sh --no-build

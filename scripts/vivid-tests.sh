@@ -13,6 +13,8 @@
 #      value, `viewfinder run --device /dev/video0 --frames 300` captures 300 frames, and vivid's
 #      "Disconnect" control during `viewfinder run --metadata FILE` ends the run with a non-zero
 #      exit, a 'disconnected' runtime error and a complete metadata file; vivid is then reloaded;
+#      `viewfinder bench` at 320x180/60 fps: the measured rate near 60, enough frames, a
+#      brightness control latency found in the pictures, and an HTML report with plots;
 #   3. unless VIEWFINDER_SOUND_SYNC=0, SoundVMTests (VIEWFINDER_SOUND_VM=1): snd-dummy's format/rate errors and a busy device; clicks played into snd-aloop's hw:Loopback,0,0 every
 #      second while vivid video and hw:Loopback,1,0 are recorded to a movie (60 s, or
 #      VIEWFINDER_SOUND_SECONDS): every click within 10 ms of where it belongs; then with the
@@ -81,6 +83,27 @@ if [ -x "$V" ]; then
     echo "captured=$cap delivered=$del dropped=$drp"
     [ -n "$cap" ] && [ "$cap" -ge 300 ] && [ "$cap" -le 340 ] || fail "run captured '$cap' frames, not 300 (+ a final gap)"
     [ -n "$del" ] && [ -n "$drp" ] && [ $((del + drp)) -eq "$cap" ] || fail "books do not balance: $del delivered + $drp dropped != $cap captured"
+    echo "== CLI: viewfinder bench --device /dev/video0"
+    # Camera timing at 320x180/60 fps for 3 s, then brightness stepped 3 times (vivid has no
+    # exposure, gain or focus control) and its latency read from the pictures.
+    "$V" bench --device /dev/video0 --format yuyv --width 320 --height 180 --fps 60 --duration 3 \
+        --controls brightness --json > /tmp/bench.json || fail "viewfinder bench"
+    "$V" bench --device /dev/video0 --format yuyv --width 320 --height 180 --fps 60 --duration 1 --controls none \
+        --report /tmp/bench.html > /tmp/bench.txt || fail "viewfinder bench --report"
+    cat /tmp/bench.txt
+    bfps=$(grep -o '"measured_fps" : [0-9.]*' /tmp/bench.json | head -n 1 | sed 's/.* : //')
+    bnom=$(grep -o '"nominal_fps" : [0-9.]*' /tmp/bench.json | head -n 1 | sed 's/.* : //')
+    bframes=$(grep -o '"frames" : [0-9]*' /tmp/bench.json | head -n 1 | sed 's/.* : //')
+    blat=$(grep -o '"latency_frames" : [0-9]*' /tmp/bench.json | head -n 1 | sed 's/.* : //')
+    echo "bench: nominal $bnom fps, measured $bfps fps over $bframes frames, brightness latency '$blat' frames"
+    # Sane numbers: the nominal rate is the one asked for, the measured one within 15 % of it
+    # (vivid under emulation may fall behind a little), a few seconds' worth of frames, and a
+    # brightness latency found (vivid applies controls within a few frames).
+    [ "${bnom%%.*}" = 60 ] || fail "bench nominal rate '$bnom', not 60"
+    [ -n "$bfps" ] && [ "${bfps%%.*}" -ge 51 ] && [ "${bfps%%.*}" -le 61 ] || fail "bench measured '$bfps' fps at a nominal 60"
+    [ -n "$bframes" ] && [ "$bframes" -ge 120 ] || fail "bench saw '$bframes' frames in 3 s"
+    [ -n "$blat" ] && [ "$blat" -ge 0 ] && [ "$blat" -le 10 ] || fail "bench found no brightness latency ('$blat')"
+    grep -q '<svg' /tmp/bench.html || fail "bench --report wrote no plots"
     echo "== CLI: vivid Disconnect during viewfinder run"
     ( "$V" run --device /dev/video0 --format yuyv --width 320 --height 180 --fps 30 --duration 60 \
           --metadata /tmp/meta.jsonl --json > /tmp/dis.json 2> /tmp/dis.err; echo $? > /tmp/dis.rc ) &
