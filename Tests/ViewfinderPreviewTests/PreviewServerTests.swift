@@ -49,9 +49,9 @@ final class RunningPreview: @unchecked Sendable {
         let portBox = LockedBox(0)
         let server = self.server
         task = Task { try await server.run { p in portBox.withLock { $0 = p } } }
-        let deadline = monotonicNanoseconds() + 10_000_000_000
+        let deadline = monotonicNanoseconds() + 60_000_000_000
         while portBox.withLock({ $0 }) == 0 {
-            guard monotonicNanoseconds() < deadline else { throw TestFailure("the server did not start listening within 10 s") }
+            guard monotonicNanoseconds() < deadline else { throw TestFailure("the server did not start listening within 60 s") }
             try await Task.sleep(nanoseconds: 10_000_000)
         }
         port = portBox.withLock { $0 }
