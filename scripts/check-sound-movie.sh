@@ -46,11 +46,12 @@ best = min((int(np.count_nonzero(np.any(a[first:] != sig[n0 + 65536 * m + np.ara
 diff_ms = abs(dur['video'] - dur['audio']) * 1000
 print(f"check-sound-movie ({label}): video {dur['video']:.4f} s, audio {dur['audio']:.4f} s (difference {diff_ms:.2f} ms); "
       f"{len(a)} audio frames, {first} of leading silence, {best[0]} differing from the input", file=sys.stderr)
-ok = diff_ms < 1000 / 30 and best[0] == 0 and first < 4800 and abs(dur['video'] - want) < 0.001
+# want 0: the movie is as long as the recording it was made from (a replay), not a set duration.
+ok = diff_ms < 1000 / 30 and best[0] == 0 and first < 4800 and (want == 0 or abs(dur['video'] - want) < 0.001)
 sys.exit(0 if ok else 1)
 PY
 }
 rc=0
 check "$W/a.mov" 4 "record --audio" || rc=1
-check "$W/b.mov" 3 "replay of a dump with sound" || rc=1
+check "$W/b.mov" 0 "replay of a dump with sound" || rc=1
 exit $rc
