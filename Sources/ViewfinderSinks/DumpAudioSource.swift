@@ -30,7 +30,7 @@ final class DumpReplayTimeline: @unchecked Sendable {
     }
 
     /// The sound starts: it joins a running video's epoch, or sets one the video will take.
-    func soundStarted() -> UInt64 {
+    func soundStarted() {
         lock.withLock { s in
             if !s.videoRunning {
                 s.epoch = monotonicNanoseconds()
@@ -39,7 +39,6 @@ final class DumpReplayTimeline: @unchecked Sendable {
                 s.videoEndOffset = nil
                 s.lastVideoProgress = s.epoch
             }
-            return s.epoch
         }
     }
 
@@ -136,7 +135,7 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
         entry = -1; pass = 0; cursorFrames = 0; periodFramesInBuffer = 0; pendingLoss = 0
         closedBox.withLock { $0 = false }
         started = true
-        _ = timeline.soundStarted()
+        timeline.soundStarted()
     }
 
     public func close() { closedBox.withLock { $0 = true } }
@@ -190,9 +189,11 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
         let mediaStart = Int64(bitPattern: recorded &- firstVideo) &+ Int64(bitPattern: passShift)
         let duration = Int64(Double(n) * 1e9 / rate)
         // Wait until the period is due (paced) or the video has got near it (unpaced).
+        var epoch: UInt64
         while true {
             if isClosed { return AudioReadResult(frames: 0, timestamp: nil, endOfStream: true) }
             let t = timeline.snapshot
+            epoch = t.epoch
             if let end = t.videoEndOffset {
                 if mediaStart >= end { return AudioReadResult(frames: 0, timestamp: nil, endOfStream: true) }
                 break
@@ -213,7 +214,6 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
         let bytes = n * format.bytesPerFrame
         samples.withUnsafeBytes { s in buffer.copyMemory(from: s.baseAddress! + cursorFrames * format.bytesPerFrame, byteCount: bytes) }
         cursorFrames += n
-        let epoch = timeline.snapshot.epoch
         let stamp = rebase ? UInt64(bitPattern: Int64(bitPattern: epoch) &+ mediaStart) : recorded &+ passShift
         let lost = pendingLoss
         pendingLoss = 0

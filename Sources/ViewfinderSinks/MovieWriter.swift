@@ -198,8 +198,11 @@ public final class MovieWriter {
         durationPatchOffsets.append((UInt64(b.bytes.count), i)); b.u32(0)
         b.zeros(8); b.u16(0); b.u16(0)
         b.u16(t.isVideo ? 0 : 0x0100); b.u16(0)
-        if case .mjpegVideo(let w, let h) = t { b.matrix(rotation: rotation, width: w, height: h) } else { b.matrix() }
-        if case .mjpegVideo(let w, let h) = t { b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16) } else { b.u32(0); b.u32(0) }
+        if case .mjpegVideo(let w, let h) = t {
+            b.matrix(rotation: rotation, width: w, height: h); b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16)
+        } else {
+            b.matrix(); b.u32(0); b.u32(0)
+        }
         b.end()
         b.begin("mdia")
         // Version 1: a 64-bit duration (32 bits at 90 kHz would overflow after 13 hours).
