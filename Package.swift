@@ -41,7 +41,7 @@ let package = Package(
         // The engine: frames, pool, ring, stages, flow and the capture session. Links no codec.
         .target(
             name: "Viewfinder",
-            dependencies: [.product(name: "Logging", package: "swift-log")]
+            dependencies: [.product(name: "Logging", package: "swift-log"), "CViewfinderKernels"]
         ),
         // The simulated camera (its scenes and MJPEG output use TurboJPEG).
         .target(

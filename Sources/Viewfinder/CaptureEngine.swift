@@ -21,6 +21,13 @@ public protocol FrameConsumer: AnyObject, Sendable {
     /// Called on the consumer's thread after the last frame; `error` is the session's runtime
     /// error, if the stream ended with one.
     func finish(error: (any Error)?)
+    /// Whether the consumer wants to be told of every frame it did not get
+    /// (``didDrop(sequence:count:reason:)``): drops between the source and the stage chain's end as
+    /// well as those on its own ring.
+    var wantsDropNotices: Bool { get }
+    /// Frames `sequence ..< sequence + count` were dropped for `reason` before reaching this
+    /// consumer. Called on the consumer's thread, between frames, when ``wantsDropNotices``.
+    func didDrop(sequence: UInt64, count: UInt64, reason: DropReason)
     /// Whether the consumer needs full-size YUV planes of every frame (a y4m or raw pipe): on MJPEG,
     /// RGB and Bayer streams the engine then gives each frame its full-size decoded view
     /// (``Frame/pixelFrame``), as it does for a stage that declares ``PixelNeed/read``.
@@ -32,6 +39,8 @@ extension FrameConsumer {
     public var overflowPolicy: OverflowPolicy { .dropOldest }
     public var discardsLateFrames: Bool { false }
     public var needsPixels: Bool { false }
+    public var wantsDropNotices: Bool { false }
+    public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {}
     public func start(configuration: StreamConfiguration) throws {}
     public func finish(error: (any Error)?) {}
 }
@@ -175,6 +184,8 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Set once ``start()`` has made every channel (``ringOccupancy`` reads them after it).
     private let ringsReady = Atomic<Bool>(false)
     private let consumerChannels: [FrameChannel]
+    /// Per consumer, the drops it is told about (nil when it does not want them).
+    private let dropNotices: [DropNotices?]
     private var threads: [EngineThread] = []
     private let stopRequested = Atomic<Bool>(false)
     private let consumersLeft: Atomic<Int>
@@ -212,6 +223,14 @@ public final class CaptureEngine: @unchecked Sendable {
         self.stageChannel = FrameChannel(name: "stages", capacity: options.stageRingCapacity, policy: live ? options.livePolicy : .wait, drops: statistics.drops)
         self.consumerChannels = zip(consumers, statistics.consumers).map { c, s in
             FrameChannel(name: c.consumerName, capacity: c.ringCapacity, policy: live ? c.overflowPolicy : .wait, drops: s.drops)
+        }
+        let engineDrops = statistics.drops
+        self.dropNotices = zip(consumers, statistics.consumers).map { c, s in
+            guard c.wantsDropNotices else { return nil }
+            let n = DropNotices()
+            s.drops.addObserver(n)
+            engineDrops.addObserver(n)
+            return n
         }
     }
 
@@ -276,9 +295,10 @@ public final class CaptureEngine: @unchecked Sendable {
         for (i, c) in consumers.enumerated() {
             let ch = consumerChannels[i]
             let st = statistics.consumers[i]
+            let notices = dropNotices[i]
             let cfg = configuration
             threads.append(EngineThread(name: "vf-out-\(c.consumerName)") { [self] in
-                self.consumerLoop(c, channel: ch, stats: st, configuration: cfg)
+                self.consumerLoop(c, channel: ch, stats: st, notices: notices, configuration: cfg)
             })
         }
         threads.append(EngineThread(name: "vf-stages") { [self] in self.stageLoop() })
@@ -389,7 +409,7 @@ public final class CaptureEngine: @unchecked Sendable {
                     // A gap the source did not report itself.
                     let gap = f.sequence - last - 1
                     statistics.countCaptured(gap)
-                    statistics.drops.count(.driverGap, gap)
+                    statistics.drops.count(.driverGap, gap, from: last &+ 1)
                     f.metadata.droppedBefore &+= UInt32(truncatingIfNeeded: gap)
                 }
                 lastSequence = f.sequence
@@ -401,7 +421,7 @@ public final class CaptureEngine: @unchecked Sendable {
                 firstChannel.send(f)
             case .lost(let reason, let n):
                 statistics.countCaptured(UInt64(n))
-                statistics.drops.count(reason, UInt64(n))
+                statistics.drops.count(reason, UInt64(n), from: lastSequence.map { $0 &+ 1 } ?? 0)
                 // A source reports each lost frame once and it used up a sequence number (a V4L2
                 // driver gap, a buffer the driver had no room for, a corrupt buffer): move past it
                 // so the next frame is not counted again as a gap.
@@ -429,7 +449,7 @@ public final class CaptureEngine: @unchecked Sendable {
             case .frame(let f):
                 let t0 = monotonicNanoseconds()
                 if let reason = views.attach(to: f) {
-                    statistics.drops.count(reason)
+                    statistics.drops.count(reason, from: f.sequence)
                     f.release()
                     continue loop
                 }
@@ -465,32 +485,40 @@ public final class CaptureEngine: @unchecked Sendable {
     }
 
 
-    private func consumerLoop(_ consumer: any FrameConsumer, channel: FrameChannel, stats: ConsumerStatistics, configuration: StreamConfiguration) {
+    private func consumerLoop(_ consumer: any FrameConsumer, channel: FrameChannel, stats: ConsumerStatistics, notices: DropNotices?,
+                              configuration: StreamConfiguration) {
+        @inline(__always) func tellDrops() {
+            notices?.drain { consumer.didDrop(sequence: $0.sequence, count: $0.count, reason: $0.reason) }
+        }
         var startError: (any Error)?
         do { try consumer.start(configuration: configuration) } catch { startError = error; fail(error) }
         loop: while true {
             switch channel.receive(timeoutNanoseconds: 100_000_000) {
             case .frame(var f):
-                if startError != nil { f.release(); stats.drops.count(.stage); continue }
+                if startError != nil { let seq = f.sequence; f.release(); stats.drops.count(.stage, from: seq); continue }
                 if consumer.discardsLateFrames {
                     // Keep latest: anything newer already queued supersedes this frame.
                     while channel.count > 0, case .frame(let newer) = channel.receive(timeoutNanoseconds: 0) {
+                        let seq = f.sequence
                         f.release()
-                        stats.drops.count(.late)
+                        stats.drops.count(.late, from: seq)
                         newer.metadata.droppedBefore &+= 1
                         f = newer
                     }
                 }
                 stats.latency.record(nanoseconds: CaptureEngine.age(of: f))
+                tellDrops()
                 consumer.consume(f)
                 stats.countConsumed()
                 f.release()
             case .timeout:
+                tellDrops()
                 continue
             case .closed:
                 break loop
             }
         }
+        tellDrops()
         consumer.finish(error: runtimeError)
         if consumersLeft.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { allDone() }
     }

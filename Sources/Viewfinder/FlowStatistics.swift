@@ -8,9 +8,24 @@ public final class DropCounters: Sendable {
     private let stage = Atomic<UInt64>(0)
     private let corrupt = Atomic<UInt64>(0)
     private let driverGap = Atomic<UInt64>(0)
+    private let observed = Atomic<Bool>(false)
+    private let observers = Mutex<[DropNotices]>([])
 
     public init() {}
 
+    /// Posts every drop counted with its sequence (``count(_:_:from:)``) to `notices` as well.
+    package func addObserver(_ notices: DropNotices) {
+        observers.withLock { $0.append(notices) }
+        observed.store(true, ordering: .releasing)
+    }
+
+    /// Counts `n` drops of frames `sequence ..< sequence + n` and tells the observers which.
+    @inline(__always)
+    public func count(_ reason: DropReason, _ n: UInt64 = 1, from sequence: UInt64) {
+        count(reason, n)
+        guard n > 0, observed.load(ordering: .acquiring) else { return }
+        observers.withLock { for o in $0 { o.post(sequence: sequence, count: n, reason: reason) } }
+    }
 
     @inline(__always)
     public func count(_ reason: DropReason, _ n: UInt64 = 1) {
@@ -45,6 +60,62 @@ public final class DropCounters: Sendable {
         return d
     }
 
+}
+
+/// The drops one consumer is told about, queued by whichever thread dropped the frame and handed
+/// to the consumer on its own thread (``FrameConsumer/didDrop(sequence:count:reason:)``).
+///
+/// A fixed ring of entries allocated once; a run of consecutive drops with one reason is one entry.
+/// If the consumer's thread falls so far behind that the ring fills, further notices are counted
+/// in ``lost`` (the drops themselves are still counted in the statistics).
+package final class DropNotices: Sendable {
+    package struct Entry: Sendable, Equatable { package var sequence: UInt64; package var count: UInt64; package var reason: DropReason }
+    private struct Ring: ~Copyable {
+        var entries: [Entry]
+        var head = 0, count = 0, lost: UInt64 = 0
+    }
+    private let ring: Mutex<Ring>
+    private let pending = Atomic<Int>(0)
+    package let capacity: Int
+
+    package init(capacity: Int = 256) {
+        self.capacity = capacity
+        ring = Mutex(Ring(entries: Array(repeating: Entry(sequence: 0, count: 0, reason: .late), count: capacity)))
+    }
+
+    package func post(sequence: UInt64, count: UInt64, reason: DropReason) {
+        ring.withLock { r in
+            if r.count > 0 {
+                // Merge with the last entry when it continues the same run.
+                let last = (r.head + r.count - 1) % capacity
+                if r.entries[last].reason == reason, r.entries[last].sequence &+ r.entries[last].count == sequence {
+                    r.entries[last].count &+= count
+                    return
+                }
+            }
+            guard r.count < capacity else { r.lost &+= count; return }
+            r.entries[(r.head + r.count) % capacity] = Entry(sequence: sequence, count: count, reason: reason)
+            r.count += 1
+            pending.store(r.count, ordering: .releasing)
+        }
+    }
+
+    /// Notices whose entries did not fit.
+    package var lost: UInt64 { ring.withLock { $0.lost } }
+
+    /// Hands the queued notices to `body`, oldest first (without holding the lock during `body`).
+    @inline(__always)
+    package func drain(_ body: (Entry) -> Void) {
+        guard pending.load(ordering: .acquiring) > 0 else { return }
+        while let e = ring.withLock({ r -> Entry? in
+            guard r.count > 0 else { pending.store(0, ordering: .releasing); return nil }
+            let e = r.entries[r.head]
+            r.head = (r.head + 1) % capacity
+            r.count -= 1
+            pending.store(r.count, ordering: .releasing)
+            return e
+        }) { body(e) }
+    }
 }
 
 /// A lock-free log-scale histogram of latencies, for p50/p99 without allocation.

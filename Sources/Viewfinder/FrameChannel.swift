@@ -74,8 +74,9 @@ public final class FrameChannel: @unchecked Sendable {
             // A frame is waiting for room that the consumer is making.
             if ring.push(h) != nil {
                 // Still no room: the held frame is superseded by the newer one.
+                let seq = h.sequence
                 h.release()
-                drops.count(.ringFull)
+                drops.count(.ringFull, from: seq)
                 held = frame
                 evictions.add(1, ordering: .relaxed)
                 wakeConsumer()
@@ -91,8 +92,9 @@ public final class FrameChannel: @unchecked Sendable {
         }
         switch policy {
         case .dropNewest:
+            let seq = back.sequence
             back.release()
-            drops.count(.ringFull)
+            drops.count(.ringFull, from: seq)
             return false
         case .dropOldest:
             held = back
@@ -107,7 +109,7 @@ public final class FrameChannel: @unchecked Sendable {
                 // Re-check after announcing; pairs with the consumer's fence after its pop.
                 if let again = ring.push(pending) {
                     pending = again
-                    if isClosed { producerSleeping.store(false, ordering: .relaxed); lock.unlock(); pending.release(); drops.count(.ringFull); return false }
+                    if isClosed { producerSleeping.store(false, ordering: .relaxed); lock.unlock(); let seq = pending.sequence; pending.release(); drops.count(.ringFull, from: seq); return false }
                     lock.wait(untilMonotonicNanoseconds: monotonicNanoseconds() &+ 20_000_000)
                     producerSleeping.store(false, ordering: .relaxed)
                     lock.unlock()
@@ -192,8 +194,9 @@ public final class FrameChannel: @unchecked Sendable {
             var n = evictions.exchange(0, ordering: .relaxed)
             // Keep at least one frame to deliver.
             while n > 0, ring.count > 1, let old = ring.pop() {
+                let seq = old.sequence
                 old.release()
-                drops.count(.ringFull)
+                drops.count(.ringFull, from: seq)
                 n -= 1
             }
         }

@@ -1,4 +1,4 @@
-/// RGB24, BGR24 and 8-bit Bayer frames to planar 4:2:0 YUV (I420, full-range BT.601 as JPEG
+/// RGB24, BGR24, BGRA and 8-bit Bayer frames to planar 4:2:0 YUV (I420, full-range BT.601 as JPEG
 /// uses), at full size or reduced by 2, 4 or 8: the decoded view stages read on those cameras.
 ///
 /// Luma per output pixel, chroma from the mean of each 2×2 block. Bayer is demosaiced from the
@@ -7,7 +7,7 @@
 public final class RGBBayerConverter: PixelDecoder {
     public init() {}
 
-    public static func handles(_ f: PixelFormat) -> Bool { f == .rgb24 || f == .bgr24 || f.isBayer }
+    public static func handles(_ f: PixelFormat) -> Bool { f == .rgb24 || f == .bgr24 || f == .bgra || f.isBayer }
 
     public let scaleDenominators = [1, 2, 4, 8]
 
@@ -32,6 +32,7 @@ public final class RGBBayerConverter: PixelDecoder {
         switch sf.pixelFormat {
         case .rgb24: convert(PackedRGB(base: src, bytesPerRow: sf.bytesPerRow, r: 0, b: 2, width: sf.width, height: sf.height), scale: scale, into: dst)
         case .bgr24: convert(PackedRGB(base: src, bytesPerRow: sf.bytesPerRow, r: 2, b: 0, width: sf.width, height: sf.height), scale: scale, into: dst)
+        case .bgra: convert(PackedRGB(base: src, bytesPerRow: sf.bytesPerRow, r: 2, b: 0, width: sf.width, height: sf.height, step: 4), scale: scale, into: dst)
         default: convert(BayerRGB(base: src, bytesPerRow: sf.bytesPerRow, pattern: sf.pixelFormat, width: sf.width, height: sf.height, reduced: scale > 1), scale: scale, into: dst)
         }
         target.format = out
@@ -89,9 +90,10 @@ struct PackedRGB: RGBSampler {
     let bytesPerRow: Int
     let r: Int, b: Int
     let width: Int, height: Int
+    var step: Int = 3
     @inline(__always)
     func rgb(_ x: Int, _ y: Int) -> (Int, Int, Int) {
-        let off: Int = min(y, height - 1) &* bytesPerRow &+ min(x, width - 1) &* 3
+        let off: Int = min(y, height - 1) &* bytesPerRow &+ min(x, width - 1) &* step
         let p = base + off
         return (Int(p[r]), Int(p[1]), Int(p[b]))
     }

@@ -26,6 +26,9 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
     case sgrbg8
     /// 8-bit Bayer mosaic, rows R G R G… / G B G B…. `V4L2_PIX_FMT_SRGGB8`.
     case srggb8
+    /// Packed 8-bit B, G, R, A (alpha 255), 4 bytes per pixel: what most image libraries and
+    /// displays take (Core Video's `kCVPixelFormatType_32BGRA`). `V4L2_PIX_FMT_ABGR32` (`AR24`).
+    case bgra
 
     public var description: String { rawValue.uppercased() }
 
@@ -45,6 +48,7 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
         case .sgbrg8: return fourCC("GBRG")
         case .sgrbg8: return fourCC("GRBG")
         case .srggb8: return fourCC("RGGB")
+        case .bgra: return fourCC("AR24")
         }
     }
 
@@ -71,6 +75,7 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable, CustomStringCo
         case "sgbrg8", "gbrg": self = .sgbrg8
         case "sgrbg8", "grbg": self = .sgrbg8
         case "srggb8", "rggb": self = .srggb8
+        case "bgra", "bgra32", "ar24", "abgr32": self = .bgra
         default: return nil
         }
     }
@@ -157,6 +162,7 @@ public struct FrameFormat: Sendable, Equatable, CustomStringConvertible {
         switch f {
         case .yuyv, .uyvy: return width * 2
         case .rgb24, .bgr24: return width * 3
+        case .bgra: return width * 4
         case .nv12, .i420, .yuv422p, .grey, .sbggr8, .sgbrg8, .sgrbg8, .srggb8: return width
         case .mjpeg: return 0
         }

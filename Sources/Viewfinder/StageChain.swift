@@ -96,7 +96,7 @@ public final class StageChain {
                 i += 1
             case .drop(let reason):
                 frame.holder = -1
-                drops.count(reason)
+                drops.count(reason, from: frame.sequence)
                 stageDrops[i] &+= 1
                 frame.release()
                 if stage.delayFrames > 0 { drainReady(i) }
@@ -127,7 +127,7 @@ public final class StageChain {
         frame.holder = -1
         reclaimed[i] &+= 1
         stageDrops[i] &+= 1
-        drops.count(.stage)
+        drops.count(.stage, from: frame.sequence)
         frame.release()
     }
 

@@ -222,7 +222,7 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
             let bytes = try encoder.encode(UnsafeRawPointer(scaled.data), byteCount: scaled.format.maxByteCount, format: scaled.format, quality: quality, subsampling: .s420)
             return PreviewPicture(jpeg: ByteBuffer(bytes: bytes), sequence: frame.sequence, captureNanoseconds: captured, passedThrough: false)
         }
-        if frame.format.pixelFormat == .rgb24 || frame.format.pixelFormat == .bgr24 {
+        if frame.format.pixelFormat == .rgb24 || frame.format.pixelFormat == .bgr24 || frame.format.pixelFormat == .bgra {
             let bytes = try encoder.encode(frame, quality: quality, subsampling: .s420)
             return PreviewPicture(jpeg: ByteBuffer(bytes: bytes), sequence: frame.sequence, captureNanoseconds: captured, passedThrough: false)
         }

@@ -86,7 +86,8 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         let perSample: Int
         switch f.pixelFormat {
         case .yuyv, .uyvy: perSample = 2
-        case .rgb24: perSample = 3
+        case .rgb24, .bgr24: perSample = 3
+        case .bgra: perSample = 4
         case .nv12: perSample = i == 0 ? 1 : 2
         default: perSample = 1
         }

@@ -122,7 +122,7 @@ public final class JPEGEncoder {
         let pf = frame.format.pixelFormat
         if pf.hasYUVPlanes { return frame }
         if let d = frame.decoded, d.format.width == frame.format.width, d.format.height == frame.format.height,
-           frame.pixelsModified || !(pf == .rgb24 || pf == .bgr24) {
+           frame.pixelsModified || !(pf == .rgb24 || pf == .bgr24 || pf == .bgra) {
             return d
         }
         return frame
@@ -139,7 +139,7 @@ public final class JPEGEncoder {
         let target = JPEGEncoder.resolvedSubsampling(for: format.pixelFormat, requested: requested)
         ensureOutput(width: format.width, height: format.height, subsampling: target)
         let src = data.assumingMemoryBound(to: UInt8.self)
-        if format.pixelFormat == .rgb24 || format.pixelFormat == .bgr24 {
+        if format.pixelFormat == .rgb24 || format.pixelFormat == .bgr24 || format.pixelFormat == .bgra {
             return try compressRGB(src, format: format, subsampling: target, quality: quality)
         }
         let planes = try sourcePlanes(src, format: format, target: target)
@@ -151,7 +151,7 @@ public final class JPEGEncoder {
     private func compressRGB(_ src: UnsafePointer<UInt8>, format: FrameFormat, subsampling: ChromaSubsampling, quality: Int) throws -> UnsafeRawBufferPointer {
         var size: UInt = 0
         var out: UnsafeMutablePointer<UInt8>? = output
-        let rc = tjCompress2(handle, src, Int32(format.width), Int32(format.bytesPerRow), Int32(format.height), Int32((format.pixelFormat == .bgr24 ? TJPF_BGR : TJPF_RGB).rawValue),
+        let rc = tjCompress2(handle, src, Int32(format.width), Int32(format.bytesPerRow), Int32(format.height), Int32((format.pixelFormat == .bgr24 ? TJPF_BGR : format.pixelFormat == .bgra ? TJPF_BGRA : TJPF_RGB).rawValue),
                              &out, &size, subsampling.tj, Int32(quality), Self.flags)
         if rc != 0 { throw SinkError.jpeg(operation: "tjCompress2", message: String(cString: tjGetErrorStr2(handle))) }
         return UnsafeRawBufferPointer(start: out, count: Int(size))

@@ -474,6 +474,10 @@ public enum Warp {
             for k in 0..<3 {
                 bilinear(from: ch(source, k, f.width, f.height, f.bytesPerRow, 3), to: ch(dst, k, f.width, f.height, f.bytesPerRow, 3), map: map, workspace: workspace)
             }
+        case .bgra:
+            for k in 0..<4 {
+                bilinear(from: ch(source, k, f.width, f.height, f.bytesPerRow, 4), to: ch(dst, k, f.width, f.height, f.bytesPerRow, 4), map: map, workspace: workspace)
+            }
         default:
             break // MJPEG and Bayer: warp the decoded view (`Frame.decoded`) instead
         }

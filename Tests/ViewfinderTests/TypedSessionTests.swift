@@ -250,7 +250,7 @@ final class FailingSource: CaptureSource, @unchecked Sendable {
         #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:colour=red", option: "colour", reason: "unknown option (known: width, height, format, fps, paced, frames, copy, buffers)")) {
             try PatternSource(deviceString: "pattern:colour=red")
         }
-        #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:format=mjpeg", option: "format", reason: "expected one of yuyv, uyvy, nv12, i420, yuv422p, grey, rgb24, bgr24, sbggr8, sgbrg8, sgrbg8, srggb8, got 'mjpeg'")) {
+        #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:format=mjpeg", option: "format", reason: "expected one of yuyv, uyvy, nv12, i420, yuv422p, grey, rgb24, bgr24, sbggr8, sgbrg8, sgrbg8, srggb8, bgra, got 'mjpeg'")) {
             try PatternSource(deviceString: "pattern:format=mjpeg")
         }
     }

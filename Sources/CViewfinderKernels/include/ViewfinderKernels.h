@@ -103,6 +103,21 @@ void vf_lk_tensor(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, f
 void vf_lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n,
                     ptrdiff_t rows, float fx, float fy, float *out);
 
+/// One row of YUV to packed RGB (full-range BT.601): luma sample x at `y[x * yStep]`, chroma for
+/// pixel x at `u[(x / 2) * cStep]` and `v[(x / 2) * cStep]` (4:2:x); `u`/`v` NULL for grey. Writes
+/// `channels` (3 or 4, alpha 255) bytes per pixel with red at `rIndex`, green at 1, blue at `bIndex`.
+void vf_yuv_to_rgb_row(const uint8_t *y, ptrdiff_t yStep, const uint8_t *u, const uint8_t *v, ptrdiff_t cStep,
+                       ptrdiff_t width, uint8_t *dst, int channels, int rIndex, int bIndex);
+/// One row of packed RGB re-ordered/re-packed (3 or 4 bytes per pixel; alpha written as 255).
+void vf_rgb_reorder_row(const uint8_t *src, int srcChannels, int srcR, int srcB, ptrdiff_t width,
+                        uint8_t *dst, int dstChannels, int dstR, int dstB);
+/// `dst[i * dstStep] = a[i * step]`, or the rounded mean of `a` and `b` when `b` is not NULL.
+void vf_gather_row(const uint8_t *a, const uint8_t *b, ptrdiff_t step, ptrdiff_t n, uint8_t *dst, ptrdiff_t dstStep);
+/// A plane of `bpp`-byte samples turned `rotation` (0, 90, 180, 270) degrees clockwise, then
+/// mirrored left-right when `mirrored` is non-zero.
+void vf_rotate_plane(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, ptrdiff_t bpp,
+                     uint8_t *dst, ptrdiff_t dstPitch, int rotation, int mirrored);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,12 +15,49 @@ extension VideoDataOutputDelegate {
     public func videoDataOutput(_ output: VideoDataOutput, didDrop sequence: UInt64, reason: DropReason) {}
 }
 
+/// What a ``VideoDataOutput`` delivers (AVFoundation's `videoSettings`): a pixel format, and the
+/// picture turned and mirrored as it should be shown.
+public struct VideoOutputSettings: Sendable, Equatable {
+    /// The pixel format of the delivered frames, one of ``FrameConverter/outputPixelFormats``
+    /// (`.bgra`, `.rgb24`, `.bgr24`, `.nv12`, `.i420`, `.grey`); nil delivers the stream's own
+    /// frames as they leave the stages, without a copy.
+    public var pixelFormat: PixelFormat?
+    /// Degrees clockwise the delivered picture is turned: 0, 90, 180 or 270.
+    public var rotation: Int
+    /// Whether the delivered picture is flipped left-right (after the rotation).
+    public var isMirrored: Bool
+    /// Take rotation and mirroring from the output's ``CaptureConnection`` (its
+    /// `videoRotationAngle` and `isVideoMirrored`, as AVFoundation's video data output does)
+    /// instead of ``rotation`` and ``isMirrored``.
+    public var followsConnection: Bool
+    /// Converted frames in the output's pool: how many sample buffers user code can hold at once
+    /// before further frames are dropped as ``DropReason/outOfBuffers``.
+    public var bufferCount: Int
+
+    public init(pixelFormat: PixelFormat? = nil, rotation: Int = 0, isMirrored: Bool = false, followsConnection: Bool = false, bufferCount: Int = 6) {
+        self.pixelFormat = pixelFormat
+        self.rotation = rotation
+        self.isMirrored = isMirrored
+        self.followsConnection = followsConnection
+        self.bufferCount = bufferCount
+    }
+}
+
 /// Delivers frames to a delegate on a caller-chosen queue, or as an `AsyncSequence`
 /// (AVFoundation's `AVCaptureVideoDataOutput`).
 ///
 /// By default it discards late frames: while the delegate is still busy with one frame, newer
 /// frames replace each other and only the newest is delivered; every discarded frame is counted
 /// (reason ``DropReason/late``) and reported to the delegate.
+///
+/// Every frame the output does not deliver reaches the delegate's
+/// ``VideoDataOutputDelegate/videoDataOutput(_:didDrop:reason:)`` with its reason: late,
+/// dropped on a full ring, out of buffers, corrupt (a camera JPEG that does not decode), dropped by
+/// a stage, or skipped by the driver.
+///
+/// With ``VideoOutputSettings`` it converts each delivered frame, once, on its own thread, into the
+/// pixel format asked for (MJPEG decoded with the device's decoder), turned and mirrored — into a
+/// pool of its own, so a steady stream allocates nothing.
 public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
     // @unchecked Sendable: delegate/queue/continuations behind `state`; `busy` is atomic.
     public let consumerName: String
@@ -38,9 +75,17 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         var connection: CaptureConnection?
     }
     private let state = LockedBox(State())
+    private let settingsBox = LockedBox(VideoOutputSettings())
+    private let decodersBox = LockedBox<(any PixelDecoderFactory)?>(nil)
     private let busy = Atomic<Bool>(false)
     private let lateDrops = Atomic<UInt64>(0)
     private let delivered = Atomic<UInt64>(0)
+    private let droppedByReason = DropCounters()
+    // Used on the output's thread only (`consume`, `didDrop`).
+    private var converter: FrameConverter?
+    private var pool: FramePool?
+    private var retiredPools: [FramePool] = []
+    private var decodersForConverter: (any PixelDecoderFactory)?
 
     /// - Parameters:
     ///   - name: the output's name in statistics and logs.
@@ -50,6 +95,29 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         self.consumerName = name
         self.discardLate = alwaysDiscardsLateVideoFrames
     }
+
+    /// What the output delivers (AVFoundation's `videoSettings`).
+    public var videoSettings: VideoOutputSettings { settingsBox.withLock { $0 } }
+
+    /// Sets the pixel format, rotation and mirroring of the delivered frames; takes effect from
+    /// the next frame, also while running. Throws for a format not in
+    /// ``availableVideoPixelFormats`` or a rotation other than 0, 90, 180, 270.
+    public func setVideoSettings(_ settings: VideoOutputSettings) throws(FrameConversionError) {
+        if let f = settings.pixelFormat, !FrameConverter.outputPixelFormats.contains(f) { throw .unsupportedTarget(f) }
+        guard [0, 90, 180, 270].contains(settings.rotation) else { throw .unsupportedRotation(settings.rotation) }
+        guard settings.bufferCount >= 1 else { throw .corrupt("bufferCount must be at least 1") }
+        settingsBox.withLock { $0 = settings }
+    }
+
+    /// The pixel formats ``setVideoSettings(_:)`` accepts (AVFoundation's
+    /// `availableVideoPixelFormatTypes`).
+    public var availableVideoPixelFormats: [PixelFormat] { FrameConverter.outputPixelFormats }
+
+    /// The decoders for compressed frames (the session sets the device's own when it starts).
+    public func setPixelDecoders(_ decoders: (any PixelDecoderFactory)?) { decodersBox.withLock { $0 = decoders } }
+
+    /// Frames this output did not deliver, by reason (each also reported to the delegate).
+    public var droppedFrames: DropCounters { droppedByReason }
 
     /// Sets the delegate and the queue its callbacks run on.
     public func setDelegate(_ delegate: (any VideoDataOutputDelegate)?, queue: DispatchQueue?) {
@@ -83,25 +151,80 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         return SampleBuffer(adopting: frame)
     }
 
+    public var wantsDropNotices: Bool { true }
+
+    public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {
+        droppedByReason.count(reason, count)
+        if reason == .late { lateDrops.add(count, ordering: .relaxed) }
+        report(sequence: sequence, count: count, reason: reason)
+    }
+
+    private func report(sequence: UInt64, count: UInt64, reason: DropReason) {
+        let (delegate, queue) = state.withLock { ($0.delegate, $0.queue) }
+        guard let delegate else { return }
+        let body: @Sendable () -> Void = { for s in sequence..<(sequence &+ count) { delegate.videoDataOutput(self, didDrop: s, reason: reason) } }
+        if let queue { queue.async(execute: body) } else { body() }
+    }
+
+    /// Drops a frame at this output (not counted by the engine, which handed it over): counts it,
+    /// tells the delegate.
+    private func dropHere(_ frame: Frame, _ reason: DropReason) {
+        droppedByReason.count(reason)
+        if reason == .late { lateDrops.add(1, ordering: .relaxed) }
+        report(sequence: frame.sequence, count: 1, reason: reason)
+    }
+
+    /// The sample buffer to deliver for `frame`: the frame itself, or its conversion in a buffer
+    /// of the output's pool. Nil when the frame is dropped here (reported).
+    private func deliverable(_ frame: Frame, connection: CaptureConnection?) -> SampleBuffer? {
+        let s = settingsBox.withLock { $0 }
+        var rotation = s.rotation, mirrored = s.isMirrored
+        if s.followsConnection, let connection { rotation = connection.videoRotationAngle; mirrored = connection.isVideoMirrored }
+        if rotation == 0, !mirrored, s.pixelFormat == nil || s.pixelFormat == frame.format.pixelFormat { return sampleBuffer(frame) }
+        let decoders = decodersBox.withLock { $0 }
+        if converter == nil || converter!.target != s.pixelFormat || converter!.rotation != rotation || converter!.mirrored != mirrored
+            || (decoders == nil) != (decodersForConverter == nil) {
+            do { converter = try FrameConverter(target: s.pixelFormat, rotation: rotation, mirrored: mirrored, decoders: decoders) } catch { dropHere(frame, .stage); return nil }
+            decodersForConverter = decoders
+        }
+        let conv = converter!
+        let outFormat = conv.outputFormat(for: frame.format)
+        if pool == nil || pool!.format != outFormat || pool!.count != s.bufferCount {
+            // A sample buffer user code still holds keeps its frame, and the frame its pool.
+            if let old = pool { retiredPools.append(old); if retiredPools.count > 4 { retiredPools.removeFirst() } }
+            pool = FramePool(format: outFormat, count: s.bufferCount)
+        }
+        guard let out = pool!.acquire() else { dropHere(frame, .outOfBuffers); return nil }
+        do {
+            try conv.convert(frame, into: out)
+        } catch {
+            out.release()
+            dropHere(frame, .corrupt)
+            return nil
+        }
+        return SampleBuffer(adopting: out)
+    }
+
     public func consume(_ frame: Frame) {
         let (delegate, queue, conts, connection) = state.withLock { ($0.delegate, $0.queue, $0.continuations, $0.connection) }
-        for c in conts.values {
-            if case .dropped = c.yield(sampleBuffer(frame)) { lateDrops.add(1, ordering: .relaxed) }
+        // Late: the delegate is still busy with an earlier frame (its queue is asynchronous).
+        var toDelegate = delegate != nil
+        if toDelegate, queue != nil, discardLate, busy.load(ordering: .acquiring) {
+            toDelegate = false
+            dropHere(frame, .late)
         }
-        guard let delegate else { return }
+        guard toDelegate || !conts.isEmpty else { return }
+        guard let buffer = deliverable(frame, connection: connection) else { return }
+        for c in conts.values {
+            if case .dropped = c.yield(buffer) { lateDrops.add(1, ordering: .relaxed) }
+        }
+        guard toDelegate, let delegate else { return }
         guard let queue else {
-            delegate.videoDataOutput(self, didOutput: sampleBuffer(frame), from: connection)
+            delegate.videoDataOutput(self, didOutput: buffer, from: connection)
             delivered.add(1, ordering: .relaxed)
             return
         }
-        if discardLate && busy.load(ordering: .acquiring) {
-            lateDrops.add(1, ordering: .relaxed)
-            let seq = frame.sequence
-            queue.async { delegate.videoDataOutput(self, didDrop: seq, reason: .late) }
-            return
-        }
         busy.store(true, ordering: .relaxed)
-        let buffer = sampleBuffer(frame)
         queue.async {
             delegate.videoDataOutput(self, didOutput: buffer, from: connection)
             self.delivered.add(1, ordering: .relaxed)

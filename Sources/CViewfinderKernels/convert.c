@@ -1,0 +1,74 @@
+// Pixel-format conversion rows for outputs that deliver another format than the stream's
+// (VideoDataOutput's pixel format setting): YUV to packed RGB, RGB re-ordering, sample gathering
+// with optional vertical averaging (for 4:2:2 to 4:2:0 chroma), and plane rotation/mirroring.
+// Plain C: integer arithmetic only, so every build gives the same bits; the compiler vectorises
+// the simple loops at -O2.
+#include "ViewfinderKernels.h"
+
+static inline uint8_t clamp255(int32_t v) { return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v)); }
+
+void vf_yuv_to_rgb_row(const uint8_t *y, ptrdiff_t yStep, const uint8_t *u, const uint8_t *v, ptrdiff_t cStep,
+                       ptrdiff_t width, uint8_t *dst, int channels, int rIndex, int bIndex) {
+    // Full-range BT.601 (JPEG's YCbCr), 16.16 fixed point: R = Y + 1.402 Cr,
+    // G = Y - 0.344136 Cb - 0.714136 Cr, B = Y + 1.772 Cb.
+    for (ptrdiff_t x = 0; x < width; x++) {
+        int32_t yy = y[x * yStep];
+        int32_t r = yy, g = yy, b = yy;
+        if (u && v) {
+            int32_t cb = (int32_t)u[(x >> 1) * cStep] - 128, cr = (int32_t)v[(x >> 1) * cStep] - 128;
+            r = yy + ((91881 * cr + 32768) >> 16);
+            g = yy - ((22554 * cb + 46802 * cr - 32768) >> 16);
+            b = yy + ((116130 * cb + 32768) >> 16);
+        }
+        uint8_t *p = dst + x * channels;
+        p[rIndex] = clamp255(r);
+        p[1] = clamp255(g);
+        p[bIndex] = clamp255(b);
+        if (channels == 4) p[3] = 255;
+    }
+}
+
+void vf_rgb_reorder_row(const uint8_t *src, int srcChannels, int srcR, int srcB, ptrdiff_t width,
+                        uint8_t *dst, int dstChannels, int dstR, int dstB) {
+    for (ptrdiff_t x = 0; x < width; x++) {
+        const uint8_t *s = src + x * srcChannels;
+        uint8_t *d = dst + x * dstChannels;
+        uint8_t r = s[srcR], g = s[1], b = s[srcB];
+        d[dstR] = r; d[1] = g; d[dstB] = b;
+        if (dstChannels == 4) d[3] = 255;
+    }
+}
+
+void vf_gather_row(const uint8_t *a, const uint8_t *b, ptrdiff_t step, ptrdiff_t n, uint8_t *dst, ptrdiff_t dstStep) {
+    if (b) {
+        for (ptrdiff_t i = 0; i < n; i++) dst[i * dstStep] = (uint8_t)(((int)a[i * step] + (int)b[i * step] + 1) >> 1);
+    } else if (step == 1 && dstStep == 1) {
+        for (ptrdiff_t i = 0; i < n; i++) dst[i] = a[i];
+    } else {
+        for (ptrdiff_t i = 0; i < n; i++) dst[i * dstStep] = a[i * step];
+    }
+}
+
+void vf_rotate_plane(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, ptrdiff_t bpp,
+                     uint8_t *dst, ptrdiff_t dstPitch, int rotation, int mirrored) {
+    // The destination is the source turned `rotation` degrees clockwise, then flipped left-right
+    // when `mirrored`. Destination size: (height x width) for 90 and 270, else (width x height).
+    ptrdiff_t dw = (rotation == 90 || rotation == 270) ? height : width;
+    ptrdiff_t dh = (rotation == 90 || rotation == 270) ? width : height;
+    for (ptrdiff_t dy = 0; dy < dh; dy++) {
+        uint8_t *drow = dst + dy * dstPitch;
+        for (ptrdiff_t dxo = 0; dxo < dw; dxo++) {
+            ptrdiff_t dx = mirrored ? dw - 1 - dxo : dxo;
+            ptrdiff_t sx, sy;
+            switch (rotation) {
+            case 90: sx = dy; sy = height - 1 - dx; break;
+            case 180: sx = width - 1 - dx; sy = height - 1 - dy; break;
+            case 270: sx = width - 1 - dy; sy = dx; break;
+            default: sx = dx; sy = dy; break;
+            }
+            const uint8_t *s = src + sy * srcPitch + sx * bpp;
+            uint8_t *d = drow + dxo * bpp;
+            for (ptrdiff_t k = 0; k < bpp; k++) d[k] = s[k];
+        }
+    }
+}
