@@ -72,3 +72,25 @@ void vf_rotate_plane(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, pt
         }
     }
 }
+
+void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, int channels,
+                         uint8_t *dst, ptrdiff_t dstPitch, ptrdiff_t dw, ptrdiff_t dh) {
+    // Area average: output pixel (x, y) is the mean of the source block
+    // [x*width/dw, (x+1)*width/dw) x [y*height/dh, (y+1)*height/dh) (at least one pixel).
+    for (ptrdiff_t y = 0; y < dh; y++) {
+        ptrdiff_t y0 = y * height / dh, y1 = (y + 1) * height / dh;
+        if (y1 <= y0) y1 = y0 + 1;
+        for (ptrdiff_t x = 0; x < dw; x++) {
+            ptrdiff_t x0 = x * width / dw, x1 = (x + 1) * width / dw;
+            if (x1 <= x0) x1 = x0 + 1;
+            uint32_t sum[4] = {0, 0, 0, 0};
+            for (ptrdiff_t sy = y0; sy < y1; sy++) {
+                const uint8_t *row = src + sy * srcPitch;
+                for (ptrdiff_t sx = x0; sx < x1; sx++)
+                    for (int k = 0; k < channels; k++) sum[k] += row[sx * channels + k];
+            }
+            uint32_t n = (uint32_t)((y1 - y0) * (x1 - x0));
+            for (int k = 0; k < channels; k++) dst[y * dstPitch + x * channels + k] = (uint8_t)((sum[k] + n / 2) / n);
+        }
+    }
+}

@@ -22,7 +22,8 @@ public enum ExifOrientation: UInt16, Sendable, Codable, CaseIterable {
     }
 }
 
-/// The few EXIF fields a still carries: capture time, exposure time, ISO (from gain), orientation.
+/// The few EXIF fields a still carries: capture time, exposure time, ISO (from gain), orientation,
+/// and an optional embedded thumbnail (a small JPEG in IFD1, as cameras write it).
 public struct ExifInfo: Sendable, Equatable {
     /// Wall-clock time of capture.
     public var dateTimeOriginal: Date?
@@ -31,8 +32,14 @@ public struct ExifInfo: Sendable, Equatable {
     /// ISO speed: gain 1.0 is ISO 100.
     public var iso: Int?
     public var orientation: ExifOrientation
-    public init(dateTimeOriginal: Date? = nil, exposureTime: Double? = nil, iso: Int? = nil, orientation: ExifOrientation = .up) {
+    /// A JPEG stored as the file's thumbnail (IFD1). It must fit the APP1 segment's 64 KB with the
+    /// rest: ``maximumThumbnailBytes``; a larger one is left out.
+    public var thumbnailJPEG: [UInt8]?
+    /// The largest thumbnail the APP1 segment has room for.
+    public static let maximumThumbnailBytes = 60_000
+    public init(dateTimeOriginal: Date? = nil, exposureTime: Double? = nil, iso: Int? = nil, orientation: ExifOrientation = .up, thumbnailJPEG: [UInt8]? = nil) {
         self.dateTimeOriginal = dateTimeOriginal; self.exposureTime = exposureTime; self.iso = iso; self.orientation = orientation
+        self.thumbnailJPEG = thumbnailJPEG
     }
 
     /// ISO from an analogue gain (1.0 = ISO 100), clamped to the SHORT range.
@@ -82,6 +89,7 @@ public struct ExifInfo: Sendable, Equatable {
         u16(2)
         u16(0x0112); u16(3); u32(1); u16(orientation.rawValue); u16(0)
         u16(0x8769); u16(4); u32(1); u32(UInt32(exifOffset))
+        let nextIFDPatch = tiff.count
         u32(0)
 
         let exifSize = 2 + exif.count * 12 + 4
@@ -101,6 +109,20 @@ public struct ExifInfo: Sendable, Equatable {
         }
         u32(0)
         tiff += trailing
+
+        // IFD1: the thumbnail (compression 6 = JPEG, its offset and length), then its bytes.
+        if let thumb = thumbnailJPEG, !thumb.isEmpty, thumb.count <= Self.maximumThumbnailBytes {
+            if tiff.count % 2 == 1 { tiff.append(0) }
+            let ifd1 = tiff.count
+            for i in 0..<4 { tiff[nextIFDPatch + i] = UInt8((UInt32(ifd1) >> (8 * UInt32(i))) & 0xFF) }
+            let ifd1Size = 2 + 3 * 12 + 4
+            u16(3)
+            u16(0x0103); u16(3); u32(1); u16(6); u16(0)
+            u16(0x0201); u16(4); u32(1); u32(UInt32(ifd1 + ifd1Size))
+            u16(0x0202); u16(4); u32(1); u32(UInt32(thumb.count))
+            u32(0)
+            tiff += thumb
+        }
 
         let payload = Array("Exif".utf8) + [0, 0] + tiff
         let length = payload.count + 2
@@ -172,6 +194,36 @@ public enum JPEGMarkers {
             }
         }
         return out
+    }
+
+    /// The thumbnail JPEG stored in the EXIF APP1 segment's IFD1, if there is one.
+    public static func exifThumbnail(_ b: UnsafeRawBufferPointer) throws -> [UInt8]? {
+        let segs = try segments(b)
+        guard let app1 = segs.first(where: { $0.marker == 0xE1 && $0.length >= 18 }) else { return nil }
+        let t = app1.offset + 10, end = app1.offset + app1.length
+        guard b[t] == 0x49 && b[t + 1] == 0x49 else { throw SinkError.corruptData("EXIF is not little-endian TIFF") }
+        func inside(_ o: Int, _ n: Int) -> Bool { o >= 0 && t + o + n <= end }
+        func u16(_ o: Int) -> UInt16 { UInt16(b[t + o]) | UInt16(b[t + o + 1]) << 8 }
+        func u32(_ o: Int) -> UInt32 { UInt32(u16(o)) | UInt32(u16(o + 2)) << 16 }
+        guard inside(4, 4) else { return nil }
+        let ifd0 = Int(u32(4))
+        guard inside(ifd0, 2) else { return nil }
+        let next = ifd0 + 2 + 12 * Int(u16(ifd0))
+        guard inside(next, 4) else { return nil }
+        let ifd1 = Int(u32(next))
+        guard ifd1 != 0, inside(ifd1, 2) else { return nil }
+        var offset: Int?, length: Int?
+        for k in 0..<Int(u16(ifd1)) {
+            let e = ifd1 + 2 + 12 * k
+            guard inside(e, 12) else { break }
+            switch u16(e) {
+            case 0x0201: offset = Int(u32(e + 8))
+            case 0x0202: length = Int(u32(e + 8))
+            default: break
+            }
+        }
+        guard let offset, let length, length > 0, inside(offset, length) else { return nil }
+        return (0..<length).map { b[t + offset + $0] }
     }
 
     /// Reads back the EXIF APP1 fields this module writes (for tests and `viewfinder` inspection).

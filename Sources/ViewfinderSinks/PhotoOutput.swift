@@ -58,6 +58,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     // Consumer thread only.
     private var current: Job?
     private var encoder: JPEGEncoder?
+    private let downscaler = PhotoDownscaler()
 
     private final class Job {
         let settings: PhotoSettings
@@ -147,6 +148,14 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         if !s.exposureBiases.isEmpty && s.burstCount > 1 { return "a capture is either a bracket or a burst" }
         if s.exposureBiases.count > 16 { return "at most 16 bracket biases" }
         if let b = s.exposureBiases.first(where: { !$0.isFinite || abs($0) > 8 }) { return "bias \(b) EV is outside -8...8" }
+        if let t = s.embeddedThumbnailSize {
+            if !s.embedsExif { return "an embedded thumbnail needs the EXIF segment (embedsExif)" }
+            if !(1...512).contains(t.width) || !(1...512).contains(t.height) { return "thumbnail size \(t.width)x\(t.height) is outside 1...512" }
+        }
+        if let p = s.previewFormat {
+            if !FrameConverter.outputPixelFormats.contains(p.pixelFormat) { return "preview format \(p.pixelFormat) is not one of \(FrameConverter.outputPixelFormats.map(\.rawValue).joined(separator: ", "))" }
+            if !(1...4096).contains(p.maximumSize.width) || !(1...4096).contains(p.maximumSize.height) { return "preview size \(p.maximumSize.width)x\(p.maximumSize.height) is outside 1...4096" }
+        }
         return nil
     }
 
@@ -276,6 +285,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
 
     private func process(_ shot: Shot, job: Job, index: Int, raw: Bool) throws -> CapturePhoto {
         let data: [UInt8]
+        var thumbnail: [UInt8]?, preview: PhotoPreviewImage?
         if raw {
             let info = RawStill(pixelFormat: shot.format.pixelFormat.rawValue, fourcc: fourCCString(shot.format.pixelFormat.fourcc), width: shot.format.width,
                                 height: shot.format.height, bytesPerRow: shot.format.bytesPerRow, byteCount: shot.bytes.count, sequence: shot.sequence,
@@ -285,8 +295,17 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             data = RawStill.magic + Array(try enc.encode(info)) + [0x0A] + shot.bytes
         } else {
             guard case .jpeg(let quality, let sub) = job.settings.codec else { throw PhotoCaptureError.invalidSettings("codec") }
+            // The pixels the photo shows: what a stage made (or the mosaic's decoded view), else the frame.
+            let pixels = shot.decoded ?? (shot.bytes, shot.format)
+            if job.settings.embedsExif, let box = job.settings.embeddedThumbnailSize {
+                guard let encoder else { throw PhotoCaptureError.notRunning }
+                do { thumbnail = try downscaler.thumbnail(bytes: pixels.bytes, format: pixels.format, box: box, encoder: encoder) } catch {
+                    throw PhotoCaptureError.encodingFailed("thumbnail: \(error)")
+                }
+            }
             let exif: [UInt8]? = job.settings.embedsExif ? ExifInfo(dateTimeOriginal: shot.date, exposureTime: shot.metadata.exposureTime.map { $0 / 1e6 },
-                                                                     iso: shot.metadata.gain.map(ExifInfo.iso(fromGain:)), orientation: job.resolved.orientation).app1Segment() : nil
+                                                                     iso: shot.metadata.gain.map(ExifInfo.iso(fromGain:)), orientation: job.resolved.orientation,
+                                                                     thumbnailJPEG: thumbnail).app1Segment() : nil
             do {
                 if let d = shot.decoded {
                     // A stage changed the pixels (or the camera sends a mosaic): encode what it made.
@@ -304,9 +323,15 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             } catch let e as SinkError {
                 throw PhotoCaptureError.encodingFailed(e.description)
             }
+            if let pf = job.settings.previewFormat {
+                do { preview = try downscaler.preview(bytes: pixels.bytes, format: pixels.format, as: pf) } catch {
+                    throw PhotoCaptureError.encodingFailed("preview: \(error)")
+                }
+            }
         }
         return CapturePhoto(resolvedSettings: job.resolved, photoCount: index + 1, exposureBias: shot.bias, isRawPhoto: raw, format: shot.format,
-                            sequence: shot.sequence, timestamp: shot.timestamp, metadata: shot.metadata, captureDate: shot.date, data: data)
+                            sequence: shot.sequence, timestamp: shot.timestamp, metadata: shot.metadata, captureDate: shot.date, data: data,
+                            previewImage: preview, embeddedThumbnail: thumbnail)
     }
 
     /// The wall-clock time of a capture timestamp: exact for CLOCK_REALTIME, converted through the

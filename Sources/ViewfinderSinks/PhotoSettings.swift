@@ -30,9 +30,16 @@ public final class PhotoSettings: Sendable {
     public let orientation: ExifOrientation?
     /// Write the EXIF APP1 segment (time, exposure, ISO, orientation) into JPEGs.
     public let embedsExif: Bool
+    /// Embed a JPEG thumbnail of at most this size in the EXIF segment (AVFoundation's
+    /// `embeddedThumbnailPhotoFormat`); nil for none. Needs ``embedsExif``.
+    public let embeddedThumbnailSize: PhotoImageSize?
+    /// Deliver an uncompressed preview picture with each photo (AVFoundation's
+    /// `previewPhotoFormat`, read back as ``CapturePhoto/previewImage``); nil for none.
+    public let previewFormat: PhotoPreviewFormat?
 
     public init(codec: PhotoCodec = .jpeg, rawCompanion: Bool = false, exposureBiases: [Double] = [], burstCount: Int = 1,
-                orientation: ExifOrientation? = nil, embedsExif: Bool = true) {
+                orientation: ExifOrientation? = nil, embedsExif: Bool = true, embeddedThumbnailSize: PhotoImageSize? = nil,
+                previewFormat: PhotoPreviewFormat? = nil) {
         uniqueID = nextPhotoID.add(1, ordering: .relaxed).oldValue
         self.codec = codec
         self.rawCompanion = rawCompanion
@@ -40,11 +47,14 @@ public final class PhotoSettings: Sendable {
         self.burstCount = burstCount
         self.orientation = orientation
         self.embedsExif = embedsExif
+        self.embeddedThumbnailSize = embeddedThumbnailSize
+        self.previewFormat = previewFormat
     }
 
     /// A new settings object with the same choices and a new id (AVFoundation's `init(from:)`).
     public func copyWithNewID() -> PhotoSettings {
-        PhotoSettings(codec: codec, rawCompanion: rawCompanion, exposureBiases: exposureBiases, burstCount: burstCount, orientation: orientation, embedsExif: embedsExif)
+        PhotoSettings(codec: codec, rawCompanion: rawCompanion, exposureBiases: exposureBiases, burstCount: burstCount, orientation: orientation, embedsExif: embedsExif,
+                      embeddedThumbnailSize: embeddedThumbnailSize, previewFormat: previewFormat)
     }
 
     /// Images the capture takes (bracket length or burst count).
@@ -116,11 +126,16 @@ public struct CapturePhoto: Sendable {
     public var captureDate: Date
     /// The encoded file: a JPEG (with EXIF) or a raw still.
     private var data: [UInt8]
+    /// The preview picture, when the settings asked for one (AVFoundation's `previewPixelBuffer`).
+    public var previewImage: PhotoPreviewImage?
+    /// The JPEG embedded in the EXIF segment as the file's thumbnail, when the settings asked for one.
+    public var embeddedThumbnail: [UInt8]?
 
     init(resolvedSettings: ResolvedPhotoSettings, photoCount: Int, exposureBias: Double?, isRawPhoto: Bool, format: FrameFormat, sequence: UInt64,
-         timestamp: Timestamp, metadata: FrameMetadata, captureDate: Date, data: [UInt8]) {
+         timestamp: Timestamp, metadata: FrameMetadata, captureDate: Date, data: [UInt8], previewImage: PhotoPreviewImage? = nil, embeddedThumbnail: [UInt8]? = nil) {
         self.resolvedSettings = resolvedSettings; self.photoCount = photoCount; self.exposureBias = exposureBias; self.isRawPhoto = isRawPhoto
         self.format = format; self.sequence = sequence; self.timestamp = timestamp; self.metadata = metadata; self.captureDate = captureDate; self.data = data
+        self.previewImage = previewImage; self.embeddedThumbnail = embeddedThumbnail
     }
 
     /// The bytes of the file this photo would be written as.

@@ -117,6 +117,9 @@ void vf_gather_row(const uint8_t *a, const uint8_t *b, ptrdiff_t step, ptrdiff_t
 /// mirrored left-right when `mirrored` is non-zero.
 void vf_rotate_plane(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, ptrdiff_t bpp,
                      uint8_t *dst, ptrdiff_t dstPitch, int rotation, int mirrored);
+/// A packed picture (`channels` bytes per pixel) reduced to `dw` x `dh` by area averaging.
+void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, int channels,
+                         uint8_t *dst, ptrdiff_t dstPitch, ptrdiff_t dw, ptrdiff_t dh);
 
 #ifdef __cplusplus
 }
