@@ -118,3 +118,47 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
         #expect(after > before * 1.2, "mean luma \(before) before the change, \(after) after")
     }
 }
+
+@Suite struct VideoOutputConversionKitTests {
+    /// The frames a video data output delivers as BGRA from a sim camera in `format`.
+    func bgraFrames(_ device: String) throws -> [[UInt8]] {
+        let dev = try CaptureDevice.open(device, directory: .standard)
+        let session = CaptureSession(registry: .builtIn)
+        try session.addInput(CaptureDeviceInput(device: dev))
+        try session.setSessionPreset(.inputPriority)
+        let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)
+        try out.setVideoSettings(VideoOutputSettings(pixelFormat: .bgra))
+        final class Keep: VideoDataOutputDelegate, @unchecked Sendable {
+            let frames = LockedBox<[[UInt8]]>([])
+            let drops = LockedBox<[DropReason]>([])
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                #expect(sampleBuffer.format == FrameFormat(.bgra, width: 320, height: 240))
+                frames.withLock { $0.append(sampleBuffer.withUnsafeBytes { Array($0) }) }
+            }
+            func videoDataOutput(_ output: VideoDataOutput, didDrop sequence: UInt64, reason: DropReason) { drops.withLock { $0.append(reason) } }
+        }
+        let k = Keep()
+        out.setDelegate(k, queue: nil)
+        try session.addOutput(out)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        #expect(k.drops.withLock { $0 }.isEmpty)
+        return k.frames.withLock { $0 }
+    }
+
+    /// A camera's MJPEG is decoded by the device's own (TurboJPEG) decoder on the output's thread:
+    /// the BGRA picture matches the same scene delivered as YUYV, up to JPEG loss.
+    @Test func mjpegFramesArriveAsBGRAOfTheSamePicture() throws {
+        let opts = "width=320,height=240,paced=false,frames=4,noise=0,shake=0"
+        let jpeg = try bgraFrames("sim:\(opts),format=mjpeg")
+        let yuyv = try bgraFrames("sim:\(opts),format=yuyv")
+        #expect(jpeg.count == 4 && yuyv.count == 4)
+        guard let a = jpeg.last, let b = yuyv.last, a.count == b.count else { return }
+        var diff = 0.0
+        for i in stride(from: 0, to: a.count, by: 4) { for k in 0..<3 { diff += abs(Double(a[i + k]) - Double(b[i + k])) } }
+        let mean = diff / Double(a.count / 4 * 3)
+        #expect(mean < 6, "BGRA from MJPEG differs from BGRA from YUYV by \(mean) levels on average")
+        #expect(Set(a).count > 50, "a real picture, not a flat fill")
+    }
+}
