@@ -117,7 +117,7 @@ public final class AssetWriterInput: @unchecked Sendable {
         return enqueue(timestamp: timestamp.nanoseconds) { writer in try writer.writeAudio(samples, timestamp: timestamp.nanoseconds) }
     }
 
-    /// Appends a period of captured sound (from an ``AudioDataOutput`` delegate).
+    /// Appends a period of captured sound (from an `AudioDataOutput` delegate).
     @discardableResult
     public func append(_ buffer: AudioBuffer) -> Bool {
         append(pcm: buffer.data, format: buffer.format, timestamp: buffer.period.timestamp)
