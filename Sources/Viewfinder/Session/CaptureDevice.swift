@@ -17,9 +17,14 @@ public enum FocusMode: String, Sendable, Codable, CaseIterable, OptionChoice {
     case locked, auto, continuous
 }
 
-/// White balance modes.
-public enum WhiteBalanceMode: String, Sendable, Codable, CaseIterable {
-    case locked, continuous
+/// White balance modes (AVFoundation's `AVCaptureDevice.WhiteBalanceMode`).
+public enum WhiteBalanceMode: String, Sendable, Codable, CaseIterable, OptionChoice {
+    /// Keep the current balance (or the one given with `setWhiteBalanceModeLocked(with:)`).
+    case locked
+    /// Estimate the light once, then lock.
+    case auto
+    /// Keep estimating as the light changes.
+    case continuous
 }
 
 /// The part of a device's configuration the session turns into the control stages it runs:
