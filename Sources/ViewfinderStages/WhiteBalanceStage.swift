@@ -14,6 +14,9 @@ public enum WhiteBalanceCorrection: String, OptionChoice {
     case software
     /// Measure and report only.
     case none
+    /// The device's own automatic white balance (`white_balance_automatic` on); the stage only
+    /// switches it on and passes the frames' own `whiteBalance` through.
+    case deviceAutomatic = "device_automatic"
 }
 
 /// Options of ``WhiteBalanceStage``.
@@ -48,7 +51,7 @@ public struct WhiteBalanceOptions: StageOptions {
             .choice("mode", \.mode, "locked: hold temperature_k; auto: estimate the light until converged, then hold; continuous: keep estimating"),
             .double("temperature_k", \.temperatureK, range: 1500...15000, unit: "kelvin", "Light temperature in locked mode; the starting point of auto and continuous"),
             .double("tint", \.tint, range: -150...150, "Tint in locked mode (negative magenta, positive green)"),
-            .choice("correction", \.correction, "auto: the device's white_balance_temperature if it has one, else software; device; software (gains on the chroma); none (measure only)"),
+            .choice("correction", \.correction, "auto: the device's white_balance_temperature if it has one, else software; device; software (gains on the chroma); none (measure only); device_automatic (the device's own loop)"),
             .double("camera_balance_k", \.cameraBalanceK, range: 1500...15000, unit: "kelvin", "What the camera balances for when neither the frame nor a device control says"),
             .int("subsample", \.subsample, range: 1...16, unit: "chroma samples", "Measure every n-th chroma sample in x and y"),
             .double("speed", \.speed, range: 0.05...1, unit: "fraction per frame", "Share of the remaining error taken per frame (1: no smoothing)"),
@@ -258,7 +261,15 @@ public final class WhiteBalanceStage: Stage {
         temperatureControl = context.controls?.descriptor(.whiteBalanceTemperature)
         useDevice = temperatureControl != nil && (options.correction == .auto || options.correction == .device)
         // With the device driven, software removes what lies beyond the control's range.
-        applySoftware = options.correction != .none
+        applySoftware = options.correction != .none && options.correction != .deviceAutomatic
+        if options.correction == .deviceAutomatic {
+            guard let c = context.controls, c.supports(.whiteBalanceAuto) else {
+                throw ConfigurationError.invalidOption(stage: Self.name, option: "correction", reason: "device_automatic needs a device with a white_balance_automatic control")
+            }
+            try c.set(.whiteBalanceAuto, to: 1)
+            state = .converged
+            return
+        }
         targetMired = 1e6 / options.temperatureK
         state = options.mode == .locked ? .locked : .adjusting
         if let c = context.controls, let d = temperatureControl {
@@ -284,6 +295,10 @@ public final class WhiteBalanceStage: Stage {
     }
 
     public func process(_ frame: Frame) -> StageVerdict {
+        if options.correction == .deviceAutomatic {
+            frame.metadata.whiteBalanceState = state
+            return .forward
+        }
         if framesUntilLanded > 0 {
             framesUntilLanded -= 1
             if framesUntilLanded == 0 { knownK = commandedK }
