@@ -242,6 +242,8 @@ public final class WhiteBalanceStage: Stage {
     /// Frames the stage could not correct in software (no YUV planes to change: MJPEG).
     public private(set) var uncorrected = 0
     public private(set) var commandsSent = 0
+    /// Control writes the device refused.
+    public private(set) var controlErrors = 0
 
     public init(options: WhiteBalanceOptions) {
         self.options = options
@@ -255,7 +257,6 @@ public final class WhiteBalanceStage: Stage {
     public var loopState: ControlLoopState { state }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
-        try context.needStatistics(Self.name, minimumWidth: 160)
         requests = context.controlRequests
         latency = context.controls?.controlLatencyFrames ?? 0
         temperatureControl = context.controls?.descriptor(.whiteBalanceTemperature)
@@ -266,10 +267,12 @@ public final class WhiteBalanceStage: Stage {
             guard let c = context.controls, c.supports(.whiteBalanceAuto) else {
                 throw ConfigurationError.invalidOption(stage: Self.name, option: "correction", reason: "device_automatic needs a device with a white_balance_automatic control")
             }
-            try c.set(.whiteBalanceAuto, to: 1)
+            // A refusal (a busy or inactive control) leaves the device as it is: counted, not fatal.
+            if (try? c.set(.whiteBalanceAuto, to: 1)) == nil { controlErrors += 1 }
             state = .converged
             return
         }
+        try context.needStatistics(Self.name, minimumWidth: 160)
         targetMired = 1e6 / options.temperatureK
         state = options.mode == .locked ? .locked : .adjusting
         if let c = context.controls, let d = temperatureControl {

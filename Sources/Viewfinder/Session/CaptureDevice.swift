@@ -265,14 +265,21 @@ public final class CaptureDevice: @unchecked Sendable {
         if let c = controls, (try? c.value(of: .whiteBalanceAuto)) != 1, let k = try? c.value(of: .whiteBalanceTemperature) {
             return WhiteBalanceModel.gains(for: .init(temperature: Double(k)))
         }
-        let k = observedWhiteBalance.withLock { $0 } ?? WhiteBalanceModel.nativeTemperature
+        let bits = observedWhiteBalance.load(ordering: .relaxed)
+        let k = bits == 0 ? WhiteBalanceModel.nativeTemperature : Double(bitPattern: bits)
         return WhiteBalanceModel.gains(for: .init(temperature: k))
     }
 
     /// Records the white balance a frame carried (`FrameMetadata.whiteBalance`), for
-    /// ``deviceWhiteBalanceGains``.
-    public func noteWhiteBalance(_ kelvin: Double) { observedWhiteBalance.withLock { $0 = kelvin } }
-    private let observedWhiteBalance = LockedBox<Double?>(nil)
+    /// ``deviceWhiteBalanceGains``; the session calls it for every frame its control stages saw
+    /// (one relaxed atomic store: no lock on the stage thread).
+    public func noteWhiteBalance(_ kelvin: Double) {
+        guard kelvin > 0, kelvin.isFinite else { return }
+        observedWhiteBalance.store(kelvin.bitPattern, ordering: .relaxed)
+    }
+    /// The latest frame's white balance, K, as `Double` bits (0: none yet). Relaxed: a lone value,
+    /// no other memory is published with it.
+    private let observedWhiteBalance = Atomic<UInt64>(0)
 
     /// The format to stream when the session preset is `inputPriority`.
     public func setActiveFormat(_ request: StreamRequest) throws {
