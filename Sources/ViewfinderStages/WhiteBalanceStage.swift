@@ -82,7 +82,7 @@ public struct WhiteBalanceMeasurement: Sendable, Equatable {
 
 /// Estimates the cast of the light from a frame's YCbCr pixels.
 ///
-/// In the model the sim camera renders and real sensors approximate (``WhiteBalanceModel``), a
+/// In the model the sim camera renders and real sensors approximate (`WhiteBalanceModel`), a
 /// light off the balance shifts every pixel's chroma-per-luma `(Cb/Y, Cr/Y)` by the same amount
 /// along the black-body locus, `(+κΔ, −κΔ)`. So each pixel's position along the locus
 /// `p = (Cb/Y − Cr/Y)/2` is its surface's colour plus `κΔ`, and its position across the locus
@@ -354,7 +354,7 @@ public final class WhiteBalanceStage: Stage {
     }
 
     /// Removes a cast of `castMired` (and a tint) from the chroma: `Cb −= κΔ·Y`, `Cr += κΔ·Y`
-    /// (``WhiteBalanceModel``), through a table per luma value.
+    /// (`WhiteBalanceModel`), through a table per luma value.
     public func correct(_ px: MutableFramePixels, castMired: Double, tint: Double) {
         guard let cb = px.cb, let cr = px.cr else { return }
         if castMired != lutCast || tint != lutTint || lut.allSatisfy({ $0 == 0 }) {
