@@ -50,6 +50,8 @@ public struct SimulationTruth: Sendable, Equatable, Codable {
     public var defocusBlur: Double = 0
     /// Mean of the rendered luma (0–255) as the sensor produced it.
     public var renderedMeanLuma: Double = 0
+    /// Colour temperature of the scene's light, K (the sim's `colortemp`).
+    public var colorTemperature: Double = 0
     public init() {}
 }
 
@@ -172,8 +174,11 @@ public struct FrameMetadata: Sendable, Equatable {
     /// from the writes it made and the device's control latency (``DelayedControls``). Stages read
     /// these instead of asking the device.
     public var exposedWith = ExposedControls()
-    /// White balance temperature, K.
+    /// White balance temperature, K: what the camera balances for (a source's own record), or
+    /// the `white_balance` stage's estimate of the light (or its locked setting) once it ran.
     public var whiteBalance: Double?
+    /// State of the white-balance loop.
+    public var whiteBalanceState: ControlLoopState?
     /// Focus measures of the metered region.
     public var focus: FocusMeasure?
     /// State of the autofocus loop.

@@ -16,6 +16,7 @@ extension Frame {
         if let f = m.focus { s += ",\"focus\":{\"laplacian_variance\":\(f.laplacianVariance),\"tenengrad\":\(f.tenengrad)}" }
         if let st = m.focusState { s += ",\"focus_state\":\"\(st.rawValue)\"" }
         if let st = m.exposureState { s += ",\"exposure_state\":\"\(st.rawValue)\"" }
+        if let st = m.whiteBalanceState { s += ",\"white_balance_state\":\"\(st.rawValue)\"" }
         num("metered_luma", m.meteredLuma)
         num("exposure_error_ev", m.exposureError)
         func motion(_ k: String, _ v: MotionEstimate?) {
@@ -24,7 +25,9 @@ extension Frame {
         motion("motion", m.motion)
         motion("correction", m.correction)
         if let t = m.truth {
-            s += ",\"truth\":{\"shake_x\":\(t.shakeX),\"shake_y\":\(t.shakeY),\"shake_angle\":\(t.shakeAngle),\"in_focus_lens_position\":\(t.inFocusLensPosition),\"scene_luminance\":\(t.sceneLuminance),\"exposure_us\":\(t.appliedExposure),\"gain\":\(t.appliedGain),\"lens_position\":\(t.appliedLensPosition),\"defocus_blur\":\(t.defocusBlur),\"mean_luma\":\(t.renderedMeanLuma)}"
+            s += ",\"truth\":{\"shake_x\":\(t.shakeX),\"shake_y\":\(t.shakeY),\"shake_angle\":\(t.shakeAngle),\"in_focus_lens_position\":\(t.inFocusLensPosition),\"scene_luminance\":\(t.sceneLuminance),\"exposure_us\":\(t.appliedExposure),\"gain\":\(t.appliedGain),\"lens_position\":\(t.appliedLensPosition),\"defocus_blur\":\(t.defocusBlur),\"mean_luma\":\(t.renderedMeanLuma)"
+            if t.colorTemperature > 0 { s += ",\"colortemp_k\":\(t.colorTemperature)" }
+            s += "}"
         }
         if m.droppedBefore > 0 { s += ",\"dropped_before\":\(m.droppedBefore)" }
         s += ",\"stage_ns\":\(m.stageNanoseconds)"

@@ -17,7 +17,29 @@ public struct BuiltInControlStages: DeviceControlStageProvider {
             if let p = s.focusPointOfInterest { o.region = .point; o.point = sensorPoint(p) }
             specs.append(.stage(FocusStage.self, options: o))
         }
+        if let wb = whiteBalanceOptions(s, device: device) {
+            specs.append(.stage(WhiteBalanceStage.self, options: wb))
+        }
         return specs
+    }
+
+    /// The white-balance stage's options for the device's settings: `continuous` on a device with
+    /// `white_balance_automatic` switches the device's own loop on; `locked` without a temperature
+    /// keeps whatever balance is in force (nil: no stage).
+    public func whiteBalanceOptions(_ s: DeviceSettings, device: CaptureDevice) -> WhiteBalanceOptions? {
+        var o = WhiteBalanceOptions()
+        o.mode = s.whiteBalanceMode
+        switch s.whiteBalanceMode {
+        case .continuous where device.controls?.supports(.whiteBalanceAuto) == true:
+            o.correction = .deviceAutomatic
+        case .locked:
+            guard let v = s.whiteBalanceTemperatureAndTint else { return nil }
+            o.temperatureK = v.temperature
+            o.tint = v.tint
+        case .auto, .continuous:
+            break
+        }
+        return o
     }
 
     /// The exposure stage's options for the device's settings.

@@ -260,7 +260,9 @@ public final class SimRenderer {
         // Chroma constants.
         let satK = Int32(state.saturation * 128 / 100)
         let mired = 1e6 / state.whiteBalance - 1e6 / options.colorTemperature
-        let castU = Int32((0.0006 * mired * 32768).rounded()), castV = Int32((-0.0006 * mired * 32768).rounded())
+        // The cast as `WhiteBalanceModel` defines it: chroma moves by κ·Δ·Y (κ in Q15 of Y/2 here).
+        let kappa = WhiteBalanceModel.chromaPerMired
+        let castU = Int32((kappa * mired * 32768).rounded()), castV = Int32((-kappa * mired * 32768).rounded())
         let cw = W / 2
         let pf = format.pixelFormat
         let hasChroma = pf != .grey
@@ -370,6 +372,7 @@ public final class SimRenderer {
         truth.appliedLensPosition = state.lensPosition
         truth.defocusBlur = blur ? r : 0
         truth.renderedMeanLuma = meanLuma
+        truth.colorTemperature = options.colorTemperature
         frame.metadata.truth = truth
         frame.metadata.exposureTime = state.exposureMicroseconds
         frame.metadata.gain = state.gain

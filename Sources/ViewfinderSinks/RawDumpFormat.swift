@@ -168,7 +168,8 @@ public enum DumpError: Error, Equatable, CustomStringConvertible {
 /// 4 whiteBalance, 5 focus (laplacianVariance, tenengrad), 6 focusState (raw value string),
 /// 7 exposureState (string), 8 meteredLuma, 9 exposureError, 10 motion (dx, dy, angle, scale,
 /// confidence), 11 correction (same), 12 truth (10 doubles in declaration order), 13 droppedBefore
-/// u32, 14 stageNanoseconds u64, 15 custom value (double, then the key's name in UTF-8).
+/// u32, 14 stageNanoseconds u64, 15 custom value (double, then the key's name in UTF-8), 16 the
+/// truth's colorTemperature (written with tag 12 when non-zero), 17 whiteBalanceState (string).
 public enum DumpMetadataCodec {
     static func encode(_ m: FrameMetadata, into out: inout [UInt8]) {
         out.removeAll(keepingCapacity: true)
@@ -186,7 +187,9 @@ public enum DumpMetadataCodec {
             field(12, 80) {
                 for v in [t.shakeX, t.shakeY, t.shakeAngle, t.inFocusLensPosition, t.sceneLuminance, t.appliedExposure, t.appliedGain, t.appliedLensPosition, t.defocusBlur, t.renderedMeanLuma] { d(v) }
             }
+            if t.colorTemperature != 0 { dbl(16, t.colorTemperature) }
         }
+        str(17, m.whiteBalanceState?.rawValue)
         if m.droppedBefore != 0 { field(13, 4) { withUnsafeBytes(of: m.droppedBefore.littleEndian) { out += $0 } } }
         if m.stageNanoseconds != 0 { field(14, 8) { withUnsafeBytes(of: m.stageNanoseconds.littleEndian) { out += $0 } } }
         for (k, v) in m.custom.entries {
@@ -221,7 +224,13 @@ public enum DumpMetadataCodec {
                 t.shakeX = dbl(v); t.shakeY = dbl(v + 8); t.shakeAngle = dbl(v + 16); t.inFocusLensPosition = dbl(v + 24)
                 t.sceneLuminance = dbl(v + 32); t.appliedExposure = dbl(v + 40); t.appliedGain = dbl(v + 48)
                 t.appliedLensPosition = dbl(v + 56); t.defocusBlur = dbl(v + 64); t.renderedMeanLuma = dbl(v + 72)
+                if let k = m.truth?.colorTemperature, k != 0 { t.colorTemperature = k }
                 m.truth = t
+            case (16, 8):
+                var t = m.truth ?? SimulationTruth()
+                t.colorTemperature = dbl(v)
+                m.truth = t
+            case (17, _): m.whiteBalanceState = ControlLoopState(rawValue: String(decoding: UnsafeRawBufferPointer(rebasing: b[v..<(v + len)]), as: UTF8.self))
             case (13, 4): m.droppedBefore = UInt32(littleEndian: b.loadUnaligned(fromByteOffset: v, as: UInt32.self))
             case (14, 8): m.stageNanoseconds = UInt64(littleEndian: b.loadUnaligned(fromByteOffset: v, as: UInt64.self))
             case (15, _) where len >= 8:

@@ -53,8 +53,14 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
             s.exposurePointOfInterest = NormalizedPoint(x: 0, y: 0)   // the user's top-left
         }
         let specs = try BuiltInControlStages().controlStages(for: dev.settings, device: dev, sensorPoint: { connection.sensorPoint(fromUserPoint: $0) })
-        #expect(specs.map(\.name) == [ExposureStage.name, FocusStage.name])
+        #expect(specs.map(\.name) == [ExposureStage.name, FocusStage.name, WhiteBalanceStage.name])
         #expect(specs.allSatisfy { $0.isTyped })
+        // Continuous white balance on a camera with its own loop (the sim's white_balance_automatic).
+        #expect(specs[2].options(of: WhiteBalanceStage.self)?.correction == .deviceAutomatic)
+        try dev.configure { s in s.whiteBalanceMode = .locked; s.whiteBalanceTemperatureAndTint = .init(temperature: 4000) }
+        let locked = try BuiltInControlStages().controlStages(for: dev.settings, device: dev, sensorPoint: { $0 })
+        let wb = try #require(locked.last?.options(of: WhiteBalanceStage.self))
+        #expect(wb.mode == .locked && wb.temperatureK == 4000 && wb.correction == .auto)
         // Turned 90° clockwise, the user's top-left is the sensor's bottom-left.
         let exposure = try #require(specs[0].options(of: ExposureStage.self))
         #expect(exposure.point == NormalizedPoint(x: 0, y: 1))

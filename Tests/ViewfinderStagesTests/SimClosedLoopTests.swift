@@ -14,9 +14,10 @@ final class TimeLog { var milliseconds: [Double] = [] }
 /// With a `decoder` (MJPEG), each frame gets its decoded view at the scale the stages asked for, as
 /// the engine gives it (`scales` records it).
 func runSim(_ device: String, format: PixelFormat = .yuyv, width: Int, height: Int, frames: Int, stages: [any Stage], times: TimeLog? = nil,
-            decoder: (any PixelDecoder)? = nil, scales: TimeLog? = nil, record: (Int, Frame) -> Void) throws {
+            decoder: (any PixelDecoder)? = nil, scales: TimeLog? = nil, setup: ((SimCamera) throws -> Void)? = nil, record: (Int, Frame) -> Void) throws {
     let cam = try SimCamera(deviceString: device)
     let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: width, height: height, fps: 30))
+    try setup?(cam)
     let ctx = StageContext(format: cfg.format, frameIntervalNanoseconds: cfg.interval.nanoseconds, controls: cam.controls, isLive: cam.isLive,
                            pixels: PixelRequests(format: cfg.format, available: cfg.format.pixelFormat.hasYUVPlanes || decoder != nil))
     for s in stages { try s.prepare(format: cfg.format, context: ctx) }

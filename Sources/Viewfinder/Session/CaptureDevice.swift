@@ -17,9 +17,14 @@ public enum FocusMode: String, Sendable, Codable, CaseIterable, OptionChoice {
     case locked, auto, continuous
 }
 
-/// White balance modes.
-public enum WhiteBalanceMode: String, Sendable, Codable, CaseIterable {
-    case locked, continuous
+/// White balance modes (AVFoundation's `AVCaptureDevice.WhiteBalanceMode`).
+public enum WhiteBalanceMode: String, Sendable, Codable, CaseIterable, OptionChoice {
+    /// Keep the current balance (or the one given with `setWhiteBalanceModeLocked(with:)`).
+    case locked
+    /// Estimate the light once, then lock.
+    case auto
+    /// Keep estimating as the light changes.
+    case continuous
 }
 
 /// The part of a device's configuration the session turns into the control stages it runs:
@@ -39,6 +44,8 @@ public struct DeviceSettings: Sendable, Equatable {
     public var customGain: Double?
     /// Locked focus: lens position in device units.
     public var lensPosition: Double?
+    /// Locked white balance: the light to balance for (nil: keep the current balance).
+    public var whiteBalanceTemperatureAndTint: WhiteBalanceTemperatureAndTintValues?
     /// The format the device should stream when the session preset is `inputPriority`.
     public var activeFormat: StreamRequest?
     public init() {}
@@ -204,6 +211,75 @@ public final class CaptureDevice: @unchecked Sendable {
         }
         try stage { $0.focusMode = .locked; $0.lensPosition = lensPosition }
     }
+
+    // MARK: White balance
+
+    /// Every mode is supported: a device with `white_balance_automatic`/`white_balance_temperature`
+    /// is driven through them, any other gets the software `white_balance` stage (gains on the
+    /// chroma of YUV frames; MJPEG frames are measured but not corrected).
+    public func isWhiteBalanceModeSupported(_ mode: WhiteBalanceMode) -> Bool { true }
+
+    /// Whether the device balances in hardware (it has a `white_balance_temperature` control).
+    public var hasWhiteBalanceControl: Bool { controls?.supports(.whiteBalanceTemperature) ?? false }
+
+    /// Largest gain ``setWhiteBalanceModeLocked(with:)`` takes (AVFoundation's `maxWhiteBalanceGain`).
+    public var maxWhiteBalanceGain: Double { WhiteBalanceModel.maxGain }
+
+    public func setWhiteBalanceMode(_ mode: WhiteBalanceMode) throws {
+        try stage { $0.whiteBalanceMode = mode }
+    }
+
+    /// Locks the white balance to `gains` (each 1 … ``maxWhiteBalanceGain``; AVFoundation's
+    /// `setWhiteBalanceModeLocked(with:completionHandler:)`).
+    public func setWhiteBalanceModeLocked(with gains: WhiteBalanceGains) throws {
+        guard gains.isValid(maxGain: maxWhiteBalanceGain) else {
+            throw SessionError.invalidConfiguration(reason: "white balance gains \(gains) are outside 1...\(maxWhiteBalanceGain)")
+        }
+        let tt = temperatureAndTintValues(for: gains)
+        try stage { $0.whiteBalanceMode = .locked; $0.whiteBalanceTemperatureAndTint = tt }
+    }
+
+    /// Locks the white balance to a light of `temperatureAndTint`.
+    public func setWhiteBalanceModeLocked(temperatureAndTint v: WhiteBalanceTemperatureAndTintValues) throws {
+        guard WhiteBalanceModel.temperatureRange.contains(v.temperature), (-150...150).contains(v.tint) else {
+            throw SessionError.invalidConfiguration(reason: "white balance \(v.temperature) K tint \(v.tint) is outside \(WhiteBalanceModel.temperatureRange) K, tint -150...150")
+        }
+        try stage { $0.whiteBalanceMode = .locked; $0.whiteBalanceTemperatureAndTint = v }
+    }
+
+    /// The gains for a light (AVFoundation's `deviceWhiteBalanceGains(for:)`), by ``WhiteBalanceModel``.
+    public func deviceWhiteBalanceGains(for v: WhiteBalanceTemperatureAndTintValues) -> WhiteBalanceGains {
+        WhiteBalanceModel.gains(for: v)
+    }
+
+    /// The light some gains balance for (AVFoundation's `temperatureAndTintValues(for:)`).
+    public func temperatureAndTintValues(for gains: WhiteBalanceGains) -> WhiteBalanceTemperatureAndTintValues {
+        WhiteBalanceModel.temperatureAndTint(for: gains)
+    }
+
+    /// The gains in force (AVFoundation's `deviceWhiteBalanceGains`): from the locked setting, else
+    /// the device's `white_balance_temperature` when its automatic balance is off, else the latest
+    /// frame's `white_balance_k` the session saw (``noteWhiteBalance(_:)``), else the native balance.
+    public var deviceWhiteBalanceGains: WhiteBalanceGains {
+        if settings.whiteBalanceMode == .locked, let v = settings.whiteBalanceTemperatureAndTint { return WhiteBalanceModel.gains(for: v) }
+        if let c = controls, (try? c.value(of: .whiteBalanceAuto)) != 1, let k = try? c.value(of: .whiteBalanceTemperature) {
+            return WhiteBalanceModel.gains(for: .init(temperature: Double(k)))
+        }
+        let bits = observedWhiteBalance.load(ordering: .relaxed)
+        let k = bits == 0 ? WhiteBalanceModel.nativeTemperature : Double(bitPattern: bits)
+        return WhiteBalanceModel.gains(for: .init(temperature: k))
+    }
+
+    /// Records the white balance a frame carried (`FrameMetadata.whiteBalance`), for
+    /// ``deviceWhiteBalanceGains``; the session calls it for every frame its control stages saw
+    /// (one relaxed atomic store: no lock on the stage thread).
+    public func noteWhiteBalance(_ kelvin: Double) {
+        guard kelvin > 0, kelvin.isFinite else { return }
+        observedWhiteBalance.store(kelvin.bitPattern, ordering: .relaxed)
+    }
+    /// The latest frame's white balance, K, as `Double` bits (0: none yet). Relaxed: a lone value,
+    /// no other memory is published with it.
+    private let observedWhiteBalance = Atomic<UInt64>(0)
 
     /// The format to stream when the session preset is `inputPriority`.
     public func setActiveFormat(_ request: StreamRequest) throws {

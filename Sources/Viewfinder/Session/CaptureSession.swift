@@ -380,7 +380,7 @@ public final class CaptureSession: @unchecked Sendable {
             return try provider.controlStages(for: s, device: device, sensorPoint: { p in mapping?.sensorPoint(fromUserPoint: p) ?? p })
                 .map { try registry.makeStage($0) }
         }
-        return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, logger: logger)]
+        return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, device: device, logger: logger)]
     }
 
     /// After a disconnection: retries the device until it is back, then reports the end of the

@@ -31,8 +31,12 @@ final class DeviceControlStages: Stage {
     private var seen: Int
     private var prepared: (FrameFormat, StageContext)?
 
-    init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], logger: Logger) {
+    /// The device whose white balance the frames report (``CaptureDevice/deviceWhiteBalanceGains``).
+    private weak var device: CaptureDevice?
+
+    init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], device: CaptureDevice? = nil, logger: Logger) {
         self.relay = relay
+        self.device = device
         self.stages = initial
         self.build = build
         self.logger = logger
@@ -66,6 +70,7 @@ final class DeviceControlStages: Stage {
             // Control stages have no look-ahead: they forward or drop.
             if v != .forward { return v }
         }
+        if let k = frame.metadata.whiteBalance { device?.noteWhiteBalance(k) }
         return .forward
     }
 }
