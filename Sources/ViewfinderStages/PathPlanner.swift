@@ -156,15 +156,21 @@ struct CameraPathPlanner {
     /// Frames the straight-line prediction is fitted to.
     let trendFrames: Int
     let maxIterations: Int
+    /// Weight pulling the plan's last frame onto the predicted camera line (position and slope):
+    /// the plan must be back on the camera's course by the end of its window, which damps it
+    /// (no overshoot after a pan starts) however short the window.
+    let terminal: Double
     private var qp: BoxQP
     private var plan: [Double]
     private var planLength = 0
+    private let d1: [Double] = [-1, 1]
     private let d2: [Double] = [1, -2, 1]
     private let d3: [Double] = [-1, 3, -3, 1]
     /// Newton steps taken by the last call (diagnostics).
     private(set) var lastIterations = 0
 
-    init(maxLookahead: Int, timeConstant: Double, jerk: Double = 0, predictFrames: Int = 10, trendFrames: Int = 8, maxIterations: Int = 12) {
+    init(maxLookahead: Int, timeConstant: Double, jerk: Double = 0, predictFrames: Int = 30, trendFrames: Int = 24, terminal: Double = 0.05, maxIterations: Int = 12) {
+        self.terminal = terminal
         self.trendFrames = trendFrames
         let tc = max(timeConstant, 0.5)
         fidelity = 1 / (tc * tc * tc * tc)
@@ -238,6 +244,10 @@ struct CameraPathPlanner {
         }
         addRows(d2, weight: 1)
         if jerk > 0 { addRows(d3, weight: jerk) }
+        if terminal > 0 {
+            qp.addDiagonal(n - 1, weight: terminal, target: centre(n - 1))
+            if n >= 2 { qp.addSquare(weight: terminal, first: n - 2, d1, from: 0, constant: -slope) }
+        }
         for k in 0..<n {
             let c = centre(k), m = max(0, margin(k))
             qp.addDiagonal(k, weight: fidelity, target: c)
