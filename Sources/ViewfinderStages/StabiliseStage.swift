@@ -68,7 +68,7 @@ public struct StabiliseOptions: StageOptions {
 /// saves a frame of memory traffic (0.3–0.4 ms at 1080p YUYV).
 public final class StabiliseStage: Stage {
     public static let name = "stabilise"
-    public static let summary = "Video stabilisation: pyramid block matching + Lucas-Kanade motion (translation, rotation) weighted by texture, Gaussian path smoothing with look-ahead, crop/zoom warp."
+    public static let summary = "Video stabilisation: pyramid block matching + Lucas-Kanade motion (translation, rotation) weighted by texture, camera-path planner with the crop window as a hard limit (look-ahead + predicted window), crop/zoom warp."
 
     public let options: StabiliseOptions
     private var estimator: MotionEstimator?
