@@ -224,7 +224,7 @@ struct CameraPathPlanner {
     ///     for k in `-trendFrames..<0` (earlier frames) when `history` reaches back that far.
     ///   - margin: how far the path may stray from the camera at frame k (all k in the window).
     ///   - past: how many frames before frame 0 `camera` can read (for the prediction's fit).
-    /// The path already shown (see ``record(shown:)``) joins the plan through its differences.
+    /// The path already shown (see `record(shown:)`) joins the plan through its differences.
     mutating func plan(known: Int, camera: (Int) -> Double, margin: (Int) -> Double, past: Int) -> Double {
         let n = known + predictFrames
         let (base, slope) = Self.trend(camera, from: known - 1 - min(trendFrames - 1, past + known - 1), to: known - 1)

@@ -28,8 +28,7 @@ enum TestMotion {
 /// Runs the planner as the stage does: frame t is planned when frames up to t + lookahead are
 /// known (fewer at the end), and shown as planned.
 func plannedPath(_ camera: [Double], lookahead: Int, margin: Double, timeConstant: Double = 14, jerk: Double = 0, predict: Int = 30, trend: Int = 24, terminal: Double = 0.05) -> [Double] {
-    let e = ProcessInfo.processInfo.environment
-    var p = CameraPathPlanner(maxLookahead: lookahead, timeConstant: Double(e["PX_TC"] ?? "") ?? timeConstant, jerk: jerk, predictFrames: Int(e["PX_PREDICT"] ?? "") ?? predict, trendFrames: Int(e["PX_TREND"] ?? "") ?? trend, terminal: Double(e["PX_TERM"] ?? "") ?? terminal)
+    var p = CameraPathPlanner(maxLookahead: lookahead, timeConstant: timeConstant, jerk: jerk, predictFrames: predict, trendFrames: trend, terminal: terminal)
     var out: [Double] = []
     for t in camera.indices {
         let known = min(lookahead, camera.count - 1 - t) + 1
@@ -152,41 +151,5 @@ struct PathPlannerTests {
         // Consecutive steps change gently (no kink where the plan takes over again).
         let kinks = zip(steps.dropFirst(), steps).map { abs($0 - $1) }
         #expect(kinks.max()! < 1, "changes of step: \(kinks)")
-    }
-
-    @Test(.disabled(if: ProcessInfo.processInfo.environment["PP_TC"] == nil, "tuning table, run with PP_TC set"))
-    func tuning() {
-        let n = 300
-        let cases: [(String, [Double], Double)] = [
-            ("still", TestMotion.shake(n, a: 0.55, sigma: 3, seed: 1), 32),
-            ("pan 0.6", zip(TestMotion.pan(n, speed: 0.6), TestMotion.shake(n, a: 0.55, sigma: 3, seed: 2)).map(+), 32),
-            ("pan 2", zip(TestMotion.pan(n, speed: 2), TestMotion.shake(n, a: 0.55, sigma: 3, seed: 3)).map(+), 32),
-            ("pan 4", zip(TestMotion.pan(n, speed: 4), TestMotion.shake(n, a: 0.55, sigma: 3, seed: 4)).map(+), 32),
-            ("tilt 2 y", zip(TestMotion.pan(n, speed: 2), TestMotion.shake(n, a: 0.55, sigma: 3, seed: 5)).map(+), 18),
-            ("start/stop 3", zip(TestMotion.pan(n, speed: 3, still: 40, ramp: 15, hold: 60), TestMotion.shake(n, a: 0.55, sigma: 3, seed: 6)).map(+), 32),
-            ("walk 1.8Hz y", zip((0..<n).map { 4 * sin(2 * Double.pi * 1.8 * Double($0) / 30) }, TestMotion.shake(n, a: 0.55, sigma: 2, seed: 7)).map(+), 18),
-            ("slow decay", TestMotion.shake(n, a: 0.95, sigma: 5, seed: 8), 18),
-            ("fast decay", TestMotion.shake(n, a: 0.2, sigma: 3, seed: 9), 18),
-        ]
-        let env = ProcessInfo.processInfo.environment
-        let tcs = (env["PP_TC"] ?? "14").split(separator: ",").map { Double($0)! }
-        let trends = (env["PP_TREND"] ?? "8").split(separator: ",").map { Int($0)! }
-        let predicts = (env["PP_PREDICT"] ?? "10").split(separator: ",").map { Int($0)! }
-        let jerks = (env["PP_JERK"] ?? "0").split(separator: ",").map { Double($0)! }
-        for tc in tcs { for tr in trends { for pr in predicts { for jk in jerks {
-            var sum = [0.0, 0.0, 0.0]
-            for (name, c, m) in cases {
-                var s = "tc \(tc) trend \(tr) predict \(pr) jerk \(jk) \(name):"
-                for (li, L) in [0, 5, 15].enumerated() {
-                    let p = plannedPath(c, lookahead: L, margin: m, timeConstant: tc, jerk: jk, predict: pr, trend: tr)
-                    let r = highFrequencyRMS(p) / highFrequencyRMS(c) * 100
-                    let worst = zip(p, c).map { abs($0 - $1) }.max()!
-                    s += String(format: " L%d %.1f%% (edge %.1f)", L, r, worst)
-                    sum[li] += r
-                }
-                if env["PP_QUIET"] == nil { print(s) }
-            }
-            print(String(format: "tc %.0f trend %d predict %d jerk %.1f MEAN L0 %.1f L5 %.1f L15 %.1f", tc, tr, pr, jk, sum[0] / Double(cases.count), sum[1] / Double(cases.count), sum[2] / Double(cases.count)))
-        } } } }
     }
 }
