@@ -18,6 +18,13 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         // `swift package generate-documentation` (scripts/build-docs.sh); no target depends on it.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // The browser preview (`viewfinder preview`, target ViewfinderPreview) and its tests only
+        // (async-http-client: the tests' streaming client): ViewfinderKit never builds them.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // C libraries, through pkg-config, with the Debian packages that provide them.
@@ -67,15 +74,32 @@ let package = Package(
             name: "ViewfinderKit",
             dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderSinks", "ViewfinderAudio"]
         ),
+        // `viewfinder bench`: camera timing, control latency from the pictures, stage time
+        // distributions, the JSON report, the HTML report with SVG plots, baseline comparison.
+        .target(
+            name: "ViewfinderBench",
+            dependencies: ["ViewfinderKit", .product(name: "Logging", package: "swift-log")]
+        ),
         // Test doubles and fixtures; used by Tests/ and Benchmarks/, never by ViewfinderKit.
         .target(
             name: "ViewfinderTestSupport",
             dependencies: ["Viewfinder", "ViewfinderV4L2", "CV4L2"]
         ),
+        // The browser preview: an HTTP server (MJPEG stream, live statistics over a WebSocket,
+        // Prometheus metrics, controls) on a session. Only the CLI and its tests depend on it.
+        .target(
+            name: "ViewfinderPreview",
+            dependencies: [
+                "ViewfinderKit", "CTurboJPEG",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "ViewfinderCLI",
             dependencies: [
-                "ViewfinderKit",
+                "ViewfinderKit", "ViewfinderPreview", "ViewfinderBench",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -98,5 +122,12 @@ let package = Package(
         .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
         .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
+        .testTarget(name: "ViewfinderPreviewTests", dependencies: [
+            "ViewfinderPreview", "ViewfinderKit", "CTurboJPEG",
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+        ]),
+        .testTarget(name: "ViewfinderBenchTests", dependencies: ["ViewfinderBench", "ViewfinderKit"]),
     ]
 )

@@ -6,7 +6,8 @@
 # symbols, SPI excluded) and reads those of ViewfinderKit and every module it re-exports
 # (`@_exported import`, followed transitively), including their extensions of other modules'
 # types. It also fails when a library module imports ViewfinderTestSupport, or when the core
-# module `Viewfinder` depends on a C library target (it links no codec).
+# module `Viewfinder` depends on a C library target (it links no codec), or when ViewfinderKit
+# depends on the browser preview's server stack (Hummingbird, Prometheus).
 #
 #   bash scripts/check-public-api.sh      # exit 0 when clean; 1 with one line per offending symbol
 set -euo pipefail
@@ -28,16 +29,26 @@ desc=$(flock "$LOCK" swift package describe --type json)
 python3 - "$desc" <<'EOF2'
 import json, sys
 targets = {t["name"]: t for t in json.loads(sys.argv[1])["targets"]}
-seen, todo = set(), ["Viewfinder"]
-while todo:
-    name = todo.pop()
-    if name in seen or name not in targets:
-        continue
-    seen.add(name)
-    todo.extend(targets[name].get("target_dependencies", []))
+def closure(root):
+    """The targets `root` depends on, directly or not, and itself."""
+    seen, todo = set(), [root]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in targets:
+            continue
+        seen.add(name)
+        todo.extend(targets[name].get("target_dependencies", []))
+    return seen
+seen = closure("Viewfinder")
 codecs = sorted(n for n in seen if targets[n].get("type") == "system-target")
 if codecs:
     sys.exit(f"check-public-api: the core module Viewfinder links C libraries: {', '.join(codecs)} (they belong in ViewfinderSim, ViewfinderSinks or ViewfinderV4L2)")
+# The browser preview's server stack stays out of the library: a ViewfinderKit user builds no
+# HTTP server (only the CLI and the tests depend on ViewfinderPreview).
+seen = closure("ViewfinderKit")
+server = sorted({p for n in seen for p in targets[n].get("product_dependencies", [])} & {"Hummingbird", "Prometheus", "ServiceLifecycle"})
+if "ViewfinderPreview" in seen or server:
+    sys.exit(f"check-public-api: ViewfinderKit depends on the preview's server stack: {', '.join(server + (['ViewfinderPreview'] if 'ViewfinderPreview' in seen else []))}")
 EOF2
 
 log=$(mktemp)

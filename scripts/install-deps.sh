@@ -5,12 +5,15 @@
 # (scripts/check-public-api.sh; with NumPy, OpenCV, venv and setuptools/wheel for python/ and its
 # tests in scripts/python-tests.sh) and, with --bench, the peers the benchmarks compare against.
 # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user build and run the C kernels for arm64
-# (scripts/check-arm64-kernels.sh).
+# (scripts/check-arm64-kernels.sh). chromium, chromium-driver and python3-selenium run the
+# browser preview test (scripts/browser_preview_test.py) headless; chromium also renders the
+# bench's HTML report (scripts/check-bench-report.sh: the SVG plots must draw).
 # Runs apt-get update once, only if something is missing. Needs root, or sudo.
 set -euo pipefail
 packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev libasound2-dev alsa-utils ffmpeg util-linux python3
           python3-numpy python3-opencv python3-venv python3-setuptools python3-wheel
-          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+          chromium chromium-driver python3-selenium)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(g++ libboost-dev gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good)
 fi

@@ -10,13 +10,26 @@ LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
 
 echo "== unit tests" >&2
 flock "$LOCK" swift build --build-tests
-swift test --skip-build
+swift test --skip-build --skip ViewfinderPreviewTests
+# The preview's HTTP tests run on their own: among 330 tests run in parallel on two cores, the
+# blocking tests kept the concurrency pool so busy that a test server took minutes to start.
+swift test --skip-build --filter ViewfinderPreviewTests
 
 echo "== sound: viewfinder record --device sim --audio (an ALSA file PCM) --duration 4, read back with ffprobe/ffmpeg" >&2
 bash scripts/check-sound-movie.sh .build/debug/viewfinder
 
 echo "== frames out from Python: python/ installed with pip, read from the shm ring and the pipe" >&2
 VIEWFINDER_BIN="$PWD/.build/debug/viewfinder" bash scripts/python-tests.sh
+
+# ---- browser preview (issue 13) ------------------------------------------------------------
+# `viewfinder preview` on the sim camera, driven by headless Chromium through selenium (Debian's
+# chromium, chromium-driver, python3-selenium from install-deps.sh): the picture arrives and
+# changes, a click moves the exposure spot, the charts draw, the token is enforced. The
+# screenshot is kept in .build/preview-artifacts/preview-page.png (the script prints the path).
+# Costs about 15 s (the CLI is already built by the unit-test step).
+echo "== browser preview: headless Chromium against viewfinder preview --device sim" >&2
+/usr/bin/python3 scripts/browser_preview_test.py .build/debug/viewfinder .build/preview-artifacts
+# ---------------------------------------------------------------------------------------------
 
 echo "== public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit" >&2
 VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
@@ -49,6 +62,14 @@ bash scripts/test-url-dependency.sh
 
 echo "== documentation: DocC of the public modules, no warnings" >&2
 VF_BUILD_LOCK="$LOCK" bash scripts/build-docs.sh
+
+# ---- viewfinder bench: its HTML report rendered in headless Chromium (issue 18) ----
+# A 3 s bench of the sim camera with --report, opened in headless Chromium: every SVG plot must
+# be in the DOM with its series drawn and the screenshot must not be blank. Artifacts (report,
+# JSON, DOM, screenshot.png) stay in .build/test-artifacts/bench-report. About 20-30 s.
+echo "== bench report: plots render in headless Chromium" >&2
+VF_BUILD_LOCK="$LOCK" bash scripts/check-bench-report.sh .build/test-artifacts/bench-report
+# ---- end of the bench block ----
 
 if [ "${VIEWFINDER_SKIP_VIVID:-0}" != 1 ]; then
     echo "== real-driver tier: vivid in a VM" >&2

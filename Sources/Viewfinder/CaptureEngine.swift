@@ -36,6 +36,16 @@ extension FrameConsumer {
     public func finish(error: (any Error)?) {}
 }
 
+/// How full one ring of the engine is at a moment (``CaptureEngine/ringOccupancy``).
+public struct RingOccupancy: Sendable, Equatable {
+    /// `decode`, `stages`, or the consumer's name.
+    public var name: String
+    /// Frames queued.
+    public var count: Int
+    public var capacity: Int
+    public init(name: String, count: Int, capacity: Int) { self.name = name; self.count = count; self.capacity = capacity }
+}
+
 /// Limits and sizes of a run.
 public struct EngineOptions: Sendable {
     /// Stop after this many frames have been captured (nil: until stopped).
@@ -75,6 +85,8 @@ public final class EngineStatistics: Sendable {
     public let latency = LatencyHistogram()
     public let consumers: [ConsumerStatistics]
     public let stageNames: [String]
+    /// Distribution of each stage's time per call (same order as ``stageNames``).
+    public let stageTimeHistograms: [LatencyHistogram]
     private let stageTimes: LockedBox<[Double]>
     private let startTime = Atomic<UInt64>(0)
     private let endTime = Atomic<UInt64>(0)
@@ -83,6 +95,7 @@ public final class EngineStatistics: Sendable {
         self.stageNames = stageNames
         self.consumers = consumerNames.map(ConsumerStatistics.init)
         self.stageTimes = LockedBox(Array(repeating: 0, count: stageNames.count))
+        self.stageTimeHistograms = stageNames.map { _ in LatencyHistogram() }
     }
 
     /// Frames the source produced, including those it lost (sequence gaps, no buffer, corrupt).
@@ -159,6 +172,8 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Capture thread → decode thread, when the stages get decoded views (MJPEG, RGB, Bayer):
     /// the decode runs on a thread of its own, beside the stages, not before them on theirs.
     private var decodeChannel: FrameChannel?
+    /// Set once ``start()`` has made every channel (``ringOccupancy`` reads them after it).
+    private let ringsReady = Atomic<Bool>(false)
     private let consumerChannels: [FrameChannel]
     private var threads: [EngineThread] = []
     private let stopRequested = Atomic<Bool>(false)
@@ -189,7 +204,7 @@ public final class CaptureEngine: @unchecked Sendable {
         self.options = options
         self.logger = logger
         self.statistics = EngineStatistics(stageNames: stages.map { type(of: $0).name }, consumerNames: consumers.map(\.consumerName))
-        self.chain = StageChain(stages: stages, drops: statistics.drops)
+        self.chain = StageChain(stages: stages, drops: statistics.drops, timeHistograms: statistics.stageTimeHistograms)
         let controls = source.controls
         self.controlRequests = controls.map { _ in ControlRequestQueue() }
         self.delayedControls = controls.map { DelayedControls(latency: $0.controlLatencyFrames) }
@@ -252,6 +267,8 @@ public final class CaptureEngine: @unchecked Sendable {
             decodeChannel = FrameChannel(name: "decode", capacity: Self.decodeRingCapacity, policy: source.isLive ? options.livePolicy : .wait,
                                          drops: statistics.drops)
         }
+        // Releasing: pairs with `ringOccupancy`'s acquiring load, which then sees `decodeChannel`.
+        ringsReady.store(true, ordering: .releasing)
         seedDelayedControls()
         statistics.markStart()
         try source.start()
@@ -294,6 +311,18 @@ public final class CaptureEngine: @unchecked Sendable {
         doneLock.unlock()
         if d { for t in threads { t.join() } }
         return d
+    }
+
+    /// How full each of the engine's rings is now: the decode ring (formats without YUV planes,
+    /// when a stage or sink needs pixels), the stage ring, then one per consumer (by its name).
+    /// Relaxed snapshots, for monitoring from any thread; empty before ``start()``.
+    public var ringOccupancy: [RingOccupancy] {
+        guard ringsReady.load(ordering: .acquiring) else { return [] }
+        var out: [RingOccupancy] = []
+        if let d = decodeChannel { out.append(RingOccupancy(name: d.name, count: d.count, capacity: d.ring.capacity)) }
+        out.append(RingOccupancy(name: stageChannel.name, count: stageChannel.count, capacity: stageChannel.ring.capacity))
+        for c in consumerChannels { out.append(RingOccupancy(name: c.name, count: c.count, capacity: c.ring.capacity)) }
+        return out
     }
 
     /// Age of a frame now: from its capture timestamp when that is on CLOCK_MONOTONIC, else from

@@ -56,6 +56,7 @@ public final class LatencyHistogram: @unchecked Sendable {
     static let bucketCount = perOctave * octaves + 1
     private let buckets: UnsafeMutablePointer<Atomic<UInt64>>
     private let total = Atomic<UInt64>(0)
+    private let largest = Atomic<UInt64>(0)
 
     public init() {
         buckets = .allocate(capacity: Self.bucketCount)
@@ -78,9 +79,26 @@ public final class LatencyHistogram: @unchecked Sendable {
     public func record(nanoseconds: UInt64) {
         buckets[Self.bucket(nanoseconds)].add(1, ordering: .relaxed)
         total.add(1, ordering: .relaxed)
+        largest.max(nanoseconds, ordering: .relaxed)
     }
 
     public var count: UInt64 { total.load(ordering: .relaxed) }
+
+    /// The largest sample recorded, in nanoseconds (exact, not a bucket bound; 0 when empty).
+    public var maximum: UInt64 { largest.load(ordering: .relaxed) }
+
+    /// The non-empty buckets in increasing order: each bucket's range in nanoseconds (samples
+    /// below 1 µs fall in the first bucket) and its count. For plotting the distribution.
+    public var occupiedBuckets: [(lowerNanoseconds: UInt64, upperNanoseconds: UInt64, count: UInt64)] {
+        var out: [(lowerNanoseconds: UInt64, upperNanoseconds: UInt64, count: UInt64)] = []
+        for i in 0..<Self.bucketCount {
+            let c = buckets[i].load(ordering: .relaxed)
+            guard c > 0 else { continue }
+            let lower = i == 0 ? 0 : UInt64(pow(2, Double(i) / Double(Self.perOctave)) * 1000)
+            out.append((lower, UInt64(pow(2, Double(i + 1) / Double(Self.perOctave)) * 1000), c))
+        }
+        return out
+    }
 
     /// The latency below which `q` (0…1) of the samples fall, in nanoseconds (bucket upper bound).
     public func quantile(_ q: Double) -> UInt64 {

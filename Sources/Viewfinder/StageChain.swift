@@ -26,7 +26,15 @@ public final class StageChain {
     /// Called for each frame that leaves the end of the chain; the frame is lent for the call.
     private var deliver: (Frame) -> Void = { _ in }
 
-    public init(stages: [any Stage], drops: DropCounters) {
+    /// Where each stage's time per call is recorded (one histogram per stage), when given.
+    private let timeHistograms: [LatencyHistogram]
+
+    /// A chain of `stages` that counts its drops in `drops` and, when `timeHistograms` has one
+    /// histogram per stage, records each call's time there (the engine's
+    /// ``EngineStatistics/stageTimeHistograms``).
+    public init(stages: [any Stage], drops: DropCounters, timeHistograms: [LatencyHistogram] = []) {
+        precondition(timeHistograms.isEmpty || timeHistograms.count == stages.count, "one time histogram per stage")
+        self.timeHistograms = timeHistograms
         self.stages = stages
         self.names = stages.map { type(of: $0).name }
         self.stageNanoseconds = Array(repeating: 0, count: stages.count)
@@ -79,6 +87,7 @@ public final class StageChain {
             let dt = monotonicNanoseconds() &- t0
             stageNanoseconds[i] &+= dt
             stageCalls[i] &+= 1
+            if !timeHistograms.isEmpty { timeHistograms[i].record(nanoseconds: dt) }
             switch verdict {
             case .forward:
                 frame.holder = -1

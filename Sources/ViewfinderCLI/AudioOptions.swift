@@ -4,17 +4,21 @@ import ViewfinderKit
 
 /// `--audio DEVICE` and `--audio-format …`: a microphone for the session.
 struct AudioOptions: ParsableArguments {
-    @Option(help: "Capture sound from this ALSA device (default, hw:1,0, plughw:Loopback,1,0, a PCM from an asoundrc; see `viewfinder devices`).")
+    @Option(help: "Capture sound from this ALSA device (default, hw:1,0, plughw:Loopback,1,0, a PCM from an asoundrc; see `viewfinder devices`). A replayed dump that holds sound brings it without this; `none` leaves it out.")
     var audio: String?
     @Option(help: "The sound stream to ask for: rate=48000,channels=2,format=s16|s32|float,period=480,periods=4.")
     var audioFormat: String?
 
-    /// Opens the device and adds it to the session as its microphone.
+    /// Opens the device and adds it to the session as its microphone. Without `--audio`, a
+    /// replayed dump that holds sound brings its own (`--audio none` leaves it out).
     @discardableResult
-    func attach(to session: CaptureSession) throws -> AudioCaptureDevice? {
+    func attach(to session: CaptureSession, camera: CaptureDevice) throws -> AudioCaptureDevice? {
+        if audio == "none" { return nil }
         guard let audio else {
             if audioFormat != nil { throw ValidationError("--audio-format needs --audio DEVICE") }
-            return nil
+            guard let sound = try camera.recordedSound() else { return nil }
+            try session.addInput(AudioDeviceInput(device: sound))
+            return sound
         }
         let request = try audioFormat.map { try AudioStreamRequest(options: $0) } ?? AudioStreamRequest()
         let mic = try AudioCaptureDevice.open(audio, request: request)

@@ -97,7 +97,7 @@ struct RunCommand: ParsableCommand {
             writer = w
             try session.addOutput(w)
         }
-        try audioOptions.attach(to: session)
+        try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
 
         let errors = LockedBox<[any Error]>([])

@@ -151,6 +151,7 @@ struct RecordCommand: ParsableCommand {
     @Option(help: "TurboJPEG encoder threads.") var threads = 2
     @Option(help: "Movie fragment interval, seconds (at most this much is lost if the process dies).") var fragment = 0.5
     @Option(help: "Stages to run before the movie output.") var stages: String?
+    @Option(help: "Clockwise rotation players apply when they show the movie: 0, 90, 180 or 270 (the track matrix; pixels stored as captured).") var rotation = 0
     @Flag(help: "Overwrite an existing file.") var force = false
     @OptionGroup var audioOptions: AudioOptions
 
@@ -160,6 +161,7 @@ struct RecordCommand: ParsableCommand {
         guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
         guard (1...16).contains(threads) else { throw ValidationError("--threads must be 1...16") }
         guard fragment > 0 && fragment <= 10 else { throw ValidationError("--fragment must be in (0, 10] seconds") }
+        guard [0, 90, 180, 270].contains(rotation) else { throw ValidationError("--rotation must be 0, 90, 180 or 270") }
         if duration == nil && maxSize == nil { /* until Ctrl-C or the end of the source */ }
     }
 
@@ -169,6 +171,7 @@ struct RecordCommand: ParsableCommand {
         s.quality = quality
         s.encoderThreads = threads
         s.fragmentInterval = fragment
+        s.rotation = rotation
         s.maximumDuration = duration
         s.maximumFileSize = try maxSize.map(parseByteSize)
         s.minimumFreeDiskSpace = try minFree.map(parseByteSize)
@@ -180,7 +183,7 @@ struct RecordCommand: ParsableCommand {
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         if !dev.source.isLive { var o = EngineOptions(); o.stallTimeoutSeconds = 30; try session.setEngineOptions(o) }
         try session.addOutput(movie)
-        try audioOptions.attach(to: session)
+        try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
         if preRoll == nil { try movie.startRecording(to: output, overwrite: force, delegate: waiter) }
         try session.startRunning()
@@ -217,6 +220,7 @@ struct DumpCommand: ParsableCommand {
     @Option(help: "LZ4 acceleration (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
     @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
     @Flag(help: "Overwrite an existing file.") var force = false
+    @OptionGroup var audioOptions: AudioOptions
 
     func validate() throws {
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
@@ -234,6 +238,7 @@ struct DumpCommand: ParsableCommand {
         if !dev.source.isLive { o.stallTimeoutSeconds = 30 }
         try session.setEngineOptions(o)
         try session.addOutput(out)
+        try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
         let t0 = monotonicNanoseconds()
         try session.startRunning()
@@ -243,7 +248,8 @@ struct DumpCommand: ParsableCommand {
         session.stopRunning()
         let secs = Double(monotonicNanoseconds() - t0) / 1e9
         let ratio = out.bytesWritten > 0 ? Double(out.rawBytesWritten) / Double(out.bytesWritten) : 0
-        print("wrote \(output): \(out.framesWritten) frames of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
+        let sound = out.audioPeriodsWritten > 0 ? ", \(out.audioPeriodsWritten) periods of sound" : ""
+        print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
         if let e = out.error { throw e }
     }
 }

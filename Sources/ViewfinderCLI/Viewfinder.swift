@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ViewfinderKit
+import ViewfinderBench
 
 @main
 struct ViewfinderCommand: ParsableCommand {
@@ -57,7 +58,7 @@ enum CLIExit {
     /// The one-line message: our errors describe themselves; the parser's own are its message.
     static func message(for error: any Error) -> String {
         switch error {
-        case is ConfigurationError, is DeviceError, is SessionError, is RuntimeFailure: return "\(error)"
+        case is ConfigurationError, is DeviceError, is SessionError, is RuntimeFailure, is BenchError: return "\(error)"
         default:
             let m = ViewfinderCommand.message(for: error)
             return m.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: "; ")
@@ -67,6 +68,8 @@ enum CLIExit {
     static func status(for error: any Error) -> Int32 {
         switch error {
         case is ValidationError, is ConfigurationError: return usage
+        case BenchError.badBaseline: return usage
+        case is BenchError: return runtime
         case DeviceError.invalidDeviceOption: return usage
         case is DeviceError, is SessionError, is RuntimeFailure: return runtime
         default:

@@ -176,7 +176,7 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         guard running, let pool, let r = renderer, let cfg = activeConfiguration else { throw DeviceError.notRunning(device: info.id) }
         if options.frames > 0 && sequence >= options.frames { ended = true; return .endOfStream }
         let intervalNs = cfg.interval.nanoseconds
-        var due = startNs &+ sequence &* intervalNs
+        var due = SimCamera.jittered(startNs &+ sequence &* intervalNs, sequence: sequence, jitterMs: options.jitterMs, intervalNs: intervalNs, seed: options.seed)
         let frame: Frame
         if options.paced {
             let now = monotonicNanoseconds()
@@ -220,6 +220,30 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         sequence &+= 1
         simControls.delivered(seq)
         return .frame(frame)
+    }
+
+    /// Frame `sequence`'s due time `nominal` moved by the `jitter` option: a Gaussian offset of
+    /// `jitterMs` standard deviation drawn from (`seed`, `sequence`) alone, so a run is repeatable
+    /// and skipped frames do not shift the others. Clipped to ±3σ and to ±0.45 intervals, which
+    /// keeps frames in order.
+    static func jittered(_ nominal: UInt64, sequence: UInt64, jitterMs: Double, intervalNs: UInt64, seed: UInt64) -> UInt64 {
+        guard jitterMs > 0 else { return nominal }
+        // SplitMix64 of (seed, sequence): two uniforms in (0, 1), then Box–Muller.
+        func mix(_ x: UInt64) -> UInt64 {
+            var z = x &+ 0x9E37_79B9_7F4A_7C15
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        let a = mix(seed ^ (sequence &* 0xD1B5_4A32_D192_ED03))
+        let b = mix(a)
+        let u1 = (Double(a >> 11) + 0.5) / 9_007_199_254_740_992
+        let u2 = (Double(b >> 11) + 0.5) / 9_007_199_254_740_992
+        let g = (-2 * log(u1)).squareRoot() * cos(2 * Double.pi * u2)
+        let sigma = jitterMs * 1e6
+        let limit = min(3 * sigma, 0.45 * Double(intervalNs))
+        let offset = max(-limit, min(limit, g * sigma))
+        return offset >= 0 ? nominal &+ UInt64(offset) : nominal &- min(nominal, UInt64(-offset))
     }
 
     /// A simple proportional auto-exposure (aperture priority mode): after each change it waits for

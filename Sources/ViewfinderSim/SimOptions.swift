@@ -13,6 +13,7 @@ public struct SimOptions: DeviceOptionTable, Equatable {
     public var flicker = 0
     public var flickerDepth = 0.4
     public var latency = 2
+    public var jitterMs = 0.0
     public var paced = true
     public var seed: UInt64 = 1
     public var frames: UInt64 = 0
@@ -43,6 +44,7 @@ public struct SimOptions: DeviceOptionTable, Equatable {
             .int("flicker", \.flicker, range: 0...60, unit: "Hz", "Mains frequency of the lighting: 0 (steady), 50 or 60; light is modulated at twice it"),
             .double("flicker_depth", \.flickerDepth, range: 0...1, unit: "fraction", "Modulation depth of the flickering light (0.4 = ±40 %)"),
             .int("latency", \.latency, range: 1...30, unit: "frames", "Frames between a control set and the first frame it affects"),
+            .double("jitter", \.jitterMs, range: 0...100, unit: "ms RMS", "Timing jitter: each frame's delivery and timestamp move off the fps grid by a seeded Gaussian of this standard deviation (clipped to 3 sigma and 0.45 frame intervals); paced only"),
             .bool("paced", \.paced, "true: real time at fps, a live source; false: as fast as possible, not live"),
             .int("seed", \.seed, "Seed of the shake path, the noise and the procedural scene"),
             .int("frames", \.frames, unit: "frames", "End the stream after this many sensor frames (0: never)"),

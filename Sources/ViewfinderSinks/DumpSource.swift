@@ -35,6 +35,8 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     private var passOffset: UInt64 = 0
     private var sequenceOffset: UInt64 = 0
     private var pending: Frame?
+    /// Shared with the sound of the replay (``makeAudioSource()``).
+    private let timeline = DumpReplayTimeline()
 
     /// Options of a dump replay (after the file: `dump:FILE,paced=false,loop=3`).
     public struct Options: DeviceOptionTable, Equatable {
@@ -130,7 +132,18 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         pool = FramePool(format: cfg.format, count: max(4, cfg.bufferCount), frameCapacity: capacity)
         position = 0; pass = 0; passOffset = 0; sequenceOffset = 0
         firstTimestamp = reader.entries[0].timestampNanoseconds
-        startTime = monotonicNanoseconds()
+        startTime = timeline.videoStarted()
+    }
+
+    /// Whether the dump holds sound (audio records, version 2).
+    public var hasAudio: Bool { !reader.audioEntries.isEmpty }
+
+    /// The dump's sound as a microphone for the same session, replayed in step with these frames
+    /// (same pacing, loops and time line); nil when the dump has no sound.
+    public func makeAudioSource() throws -> DumpAudioSource? {
+        guard hasAudio, let first = reader.entries.first, let last = reader.entries.last else { return nil }
+        return try DumpAudioSource(path: path, id: info.id + "#audio", timeline: timeline, paced: paced, rebase: rebase, loops: loops,
+                                   firstVideo: first.timestampNanoseconds, lastVideo: last.timestampNanoseconds, interval: nominalInterval.nanoseconds)
     }
 
     public func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
@@ -172,6 +185,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
                 f.timestamp.nanoseconds = recorded &+ passOffset
             }
             f.receiveTime = 0
+            timeline.videoEmitted(offset: Int64(bitPattern: offset))
             frame = f
         }
         if paced {
@@ -193,6 +207,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     public func stop() {
         pending?.release()
         pending = nil
+        timeline.videoStopped(interval: nominalInterval.nanoseconds)
     }
 }
 

@@ -101,6 +101,10 @@ public struct MovieOutputSettings: Sendable, Equatable {
     public var preRollBytes: Int = 64 << 20
     /// The audio track, when the session has an audio input.
     public var audio: PCMFormat? = nil
+    /// Clockwise rotation players apply when they show the movie: 0, 90, 180 or 270 degrees,
+    /// written into the video track's matrix (the pixels are stored as captured, as cameras do).
+    /// A session's `CaptureConnection.videoRotationAngle` is the usual source of it.
+    public var rotation: Int = 0
     public init() {}
 }
 
@@ -223,7 +227,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private func makeWriter(path: String, overwrite: Bool, configuration cfg: StreamConfiguration) throws -> MovieWriter {
         var tracks: [MovieTrackDescription] = [.mjpegVideo(width: cfg.format.width, height: cfg.format.height)]
         if let a = settingsValue.audio { tracks.append(.pcmAudio(sampleRate: a.sampleRate, channels: a.channels)) }
-        let writer = try MovieWriter(path: path, tracks: tracks, fragmentInterval: settingsValue.fragmentInterval, overwrite: overwrite)
+        let writer = try MovieWriter(path: path, tracks: tracks, fragmentInterval: settingsValue.fragmentInterval, overwrite: overwrite, rotation: settingsValue.rotation)
         writer.syncEachFragment = settingsValue.syncFragments
         return writer
     }

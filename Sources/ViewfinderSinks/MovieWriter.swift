@@ -25,6 +25,20 @@ struct BoxBuffer {
     mutating func matrix() {
         for v: UInt32 in [0x0001_0000, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000] { u32(v) }
     }
+    /// A track matrix that shows a `width`×`height` picture turned `rotation` degrees clockwise
+    /// (a, b, u, c, d, v, x, y, w; 16.16 fixed point but u, v, w in 2.30), as cameras write it.
+    mutating func matrix(rotation: Int, width: Int, height: Int) {
+        let one: Int32 = 0x0001_0000, w30: Int32 = 0x4000_0000
+        let (W, H) = (Int32(width) << 16, Int32(height) << 16)
+        let m: [Int32]
+        switch rotation {
+        case 90: m = [0, one, 0, -one, 0, 0, H, 0, w30]
+        case 180: m = [-one, 0, 0, 0, -one, 0, W, H, w30]
+        case 270: m = [0, -one, 0, one, 0, 0, 0, W, w30]
+        default: m = [one, 0, 0, 0, one, 0, 0, 0, w30]
+        }
+        for v in m { i32(v) }
+    }
     /// Opens a box; returns the offset of its size field.
     @discardableResult
     mutating func begin(_ type: String) -> Int { let o = bytes.count; u32(0); fourcc(type); open.append(o); return o }
@@ -119,8 +133,14 @@ public final class MovieWriter {
 
     /// Creates the file and writes its header. Fails with ``SinkError/fileExists(path:)`` when the
     /// file exists and `overwrite` is false.
-    public init(path: String, tracks: [MovieTrackDescription], fragmentInterval: Double = 0.5, overwrite: Bool = false) throws {
+    /// Clockwise rotation (0, 90, 180, 270 degrees) players apply to the video track when they show
+    /// it: written into its track matrix; the pixels are stored as captured.
+    public let rotation: Int
+
+    public init(path: String, tracks: [MovieTrackDescription], fragmentInterval: Double = 0.5, overwrite: Bool = false, rotation: Int = 0) throws {
         guard !tracks.isEmpty else { throw SinkError.invalidArgument(name: "tracks", reason: "a movie needs at least one track") }
+        guard [0, 90, 180, 270].contains(rotation) else { throw SinkError.invalidArgument(name: "rotation", reason: "\(rotation)° (supported: 0, 90, 180, 270)") }
+        self.rotation = rotation
         guard fragmentInterval > 0 && fragmentInterval <= 10 else { throw SinkError.invalidArgument(name: "fragmentInterval", reason: "\(fragmentInterval) s is outside (0, 10]") }
         for t in tracks {
             switch t {
@@ -178,8 +198,11 @@ public final class MovieWriter {
         durationPatchOffsets.append((UInt64(b.bytes.count), i)); b.u32(0)
         b.zeros(8); b.u16(0); b.u16(0)
         b.u16(t.isVideo ? 0 : 0x0100); b.u16(0)
-        b.matrix()
-        if case .mjpegVideo(let w, let h) = t { b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16) } else { b.u32(0); b.u32(0) }
+        if case .mjpegVideo(let w, let h) = t {
+            b.matrix(rotation: rotation, width: w, height: h); b.u32(UInt32(w) << 16); b.u32(UInt32(h) << 16)
+        } else {
+            b.matrix(); b.u32(0); b.u32(0)
+        }
         b.end()
         b.begin("mdia")
         // Version 1: a 64-bit duration (32 bits at 90 kHz would overflow after 13 hours).

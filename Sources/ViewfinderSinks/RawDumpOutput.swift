@@ -40,12 +40,36 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
         // The audio delivery thread may already be writing periods (it starts first): `writer` is
         // set under the same lock it reads it under.
         let w = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration)
-        writeLock.lock(); writer = w; writeLock.unlock()
+        writeLock.lock(); defer { writeLock.unlock() }
+        writer = w
+        intervalNanoseconds = configuration.interval.nanoseconds
+        // Sound captured before the file existed (the microphone starts first): written now.
+        let early = earlyAudio
+        earlyAudio.removeAll()
+        earlyAudioBytes = 0
+        for e in early { write(e, to: w) }
     }
+
+    /// A period that came before the file was open: kept (the last two seconds) until it is.
+    private struct EarlyAudio { var bytes: [UInt8]; var format: AudioStreamFormat; var period: AudioPeriod; var measuredRate: Double }
+    /// Under `writeLock`.
+    private var earlyAudio: [EarlyAudio] = []
+    private var earlyAudioBytes = 0
+
+    /// The stream's frame interval (under `writeLock`).
+    private var intervalNanoseconds: UInt64 = 0
 
     /// Serializes the writer between the frame thread and the audio delivery thread.
     private let writeLock = NSLock()
-    private struct AudioCounts { var periods = 0; var error: (any Error)? }
+    private struct AudioCounts {
+        var periods = 0
+        var error: (any Error)?
+        /// A microphone is delivering (between `prepareAudio` and `finishAudio`).
+        var live = false
+        /// The end of the sound written, and of the last frame's display time (monotonic ns).
+        var end: UInt64 = 0
+        var videoEnd: UInt64 = 0
+    }
     private let audioState = LockedBox(AudioCounts())
     /// Audio periods written (a session with a microphone records them beside the frames).
     public var audioPeriodsWritten: Int { audioState.withLock { $0.periods } }
@@ -57,6 +81,8 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
             try w.append(frame)
             let (n, b, r) = (w.framesWritten, w.bytesWritten, w.rawBytes)
             state.withLock { $0.frames = n; $0.bytes = b; $0.rawBytes = r }
+            let frameEnd = frame.timestamp.nanoseconds &+ intervalNanoseconds
+            audioState.withLock { $0.videoEnd = frameEnd }
         } catch {
             logger.error("dump '\(path)': \(error); the \(w.framesWritten) frames written so far stay readable")
             try? w.close()
@@ -66,6 +92,14 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     }
 
     public func finish(error: (any Error)?) {
+        // The sound of the last frame's time is still being captured when the video ends: while
+        // the microphone is live, wait for it (at most 300 ms, as the movie does).
+        let deadline = monotonicNanoseconds() &+ 300_000_000
+        while monotonicNanoseconds() < deadline {
+            let a = audioState.withLock { $0 }
+            guard a.live, a.end < a.videoEnd else { break }
+            usleep(5000)
+        }
         writeLock.lock(); defer { writeLock.unlock() }
         if let w = writer {
             do { try w.close() } catch { state.withLock { $0.error = $0.error ?? error } }
@@ -79,24 +113,46 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
 
 /// Conversions between dumps and YUV4MPEG2.
 extension RawDumpOutput: AudioConsumer {
-    public func prepareAudio(format: AudioStreamFormat) {}
+    public func prepareAudio(format: AudioStreamFormat) { audioState.withLock { $0.live = true } }
 
     /// Writes the period as an audio record (its samples as captured, its stamp and position).
-    /// Periods that arrive before the first frame opened the file, or after it closed, are not kept.
+    /// Periods that arrive before the stream opened the file are kept for it (the last 2 s); those
+    /// after it closed are not.
     public func consumeAudio(_ buffer: AudioBuffer) {
         writeLock.lock(); defer { writeLock.unlock() }
-        guard let w = writer else { return }
+        guard let w = writer else {
+            // Not open yet (before the first frame's stream started): keep the last 2 s for it.
+            guard state.withLock({ !$0.finished && $0.error == nil }) else { return }
+            let e = EarlyAudio(bytes: Array(buffer.data), format: buffer.format, period: buffer.period, measuredRate: buffer.measuredRate)
+            earlyAudio.append(e)
+            earlyAudioBytes += e.bytes.count
+            while earlyAudioBytes > 2 * buffer.format.sampleRate * buffer.format.bytesPerFrame, earlyAudio.count > 1 {
+                earlyAudioBytes -= earlyAudio.removeFirst().bytes.count
+            }
+            return
+        }
+        append(buffer, to: w)
+    }
+
+    /// Under `writeLock`.
+    private func write(_ e: EarlyAudio, to w: RawDumpWriter) {
+        e.bytes.withUnsafeBytes { append(AudioBuffer(data: $0, format: e.format, period: e.period, measuredRate: e.measuredRate), to: w) }
+    }
+
+    /// Under `writeLock`.
+    private func append(_ buffer: AudioBuffer, to w: RawDumpWriter) {
         do {
             try w.appendAudio(buffer, receiveTime: monotonicNanoseconds())
             let n = w.audioPeriodsWritten
-            audioState.withLock { $0.periods = n }
+            let end = buffer.period.timestamp.nanoseconds &+ UInt64(Double(buffer.frames) * 1e9 / Double(buffer.format.sampleRate))
+            audioState.withLock { $0.periods = n; $0.end = end }
         } catch {
             logger.error("dump '\(path)': audio: \(error)")
             audioState.withLock { $0.error = error }
         }
     }
 
-    public func finishAudio(error: (any Error)?) {}
+    public func finishAudio(error: (any Error)?) { audioState.withLock { $0.live = false } }
 }
 
 public enum DumpConversion {

@@ -109,7 +109,8 @@ public struct ExposureMeasurement: Sendable, Equatable {
 /// change landed (the device's `DeviceControlling.controlLatencyFrames`), so it does not hunt.
 /// Exposure time goes up first, to the frame interval or the anti-flicker limit (whole mains
 /// half-periods), then gain. Publishes `exposureState`, `meteredLuma`, `exposureError` and the
-/// chosen values (custom keys `ae.exposure_us`, `ae.gain`).
+/// chosen values (custom keys `ae.exposure_us`, `ae.gain`; with spot metering also the spot's
+/// sensor point, `ae.spot_x` and `ae.spot_y`, normalised).
 public final class ExposureStage: Stage {
     public static let name = "exposure"
     public static let summary = "Auto-exposure: histogram metering (matrix, centre, spot) driving exposure time then gain, anti-flicker, no hunting."
@@ -145,6 +146,8 @@ public final class ExposureStage: Stage {
 
     private let exposureKey = MetadataKey("ae.exposure_us")
     private let gainKey = MetadataKey("ae.gain")
+    private let spotXKey = MetadataKey("ae.spot_x")
+    private let spotYKey = MetadataKey("ae.spot_y")
 
     public init(options: ExposureOptions) {
         self.options = options
@@ -296,6 +299,11 @@ public final class ExposureStage: Stage {
         frame.metadata.exposureState = state
         frame.metadata.custom.set(exposureKey, commandedExposure)
         frame.metadata.custom.set(gainKey, commandedGain)
+        if options.metering == .spot {
+            // Where this frame was metered, in sensor coordinates (a preview shows it on the picture).
+            frame.metadata.custom.set(spotXKey, options.point.x)
+            frame.metadata.custom.set(spotYKey, options.point.y)
+        }
         return .forward
     }
 

@@ -144,4 +144,28 @@ struct SimulatedCard {
         #expect(errors.allSatisfy { abs($0) < 1 }, "\(errors)")
         #expect(a.silenceInserted >= 9600)
     }
+
+    /// Sound that starts after the movie's time zero but is already held while the video is still
+    /// short of it (a replay, or a loaded machine: the sound ran ahead of the frames): the silence
+    /// before it is emitted once, in pieces, and the samples land where they belong. (A movie of
+    /// a dump replay had its sound 0.17–0.5 s late: every call emitted the whole silence again.)
+    @Test func silenceBeforeALateStartIsEmittedOnceWhenTheVideoCatchesUpInSteps() {
+        let origin: UInt64 = 1_000_000_000
+        var a = AudioTimelineAligner(sampleRate: 48000, channels: 2, origin: origin)
+        // The input starts 175 ms after time zero; 1 s of it is held before any video.
+        var input: [Int16] = []
+        for n in 0..<48000 { input.append(Int16(truncatingIfNeeded: n + 1)); input.append(0) }
+        for p in stride(from: 0, to: 48000, by: 480) {
+            let t = origin + 175_000_000 + UInt64(Double(p) * 1e9 / 48000)
+            input[(2 * p)..<(2 * p + 960)].withUnsafeBytes { a.add($0, format: .s16, position: UInt64(p), timestampNanoseconds: t) }
+        }
+        var out: [Int16] = []
+        for frame in 1...30 { a.emit(upTo: origin + UInt64(frame) * 33_333_333, into: &out) }
+        #expect(a.emitted == UInt64(out.count / 2))
+        #expect(a.silenceInserted == 8400)
+        #expect(out.count / 2 == 47999)
+        let firstSound = (0..<(out.count / 2)).first { out[2 * $0] != 0 }
+        #expect(firstSound == 8400)
+        #expect(out[2 * 8400] == 1 && out[2 * 20000] == Int16(20000 - 8400 + 1))
+    }
 }

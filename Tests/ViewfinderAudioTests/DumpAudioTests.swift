@@ -11,23 +11,7 @@ import ViewfinderKit
         let dir = NSTemporaryDirectory() + "vfaudio-dump-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let path = dir + "/a.vfdump"
-        let session = CaptureSession(registry: .builtIn)
-        let camera = try CaptureDevice.open("sim:width=160,height=120,fps=30", directory: .standard)
-        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
-        let dump = RawDumpOutput(path: path)
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: camera))
-        try session.addInput(AudioDeviceInput(device: mic))
-        try session.setSessionPreset(.inputPriority)
-        try session.addOutput(dump)
-        try session.commitConfiguration()
-        try session.startRunning()
-        usleep(1_500_000)
-        session.stopRunning()
-        let deadline = monotonicNanoseconds() + 10_000_000_000
-        while !dump.isFinished && monotonicNanoseconds() < deadline { usleep(10_000) }
-        #expect(dump.error == nil)
+        let path = try DumpReplaySoundTests.makeDump(dir)
 
         for verify in [false, true] {
             let reader = try RawDumpReader(path: path, verify: verify)
@@ -58,12 +42,156 @@ import ViewfinderKit
                 previous = p
             }
             #expect(mismatches == 0)
-            // Periods delivered before the stream opened the file are not kept (less than a second).
-            #expect((reader.audioEntries.first?.position ?? .max) < 48000)
+            // The sound from before the file was open is kept: it starts at the first position the
+            // microphone gave and covers the first frame.
+            #expect(reader.audioEntries.first?.position == 0)
+            if let a = reader.audioEntries.first, let f = reader.entries.first { #expect(a.timestampNanoseconds <= f.timestampNanoseconds) }
             // The sound spans the video's time: its stamps are on the frames' clock.
             if let a = reader.audioEntries.first, let f = reader.entries.first {
                 #expect(abs(Double(a.timestampNanoseconds) - Double(f.timestampNanoseconds)) < 1e9)
             }
+        }
+    }
+}
+
+/// `dump:FILE` replays the dump's sound with its frames: a movie recorded from a replay has the
+/// recorded samples, in order, lasting as long as its video.
+@Suite(.serialized) struct DumpReplaySoundTests {
+    init() { ALSAFixture.install() }
+
+    /// Records 1.5 s of sim video with the file PCM's sound into a dump; returns its path.
+    static func makeDump(_ dir: String) throws -> String {
+        let path = dir + "/a.vfdump"
+        let session = CaptureSession(registry: .builtIn)
+        let camera = try CaptureDevice.open("sim:width=160,height=120,fps=30", directory: .standard)
+        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
+        let dump = RawDumpOutput(path: path)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: camera))
+        try session.addInput(AudioDeviceInput(device: mic))
+        try session.setSessionPreset(.inputPriority)
+        try session.addOutput(dump)
+        try session.commitConfiguration()
+        try session.startRunning()
+        usleep(1_500_000)
+        session.stopRunning()
+        let deadline = monotonicNanoseconds() + 10_000_000_000
+        while !dump.isFinished && monotonicNanoseconds() < deadline { usleep(10_000) }
+        #expect(dump.error == nil)
+        return path
+    }
+
+    /// Replays `device` into a movie with the dump's own sound; returns the movie's samples.
+    static func replay(_ device: String, to movie: String) throws -> (samples: [Int16], stats: AudioStatistics, frames: UInt64) {
+        let session = CaptureSession(registry: .builtIn)
+        let camera = try CaptureDevice.open(device, directory: .standard)
+        let sound = try #require(try camera.recordedSound())
+        #expect(sound.info.sampleFormats == [.s16] && sound.info.maximumRate == 48000)
+        let output = MovieFileOutput(settings: MovieOutputSettings())
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: camera))
+        try session.addInput(AudioDeviceInput(device: sound))
+        try session.setSessionPreset(.inputPriority)
+        var o = EngineOptions(); o.stallTimeoutSeconds = 30
+        try session.setEngineOptions(o)
+        try session.addOutput(output)
+        try session.commitConfiguration()
+        let waiter = FinishWaiter()
+        try output.startRecording(to: movie, delegate: waiter)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        output.stopRecording()
+        #expect(waiter.wait(seconds: 10))
+        return (try movieAudioSamples(movie), try #require(session.audioStatistics), session.statistics?.delivered ?? 0)
+    }
+
+    @Test(arguments: ["paced=false", "paced=true"])
+    func aMovieRecordedFromAReplayHasTheDumpsSoundInSync(_ pacing: String) throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-replay-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let dump = try Self.makeDump(dir)
+        let reader = try RawDumpReader(path: dump)
+        let firstVideo = try #require(reader.entries.first).timestampNanoseconds
+        let lastVideo = try #require(reader.entries.last).timestampNanoseconds
+        // The recorded sample at the first frame's time: where the movie's sound must start.
+        let a0 = try #require(reader.audioEntries.last { $0.timestampNanoseconds <= firstVideo } ?? reader.audioEntries.first)
+        let expectedFirst = Int(a0.position) + Int((Double(Int64(bitPattern: firstVideo &- a0.timestampNanoseconds)) * 48000 / 1e9).rounded())
+
+        let movie = dir + "/replay.mov"
+        let (samples, stats, frames) = try Self.replay("dump:\(dump),\(pacing)", to: movie)
+        // Unpaced replay is not live (back-pressure): every frame. Paced replay is live: a loaded
+        // machine (the sanitizer's slowdown) may drop a frame, counted; the sound stays in sync.
+        let live = pacing == "paced=true"
+        #expect(live ? frames > UInt64(reader.frameCount) * 9 / 10 : frames == UInt64(reader.frameCount))
+        #expect(!stats.selfPaced && stats.softwareTimestamps == 0, "the dump's stamps are used: \(stats)")
+        let videoSeconds = Double(lastVideo - firstVideo) / 1e9 + 1.0 / 30
+        if let d = try ffprobeDurations(movie) {
+            if !live { #expect(abs(d.video - videoSeconds) < 0.002, "video \(d.video) s, dump \(videoSeconds) s") }
+            let lastAudio = try #require(reader.audioEntries.last)
+            let soundEnd = Double(Int64(bitPattern: lastAudio.timestampNanoseconds &- firstVideo)) / 1e9 + Double(lastAudio.rawLength / 4) / 48000
+            #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s; the dump's sound ends at \(soundEnd) s")
+        }
+        // The recorded frames, in order, from where the first frame was (within a millisecond).
+        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
+        let n0 = Int(samples[2 * first + 1]) + 32768
+        #expect(abs((n0 - first) - expectedFirst) <= 48, "movie sample 0 is recorded sample \(n0 - first), expected \(expectedFirst); first sound at \(first); \(samples.count / 2) samples")
+        var wrong = 0
+        for k in first..<(samples.count / 2) {
+            let n = n0 + (k - first)
+            if samples[2 * k + 1] != ALSAFixture.right(n) || samples[2 * k] != ALSAFixture.left(n) { wrong += 1 }
+        }
+        #expect(wrong == 0, "\(wrong) of \(samples.count / 2) samples are not the recorded ones")
+    }
+
+    @Test func loopsRepeatTheSoundAndADumpWithoutSoundHasNone() throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-loop-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let dump = try Self.makeDump(dir)
+        let frames = try RawDumpReader(path: dump).frameCount
+        let movie = dir + "/loop.mov"
+        let (_, stats, delivered) = try Self.replay("dump:\(dump),paced=false,loop=3", to: movie)
+        #expect(delivered == UInt64(3 * frames))
+        if let d = try ffprobeDurations(movie) {
+            #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s")
+        }
+        #expect(stats.frames > 3 * 48000)
+
+        // A dump recorded without sound: no microphone to replay.
+        let silent = dir + "/silent.vfdump"
+        let session = CaptureSession(registry: .builtIn)
+        let camera = try CaptureDevice.open("sim:width=64,height=64,fps=30", directory: .standard)
+        let out = RawDumpOutput(path: silent)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: camera))
+        try session.setEngineOptions(EngineOptions(frameLimit: 5))
+        try session.addOutput(out)
+        try session.commitConfiguration()
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        while !out.isFinished { usleep(10_000) }
+        #expect(try CaptureDevice.open("dump:\(silent)", directory: .standard).recordedSound() == nil)
+        #expect(try CaptureDevice.open("sim", directory: .standard).recordedSound() == nil)
+    }
+}
+
+@Suite struct DefaultDeviceTests {
+    /// `CaptureDevice.default(for:)` gives a camera for `.video` and a microphone for `.audio`,
+    /// each typed, nil (not a crash) where there is none.
+    @Test func defaultDevicesByMediaType() throws {
+        let camera: CaptureDevice? = CaptureDevice.default(for: .video)
+        let expected = try CaptureDevice.defaultDevice(directory: .standard).uniqueID
+        #expect(camera?.uniqueID == expected)
+        if !FileManager.default.fileExists(atPath: "/dev/video0") { #expect(expected == "sim") }
+        let mic: AudioCaptureDevice? = CaptureDevice.default(for: .audio)
+        let micID = mic?.uniqueID
+        mic?.source.close()   // held while open: close it before opening it again
+        switch Result(catching: { try AudioCaptureDevice.defaultDevice() }) {
+        case .success(let d): #expect(micID == d.uniqueID); d.source.close()
+        case .failure(let e): #expect(micID == nil, "defaultDevice() threw \(e) but default(for: .audio) gave a device")
         }
     }
 }

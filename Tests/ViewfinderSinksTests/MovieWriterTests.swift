@@ -4,6 +4,34 @@ import Viewfinder
 @testable import ViewfinderSinks
 
 @Suite struct MovieWriterTests {
+    /// A rotation goes into the video track's matrix: ffprobe reports it (its display matrix says
+    /// −90 for a picture turned 90° clockwise) and ffmpeg, which applies it, decodes a 90°/270°
+    /// movie as a picture of swapped width and height.
+    @Test(arguments: [0, 90, 180, 270])
+    func rotationIsInTheTrackMatrixAndPlayersApplyIt(_ angle: Int) throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/rot\(angle).mov"
+        let pool = FramePool(format: FrameFormat(.yuyv, width: 160, height: 96), count: 1)
+        let frame = pool.acquire()!
+        let enc = try JPEGEncoder()
+        let writer = try MovieWriter(path: path, tracks: [.mjpegVideo(width: 160, height: 96)], rotation: angle)
+        for i in 0..<5 {
+            fillFrame(frame, index: i)
+            try withExtendedLifetime(enc) { try writer.appendVideo(try enc.encode(frame, quality: 80), timestampNanoseconds: 1_000_000_000 + UInt64(i) * 33_333_333) }
+        }
+        try writer.finish()
+        frame.release()
+        let (_, out, _) = try run("/usr/bin/ffprobe", ["-v", "error", "-select_streams", "v", "-show_entries", "stream_side_data=rotation", "-of", "csv=p=0", path])
+        let reported = Int(Double(out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
+        #expect((360 - reported) % 360 == angle, "ffprobe rotation '\(out)' for \(angle)°")
+        // ffmpeg turns the picture as players do: 90 and 270 swap width and height.
+        let (_, size, _) = try run("/usr/bin/ffmpeg", ["-v", "error", "-i", path, "-frames:v", "1", "-f", "rawvideo", "-pix_fmt", "gray", "-"])
+        #expect(size.utf8.count > 0)
+        let (_, dims, _) = try run("/usr/bin/sh", ["-c", "/usr/bin/ffmpeg -v error -i '\(path)' -frames:v 1 -f image2 -y '\(dir)/f.png' && /usr/bin/ffprobe -v error -show_entries stream=width,height -of csv=p=0 '\(dir)/f.png'"])
+        #expect(dims.trimmingCharacters(in: .whitespacesAndNewlines) == (angle % 180 == 0 ? "160,96" : "96,160"), "decoded \(dims)")
+        #expect(throws: SinkError.self) { _ = try MovieWriter(path: dir + "/bad.mov", tracks: [.mjpegVideo(width: 16, height: 16)], rotation: 45) }
+    }
+
     @Test func variableFrameRateVideoAndPCMAudioReadByFFprobe() throws {
         let dir = makeTempDirectory()
         let path = dir + "/vfr.mov"

@@ -140,9 +140,22 @@ public final class AudioCaptureEngine: @unchecked Sendable {
         var position: UInt64 = 0
         var spare: Int?
         var lostBefore = false
-        while !stopFlag.load(ordering: .acquiring) {
-            let slot = spare ?? free.pop() ?? slotCount
+        var stopDeadline: UInt64 = 0
+        while true {
+            if stopFlag.load(ordering: .acquiring) {
+                // A device stops at once; a finite source is read to its end (bounded).
+                guard source.endsByItself else { break }
+                let now = monotonicNanoseconds()
+                if stopDeadline == 0 { stopDeadline = now &+ 2_000_000_000 } else if now > stopDeadline { break }
+            }
+            var next = spare ?? free.pop()
             spare = nil
+            // A finite source (a replay) is not real time: it waits for room rather than dropping.
+            while next == nil && source.endsByItself && !(stopDeadline != 0 && monotonicNanoseconds() > stopDeadline) {
+                usleep(1000)
+                next = free.pop()
+            }
+            let slot = next ?? slotCount
             if selfPaced.load(ordering: .relaxed) {
                 sleepUntil(monotonicNanoseconds: pacing.start &+ UInt64(Double(position + UInt64(periodFrames)) * 1e9 / rate))
             }
@@ -153,7 +166,11 @@ public final class AudioCaptureEngine: @unchecked Sendable {
                 break
             }
             if r.overruns > 0 { overruns.add(UInt64(r.overruns), ordering: .relaxed); lostBefore = true }
-            guard r.frames > 0 else { if slot < slotCount { spare = slot }; continue }
+            guard r.frames > 0 else {
+                if slot < slotCount { spare = slot }
+                if r.endOfStream { break }
+                continue
+            }
             var stamp = r.timestamp?.nanoseconds ?? 0
             if r.timestamp == nil || selfPaced.load(ordering: .relaxed) {
                 if r.timestamp == nil { softwareStamps.add(1, ordering: .relaxed) }
@@ -164,13 +181,19 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             let period = AudioPeriod(frames: r.frames, timestamp: Timestamp(nanoseconds: stamp), position: position, discontinuity: lostBefore)
             lostBefore = false
             position += UInt64(r.frames)
-            if slot == slotCount { ringDrops.add(1, ordering: .relaxed); continue }
+            if slot == slotCount {
+                ringDrops.add(1, ordering: .relaxed)
+                if r.endOfStream { break }
+                continue
+            }
             if pacing.probing {
                 let done = pacing.probe.record(position: period.position, frames: r.frames, arrivalNanoseconds: monotonicNanoseconds(), deviceTimestamp: r.timestamp?.nanoseconds)
                 probe(&pacing, slot: slot, period: period, decide: done)
+                if r.endOfStream { break }
                 continue
             }
             if filled.push((slot, period)) != nil { ringDrops.add(1, ordering: .relaxed); spare = slot }
+            if r.endOfStream { break }
         }
         for h in pacing.held where filled.push(h) != nil { ringDrops.add(1, ordering: .relaxed) }
         captureDone.store(true, ordering: .releasing)

@@ -7,8 +7,10 @@ public struct AudioReadResult: Sendable, Equatable {
     public var timestamp: Timestamp?
     /// Overruns recovered during this read: frames were lost before these.
     public var overruns: Int
-    public init(frames: Int, timestamp: Timestamp?, overruns: Int = 0) {
-        self.frames = frames; self.timestamp = timestamp; self.overruns = overruns
+    /// A finite source (a recording replayed) has nothing after these frames.
+    public var endOfStream: Bool
+    public init(frames: Int, timestamp: Timestamp?, overruns: Int = 0, endOfStream: Bool = false) {
+        self.frames = frames; self.timestamp = timestamp; self.overruns = overruns; self.endOfStream = endOfStream
     }
 }
 
@@ -28,6 +30,15 @@ public protocol AudioCaptureSource: AnyObject, Sendable {
     func read(into buffer: UnsafeMutableRawPointer, frames: Int) throws -> AudioReadResult
     /// Stops capture and closes the device. Safe to call more than once.
     func close()
+    /// True for a finite source that ends by itself (the sound of a replayed recording, which ends
+    /// with the video it belongs to): when the session stops, the engine goes on reading it until
+    /// `read` reports ``AudioReadResult/endOfStream`` (for at most two seconds), so the sound of the
+    /// last frames is kept. False (the default) for devices, which stop at once.
+    var endsByItself: Bool { get }
+}
+
+extension AudioCaptureSource {
+    public var endsByItself: Bool { false }
 }
 
 /// Receives audio from a session's microphone. Called on the audio engine's delivery thread (not

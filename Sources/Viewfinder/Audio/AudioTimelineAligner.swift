@@ -119,12 +119,15 @@ public struct AudioTimelineAligner {
         } else {
             // The input starts after time zero: silence until it does.
             let startTime = clock.nanoseconds(atPosition: Double(fifoStart))
+            // Called again until the input's start is reached: only the silence not yet emitted.
             let k = UInt64(max(0, (startTime - Double(origin)) * Double(sampleRate) / 1e9).rounded())
             let n = min(k, want)
-            out.append(contentsOf: repeatElement(0, count: Int(n) * channels))
-            emitted = n
-            silenceInserted += n
-            if n < k { return }
+            if n > emitted {
+                out.append(contentsOf: repeatElement(0, count: Int(n - emitted) * channels))
+                silenceInserted += n - emitted
+                emitted = n
+            }
+            if emitted < k { return }
             next = fifoStart
         }
         started = true

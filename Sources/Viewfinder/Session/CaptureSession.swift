@@ -248,6 +248,10 @@ public final class CaptureSession: @unchecked Sendable {
     /// The running (or last) engine's counts.
     public var statistics: EngineStatistics? { lock.withLock { engine?.statistics ?? lastStatistics } }
 
+    /// How full the running engine's rings are (empty when not running):
+    /// ``CaptureEngine/ringOccupancy``.
+    public var ringOccupancy: [RingOccupancy] { lock.withLock { engine?.ringOccupancy ?? [] } }
+
     /// The microphone's counts: running, or of the last run.
     public var audioStatistics: AudioStatistics? { audioRun.withLock { $0.engine?.statistics ?? $0.last } }
 

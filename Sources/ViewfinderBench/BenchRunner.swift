@@ -1,0 +1,216 @@
+import Foundation
+import Logging
+import ViewfinderKit
+
+/// What to measure and for how long.
+public struct BenchConfiguration: Sendable {
+    /// The device string (`sim:latency=3`, `/dev/video0`, …).
+    public var device: String
+    /// The pipeline's stages, in `--stages` syntax (empty: none).
+    public var stages: String = ""
+    /// Seconds of the pipeline run (camera timing and stage times).
+    public var durationSeconds: Double = 5
+    /// The mode to request (nil fields: the device's own).
+    public var pixelFormat: PixelFormat?
+    public var width: Int?
+    public var height: Int?
+    public var fps: Double?
+    /// Controls to step for the control latency (those the device lacks are reported as such).
+    public var controls: [SteppedControl] = [.exposure, .gain, .focus]
+    /// Steps per control (alternately away and back).
+    public var stepsPerControl: Int = 3
+    /// The largest control latency looked for, frames (the window watched after each step).
+    public var maxControlLatencyFrames: Int = 10
+    /// Measure every listed mode (format × size at its fastest listed rate) for `sweepSeconds`.
+    public var sweep = false
+    public var sweepSeconds: Double = 1.5
+
+    public init(device: String) { self.device = device }
+}
+
+/// Runs a bench: the pipeline run (camera timing, stage times, drops, threads), the control run
+/// (steps and their responses in the pictures) and optionally the mode sweep, one after another,
+/// each on the device opened afresh.
+public struct BenchRunner {
+    public let configuration: BenchConfiguration
+    public let logger: Logger
+
+    public init(configuration: BenchConfiguration, logger: Logger = Logger(label: "viewfinder.bench")) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    public func run() throws -> BenchReport {
+        let c = configuration
+        let specs = c.stages.isEmpty ? [] : try StageSpec.parseList(c.stages)
+        let openedAt = monotonicNanoseconds()
+        let device = try CaptureDevice.open(c.device, directory: .standard)
+
+        // 1. The pipeline run.
+        let (session, recorder) = try makeSession(device: device, specs: specs, request: requestedMode(device), duration: c.durationSeconds, recorder: { fps in
+            FrameRecorder(capacity: Int(c.durationSeconds * max(fps, 1) * 1.5) + 256)
+        })
+        let before = ThreadCPU.sample()
+        let startedAt = monotonicNanoseconds()
+        try session.startRunning()
+        let sampler = RunSampler(session: session, start: startedAt, before: before)
+        session.waitUntilFinished()
+        session.stopRunning()
+        sampler.stop()
+        let wall = Double(monotonicNanoseconds() - startedAt) / 1e9
+        guard let stats = session.statistics else { throw BenchError.noFrames(device: c.device, seconds: wall) }
+        let samples = recorder.samples
+        guard samples.count >= 2 else { throw BenchError.noFrames(device: c.device, seconds: wall) }
+        let cfg = session.streamConfiguration
+        let nominal = cfg?.interval.fps ?? 0
+        var camera = BenchAnalysis.camera(samples, nominalFps: nominal)
+        camera.openToFirstFrameMs = samples.first.map { Double($0.received &- openedAt) / 1e6 }
+        camera.startToFirstFrameMs = samples.first.map { Double($0.received &- startedAt) / 1e6 }
+        let pipeline = BenchAnalysis.pipeline(stats, samples: samples, threads: sampler.cpu.values.map { ($0.name, $0.last - $0.first) }, wallSeconds: wall, timeline: sampler.points, ringCapacities: sampler.ringCapacities)
+        let deviceID = device.uniqueID
+        BenchRunner.close(device)
+
+        // 2. The control run, on the device opened again (see `close(_:)`).
+        let controls = try measureControls()
+
+        // 3. The sweep.
+        let sweep = c.sweep ? sweepModes(formats: device.formats) : []
+
+        return BenchReport(
+            device: deviceID, stages: specs.map(\.description),
+            format: cfg.map { FormatSummary(pixelFormat: $0.format.pixelFormat.rawValue, width: $0.format.width, height: $0.format.height, nominalFps: $0.interval.fps) },
+            durationSeconds: wall, camera: camera, controls: controls, pipeline: pipeline, sweep: sweep,
+            series: BenchAnalysis.series(samples), comparison: nil)
+    }
+
+    /// The mode the configuration asks for, completed from the device's active one (nil: keep it).
+    func requestedMode(_ device: CaptureDevice) -> StreamRequest? {
+        let c = configuration
+        guard c.pixelFormat != nil || c.width != nil || c.height != nil || c.fps != nil else { return nil }
+        let active = device.source.activeConfiguration
+        return StreamRequest(pixelFormat: c.pixelFormat ?? active?.format.pixelFormat ?? .yuyv,
+                             width: c.width ?? active?.format.width ?? 1280, height: c.height ?? active?.format.height ?? 720,
+                             fps: c.fps ?? active?.interval.fps)
+    }
+
+    /// A session on `device` with `specs`, exposure and focus locked (no loop fights the steps),
+    /// and a recorder made for the mode's rate.
+    func makeSession(device: CaptureDevice, specs: [StageSpec], request: StreamRequest?, duration: Double,
+                     recorder make: (Double) -> FrameRecorder) throws -> (CaptureSession, FrameRecorder) {
+        let session = CaptureSession(registry: .builtIn, logger: logger)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: device))
+        try device.configure { s in
+            if let request { s.activeFormat = request }
+            s.exposureMode = .locked
+            s.focusMode = .locked
+        }
+        try session.setSessionPreset(.inputPriority)
+        try session.setStages(specs)
+        var options = EngineOptions(durationSeconds: duration)
+        if !device.source.isLive { options.stallTimeoutSeconds = 30 }
+        try session.setEngineOptions(options)
+        let fps = request?.fps ?? device.source.activeConfiguration?.interval.fps ?? 30
+        let recorder = make(fps)
+        try session.addOutput(recorder)
+        try session.commitConfiguration()
+        return (session, recorder)
+    }
+
+    /// Closes a V4L2 camera once its run is over. A session stopped with frames still in its
+    /// rings leaves the kernel's buffers allocated, and a second session on the same open node
+    /// then fails with EBUSY (seen with vivid); each run therefore opens the device afresh and
+    /// closes it after. Other sources need nothing.
+    static func close(_ device: CaptureDevice) {
+        (device.source as? V4L2Camera)?.close()
+    }
+
+    /// Steps each control and reads its latency from the pictures.
+    func measureControls() throws -> [ControlLatencyResult] {
+        let c = configuration
+        guard !c.controls.isEmpty else { return [] }
+        let device = try CaptureDevice.open(c.device, directory: .standard)
+        defer { BenchRunner.close(device) }
+        guard let dc = device.controls else {
+            return c.controls.map { ControlLatencyAnalysis.result(control: $0, name: nil, responses: []) }
+        }
+        let stepper = ControlStepper(device: dc, controls: c.controls, repeats: c.stepsPerControl, maxLatencyFrames: c.maxControlLatencyFrames)
+        var results: [ControlLatencyResult] = []
+        var responses: [StepResponse] = []
+        var samples: [FrameSample] = []
+        if !stepper.steps.isEmpty {
+            let fps = device.source.activeConfiguration?.interval.fps ?? 30
+            let frames = Double(stepper.steps.count * (stepper.baselineFrames + stepper.window + 1))
+            // Twice the planned time, plus start-up: the run ends as soon as the steps are done.
+            let limit = 2 * frames / max(fps, 1) + 3
+            let (session, recorder) = try makeSession(device: device, specs: [], request: requestedMode(device), duration: limit, recorder: { _ in
+                FrameRecorder(name: "bench-controls", capacity: Int(frames * 2) + 64, stepper: stepper)
+            })
+            try session.startRunning()
+            while !recorder.stepsDone && session.isRunning { sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 20_000_000) }
+            session.stopRunning()
+            session.waitUntilFinished()
+            samples = recorder.samples
+            for step in recorder.steps {
+                let minimum = step.control.measure == .luma ? 1.0 : 0
+                responses.append(ControlLatencyAnalysis.response(of: step, in: samples, baselineFrames: stepper.baselineFrames, window: stepper.window, minimumChange: minimum))
+            }
+            // Put the controls back where they were.
+            var firstFrom: [String: Int64] = [:]
+            for s in recorder.steps where firstFrom[s.name] == nil { firstFrom[s.name] = s.from }
+            for (name, v) in firstFrom { try? dc.set(name, to: v) }
+            let steps = recorder.steps
+            for control in c.controls {
+                let idx = steps.indices.filter { steps[$0].control == control }
+                let name = dc.descriptor(control.standard)?.name
+                results.append(ControlLatencyAnalysis.result(control: control, name: name, responses: idx.map { responses[$0] }))
+            }
+        } else {
+            for control in c.controls {
+                results.append(ControlLatencyAnalysis.result(control: control, name: dc.descriptor(control.standard)?.name, responses: []))
+            }
+        }
+        return results
+    }
+
+    /// Each listed format and size at its fastest listed rate, for `sweepSeconds` each (the
+    /// device opened afresh for each mode).
+    func sweepModes(formats: [FormatDescription]) -> [SweepEntry] {
+        var out: [SweepEntry] = []
+        // Formats this build cannot name (an unknown fourcc) cannot be requested: left out.
+        for f in formats {
+            guard let pf = f.pixelFormat else { continue }
+            for size in f.sizes {
+                guard case .discrete(let w, let h, let intervals) = size, let best = intervals.max(by: { $0.fps < $1.fps }) else { continue }
+                var e = SweepEntry(pixelFormat: pf.rawValue, width: w, height: h, nominalFps: best.fps, measuredFps: nil, frames: 0, framesMissing: 0, deliveredFps: nil, deliversNominalRate: false, error: nil)
+                do {
+                    let req = StreamRequest(pixelFormat: pf, width: w, height: h, fps: best.fps)
+                    let seconds = configuration.sweepSeconds
+                    let device = try CaptureDevice.open(configuration.device, directory: .standard)
+                    defer { BenchRunner.close(device) }
+                    let (session, recorder) = try makeSession(device: device, specs: [], request: req, duration: seconds, recorder: { fps in
+                        FrameRecorder(name: "bench-sweep", capacity: Int(seconds * max(fps, 1) * 2) + 64)
+                    })
+                    try session.startRunning()
+                    session.waitUntilFinished()
+                    session.stopRunning()
+                    let cam = BenchAnalysis.camera(recorder.samples, nominalFps: session.streamConfiguration?.interval.fps ?? best.fps)
+                    e.nominalFps = cam.nominalFps
+                    e.frames = cam.frames
+                    e.framesMissing = cam.framesMissing
+                    if cam.frames >= 2 {
+                        e.measuredFps = cam.measuredFps
+                        e.deliveredFps = cam.deliveredFps
+                    } else {
+                        e.error = "\(cam.frames) frame(s) in \(seconds) s"
+                    }
+                    e.deliversNominalRate = cam.frames >= 2 && cam.deliveredFps >= cam.nominalFps * 0.98 && cam.framesMissing == 0
+                } catch {
+                    e.error = "\(error)"
+                }
+                out.append(e)
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,109 @@
+import ArgumentParser
+import Foundation
+import ViewfinderBench
+import ViewfinderKit
+
+/// `viewfinder bench`: measures a camera and a pipeline; JSON for machines, HTML for people.
+struct BenchCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Measure a camera and a pipeline: rate, jitter, gaps, latencies, control latency, stage time distributions.",
+        discussion: """
+        Three runs, each opening the device afresh: the pipeline run (--duration seconds with --stages: frame \
+        timing from the buffer timestamps, per-stage time distributions, drops, threads' CPU), the \
+        control run (steps exposure, gain and focus and finds, in the pictures, how many frames \
+        each takes to show) and, with --sweep, every listed mode at its fastest listed rate.
+        """)
+
+    @Option(help: "Device: sim[:options], /dev/videoN, dump:FILE, pattern[:options].") var device: String = "sim"
+    @Option(help: "Stages of the measured pipeline, e.g. exposure:mode=continuous,focus.") var stages: String?
+    @Option(help: "Seconds of the pipeline run.") var duration: Double = 5
+    @Option(help: "Pixel format to request (yuyv, nv12, mjpeg, …).") var format: String?
+    @Option(help: "Width to request, pixels.") var width: Int?
+    @Option(help: "Height to request, pixels.") var height: Int?
+    @Option(help: "Frame rate to request, frames per second.") var fps: Double?
+    @Option(help: "Controls to step for the control latency: \(SteppedControl.allCases.map(\.rawValue).joined(separator: ", ")), or none.")
+    var controls: String = "exposure,gain,focus"
+    @Option(help: "Steps per control (alternately away from the current value and back).") var steps: Int = 3
+    @Option(help: "The largest control latency looked for, frames.") var maxControlLatency: Int = 10
+    @Flag(help: "Also measure every listed mode (format and size at its fastest listed rate).") var sweep = false
+    @Option(help: "Seconds per mode of --sweep.") var sweepSeconds: Double = 1.5
+    @Flag(help: "Print the report as JSON (a stable schema) instead of a summary.") var json = false
+    @Option(help: "Write the HTML report (self-contained, with SVG plots) to this file.") var report: String?
+    @Option(help: "Compare with an earlier --json report and mark regressions beyond the measured noise.") var baseline: String?
+    @Flag(help: "Exit 1 when the comparison with --baseline finds a regression.") var failOnRegression = false
+
+    func validate() throws {
+        if !(duration > 0) { throw ValidationError("--duration must be positive") }
+        if !(sweepSeconds > 0) { throw ValidationError("--sweep-seconds must be positive") }
+        if !(1...30).contains(steps) { throw ValidationError("--steps must be 1...30, got \(steps)") }
+        if !(1...60).contains(maxControlLatency) { throw ValidationError("--max-control-latency must be 1...60 frames, got \(maxControlLatency)") }
+        _ = try steppedControls()
+        if let f = format, PixelFormat(name: f) == nil {
+            throw ValidationError("unknown pixel format '\(f)' (known: \(PixelFormat.allCases.map(\.rawValue).joined(separator: ", ")))")
+        }
+        if failOnRegression && baseline == nil { throw ValidationError("--fail-on-regression needs --baseline") }
+    }
+
+    func steppedControls() throws -> [SteppedControl] {
+        if controls == "none" || controls.isEmpty { return [] }
+        return try controls.split(separator: ",").map {
+            guard let c = SteppedControl(rawValue: String($0)) else {
+                throw ValidationError("unknown control '\($0)' (known: \(SteppedControl.allCases.map(\.rawValue).joined(separator: ", ")), none)")
+            }
+            return c
+        }
+    }
+
+    func run() throws {
+        // Read the baseline first: a bad one is found before a long run.
+        let old = try baseline.map { try BenchReport.load(path: $0) }
+        var cfg = BenchConfiguration(device: device)
+        cfg.stages = stages ?? ""
+        cfg.durationSeconds = duration
+        cfg.pixelFormat = format.flatMap { PixelFormat(name: $0) }
+        cfg.width = width; cfg.height = height; cfg.fps = fps
+        cfg.controls = try steppedControls()
+        cfg.stepsPerControl = steps
+        cfg.maxControlLatencyFrames = maxControlLatency
+        cfg.sweep = sweep
+        cfg.sweepSeconds = sweepSeconds
+        var result = try BenchRunner(configuration: cfg).run()
+        if let old { result.comparison = result.compared(with: old) }
+        if let report {
+            do { try HTMLReport.render(result).write(toFile: report, atomically: true, encoding: .utf8) } catch {
+                throw BenchError.cannotWrite(path: report, reason: error.localizedDescription)
+            }
+        }
+        if json {
+            print(String(decoding: try result.jsonData(), as: UTF8.self))
+        } else {
+            print(BenchCommand.summary(result))
+        }
+        if failOnRegression, let c = result.comparison, c.regressions > 0 {
+            throw RuntimeFailure(message: "\(c.regressions) regression(s) against \(baseline ?? "the baseline"): " + c.metrics.filter { $0.verdict == .regression }.map(\.metric).joined(separator: ", "))
+        }
+    }
+
+    static func summary(_ r: BenchReport) -> String {
+        let c = r.camera
+        var s = r.device
+        if let f = r.format { s += ": \(f.pixelFormat) \(f.width)x\(f.height) at \(String(format: "%.2f", f.nominalFps)) fps nominal" }
+        s += String(format: "\n  measured %.3f fps (%.3f delivered) over %d frames; %d gaps (%llu missing); interval p50 %.2f p99 %.2f max %.2f ms; timestamp jitter %.3f ms",
+                    c.measuredFps, c.deliveredFps, c.frames, c.sequenceGaps, c.framesMissing, c.intervalMs.p50, c.intervalMs.p99, c.intervalMs.max, c.timestampJitterMs)
+        s += String(format: "\n  driver to process p50 %.2f p99 %.2f ms; capture to output p50 %.2f p99 %.2f ms", c.driverToProcessMs.p50, c.driverToProcessMs.p99,
+                    r.pipeline.captureToOutputMs.p50, r.pipeline.captureToOutputMs.p99)
+        if let o = c.openToFirstFrameMs { s += String(format: "; open to first frame %.1f ms", o) }
+        for ctl in r.controls {
+            s += "\n  control \(ctl.control.rawValue): " + (ctl.latencyFrames.map { "\($0) frames (\(ctl.agreeingSteps) of \(ctl.steps.count) steps agree)" } ?? "not measured: \(ctl.error ?? "")")
+        }
+        for st in r.pipeline.stages { s += String(format: "\n  stage %@: p50 %.1f p99 %.1f max %.1f µs", st.name, st.p50Us, st.p99Us, st.maxUs) }
+        if !r.pipeline.drops.isEmpty { s += "\n  dropped: " + r.pipeline.drops.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") }
+        for e in r.sweep { s += "\n  mode \(e.pixelFormat) \(e.width)x\(e.height) @ \(String(format: "%.1f", e.nominalFps)): " + (e.deliveredFps.map { String(format: "%.2f fps delivered%@", $0, e.deliversNominalRate ? "" : " (short)") } ?? "failed: \(e.error ?? "")") }
+        if let cmp = r.comparison {
+            s += "\n  against the baseline: \(cmp.regressions) regression(s)"
+            for m in cmp.metrics where m.verdict != .unchanged { s += String(format: "\n    %@ %@: %.3f → %.3f (noise %.3f)", m.verdict.rawValue, m.metric, m.baseline, m.current, m.noise) }
+        }
+        return s
+    }
+}

@@ -1,0 +1,116 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import ViewfinderKit
+import ViewfinderPreview
+
+struct PreviewCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "preview",
+        abstract: "Serve a live preview in the browser: picture, tap-to-focus/expose, stills, recording, stage switches, charts, Prometheus /metrics.",
+        discussion: """
+        Opens http://HOST:PORT/ (the page), /stream (MJPEG), /events (statistics, server-sent \
+        events), /metrics (Prometheus). Listens on loopback unless --bind says otherwise; any other \
+        address needs a token (--token, or one is made and printed). With a token every path but \
+        the page needs it: Authorization: Bearer TOKEN, or ?token=TOKEN. Stills and recordings from \
+        the page go to --output with names the server makes. Ctrl-C stops.
+        """)
+
+    @OptionGroup var deviceOptions: DeviceOptions
+    @Option(help: "Stages, e.g. stabilise,deadline:max_age_ms=50 (the page can switch each on and off).") var stages: String?
+    @Option(help: "TCP port (0: any free port).") var port: Int = 8080
+    @Option(help: "Address to listen on. Loopback by default; another address needs a token.") var bind: String = "127.0.0.1"
+    @Option(help: "The access token (8–128 of A-Z a-z 0-9 - _ .). Default: none on loopback, a new random one elsewhere.") var token: String?
+    @Option(help: "Folder for stills and recordings started from the page.") var output: String = "."
+    @Option(help: "Widest preview picture, pixels (larger frames are scaled down by an integer factor).") var previewWidth: Int = 640
+    @Option(help: "JPEG quality of the preview pictures, 1–100.") var previewQuality: Int = 75
+    @Option(help: "Clockwise rotation of the picture as shown: 0, 90, 180 or 270 degrees.") var rotation: Int = 0
+    @Flag(help: "Mirror the picture left-right (after rotation), as a front camera.") var mirror = false
+    @Option(help: "Stop after this many seconds (default: until Ctrl-C).") var duration: Double?
+
+    func validate() throws {
+        if !(0...65535).contains(port) { throw ValidationError("--port must be in 0…65535") }
+        if !(64...7680).contains(previewWidth) { throw ValidationError("--preview-width must be in 64…7680") }
+        if !(1...100).contains(previewQuality) { throw ValidationError("--preview-quality must be in 1…100") }
+        if ![0, 90, 180, 270].contains(rotation) { throw ValidationError("--rotation must be 0, 90, 180 or 270") }
+        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+    }
+
+    func run() throws {
+        let specs = try stages.map { try StageSpec.parseList($0) } ?? []
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        // The page's taps drive the exposure and focus loops: run them where the device has them.
+        try dev.configure { s in
+            if dev.isExposureModeSupported(.continuous) { s.exposureMode = .continuous }
+            if dev.isFocusModeSupported(.continuous) { s.focusMode = .continuous }
+        }
+        session.beginConfiguration()
+        try session.setStages(specs)
+        var options = EngineOptions(durationSeconds: duration)
+        if !dev.source.isLive { options.stallTimeoutSeconds = 30 }
+        try session.setEngineOptions(options)
+        try session.commitConfiguration()
+
+        var cfg = PreviewConfiguration()
+        cfg.host = bind
+        cfg.port = port
+        cfg.outputDirectory = output
+        cfg.previewWidth = previewWidth
+        cfg.previewQuality = previewQuality
+        var generated = false
+        if let token { cfg.token = token } else if !PreviewConfiguration.isLoopback(bind) {
+            cfg.token = PreviewConfiguration.generateToken()
+            generated = true
+        }
+        let server: PreviewServer
+        do { server = try PreviewServer(session: session, device: dev, configuration: cfg) } catch let e as PreviewError {
+            throw ValidationError(e.description)
+        }
+        for c in session.connections where c.mediaType == .video {
+            try c.setVideoRotationAngle(rotation)
+            c.isVideoMirrored = mirror
+        }
+
+        try session.startRunning()
+        let done = DispatchSemaphore(value: 0)
+        let failure = LockedBox<(any Error)?>(nil)
+        let (bindHost, shownToken, madeToken) = (bind, cfg.token, generated)
+        let task = Task {
+            do {
+                try await server.run { port in
+                    let host = bindHost.contains(":") ? "[\(bindHost)]" : bindHost
+                    var line = "viewfinder preview: http://\(host):\(port)/"
+                    if let t = shownToken { line += "?token=\(t)" }
+                    if madeToken { line += "  (token made for this run)" }
+                    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+                }
+            } catch is CancellationError {
+            } catch {
+                failure.withLock { $0 = error }
+            }
+            done.signal()
+        }
+        // Ctrl-C (or the duration's end) stops the server, then the session.
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        let stop: @Sendable () -> Void = { task.cancel() }
+        let sigint = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        sigint.setEventHandler(handler: stop)
+        sigint.resume()
+        let sigterm = DispatchSource.makeSignalSource(signal: SIGTERM, queue: .global())
+        sigterm.setEventHandler(handler: stop)
+        sigterm.resume()
+        DispatchQueue.global().async {
+            session.waitUntilFinished()
+            stop()
+        }
+        done.wait()
+        if server.movie.isRecording { server.movie.stopRecording() }
+        session.stopRunning()
+        if let e = failure.withLock({ $0 }) { throw RuntimeFailure(message: "preview server: \(e)") }
+        if let s = session.statistics {
+            var stderr = StandardError()
+            print("captured \(s.captured), delivered \(s.delivered), dropped \(s.drops.total); preview pictures \(server.output.pictureCount)", to: &stderr)
+        }
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+import Hummingbird
+import Logging
+import ViewfinderKit
+
+/// `POST /api/point`: a tap on the picture, normalised to the picture as the user sees it
+/// (0,0 top-left … 1,1 bottom-right).
+struct PointRequest: Decodable, Sendable {
+    var x: Double
+    var y: Double
+    /// Set the exposure point of interest (default true).
+    var exposure: Bool?
+    /// Set the focus point of interest (default true).
+    var focus: Bool?
+}
+
+/// `POST /api/record`: start (`true`) or stop (`false`) recording.
+struct RecordRequest: Decodable, Sendable {
+    var recording: Bool
+}
+
+/// `POST /api/stage`: switch one of the session's stages on or off.
+struct StageRequest: Decodable, Sendable {
+    var name: String
+    var enabled: Bool
+}
+
+/// A body-less control (`{}`).
+struct EmptyRequest: Decodable, Sendable {}
+
+struct PointReply: Encodable, Sendable {
+    var x: Double, y: Double
+    var exposure: Bool, focus: Bool
+    var exposureMode: String, focusMode: String
+}
+
+struct FileReply: Encodable, Sendable {
+    /// The file's name inside the output folder.
+    var file: String
+    var bytes: Int?
+    var recording: Bool?
+}
+
+struct StageReply: Encodable, Sendable {
+    var stages: [StageState]
+}
+
+struct StageState: Codable, Sendable, Equatable {
+    var name: String
+    var enabled: Bool
+}
+
+/// Carries out the page's controls on the session, validating every input first. Paths never
+/// come from a request: files are named here, in the configured folder.
+final class PreviewControls: Sendable {
+    let session: CaptureSession
+    let device: CaptureDevice
+    let photo: PhotoOutput
+    let movie: MovieFileOutput
+    let folder: String
+    let logger: Logger
+    private let counter = LockedBox(0)
+    private let recordingFile = LockedBox<String?>(nil)
+
+    init(session: CaptureSession, device: CaptureDevice, photo: PhotoOutput, movie: MovieFileOutput, folder: String, logger: Logger) {
+        self.session = session
+        self.device = device
+        self.photo = photo
+        self.movie = movie
+        self.folder = folder
+        self.logger = logger
+    }
+
+    /// Sets the exposure and/or focus point of interest (user-facing coordinates; the session
+    /// maps them through the connection's rotation and mirroring), switching the modes to
+    /// continuous where they were locked and the device supports it.
+    func setPoint(_ r: PointRequest) throws -> PointReply {
+        guard r.x.isFinite, r.y.isFinite, (0...1).contains(r.x), (0...1).contains(r.y) else {
+            throw HTTPError(.badRequest, message: "x and y must be numbers in 0…1 (got \(r.x), \(r.y))")
+        }
+        let doExposure = r.exposure ?? true, doFocus = r.focus ?? true
+        guard doExposure || doFocus else { throw HTTPError(.badRequest, message: "nothing to set: exposure and focus are both false") }
+        let p = NormalizedPoint(x: r.x, y: r.y)
+        let canExpose = device.isExposurePointOfInterestSupported, canFocus = device.isFocusPointOfInterestSupported
+        if doExposure && !canExpose && (!doFocus || !canFocus) {
+            throw HTTPError(.conflict, message: "device '\(device.uniqueID)' has no exposure or focus control to point")
+        }
+        do {
+            try device.configure { s in
+                if doExposure && canExpose {
+                    s.exposurePointOfInterest = p
+                    if s.exposureMode == .locked || s.exposureMode == .custom { s.exposureMode = .continuous }
+                }
+                if doFocus && canFocus {
+                    s.focusPointOfInterest = p
+                    if s.focusMode == .locked { s.focusMode = .continuous }
+                }
+            }
+        } catch {
+            throw HTTPError(.conflict, message: "\(error)")
+        }
+        let s = device.settings
+        return PointReply(x: r.x, y: r.y, exposure: doExposure && canExpose, focus: doFocus && canFocus,
+                          exposureMode: s.exposureMode.rawValue, focusMode: s.focusMode.rawValue)
+    }
+
+    /// A file name in the output folder: `prefix-YYYYMMDD-HHMMSS-N.ext`, N counting up within
+    /// this server so two requests in one second never collide (existing files are skipped).
+    func newFile(prefix: String, ext: String) -> (name: String, path: String) {
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "UTC")
+        f.dateFormat = "yyyyMMdd-HHmmss"
+        let stamp = f.string(from: Date())
+        while true {
+            let n = counter.withLock { c -> Int in c += 1; return c }
+            let name = "\(prefix)-\(stamp)-\(n).\(ext)"
+            let path = (folder as NSString).appendingPathComponent(name)
+            if !FileManager.default.fileExists(atPath: path) { return (name, path) }
+        }
+    }
+
+    /// Takes one JPEG still and writes it into the output folder.
+    func takeStill() async throws -> FileReply {
+        guard session.isRunning else { throw HTTPError(.conflict, message: "the session is not running") }
+        let photo = self.photo
+        // capturePhotos blocks until the photo is made (a frame or two): off the server's threads.
+        let photos: [CapturePhoto] = try await withCheckedThrowingContinuation { c in
+            DispatchQueue.global().async {
+                do { c.resume(returning: try photo.capturePhotos(settings: PhotoSettings(), timeoutSeconds: 10)) } catch { c.resume(throwing: error) }
+            }
+        }
+        guard let p = photos.first else { throw HTTPError(.internalServerError, message: "the photo output returned no photo") }
+        let (name, path) = newFile(prefix: "still", ext: "jpg")
+        do { try p.write(to: path, overwrite: false) } catch {
+            throw HTTPError(.internalServerError, message: "writing the still failed: \(error)")
+        }
+        logger.info("preview: still \(path)")
+        return FileReply(file: name, bytes: p.fileDataRepresentation().count, recording: nil)
+    }
+
+    /// Starts or stops the movie recording.
+    func record(_ r: RecordRequest) throws -> FileReply {
+        if r.recording {
+            guard session.isRunning else { throw HTTPError(.conflict, message: "the session is not running") }
+            if let current = recordingFile.withLock({ $0 }), movie.isRecording {
+                throw HTTPError(.conflict, message: "already recording to \(current)")
+            }
+            let (name, path) = newFile(prefix: "movie", ext: "mov")
+            do { try movie.startRecording(to: path, overwrite: false, delegate: nil) } catch {
+                throw HTTPError(.conflict, message: "recording could not start: \(error)")
+            }
+            recordingFile.withLock { $0 = name }
+            logger.info("preview: recording to \(path)")
+            return FileReply(file: name, bytes: nil, recording: true)
+        } else {
+            guard movie.isRecording, let name = recordingFile.withLock({ $0 }) else {
+                throw HTTPError(.conflict, message: "not recording")
+            }
+            movie.stopRecording()
+            recordingFile.withLock { $0 = nil }
+            return FileReply(file: name, bytes: Int(movie.recordedFileSize), recording: false)
+        }
+    }
+
+    /// The recording's file name while recording.
+    var currentRecording: String? { movie.isRecording ? recordingFile.withLock { $0 } : nil }
+
+    /// The session's stages and whether each runs.
+    var stages: [StageState] { session.stages.map { StageState(name: $0.name, enabled: $0.enabled) } }
+
+    /// Switches a stage of the session on or off (the session rebuilds its chain).
+    func setStage(_ r: StageRequest) throws -> StageReply {
+        var specs = session.stages
+        guard let i = specs.firstIndex(where: { $0.name == r.name }) else {
+            let known = specs.map(\.name)
+            throw HTTPError(.badRequest, message: "unknown stage '\(r.name)' (this session's stages: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+        }
+        if specs[i].enabled != r.enabled {
+            specs[i].enabled = r.enabled
+            do { try session.setStages(specs) } catch {
+                throw HTTPError(.conflict, message: "the session refused the change: \(error)")
+            }
+        }
+        return StageReply(stages: stages)
+    }
+}

@@ -1,0 +1,342 @@
+import Foundation
+import Hummingbird
+import Logging
+import ServiceLifecycle
+import Synchronization
+import ViewfinderKit
+
+/// How a ``PreviewServer`` listens and where it writes.
+public struct PreviewConfiguration: Sendable {
+    /// The address to listen on. Loopback by default; any other address requires a ``token``.
+    public var host: String = "127.0.0.1"
+    /// The TCP port (0: any free port, reported to `onListening`).
+    public var port: Int = 8080
+    /// The secret that every request except the page itself must carry, as
+    /// `Authorization: Bearer TOKEN` or `?token=TOKEN`. Nil: no token (loopback only).
+    public var token: String?
+    /// The folder for stills and recordings started from the page; the server names the files.
+    public var outputDirectory: String = "."
+    /// The widest preview picture, pixels.
+    public var previewWidth: Int = 640
+    /// JPEG quality of the preview pictures, 1–100.
+    public var previewQuality: Int = 75
+    /// How often the statistics channel sends, seconds.
+    public var statisticsInterval: Double = 0.25
+
+    public init() {}
+
+    /// Whether `host` is a loopback address (`127.0.0.0/8`, `::1`, `localhost`).
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+
+    /// A new random token: 128 bits as 32 hexadecimal digits.
+    public static func generateToken() -> String {
+        var g = SystemRandomNumberGenerator()
+        return (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
+    }
+}
+
+/// Errors in setting up the preview server.
+public enum PreviewError: Error, Equatable, CustomStringConvertible {
+    /// A non-loopback address was given without a token.
+    case tokenRequired(host: String)
+    /// The token is empty or holds characters that do not survive a URL.
+    case invalidToken
+    /// The output folder does not exist or is not a folder.
+    case outputDirectory(path: String)
+    /// A preview setting is out of range.
+    case invalidSetting(name: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .tokenRequired(let h): return "listening on \(h) (not loopback) needs a token: give --token or let the server make one"
+        case .invalidToken: return "the token must be 8 to 128 characters of A-Z, a-z, 0-9, '-', '_' or '.'"
+        case .outputDirectory(let p): return "output folder '\(p)' does not exist or is not a folder"
+        case .invalidSetting(let n, let r): return "preview setting \(n): \(r)"
+        }
+    }
+}
+
+/// The browser preview of a capture session: an HTTP server (Hummingbird) with the page (`/`),
+/// the live picture as MJPEG (`/stream`), live statistics as server-sent events (`/events`),
+/// Prometheus metrics (`/metrics`), and controls (`POST /api/...`: point of interest, still,
+/// recording, stage switches).
+///
+/// ``init(session:device:configuration:logger:)`` adds three outputs to the session (the
+/// preview, a photo output and a movie output for the page's buttons); call it before
+/// `startRunning()`. ``run(onListening:)`` serves until its task is cancelled.
+///
+/// Security: with a token set, everything but the page needs it (`401` otherwise); controls are
+/// POSTs with a JSON body (`415` for any other type, so a cross-site form cannot post), validated
+/// (`400`: coordinates outside 0…1, unknown stage names); files go to the configured folder only,
+/// with names the server makes.
+public final class PreviewServer: Sendable {
+    public let session: CaptureSession
+    public let device: CaptureDevice
+    public let configuration: PreviewConfiguration
+    /// The preview output (pictures and per-frame values).
+    public let output: PreviewOutput
+    /// Takes the page's stills.
+    public let photo: PhotoOutput
+    /// Records the page's movies.
+    public let movie: MovieFileOutput
+    let logger: Logger
+    let metrics: PreviewMetrics
+    let hub = StatisticsHub()
+    let previewLatency = LatencyHistogram()
+    let controls: PreviewControls
+
+    /// Adds the preview, photo and movie outputs to `session`.
+    /// - Throws: ``PreviewError`` for a bad configuration, a session error if an output cannot be added.
+    public init(session: CaptureSession, device: CaptureDevice, configuration: PreviewConfiguration, logger: Logger = Logger(label: "viewfinder.preview")) throws {
+        if let t = configuration.token {
+            let ok = (8...128).contains(t.count) && t.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == ".") }
+            guard ok else { throw PreviewError.invalidToken }
+        } else if !PreviewConfiguration.isLoopback(configuration.host) {
+            throw PreviewError.tokenRequired(host: configuration.host)
+        }
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: configuration.outputDirectory, isDirectory: &isDir), isDir.boolValue else {
+            throw PreviewError.outputDirectory(path: configuration.outputDirectory)
+        }
+        guard (0...65535).contains(configuration.port) else { throw PreviewError.invalidSetting(name: "port", reason: "\(configuration.port) is outside 0…65535") }
+        guard configuration.statisticsInterval >= 0.02 && configuration.statisticsInterval <= 10 else {
+            throw PreviewError.invalidSetting(name: "statistics interval", reason: "\(configuration.statisticsInterval) s is outside 0.02…10 s")
+        }
+        self.session = session
+        self.device = device
+        self.configuration = configuration
+        self.logger = logger
+        output = PreviewOutput(maximumWidth: configuration.previewWidth, quality: configuration.previewQuality)
+        photo = PhotoOutput(name: "still")
+        movie = MovieFileOutput(name: "recording")
+        metrics = PreviewMetrics()
+        controls = PreviewControls(session: session, device: device, photo: photo, movie: movie, folder: configuration.outputDirectory, logger: logger)
+        session.beginConfiguration()
+        try session.addOutput(output)
+        try session.addOutput(photo)
+        try session.addOutput(movie)
+        try session.commitConfiguration()
+    }
+
+    /// Serves until the calling task is cancelled (or the server fails to start). Cancellation
+    /// shuts the server down gracefully: the open streams end, then the listener closes; a
+    /// connection still open 2 s later (a viewer that stopped reading) is closed.
+    /// - Parameter onListening: called once with the port the server listens on.
+    public func run(onListening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
+        let app = Application(
+            router: makeRouter(),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "viewfinder"),
+            onServerRunning: { channel in onListening(channel.localAddress?.port ?? 0) },
+            logger: logger
+        )
+        let group = ServiceGroup(services: [app], logger: logger)
+        // Not a child task: the caller's cancellation becomes a graceful shutdown, not a cancellation
+        // of the server's connections mid-write.
+        let serving = Task { try await group.run() }
+        let ticker = Task { await self.tickStatistics() }
+        let output = self.output, hub = self.hub
+        defer { ticker.cancel() }
+        try await withTaskCancellationHandler {
+            try await serving.value
+        } onCancel: {
+            output.broadcaster.finishAll()
+            hub.finishAll()
+            Task { await group.triggerGracefulShutdown() }
+            // A viewer that stopped reading holds its response in a write that never completes:
+            // after a grace period the server's tasks are cancelled, connections and all.
+            Task {
+                try? await Task.sleep(nanoseconds: 2_000_000_000)
+                serving.cancel()
+            }
+        }
+        output.broadcaster.finishAll()
+        hub.finishAll()
+    }
+
+    /// Makes the statistics message every interval while the server runs.
+    func tickStatistics() async {
+        let builder = StatisticsBuilder()
+        let ns = UInt64(configuration.statisticsInterval * 1e9)
+        while !Task.isCancelled {
+            let message = builder.message(server: self)
+            hub.publish(message)
+            try? await Task.sleep(nanoseconds: ns)
+        }
+    }
+
+    func makeRouter() -> Router<BasicRequestContext> {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: TokenMiddleware(token: configuration.token, openPaths: ["/", "/favicon.ico"]))
+        router.get("/") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
+                     body: .init(byteBuffer: ByteBuffer(string: PreviewPage.html)))
+        }
+        router.get("/favicon.ico") { _, _ in Response(status: .noContent) }
+        router.get("/stream") { _, _ in self.streamResponse() }
+        router.get("/events") { _, _ in self.eventsResponse() }
+        router.get("/metrics") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                     body: .init(byteBuffer: ByteBuffer(bytes: self.metrics.scrape(server: self))))
+        }
+        router.get("/api/state") { _, _ in
+            let message = self.hub.latest ?? StatisticsBuilder().message(server: self)
+            return Self.json(message)
+        }
+        router.post("/api/point") { request, context in
+            let body: PointRequest = try await Self.decode(request, context: context)
+            let applied = try self.controls.setPoint(body)
+            return Self.json(applied)
+        }
+        router.post("/api/still") { request, context in
+            let _: EmptyRequest = try await Self.decode(request, context: context)
+            return Self.json(try await self.controls.takeStill())
+        }
+        router.post("/api/record") { request, context in
+            let body: RecordRequest = try await Self.decode(request, context: context)
+            return Self.json(try self.controls.record(body))
+        }
+        router.post("/api/stage") { request, context in
+            let body: StageRequest = try await Self.decode(request, context: context)
+            return Self.json(try self.controls.setStage(body))
+        }
+        return router
+    }
+
+    static let boundary = "vfpreviewframe"
+
+    /// The MJPEG stream: one part per picture, from this viewer's one-picture mailbox.
+    func streamResponse() -> Response {
+        let (pictures, cancel) = output.broadcaster.subscribe()
+        let counters = output.counters
+        let latency = previewLatency
+        let metrics = self.metrics
+        let body = ResponseBody { writer in
+            defer { cancel() }
+            for await p in pictures {
+                if Task.isCancelled { break }
+                var part = ByteBuffer(string: "--\(Self.boundary)\r\nContent-Type: image/jpeg\r\nContent-Length: \(p.jpeg.readableBytes)\r\nX-Frame-Sequence: \(p.sequence)\r\n\r\n")
+                var jpeg = p.jpeg
+                part.writeBuffer(&jpeg)
+                part.writeString("\r\n")
+                try await writer.write(part)
+                let age = monotonicNanoseconds() &- p.captureNanoseconds
+                latency.record(nanoseconds: age)
+                metrics.recordPreviewLatency(nanoseconds: age)
+                counters.sent.add(1, ordering: .relaxed)
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: .ok, headers: [.contentType: "multipart/x-mixed-replace; boundary=\(Self.boundary)", .cacheControl: "no-store"], body: body)
+    }
+
+    /// Server-sent events: the statistics message every interval.
+    func eventsResponse() -> Response {
+        let (messages, cancel) = hub.subscribe()
+        let body = ResponseBody { writer in
+            defer { cancel() }
+            try await writer.write(ByteBuffer(string: "retry: 1000\n\n"))
+            for await m in messages {
+                if Task.isCancelled { break }
+                try await writer.write(ByteBuffer(string: "event: stats\ndata: \(m)\n\n"))
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
+    }
+
+    static func json(_ text: String) -> Response {
+        Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    static func json<T: Encodable>(_ value: T) -> Response {
+        let data = (try? JSONEncoder().encode(value)) ?? Data("{}".utf8)
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// A control request's JSON body (at most 4 KiB, `Content-Type: application/json`).
+    static func decode<T: Decodable>(_ request: Request, context: BasicRequestContext) async throws -> T {
+        guard let type = request.headers[.contentType], type.lowercased().hasPrefix("application/json") else {
+            throw HTTPError(.unsupportedMediaType, message: "controls take a JSON body (Content-Type: application/json)")
+        }
+        var r = request
+        let buffer: ByteBuffer
+        do { buffer = try await r.collectBody(upTo: 4096) } catch {
+            throw HTTPError(.contentTooLarge, message: "the body is larger than 4 KiB")
+        }
+        let data = Data(buffer.readableBytesView)
+        do { return try JSONDecoder().decode(T.self, from: data.isEmpty ? Data("{}".utf8) : data) } catch {
+            throw HTTPError(.badRequest, message: "bad JSON body: \(error)")
+        }
+    }
+}
+
+/// Answers 401 to requests without the token, except for the page's own paths.
+struct TokenMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let token: [UInt8]?
+    let openPaths: Set<String>
+
+    init(token: String?, openPaths: Set<String>) {
+        self.token = token.map { Array($0.utf8) }
+        self.openPaths = openPaths
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard let token, !openPaths.contains(request.uri.path) else { return try await next(request, context) }
+        var given: Substring?
+        if let auth = request.headers[.authorization], auth.hasPrefix("Bearer ") { given = auth.dropFirst(7) }
+        if given == nil, let q = request.uri.queryParameters.get("token") { given = Substring(q) }
+        guard let given, Self.constantTimeEqual(Array(given.utf8), token) else {
+            return Response(status: .unauthorized, headers: [.wwwAuthenticate: "Bearer realm=\"viewfinder\"", .contentType: "text/plain"],
+                            body: .init(byteBuffer: ByteBuffer(string: "401: this preview needs its token (Authorization: Bearer TOKEN, or ?token=TOKEN)\n")))
+        }
+        return try await next(request, context)
+    }
+
+    /// Compares without an early exit, so the time taken does not tell how much of a guess matched.
+    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        var diff = UInt8(a.count == b.count ? 0 : 1)
+        for i in 0..<b.count { diff |= (i < a.count ? a[i] : 0) ^ b[i] }
+        return diff == 0
+    }
+}
+
+/// The latest statistics message, offered to every `/events` subscriber (newest kept).
+final class StatisticsHub: Sendable {
+    private let state = LockedBox<(latest: String?, next: Int, subscribers: [Int: AsyncStream<String>.Continuation], closed: Bool)>((nil, 0, [:], false))
+
+    var latest: String? { state.withLock { $0.latest } }
+
+    func subscribe() -> (AsyncStream<String>, @Sendable () -> Void) {
+        let (stream, continuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(2))
+        let id = state.withLock { s -> Int in
+            if s.closed { continuation.finish(); return 0 }
+            s.next += 1
+            s.subscribers[s.next] = continuation
+            if let l = s.latest { continuation.yield(l) }
+            return s.next
+        }
+        let state = self.state
+        let cancel: @Sendable () -> Void = { state.withLock { $0.subscribers.removeValue(forKey: id) }?.finish() }
+        continuation.onTermination = { _ in cancel() }
+        return (stream, cancel)
+    }
+
+    func publish(_ message: String) {
+        let all = state.withLock { s -> [AsyncStream<String>.Continuation] in s.latest = message; return Array(s.subscribers.values) }
+        for c in all { c.yield(message) }
+    }
+
+    var subscriberCount: Int { state.withLock { $0.subscribers.count } }
+
+    func finishAll() {
+        let all = state.withLock { s -> [AsyncStream<String>.Continuation] in
+            s.closed = true
+            defer { s.subscribers.removeAll() }
+            return Array(s.subscribers.values)
+        }
+        for c in all { c.finish() }
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import Prometheus
+import Synchronization
+import ViewfinderKit
+
+/// Builds the statistics message (one JSON object) the page's charts and readouts use.
+///
+/// Fields: `fps` (captured frames per second since the last message), `captured`, `delivered`,
+/// `drops` (engine drops by reason), `outputs` (per output: frames, drops by reason), `stages`
+/// (name, mean µs per frame), `latency_ms` (capture to delivery, p50/p99), `preview` (viewers,
+/// pictures, drops by reason, capture-to-preview latency p50/p99 ms), the newest frame's
+/// `exposure_us`, `gain`, `lens`, `focus_score`, `ae_state`, `af_state`, `metered_luma`,
+/// `motion`, `spot` (user-facing, normalised), `samples` (every frame since the last message, for
+/// the charts), `histogram` (64 luma bins), `recording`, `stage_switches`, `frame`.
+final class StatisticsBuilder: @unchecked Sendable {
+    // @unchecked Sendable: used by one task at a time (the ticker, or one request).
+    private var lastCaptured: UInt64 = 0
+    private var lastTime = monotonicNanoseconds()
+
+    func message(server: PreviewServer) -> String {
+        var d: [String: Any] = [:]
+        let now = monotonicNanoseconds()
+        let output = server.output
+        if let s = server.session.statistics {
+            let n = s.captured
+            let dt = Double(now &- lastTime) / 1e9
+            d["fps"] = dt > 0 && n >= lastCaptured ? Double(n - lastCaptured) / dt : 0
+            lastCaptured = n
+            d["captured"] = n
+            d["delivered"] = s.delivered
+            d["drops"] = s.drops.byName
+            d["seconds"] = s.elapsedSeconds
+            d["stages"] = zip(s.stageNames, s.stageMeanMicroseconds).map { ["name": $0.0, "mean_us": finiteOrZero($0.1)] as [String: Any] }
+            d["latency_ms"] = ["p50": Double(s.latency.quantile(0.5)) / 1e6, "p99": Double(s.latency.quantile(0.99)) / 1e6]
+            d["outputs"] = s.consumers.map { ["name": $0.name, "frames": $0.consumed, "drops": $0.drops.byName] as [String: Any] }
+        }
+        lastTime = now
+        var drops: [String: UInt64] = [:]
+        for (r, c) in output.counters.drops { drops[r] = c }
+        d["preview"] = [
+            "viewers": output.broadcaster.viewerCount,
+            "pictures": output.counters.encoded.load(ordering: .relaxed),
+            "sent": output.counters.sent.load(ordering: .relaxed),
+            "drops": drops,
+            "latency_ms": ["p50": Double(server.previewLatency.quantile(0.5)) / 1e6, "p99": Double(server.previewLatency.quantile(0.99)) / 1e6],
+        ] as [String: Any]
+        let (samples, latest, histogram, w, h, pf) = output.drainSamples()
+        d["frame"] = ["width": w, "height": h, "pixel_format": pf, "sequence": latest.sequence] as [String: Any]
+        d["exposure_us"] = optional(latest.exposureMicroseconds)
+        d["gain"] = optional(latest.gain)
+        d["lens"] = optional(latest.lensPosition)
+        d["focus_score"] = optional(latest.focusScore)
+        d["ae_state"] = latest.exposureState ?? NSNull()
+        d["af_state"] = latest.focusState ?? NSNull()
+        d["metered_luma"] = optional(latest.meteredLuma)
+        d["motion"] = latest.motionX.map { ["dx": finiteOrZero($0), "dy": finiteOrZero(latest.motionY ?? 0)] as [String: Any] } ?? NSNull()
+        if let x = latest.spotX, let y = latest.spotY { d["spot"] = ["x": finiteOrZero(x), "y": finiteOrZero(y)] } else { d["spot"] = NSNull() }
+        d["samples"] = samples.map { s -> [String: Any] in
+            ["seq": s.sequence, "exposure_us": optional(s.exposureMicroseconds), "gain": optional(s.gain), "lens": optional(s.lensPosition),
+             "focus_score": optional(s.focusScore), "raw_x": finiteOrZero(s.rawPathX), "raw_y": finiteOrZero(s.rawPathY),
+             "smooth_x": optional(s.smoothPathX), "smooth_y": optional(s.smoothPathY)]
+        }
+        d["histogram"] = histogram.map { Int($0) }
+        d["recording"] = server.controls.currentRecording ?? NSNull()
+        d["stage_switches"] = server.controls.stages.map { ["name": $0.name, "enabled": $0.enabled] as [String: Any] }
+        d["running"] = server.session.isRunning
+        guard let data = try? JSONSerialization.data(withJSONObject: d, options: [.sortedKeys]) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+private func finiteOrZero(_ v: Double) -> Double { v.isFinite ? v : 0 }
+private func optional(_ v: Double?) -> Any { v.flatMap { $0.isFinite ? $0 : nil } ?? NSNull() }
+
+/// The Prometheus registry of `/metrics`: the engine's totals are copied in at each scrape (so
+/// the counters equal the session's own counts), the preview latency is recorded as it happens.
+///
+/// Names: `viewfinder_frames_captured_total`, `viewfinder_frames_delivered_total`,
+/// `viewfinder_frames_dropped_total{reason}`, `viewfinder_output_frames_total{output}`,
+/// `viewfinder_output_frames_dropped_total{output,reason}`, `viewfinder_stage_time_seconds{stage}`
+/// (mean per frame), `viewfinder_latency_seconds{quantile}` (capture to delivery),
+/// `viewfinder_preview_latency_seconds` (histogram, capture to the picture written to a viewer),
+/// `viewfinder_preview_viewers`, `viewfinder_preview_pictures_total`,
+/// `viewfinder_preview_frames_dropped_total{reason}`, `viewfinder_exposure_seconds`,
+/// `viewfinder_gain`, `viewfinder_focus_score`, `viewfinder_lens_position`.
+final class PreviewMetrics: Sendable {
+    let registry = PrometheusCollectorRegistry()
+    private let lock = LockedBox(())
+    private let previewLatency: DurationHistogram
+
+    init() {
+        previewLatency = registry.makeDurationHistogram(
+            descriptor: Self.descriptor("viewfinder_preview_latency_seconds", "Capture to the preview picture written to a viewer's connection"),
+            buckets: [.milliseconds(5), .milliseconds(10), .milliseconds(20), .milliseconds(35), .milliseconds(50), .milliseconds(75),
+                      .milliseconds(100), .milliseconds(150), .milliseconds(250), .milliseconds(500), .seconds(1)])
+    }
+
+    /// The whole name as the metric name (the unit is already in it).
+    static func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
+    }
+
+    func recordPreviewLatency(nanoseconds: UInt64) {
+        previewLatency.recordNanoseconds(Int64(min(nanoseconds, UInt64(Int64.max))))
+    }
+
+    private func setCounter(_ name: String, labels: [(String, String)] = [], _ value: UInt64, help: String) {
+        let d = Self.descriptor(name, help)
+        let c = labels.isEmpty ? registry.makeCounter(descriptor: d) : registry.makeCounter(descriptor: d, labels: labels)
+        c.reset()
+        c.increment(by: Int64(min(value, UInt64(Int64.max))))
+    }
+
+    private func setGauge(_ name: String, labels: [(String, String)] = [], _ value: Double, help: String) {
+        let d = Self.descriptor(name, help)
+        let g = labels.isEmpty ? registry.makeGauge(descriptor: d) : registry.makeGauge(descriptor: d, labels: labels)
+        g.set(value.isFinite ? value : 0)
+    }
+
+    /// Copies the session's and the preview's counts in and renders the text format.
+    func scrape(server: PreviewServer) -> [UInt8] {
+        lock.withLock { _ in
+            if let s = server.session.statistics {
+                setCounter("viewfinder_frames_captured_total", s.captured, help: "Frames captured from the device")
+                setCounter("viewfinder_frames_delivered_total", s.delivered, help: "Frames that left the stage chain for the outputs")
+                for r in DropReason.allCases {
+                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], s.drops[r], help: "Frames dropped before the outputs, by reason")
+                }
+                for c in s.consumers {
+                    setCounter("viewfinder_output_frames_total", labels: [("output", c.name)], c.consumed, help: "Frames an output consumed")
+                    for r in DropReason.allCases {
+                        setCounter("viewfinder_output_frames_dropped_total", labels: [("output", c.name), ("reason", r.name)], c.drops[r],
+                                   help: "Frames dropped on the way to an output, by reason")
+                    }
+                }
+                for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) {
+                    setGauge("viewfinder_stage_time_seconds", labels: [("stage", name)], us / 1e6, help: "Mean time per frame in a stage")
+                }
+                for q in [0.5, 0.9, 0.99] {
+                    setGauge("viewfinder_latency_seconds", labels: [("quantile", String(q))], Double(s.latency.quantile(q)) / 1e9,
+                             help: "Capture to delivery to the outputs (log-scale buckets, upper bound)")
+                }
+            }
+            let o = server.output
+            setGauge("viewfinder_preview_viewers", Double(o.broadcaster.viewerCount), help: "Open /stream connections")
+            setCounter("viewfinder_preview_pictures_total", o.counters.encoded.load(ordering: .relaxed), help: "Preview pictures made (encoded or passed through)")
+            for (reason, n) in o.counters.drops {
+                setCounter("viewfinder_preview_frames_dropped_total", labels: [("reason", reason)], n, help: "Preview pictures not shown, by reason")
+            }
+            let latest = o.latestSample
+            if let e = latest.exposureMicroseconds { setGauge("viewfinder_exposure_seconds", e / 1e6, help: "Exposure time of the newest frame") }
+            if let g = latest.gain { setGauge("viewfinder_gain", g, help: "Analogue gain of the newest frame (1 = unity)") }
+            if let f = latest.focusScore { setGauge("viewfinder_focus_score", f, help: "Focus measure of the newest frame (variance of the Laplacian, normalised)") }
+            if let l = latest.lensPosition { setGauge("viewfinder_lens_position", l, help: "Lens position of the newest frame, device units") }
+            return registry.emitToBuffer()
+        }
+    }
+}

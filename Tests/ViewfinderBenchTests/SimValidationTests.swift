@@ -1,0 +1,129 @@
+import Testing
+import Foundation
+@testable import ViewfinderBench
+import ViewfinderKit
+
+/// The bench measured where the truth is known: the sim camera's `latency`, `fps` and `jitter`.
+@Suite(.serialized) struct SimValidationTests {
+    func bench(_ device: String, duration: Double = 1, controls: [SteppedControl] = [.exposure, .gain, .focus]) throws -> BenchReport {
+        var c = BenchConfiguration(device: device)
+        c.durationSeconds = duration
+        c.controls = controls
+        return try BenchRunner(configuration: c).run()
+    }
+
+    @Test(arguments: [1, 3, 5])
+    func controlLatencyEqualsTheSimLatency(latency: Int) throws {
+        let r = try bench("sim:latency=\(latency),fps=60,width=320,height=240", duration: 0.5)
+        #expect(r.controls.count == 3)
+        for c in r.controls {
+            #expect(c.latencyFrames == latency, "\(c.control.rawValue): \(c.steps.map { $0.latencyFrames.map(String.init) ?? ($0.error ?? "?") })")
+            // The median of three steps is the figure; under load (tests run in parallel) one
+            // step can land a frame off, so two of three must agree.
+            #expect(c.agreeingSteps >= 2, "\(c.control.rawValue)")
+        }
+    }
+
+    @Test func measuredRateEqualsTheSimRate() throws {
+        for fps in [30.0, 50.0] {
+            let r = try bench("sim:fps=\(Int(fps)),width=320,height=240", duration: 2, controls: [])
+            #expect(abs(r.camera.measuredFps - fps) / fps < 0.005, "\(fps): \(r.camera.measuredFps)")
+            #expect(r.camera.nominalFps == fps)
+            #expect(r.camera.sequenceGaps == 0)
+            #expect(abs(r.camera.deliveredFps - fps) / fps < 0.005)
+            #expect(r.camera.timestampJitterMs < 0.05)
+            #expect(abs(r.camera.intervalMs.p50 - 1000 / fps) < 0.05)
+            #expect(r.camera.openToFirstFrameMs.map { $0 > 0 } == true)
+        }
+    }
+
+    @Test func injectedJitterIsMeasuredWithinTenPercent() throws {
+        for jitter in [1.0, 3.0] {
+            let r = try bench("sim:fps=60,width=320,height=240,jitter=\(jitter)", duration: 4, controls: [])
+            #expect(abs(r.camera.timestampJitterMs - jitter) / jitter < 0.10, "jitter \(jitter): measured \(r.camera.timestampJitterMs)")
+            // The interval's deviation is √2 times the timestamps'.
+            #expect(abs(r.camera.intervalMs.stddev / 2.0.squareRoot() - jitter) / jitter < 0.15, "interval stddev \(r.camera.intervalMs.stddev)")
+            #expect(abs(r.camera.measuredFps - 60) < 0.5)
+        }
+    }
+
+    @Test func stageTimesAndDropsAreReported() throws {
+        var c = BenchConfiguration(device: "sim:fps=30,width=320,height=240")
+        c.durationSeconds = 1
+        c.controls = []
+        c.stages = "exposure:mode=continuous,focus"
+        let r = try BenchRunner(configuration: c).run()
+        // The session's own device-controls stage runs first, then the pipeline's.
+        #expect(r.pipeline.stages.map(\.name).suffix(2) == ["exposure", "focus"])
+        for s in r.pipeline.stages {
+            #expect(s.calls >= 25)
+            #expect(s.p50Us > 0 && s.p50Us <= s.p99Us && s.maxUs > 0)
+            #expect(s.buckets.reduce(0) { $0 + $1[2] } == Double(s.calls))
+        }
+        #expect(r.pipeline.outputs.first?.name == "bench")
+        #expect(r.pipeline.threads.contains { $0.name.hasPrefix("vf-") })
+        #expect(r.pipeline.timeline.count >= 5)
+        #expect(r.pipeline.ringCapacities["stages"] == 8)
+        #expect(r.pipeline.ringCapacities["bench"] == 32)
+        #expect(r.pipeline.timeline.contains { $0.rings["stages"] != nil })
+        #expect(r.series.sequence.count == r.camera.frames)
+    }
+
+    @Test func jsonRoundTripsAndTheBaselineComparison() throws {
+        let r = try bench("sim:fps=60,width=320,height=240", duration: 1, controls: [])
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(getpid()).json")
+        try r.jsonData().write(to: url)
+        defer { try? FileManager.default.removeItem(at: url) }
+        let text = try String(contentsOf: url, encoding: .utf8)
+        #expect(text.contains("\"measured_fps\""))
+        #expect(text.contains("\"schema_version\" : 1"))
+        let back = try BenchReport.load(path: url.path)
+        #expect(back.camera.measuredFps == r.camera.measuredFps)
+        #expect(back.pipeline.drops == r.pipeline.drops)
+        // Against itself: nothing changes.
+        #expect(r.compared(with: back).regressions == 0)
+        // A run whose capture-to-output latency is three times the baseline's regresses.
+        var worse = back
+        worse.series.captureToOutputMs = back.series.captureToOutputMs.map { $0 * 3 + 5 }
+        worse.pipeline.captureToOutputMs = Distribution(worse.series.captureToOutputMs)
+        let cmp = worse.compared(with: back)
+        #expect(cmp.metrics.first { $0.metric == "pipeline.capture_to_output_ms.p50" }?.verdict == .regression)
+        #expect(cmp.metrics.first { $0.metric == "camera.measured_fps" }?.verdict == .unchanged)
+        #expect(throws: BenchError.self) { try BenchReport.load(path: "/nonexistent/old.json") }
+    }
+
+    @Test func htmlReportIsSelfContainedWithPlots() throws {
+        var c = BenchConfiguration(device: "sim:fps=60,width=320,height=240,latency=2")
+        c.durationSeconds = 1
+        c.stages = "exposure:mode=continuous"
+        c.controls = [.exposure]
+        let html = HTMLReport.render(try BenchRunner(configuration: c).run())
+        // Interval histogram, intervals over time, latency over time, the step response, delivered
+        // rate, drops, ring occupancy, and one per stage (the session's device_controls and exposure).
+        let svgs = html.components(separatedBy: "<svg ").count - 1
+        #expect(svgs == 9)
+        #expect(html.contains("Stage exposure: time per frame"))
+        #expect(!html.contains("<script"))
+        #expect(!html.contains("https://") && !html.replacingOccurrences(of: "http://www.w3.org/2000/svg", with: "").contains("http://"))
+        #expect(html.contains("exposure step response"))
+        #expect(html.contains("class=\"series\""))
+    }
+}
+
+/// `--sweep`: each listed mode opened, run and judged by its delivered rate.
+@Suite struct SweepTests {
+    @Test func sweepMeasuresEachListedModeAtItsFastestRate() throws {
+        var c = BenchConfiguration(device: "sim:width=320,height=240")
+        c.sweepSeconds = 0.6
+        let sizes = [FrameSizeRange.discrete(width: 320, height: 240, intervals: [FrameInterval(fps: 30), FrameInterval(fps: 60)])]
+        let f = FormatDescription(pixelFormat: .yuyv, fourcc: PixelFormat.yuyv.fourcc, description: "YUYV 4:2:2", compressed: false, sizes: sizes)
+        let out = BenchRunner(configuration: c).sweepModes(formats: [f])
+        #expect(out.count == 1)
+        let e = try #require(out.first)
+        #expect(e.error == nil)
+        #expect(e.nominalFps == 60)
+        #expect(e.width == 320 && e.height == 240)
+        #expect(abs((e.deliveredFps ?? 0) - 60) < 1.2, "delivered \(e.deliveredFps ?? 0)")
+        #expect(e.deliversNominalRate)
+    }
+}

@@ -1,0 +1,45 @@
+import Testing
+import Foundation
+@testable import ViewfinderCLI
+import ViewfinderBench
+
+/// `viewfinder bench`: its usage and runtime errors follow the CLI's scheme, and a short run on
+/// the sim camera writes a JSON report and an HTML report.
+@Suite struct BenchCommandTests {
+    @Test func usageErrorsExit64() {
+        #expect(CLIExit.run(["bench", "--controls", "shutter"]) == 64)
+        #expect(CLIExit.run(["bench", "--duration", "0"]) == 64)
+        #expect(CLIExit.run(["bench", "--fail-on-regression"]) == 64)
+        #expect(CLIExit.run(["bench", "--device", "sim:latency=0"]) == 64)
+        // A baseline that cannot be read is found before the run.
+        #expect(CLIExit.run(["bench", "--device", "sim:width=320,height=240", "--baseline", "/nonexistent/old.json"]) == 64)
+    }
+
+    @Test func runtimeErrorsExit1() {
+        #expect(CLIExit.run(["bench", "--device", "/dev/video-none", "--duration", "0.5"]) == 1)
+        #expect(CLIExit.run(["bench", "--device", "sim:width=320,height=240", "--duration", "0.5", "--controls", "none", "--report", "/nonexistent/dir/r.html"]) == 1)
+    }
+
+    @Test func writesTheReportsAndComparesWithABaseline() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vf-bench-cli-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let html = dir.appendingPathComponent("r.html").path
+        #expect(CLIExit.run(["bench", "--device", "sim:width=320,height=240,fps=60,latency=2", "--duration", "0.5", "--controls", "gain", "--steps", "1", "--report", html]) == 0)
+        let page = try String(contentsOfFile: html, encoding: .utf8)
+        #expect(page.contains("gain step response"))
+        // A baseline whose capture-to-output latency was a hundredth of any real run's: the new
+        // run regresses there, and --fail-on-regression makes that exit 1.
+        var c = BenchConfiguration(device: "sim:width=320,height=240,fps=60")
+        c.durationSeconds = 0.5
+        c.controls = []
+        var old = try BenchRunner(configuration: c).run()
+        old.series.captureToOutputMs = old.series.captureToOutputMs.map { $0 / 100 }
+        old.pipeline.captureToOutputMs = Distribution(old.series.captureToOutputMs)
+        let json = dir.appendingPathComponent("old.json")
+        try old.jsonData().write(to: json)
+        let args = ["bench", "--device", "sim:width=320,height=240,fps=60", "--duration", "1", "--controls", "none", "--baseline", json.path]
+        #expect(CLIExit.run(args + ["--fail-on-regression"]) == 1)
+        #expect(CLIExit.run(args) == 0)
+    }
+}

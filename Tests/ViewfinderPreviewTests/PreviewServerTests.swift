@@ -1,0 +1,431 @@
+import AsyncHTTPClient
+import CTurboJPEG
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Testing
+import Viewfinder
+@testable import ViewfinderKit
+@testable import ViewfinderPreview
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A preview server on the sim camera, listening on a free loopback port.
+final class RunningPreview: @unchecked Sendable {
+    // @unchecked Sendable: set up once in `start`, then only read.
+    let session: CaptureSession
+    let device: CaptureDevice
+    let server: PreviewServer
+    let folder: String
+    var port = 0
+    private var task: Task<Void, any Error>?
+
+    init(sim: String = "sim:width=320,height=240,fps=30", token: String? = nil, stages: String? = nil, rotation: Int = 0,
+         extraOutputs: [any CaptureOutput] = []) throws {
+        folder = NSTemporaryDirectory() + "vf-preview-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        device = try CaptureDevice.open(sim, directory: .standard)
+        session = CaptureSession(registry: .builtIn)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: device))
+        try session.setSessionPreset(.inputPriority)
+        if let stages { try session.setStages(try StageSpec.parseList(stages)) }
+        for o in extraOutputs { try session.addOutput(o) }
+        try session.commitConfiguration()
+        try device.configure { s in s.exposureMode = .continuous; s.focusMode = .continuous }
+        var cfg = PreviewConfiguration()
+        cfg.port = 0
+        cfg.token = token
+        cfg.outputDirectory = folder
+        cfg.statisticsInterval = 0.1
+        server = try PreviewServer(session: session, device: device, configuration: cfg)
+        for c in session.connections where c.mediaType == .video { try c.setVideoRotationAngle(rotation) }
+    }
+
+    func start() async throws {
+        try session.startRunning()
+        let portBox = LockedBox(0)
+        let server = self.server
+        task = Task { try await server.run { p in portBox.withLock { $0 = p } } }
+        let deadline = monotonicNanoseconds() + 60_000_000_000
+        while portBox.withLock({ $0 }) == 0 {
+            guard monotonicNanoseconds() < deadline else { throw TestFailure("the server did not start listening within 60 s") }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        port = portBox.withLock { $0 }
+    }
+
+    func stop() async {
+        task?.cancel()
+        _ = await task?.result
+        session.stopRunning()
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// Runs `body`, failing after `seconds`.
+func within<T: Sendable>(_ seconds: Double, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { g in
+        g.addTask { try await body() }
+        g.addTask { try await Task.sleep(nanoseconds: UInt64(seconds * 1e9)); return nil }
+        defer { g.cancelAll() }
+        guard let first = try await g.next(), let value = first else { throw TestFailure("\(what): no result within \(seconds) s") }
+        return value
+    }
+}
+
+func request(_ url: String, method: HTTPMethod = .GET, token: String? = nil, json: String? = nil, contentType: String = "application/json") -> HTTPClientRequest {
+    var r = HTTPClientRequest(url: url)
+    r.method = method
+    if let token { r.headers.add(name: "Authorization", value: "Bearer \(token)") }
+    if let json {
+        r.headers.add(name: "Content-Type", value: contentType)
+        r.body = .bytes(ByteBuffer(string: json))
+    }
+    return r
+}
+
+/// Status and body of a short request.
+func fetch(_ r: HTTPClientRequest) async throws -> (status: UInt, body: String) {
+    let response = try await HTTPClient.shared.execute(r, timeout: .seconds(10))
+    let body = try await response.body.collect(upTo: 1 << 20)
+    return (response.status.code, String(buffer: body))
+}
+
+func jsonObject(_ s: String) throws -> [String: Any] {
+    guard let o = try JSONSerialization.jsonObject(with: Data(s.utf8)) as? [String: Any] else { throw TestFailure("not a JSON object: \(s.prefix(200))") }
+    return o
+}
+
+/// Splits an MJPEG (multipart/x-mixed-replace) byte stream into its JPEG parts.
+struct MultipartReader {
+    var pending: [UInt8] = []
+
+    /// Adds bytes; returns the complete parts (JPEG bytes and the frame sequence header).
+    mutating func add(_ bytes: [UInt8]) throws -> [(jpeg: [UInt8], sequence: UInt64)] {
+        pending += bytes
+        var out: [(jpeg: [UInt8], sequence: UInt64)] = []
+        while let headerEnd = find([13, 10, 13, 10], in: pending) {
+            let header = String(decoding: pending[0..<headerEnd], as: UTF8.self)
+            guard header.hasPrefix("--\(PreviewServer.boundary)\r\n") else { throw TestFailure("part does not start with the boundary: \(header.prefix(80))") }
+            var length = -1, sequence: UInt64 = 0
+            for line in header.split(separator: "\r\n") {
+                let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                guard parts.count == 2 else { continue }
+                if parts[0].lowercased() == "content-length" { length = Int(parts[1]) ?? -1 }
+                if parts[0].lowercased() == "x-frame-sequence" { sequence = UInt64(parts[1]) ?? 0 }
+            }
+            guard length > 0 else { throw TestFailure("part without a Content-Length: \(header)") }
+            let start = headerEnd + 4
+            guard pending.count >= start + length + 2 else { break }
+            out.append((Array(pending[start..<(start + length)]), sequence))
+            pending.removeFirst(start + length + 2)
+        }
+        return out
+    }
+
+    func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
+        guard hay.count >= needle.count else { return nil }
+        for i in 0...(hay.count - needle.count) where hay[i] == needle[0] && Array(hay[i..<(i + needle.count)]) == needle { return i }
+        return nil
+    }
+}
+
+/// Decodes a JPEG to greyscale with TurboJPEG; throws if it does not decode.
+func decodeJPEG(_ jpeg: [UInt8]) throws -> (width: Int, height: Int, luma: [UInt8]) {
+    guard let h = tjInitDecompress() else { throw TestFailure("tjInitDecompress") }
+    defer { tjDestroy(h) }
+    var w: Int32 = 0, ht: Int32 = 0, sub: Int32 = 0, cs: Int32 = 0
+    guard tjDecompressHeader3(h, jpeg, UInt(jpeg.count), &w, &ht, &sub, &cs) == 0, w > 0, ht > 0 else { throw TestFailure("not a JPEG header") }
+    var out = [UInt8](repeating: 0, count: Int(w * ht))
+    guard tjDecompress2(h, jpeg, UInt(jpeg.count), &out, w, 0, ht, Int32(TJPF_GRAY.rawValue), 0) == 0 else {
+        throw TestFailure("JPEG does not decode: \(String(cString: tjGetErrorStr2(h)))")
+    }
+    return (Int(w), Int(ht), out)
+}
+
+/// Reads `count` pictures from `/stream`.
+func readPictures(_ run: RunningPreview, count: Int, token: String? = nil) async throws -> (contentType: String, pictures: [(jpeg: [UInt8], sequence: UInt64)]) {
+    let url = run.url("/stream") + (token.map { "?token=\($0)" } ?? "")
+    return try await within(20, "\(count) pictures from /stream") {
+        let response = try await HTTPClient.shared.execute(request(url), timeout: .seconds(10))
+        guard response.status == .ok else { throw TestFailure("/stream answered \(response.status)") }
+        var reader = MultipartReader()
+        var pictures: [(jpeg: [UInt8], sequence: UInt64)] = []
+        for try await chunk in response.body {
+            pictures += try reader.add(Array(chunk.readableBytesView))
+            if pictures.count >= count { break }
+        }
+        return (response.headers.first(name: "content-type") ?? "", Array(pictures.prefix(count)))
+    }
+}
+
+/// Polls `/api/state` until `check` accepts it.
+func waitForState(_ run: RunningPreview, token: String? = nil, seconds: Double = 10, _ what: String, _ check: @escaping @Sendable ([String: Any]) -> Bool) async throws -> [String: Any] {
+    let url = run.url("/api/state")
+    let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
+    var last = ""
+    while monotonicNanoseconds() < deadline {
+        let (status, body) = try await fetch(request(url, token: token))
+        if status == 200, let o = try? jsonObject(body), check(o) { return o }
+        last = body
+        try await Task.sleep(nanoseconds: 50_000_000)
+    }
+    throw TestFailure("\(what): not seen within \(seconds) s; last state \(last.prefix(600))")
+}
+
+/// Records the metered spot that frames carry in their metadata (the exposure stage's
+/// `ae.spot_x`/`ae.spot_y`, sensor coordinates).
+final class SpotRecorder: CaptureOutput, @unchecked Sendable {
+    // @unchecked Sendable: `spot` is locked.
+    let consumerName = "spot-recorder"
+    var acceptedMediaTypes: Set<Viewfinder.MediaType> { [.video] }
+    let spot = LockedBox<NormalizedPoint?>(nil)
+    let keyX = MetadataKey("ae.spot_x"), keyY = MetadataKey("ae.spot_y")
+    func consume(_ frame: Frame) {
+        if let x = frame.metadata.custom.value(keyX), let y = frame.metadata.custom.value(keyY) {
+            spot.withLock { $0 = NormalizedPoint(x: x, y: y) }
+        }
+    }
+}
+
+@Suite(.serialized) struct PreviewServerTests {
+    @Test func streamSendsDecodablePicturesThatChange() async throws {
+        let run = try RunningPreview()
+        try await run.start()
+        let (type, pictures) = try await readPictures(run, count: 4)
+        #expect(type.hasPrefix("multipart/x-mixed-replace; boundary=\(PreviewServer.boundary)"))
+        #expect(pictures.count == 4)
+        var lumas: [[UInt8]] = []
+        for p in pictures {
+            let d = try decodeJPEG(p.jpeg)
+            #expect(d.width == 320 && d.height == 240, "a 320x240 frame is shown at its own size (under the 640 preview width)")
+            lumas.append(d.luma)
+        }
+        #expect(zip(pictures, pictures.dropFirst()).allSatisfy { $0.0.sequence < $0.1.sequence }, "pictures come in capture order")
+        #expect(lumas.first != lumas.last, "the picture changes (sensor noise, new frames)")
+        await run.stop()
+    }
+
+    @Test func largeFramesAreScaledDownAndMJPEGPassesThrough() async throws {
+        let yuyv = try RunningPreview(sim: "sim:width=1280,height=720,fps=15")
+        try await yuyv.start()
+        let scaled = try await readPictures(yuyv, count: 2)
+        let d = try decodeJPEG(scaled.pictures[0].jpeg)
+        #expect(d.width == 640 && d.height == 360, "1280x720 scaled by 2 to fit 640")
+        await yuyv.stop()
+
+        let mjpeg = try RunningPreview(sim: "sim:width=640,height=480,fps=15,format=mjpeg")
+        try await mjpeg.start()
+        let passed = try await readPictures(mjpeg, count: 2)
+        let m = try decodeJPEG(passed.pictures[0].jpeg)
+        #expect(m.width == 640 && m.height == 480)
+        #expect(mjpeg.server.output.counters.encoded.load(ordering: .relaxed) > 0)
+        await mjpeg.stop()
+    }
+
+    @Test func eventsCarryLiveStatistics() async throws {
+        let run = try RunningPreview(stages: "stabilise")
+        try await run.start()
+        let url = run.url("/events")
+        let texts: [String] = try await within(20, "statistics over /events") {
+            let response = try await HTTPClient.shared.execute(request(url), timeout: .seconds(10))
+            guard response.headers.first(name: "content-type") == "text/event-stream" else { throw TestFailure("content type \(response.headers)") }
+            var text = "", out: [String] = []
+            for try await chunk in response.body {
+                text += String(buffer: chunk)
+                while let r = text.range(of: "\n\n") {
+                    let event = String(text[..<r.lowerBound]); text.removeSubrange(..<r.upperBound)
+                    if let line = event.split(separator: "\n").first(where: { $0.hasPrefix("data: ") }) { out.append(String(line.dropFirst(6))) }
+                }
+                let samples = out.compactMap { try? jsonObject($0)["samples"] as? [Any] }.reduce(0) { $0 + $1.count }
+                if out.count >= 8 && samples > 10 { break }
+            }
+            return out
+        }
+        let messages = try texts.map { try jsonObject($0) }
+        let last = try #require(messages.last)
+        #expect((last["captured"] as? Int ?? 0) > 0)
+        #expect((last["fps"] as? Double ?? 0) > 5, "the sim runs at 30 fps")
+        #expect(last["exposure_us"] is Double && last["gain"] is Double && last["lens"] is Double)
+        #expect(last["ae_state"] is String)
+        let stages = try #require(last["stages"] as? [[String: Any]])
+        #expect(stages.contains { ($0["name"] as? String) == "stabilise" }, "per-stage time: \(stages)")
+        let hist = try #require(last["histogram"] as? [Int])
+        #expect(hist.count == 64 && hist.reduce(0, +) > 0)
+        #expect(last["latency_ms"] is [String: Any] && last["drops"] is [String: Any])
+        let samples = messages.flatMap { ($0["samples"] as? [[String: Any]]) ?? [] }
+        #expect(samples.count > 10, "every frame's values reach the charts")
+        #expect(samples.contains { $0["smooth_x"] is Double }, "the stabiliser's smoothed path is charted")
+        #expect(last["motion"] is [String: Any])
+        await run.stop()
+    }
+
+    @Test func tapMovesTheMeteredSpotThroughRotation() async throws {
+        let recorder = SpotRecorder()
+        let run = try RunningPreview(rotation: 90, extraOutputs: [recorder])
+        try await run.start()
+        for (x, y) in [(0.2, 0.3), (0.75, 0.6)] {
+            let (status, body) = try await fetch(request(run.url("/api/point"), method: .POST, json: #"{"x": \#(x), "y": \#(y)}"#))
+            #expect(status == 200, "\(body)")
+            // The frames' metadata carries the spot in sensor coordinates: the tap mapped through
+            // the 90° rotation.
+            let sensor = CaptureConnection.sensorPoint(fromUserPoint: NormalizedPoint(x: x, y: y), rotation: 90, mirrored: false)
+            let deadline = monotonicNanoseconds() + 10_000_000_000
+            while monotonicNanoseconds() < deadline {
+                if let s = recorder.spot.withLock({ $0 }), abs(s.x - sensor.x) < 1e-9, abs(s.y - sensor.y) < 1e-9 { break }
+                try await Task.sleep(nanoseconds: 20_000_000)
+            }
+            let seen = recorder.spot.withLock { $0 }
+            #expect(seen.map { abs($0.x - sensor.x) < 1e-9 && abs($0.y - sensor.y) < 1e-9 } == true, "metadata spot \(String(describing: seen)), expected sensor \(sensor)")
+            // The statistics show it where the user tapped.
+            _ = try await waitForState(run, "spot at the tap (\(x), \(y))") { o in
+                guard let s = o["spot"] as? [String: Double], let sx = s["x"], let sy = s["y"] else { return false }
+                return abs(sx - x) < 1e-9 && abs(sy - y) < 1e-9
+            }
+        }
+        #expect(run.device.settings.exposureMode == .continuous)
+        await run.stop()
+    }
+
+    @Test func controlsAreValidated() async throws {
+        let run = try RunningPreview(stages: "null")
+        try await run.start()
+        let point = run.url("/api/point")
+        #expect(try await fetch(request(point, method: .POST, json: #"{"x": 1.5, "y": 0.2}"#)).status == 400)
+        #expect(try await fetch(request(point, method: .POST, json: #"{"x": -0.1, "y": 0.2}"#)).status == 400)
+        #expect(try await fetch(request(point, method: .POST, json: #"{"x": "left"}"#)).status == 400)
+        #expect(try await fetch(request(point, method: .POST, json: "x=0.5&y=0.5", contentType: "application/x-www-form-urlencoded")).status == 415)
+        #expect(try await fetch(request(point, method: .POST, json: String(repeating: " ", count: 8000) + "{}")).status == 413)
+        #expect(try await fetch(request(run.url("/api/point"))).status != 200, "controls are POST only")
+        let unknown = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "../../etc", "enabled": false}"#))
+        #expect(unknown.status == 400 && unknown.body.contains("unknown stage"))
+        let off = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "null", "enabled": false}"#))
+        #expect(off.status == 200 && off.body.contains(#""enabled":false"#), "\(off.body)")
+        #expect(run.session.stages.first?.enabled == false)
+        // A still and a recording land in the output folder under names the server chose.
+        let still = try await fetch(request(run.url("/api/still"), method: .POST, json: "{}"))
+        #expect(still.status == 200, "\(still.body)")
+        let stillName = try #require(try jsonObject(still.body)["file"] as? String)
+        #expect(stillName.hasPrefix("still-") && stillName.hasSuffix(".jpg") && !stillName.contains("/"))
+        let stillBytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: run.folder + "/" + stillName)))
+        #expect(try decodeJPEG(stillBytes).width == 320)
+        let start = try await fetch(request(run.url("/api/record"), method: .POST, json: #"{"recording": true}"#))
+        #expect(start.status == 200, "\(start.body)")
+        #expect(try await fetch(request(run.url("/api/record"), method: .POST, json: #"{"recording": true}"#)).status == 409)
+        try await Task.sleep(nanoseconds: 700_000_000)
+        let stop = try await fetch(request(run.url("/api/record"), method: .POST, json: #"{"recording": false}"#))
+        #expect(stop.status == 200, "\(stop.body)")
+        let movieName = try #require(try jsonObject(stop.body)["file"] as? String)
+        #expect(movieName.hasPrefix("movie-") && movieName.hasSuffix(".mov"))
+        let deadline = monotonicNanoseconds() + 5_000_000_000
+        while run.server.movie.isRecording && monotonicNanoseconds() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
+        let size = (try? FileManager.default.attributesOfItem(atPath: run.folder + "/" + movieName)[.size] as? Int) ?? 0
+        #expect(size > 10_000, "the recording has frames (\(size) bytes)")
+        await run.stop()
+    }
+
+    @Test func tokenGuardsEverythingButThePage() async throws {
+        let token = "s3cret-token_1"
+        let run = try RunningPreview(token: token)
+        try await run.start()
+        for path in ["/stream", "/events", "/metrics", "/api/state"] {
+            #expect(try await fetch(request(run.url(path))).status == 401, "\(path) without the token")
+            #expect(try await fetch(request(run.url(path + "?token=wrong-token"))).status == 401, "\(path) with a wrong token")
+        }
+        #expect(try await fetch(request(run.url("/api/point"), method: .POST, json: #"{"x": 0.5, "y": 0.5}"#)).status == 401)
+        #expect(try await fetch(request(run.url("/api/point"), method: .POST, token: "s3cret-token_2", json: #"{"x": 0.5, "y": 0.5}"#)).status == 401)
+        let page = try await fetch(request(run.url("/")))
+        #expect(page.status == 200 && page.body.contains("<canvas"), "the page itself needs no token")
+        #expect(try await fetch(request(run.url("/metrics"), token: token)).status == 200)
+        #expect(try await fetch(request(run.url("/api/state?token=\(token)"))).status == 200)
+        #expect(try await fetch(request(run.url("/api/point"), method: .POST, token: token, json: #"{"x": 0.5, "y": 0.5}"#)).status == 200)
+        let pictures = try await readPictures(run, count: 1, token: token)
+        #expect(pictures.pictures.count == 1)
+        await run.stop()
+    }
+
+    @Test func anAddressOtherThanLoopbackNeedsAToken() throws {
+        let session = CaptureSession(registry: .builtIn)
+        let device = try CaptureDevice.open("sim:width=64,height=64", directory: .standard)
+        var cfg = PreviewConfiguration()
+        cfg.host = "0.0.0.0"
+        #expect(throws: PreviewError.tokenRequired(host: "0.0.0.0")) { try PreviewServer(session: session, device: device, configuration: cfg) }
+        cfg.token = "short"
+        #expect(throws: PreviewError.invalidToken) { try PreviewServer(session: session, device: device, configuration: cfg) }
+        cfg.token = "a-good-token"
+        cfg.outputDirectory = "/nonexistent-folder-vf"
+        #expect(throws: PreviewError.outputDirectory(path: "/nonexistent-folder-vf")) { try PreviewServer(session: session, device: device, configuration: cfg) }
+        #expect(PreviewConfiguration.generateToken().count == 32)
+        #expect(PreviewConfiguration.isLoopback("127.0.0.1") && PreviewConfiguration.isLoopback("::1") && !PreviewConfiguration.isLoopback("192.168.1.2"))
+    }
+
+    @Test func metricsUsePrometheusNames() async throws {
+        let run = try RunningPreview(stages: "stabilise")
+        try await run.start()
+        _ = try await readPictures(run, count: 3)
+        let (status, text) = try await fetch(request(run.url("/metrics")))
+        #expect(status == 200)
+        #expect(text.contains("# TYPE viewfinder_frames_captured_total counter"))
+        #expect(text.contains("# TYPE viewfinder_frames_delivered_total counter"))
+        #expect(text.contains(#"viewfinder_frames_dropped_total{reason="late"}"#))
+        #expect(text.contains(#"viewfinder_stage_time_seconds{stage="stabilise"}"#))
+        #expect(text.contains(#"viewfinder_latency_seconds{quantile="0.5"}"#))
+        #expect(text.contains("viewfinder_preview_latency_seconds_bucket"))
+        #expect(text.contains(#"viewfinder_preview_frames_dropped_total{reason="client_late"}"#))
+        let captured = text.split(separator: "\n").first { $0.hasPrefix("viewfinder_frames_captured_total ") }
+        let value = captured.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+        #expect(value > 0, "captured frames counted: \(String(describing: captured))")
+        await run.stop()
+    }
+
+    /// A viewer that never reads: its pictures are dropped (counted) while a movie recorded beside
+    /// it loses nothing and another viewer keeps getting pictures.
+    @Test func aStalledViewerDropsOnlyItsOwnPictures() async throws {
+        let run = try RunningPreview(sim: "sim:width=640,height=480,fps=30")
+        try await run.start()
+        let moviePath = run.folder + "/beside.mov"
+        try run.server.movie.startRecording(to: moviePath, delegate: nil)
+
+        // The stalled viewer: a socket with a tiny receive buffer that sends the request and never reads.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        var small: Int32 = 4096
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(run.port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        #expect(connected == 0)
+        let req = Array("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        #expect(send(fd, req, req.count, 0) == req.count)
+        defer { close(fd) }
+
+        let capturedBefore = run.session.statistics?.captured ?? 0
+        // Meanwhile a live viewer reads for a few seconds.
+        let live = try await readPictures(run, count: 60)
+        #expect(live.pictures.count == 60)
+        let deadline = monotonicNanoseconds() + 10_000_000_000
+        while run.server.output.viewerLateDrops < 10 && monotonicNanoseconds() < deadline { try await Task.sleep(nanoseconds: 50_000_000) }
+        run.server.movie.stopRecording()
+        while run.server.movie.isRecording { try await Task.sleep(nanoseconds: 20_000_000) }
+
+        let stats = try #require(run.session.statistics)
+        #expect(stats.captured > capturedBefore + 60)
+        #expect(run.server.output.viewerLateDrops >= 10, "the stalled viewer's pictures are dropped and counted")
+        let movie = try #require(stats.consumers.first { $0.name == "recording" })
+        #expect(movie.drops.total == 0, "the movie beside the stalled viewer drops nothing: \(movie.drops.byName)")
+        #expect(movie.consumed > 60, "the movie took every frame delivered (\(movie.consumed) of \(stats.delivered))")
+        await run.stop()
+    }
+}
