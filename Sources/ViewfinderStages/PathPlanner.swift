@@ -142,6 +142,14 @@ struct BoxQP {
 /// join without bumps, and no mode switches between "hold" and "follow". Beyond the frames it
 /// knows, the camera is predicted by a straight line fitted to the last `trendFrames` frames.
 ///
+/// How much the path follows is itself smooth in the camera's travel: an intent detector fits a
+/// straight line to the last `intentFrames` frames and compares the distance it covers with the
+/// margin. Shake, walking bounce and slow drift (the 0.3–1 Hz wander of a hand) cover little and
+/// are held — a weak pull (time constant `holdTimeConstant`), no predicted slope, no terminal
+/// pull — while a pan or tilt soon covers a good part of the margin and is followed with the
+/// full pull, the predicted line and the terminal pull. The weights blend continuously
+/// (intent = r⁴/(1 + r⁴), r the travel over `intentScale` × margin), so there is no switch.
+///
 /// One axis at a time; the work per frame is bounded (at most `maxIterations` banded Newton
 /// steps on a window of look-ahead + `predictFrames` + 1 variables).
 struct CameraPathPlanner {
@@ -169,8 +177,23 @@ struct CameraPathPlanner {
     /// Newton steps taken by the last call (diagnostics).
     private(set) var lastIterations = 0
 
-    init(maxLookahead: Int, timeConstant: Double, jerk: Double = 0, predictFrames: Int = 30, trendFrames: Int = 24, terminal: Double = 0.05, maxIterations: Int = 12) {
+    /// Weight of the data term while the camera is held (no intended motion): a time constant of
+    /// `holdTimeConstant` frames.
+    let holdFidelity: Double
+    /// Frames (past and known) the intent detector fits its straight line to.
+    let intentFrames: Int
+    /// The camera's travel over `intentFrames`, as a fraction of the margin, at which the
+    /// intent is ½.
+    let intentScale: Double
+    /// Intent of the last plan, 0 (hold) … 1 (follow) (diagnostics).
+    private(set) var lastIntent = 0.0
+
+    init(maxLookahead: Int, timeConstant: Double, holdTimeConstant: Double = 60, jerk: Double = 0, predictFrames: Int = 30, trendFrames: Int = 24, terminal: Double = 0.05, intentFrames: Int = 60, intentScale: Double = 1, maxIterations: Int = 12) {
         self.terminal = terminal
+        let htc = max(holdTimeConstant, timeConstant, 0.5)
+        holdFidelity = 1 / (htc * htc * htc * htc)
+        self.intentFrames = max(3, intentFrames)
+        self.intentScale = intentScale
         self.trendFrames = trendFrames
         let tc = max(timeConstant, 0.5)
         fidelity = 1 / (tc * tc * tc * tc)
@@ -227,7 +250,22 @@ struct CameraPathPlanner {
     /// The path already shown (see `record(shown:)`) joins the plan through its differences.
     mutating func plan(known: Int, camera: (Int) -> Double, margin: (Int) -> Double, past: Int) -> Double {
         let n = known + predictFrames
-        let (base, slope) = Self.trend(camera, from: known - 1 - min(trendFrames - 1, past + known - 1), to: known - 1)
+        var (base, slope) = Self.trend(camera, from: known - 1 - min(trendFrames - 1, past + known - 1), to: known - 1)
+        // Intent: how far the camera travelled over the last `intentFrames` (the straight line
+        // fitted to them), against the room the crop leaves. Shake, walking bounce and slow
+        // drift stay well inside the margin and are held (weak pull, no predicted slope); a pan
+        // or tilt soon needs a good part of it and is followed (the pull of `timeConstant`, the
+        // predicted line, the terminal pull). The blend is smooth in the travel — no switch.
+        let intentFrom = known - 1 - min(intentFrames - 1, past + known - 1)
+        let (_, intentSlope) = Self.trend(camera, from: intentFrom, to: known - 1)
+        let travel = abs(intentSlope) * Double(known - 1 - intentFrom)
+        let reference = max(1e-9, intentScale * max(0, margin(known - 1)))
+        let r2 = (travel / reference) * (travel / reference)
+        let intent = r2 * r2 / (1 + r2 * r2)
+        lastIntent = intent
+        slope *= intent
+        let fidelity = intent * self.fidelity + (1 - intent) * holdFidelity
+        let terminal = intent * self.terminal
         // Centre of the box for frame k (measured, then predicted).
         func centre(_ k: Int) -> Double { k < known ? camera(k) : base + slope * Double(k - known + 1) }
         qp.reset(n)
