@@ -128,7 +128,10 @@ struct SourcePicture {
 }
 
 /// Films `picture` along `motion` into an I420 640x360 Y4M of `frames` frames.
-func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String) throws {
+/// Returns the content's true displacement per frame (x, y in pixels, angle in radians; the
+/// camera's pose negated).
+@discardableResult
+func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String) throws -> (x: [Double], y: [Double], a: [Double]) {
     let ow = 640, oh = 360
     let fmt = FrameFormat(.i420, width: ow, height: oh)
     let w = try Y4MWriter(path: path, format: fmt, interval: FrameInterval(numerator: 1, denominator: 30))
@@ -149,10 +152,12 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
     frame.bytesUsed = fmt.maxByteCount
     let y = frame.data.assumingMemoryBound(to: UInt8.self)
     let u = y + fmt.plane(1).offset, v = y + fmt.plane(2).offset
+    var truth: (x: [Double], y: [Double], a: [Double]) = ([], [], [])
     for t in 0..<frames {
         let pose = poses[t]
         let px = cx + pose.x + sx[t], py = cy + pose.y + sy[t], th = sa[t]
         let co = cos(th) / pose.zoom, si = sin(th) / pose.zoom
+        truth.x.append(-(pose.x + sx[t])); truth.y.append(-(pose.y + sy[t])); truth.a.append(-th)
         // Output pixel (i, j) sees the picture at centre + R(θ)·(offset) / zoom.
         for j in 0..<oh {
             let oy = Double(j) - Double(oh - 1) / 2
@@ -175,6 +180,29 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
         try w.write(frame)
     }
     try w.flush()
+    return truth
+}
+
+/// The estimator on one photograph and motion of the set, frame by frame against the truth.
+func diagnoseMotion(_ photo: String, motion: Int) throws {
+    guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag") else { print("not decoded"); return }
+    let path = "/tmp/viewfinder-stab-motions/diag.y4m"
+    let truth = try filmMotion(picture, CameraMotion.all[motion], frames: 60, seed: 1, to: path)
+    let r = try Y4MReader(path: path)
+    let pool = r.makePool(count: 2)
+    let est = MotionEstimator(width: 640, height: 360)
+    var t = 0, se = 0.0
+    while let lease = pool.lease() {
+        guard try r.read(into: lease.frame), let l = LumaView(lease.frame) else { break }
+        let m = est.estimate(l)
+        if t > 0 {
+            let tx = truth.x[t] - truth.x[t - 1], ty = truth.y[t] - truth.y[t - 1], ta = truth.a[t] - truth.a[t - 1]
+            se += (m.dx - tx) * (m.dx - tx) + (m.dy - ty) * (m.dy - ty)
+            print(String(format: "%3d truth %7.3f %7.3f %8.5f | est %7.3f %7.3f %8.5f c %.2f", t, tx, ty, ta, m.dx, m.dy, m.angle, m.confidence))
+        }
+        t += 1
+    }
+    print(String(format: "RMS error per axis: %.3f px", (se / Double(2 * max(t - 1, 1))).squareRoot()))
 }
 
 /// A small seeded generator for the report (SplitMix64, Box–Muller).

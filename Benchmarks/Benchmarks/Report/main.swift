@@ -91,6 +91,10 @@ if let i = CommandLine.arguments.firstIndex(of: "--diagnose-stage") {
     try diagnoseStage(a[i + 1], frames: Int(a[i + 2])!, shake: Double(a[i + 3])!, lookahead: Int(a[i + 4])!)
     exit(0)
 }
+if let i = CommandLine.arguments.firstIndex(of: "--diagnose-motion") {
+    try diagnoseMotion(CommandLine.arguments[i + 1], motion: Int(CommandLine.arguments[i + 2])!)
+    exit(0)
+}
 if let i = CommandLine.arguments.firstIndex(of: "--diagnose") {
     try diagnoseEstimator(CommandLine.arguments[i + 1])
     exit(0)
