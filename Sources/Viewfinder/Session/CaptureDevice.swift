@@ -79,6 +79,12 @@ public final class CaptureDevice: @unchecked Sendable {
     public init(source: any CaptureSource, pixelDecoders: (any PixelDecoderFactory)? = nil) {
         self.source = source
         self.pixelDecoders = pixelDecoders
+        // A camera that balances in hardware starts in its continuous mode, as AVFoundation's
+        // devices do. One without white-balance controls starts locked (the picture as the sensor
+        // gives it, no stage, no cost): choosing `.continuous` or `.auto` turns the software
+        // `white_balance` stage on.
+        if let c = source.controls, c.supports(.whiteBalanceAuto) || c.supports(.whiteBalanceTemperature) { return }
+        state.withLock { $0.settings.whiteBalanceMode = .locked }
     }
 
     /// Opens a device by its string (`sim`, `/dev/video0`, `dump:FILE`).
@@ -216,7 +222,8 @@ public final class CaptureDevice: @unchecked Sendable {
 
     /// Every mode is supported: a device with `white_balance_automatic`/`white_balance_temperature`
     /// is driven through them, any other gets the software `white_balance` stage (gains on the
-    /// chroma of YUV frames; MJPEG frames are measured but not corrected).
+    /// chroma of YUV frames; MJPEG frames are measured but not corrected). A device without those
+    /// controls starts `.locked` (no stage runs until a mode is chosen).
     public func isWhiteBalanceModeSupported(_ mode: WhiteBalanceMode) -> Bool { true }
 
     /// Whether the device balances in hardware (it has a `white_balance_temperature` control).
