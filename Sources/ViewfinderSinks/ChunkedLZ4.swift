@@ -27,7 +27,7 @@ final class ChunkedLZ4 {
         core = ChunkedLZ4Core(threads: threads, maximumChunks: maximumChunks ?? threads)
         for i in 1..<core.threads {
             let core = self.core   // the helpers hold the core, not this owner (whose deinit stops them)
-            threads.append(EngineThread(name: "vf-lz4-\(i)") { core.work(i) })
+            self.threads.append(EngineThread(name: "vf-lz4-\(i)") { core.work(i) })
         }
     }
 
@@ -186,11 +186,11 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         if probe && length >= 8 * Self.probeBytes {
             // Two samples; the real block is written over them afterwards.
             let n = Self.probeBytes
-            var stored = 0
-            for s in [length / 4, 3 * length / 4 - n] {
-                let c = LZ4_compress_fast((source + start + s).assumingMemoryBound(to: CChar.self), dst, Int32(n), Int32(chunkBound), a)
-                stored += c > 0 ? Int(c) : n
+            func sample(_ at: Int) -> Int {
+                let c = LZ4_compress_fast((source + start + at).assumingMemoryBound(to: CChar.self), dst, Int32(n), Int32(chunkBound), a)
+                return c > 0 ? Int(c) : n
             }
+            let stored = sample(length / 4) + sample(3 * length / 4 - n)
             if Double(stored) >= 0.9 * Double(2 * n) { storedLengths[i] = length; return }
         }
         let n = LZ4_compress_fast((source + start).assumingMemoryBound(to: CChar.self), dst, Int32(length), Int32(chunkBound), a)

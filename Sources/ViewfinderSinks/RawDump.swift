@@ -79,7 +79,7 @@ public final class RawDumpWriter {
         guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
         let threads = compressionThreads ?? min(4, ProcessInfo.processInfo.activeProcessorCount)
         guard (1...64).contains(threads) else { throw SinkError.invalidArgument(name: "compressionThreads", reason: "\(threads) is outside 1...64") }
-        chunked = ChunkedLZ4(threads: threads, maximumChunks: 2 * threads)
+        chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 2 * threads))
         self.compression = compression
         planar = .allocate(byteCount: 64, alignment: 64)
         self.path = path
@@ -141,12 +141,16 @@ public final class RawDumpWriter {
             }
             let y = planar.assumingMemoryBound(to: UInt8.self), u = y + f.width * f.height, v = u + f.width / 2 * f.height
             YUVSplit.packed422(frame.data.assumingMemoryBound(to: UInt8.self), bytesPerRow: f.bytesPerRow, width: f.width, height: f.height, order: order, y: y, u: u, v: v)
-            let k = 2 * chunked.threadCount
+            let k = chunked.maximumChunks   // even: 2 per thread, at most 64
             let n = chunked.compress(planar, count: raw, chunks: k, accelerations: { $0 < k / 2 ? Self.autoLumaAcceleration : Self.autoChromaAcceleration },
                                      probe: true, into: scratch)
-            if n < raw { framesCompressed += 1 } else { framesStoredByProbe += 1 }
-            payload = UnsafeRawBufferPointer(start: scratch, count: n)
-            flags |= RawDumpFormat.flagChunked | RawDumpFormat.flagPlanar422
+            if n < raw {
+                framesCompressed += 1
+                payload = UnsafeRawBufferPointer(start: scratch, count: n)
+                flags |= RawDumpFormat.flagChunked | RawDumpFormat.flagPlanar422
+            } else {
+                framesStoredByProbe += 1   // nothing shrank: the packed frame as it is (read with one copy)
+            }
         } else if !worthCompressing(frame.data, count: raw) {
             framesStoredByProbe += 1
         } else {
@@ -337,7 +341,7 @@ public final class RawDumpReader {
     public private(set) var entries: [DumpIndexEntry] = []
     /// The audio records (version 2 dumps recorded with sound), in the order written.
     public private(set) var audioEntries: [DumpAudioEntry] = []
-    /// The file's version (1 or 2).
+    /// The file's version (1, 2 or 3).
     public private(set) var version = 0
     /// Set when the file did not end with a valid index: a crash, a truncated copy, damage.
     public private(set) var damage: DumpDamage?
@@ -585,7 +589,7 @@ public final class RawDumpReader {
     /// interleaved back into the packed frame.
     private func readPlanar(_ payload: UnsafeRawBufferPointer, entry e: DumpIndexEntry, flags: UInt8, format f: FrameFormat, into frame: Frame) throws {
         let order: YUVSplit.Packed422Order? = f.pixelFormat == .yuyv ? .yuyv : (f.pixelFormat == .uyvy ? .uyvy : nil)
-        guard let order, flags & RawDumpFormat.flagChunked != 0, f.width % 2 == 0, f.bytesPerRow == 2 * f.width, Int(e.rawLength) == f.bytesPerRow * f.height else {
+        guard let order, version >= 3, flags & RawDumpFormat.flagChunked != 0, f.width % 2 == 0, f.bytesPerRow == 2 * f.width, Int(e.rawLength) == f.bytesPerRow * f.height else {
             throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "planar record of \(f) (\(e.rawLength) bytes) is not unpadded packed 4:2:2")
         }
         let raw = Int(e.rawLength)
