@@ -217,7 +217,9 @@ struct DumpCommand: ParsableCommand {
     @Option(name: .shortAndLong, help: "Output dump file.") var output = "capture.vfdump"
     @Option(help: "Stop after this many frames.") var frames: UInt64?
     @Option(help: "Stop after this many seconds.") var duration: Double?
-    @Option(help: "LZ4 acceleration (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
+    @Option(help: "LZ4 acceleration of --compression lz4 (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
+    @Option(help: "How frames are stored: auto (packed 4:2:2 split into planes, fast LZ4 per plane, stored where it saves < 10 %), lz4 (the packed bytes at --acceleration), none (as they are).")
+    var compression = "auto"
     @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
     @Flag(help: "Overwrite an existing file.") var force = false
     @OptionGroup var audioOptions: AudioOptions
@@ -226,12 +228,15 @@ struct DumpCommand: ParsableCommand {
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
         if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
         guard (1...65537).contains(acceleration) else { throw ValidationError("--acceleration must be 1...65537") }
+        guard RawDumpCompression(rawValue: compression) != nil else {
+            throw ValidationError("unknown --compression '\(compression)' (known: \(RawDumpCompression.allCases.map(\.rawValue).joined(separator: ", ")))")
+        }
     }
 
     func run() throws {
         try refuseExisting(output, force: force)
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
-        let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, device: dev.uniqueID)
+        let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
         session.beginConfiguration()
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         var o = EngineOptions(frameLimit: frames, durationSeconds: duration)

@@ -1,7 +1,7 @@
 import CLZ4
 import Viewfinder
 
-/// Compresses one frame as independent LZ4 blocks, one per thread (the caller's and helpers kept
+/// Compresses one frame as independent LZ4 blocks on a few threads (the caller's and helpers kept
 /// for the writer's life), into a chunked payload (see ``RawDumpFormat``):
 ///
 /// ```text
@@ -9,19 +9,25 @@ import Viewfinder
 /// each an LZ4 block, or the raw bytes when stored length == raw length
 /// ```
 ///
-/// LZ4 is the dump's cost on camera frames (~15 ms for a noisy 1080p YUYV frame on one core here):
-/// blocks compressed side by side bring it to the time of one block. The job is handed over in
-/// fields, not a closure, so nothing is allocated per frame. Used by one thread at a time.
+/// LZ4 is the dump's cost on camera frames (~11 ms for a noisy 1080p YUYV frame on one core here):
+/// blocks compressed side by side bring it to the time of one block. A job may hold more chunks
+/// than there are threads (thread j takes chunks j, j + threads, …), each with its own LZ4
+/// acceleration, and with `probe` each chunk first compresses two 16 KiB samples and is stored as
+/// it is when they shrink by less than 10 % (sensor-noise luma). The job is handed over in fields,
+/// not a closure, so nothing is allocated per frame. Used by one thread at a time.
 final class ChunkedLZ4 {
     private let core: ChunkedLZ4Core
     private var threads: [EngineThread] = []
-    var chunks: Int { core.chunks }
+    /// Threads compressing (the caller's included).
+    var threadCount: Int { core.threads }
+    /// The most chunks one job may have.
+    var maximumChunks: Int { core.maximumChunks }
 
-    init(chunks: Int) {
-        core = ChunkedLZ4Core(chunks: chunks)
-        for i in 1..<core.chunks {
+    init(threads: Int, maximumChunks: Int? = nil) {
+        core = ChunkedLZ4Core(threads: threads, maximumChunks: maximumChunks ?? threads)
+        for i in 1..<core.threads {
             let core = self.core   // the helpers hold the core, not this owner (whose deinit stops them)
-            threads.append(EngineThread(name: "vf-lz4-\(i)") { core.work(i) })
+            self.threads.append(EngineThread(name: "vf-lz4-\(i)") { core.work(i) })
         }
     }
 
@@ -30,9 +36,18 @@ final class ChunkedLZ4 {
         for t in threads { t.join() }
     }
 
+    /// The largest payload a frame of `count` bytes can need (any chunk count up to the maximum).
     func bound(_ count: Int) -> Int { core.bound(count) }
+
+    /// Compresses `count` bytes as one chunk per thread, all at `acceleration`.
     func compress(_ source: UnsafeRawPointer, count: Int, acceleration: Int32, into payload: UnsafeMutableRawPointer) -> Int {
-        core.compress(source, count: count, acceleration: acceleration, into: payload)
+        core.compress(source, count: count, chunks: core.threads, accelerations: { _ in acceleration }, probe: false, into: payload)
+    }
+
+    /// Compresses `count` bytes as `chunks` chunks (at most ``maximumChunks``), chunk `i` at
+    /// `acceleration(i)`; with `probe`, chunks whose samples shrink by less than 10 % are stored.
+    func compress(_ source: UnsafeRawPointer, count: Int, chunks: Int, accelerations: (Int) -> Int32, probe: Bool, into payload: UnsafeMutableRawPointer) -> Int {
+        core.compress(source, count: count, chunks: chunks, accelerations: accelerations, probe: probe, into: payload)
     }
 
     /// Decodes a chunked payload into `destination` (`rawLength` bytes). Throws a description of
@@ -62,10 +77,12 @@ final class ChunkedLZ4 {
 
 /// The state the caller and the helper threads share.
 final class ChunkedLZ4Core: @unchecked Sendable {
-    // @unchecked Sendable: the job fields are written by the caller before `generation` moves
-    // (under `lock`) and read by the helpers after they see it move; results are read by the
-    // caller after `remaining` reaches 0 (under `lock`).
-    let chunks: Int
+    // @unchecked Sendable: the job fields (and the per-chunk accelerations) are written by the
+    // caller before `generation` moves (under `lock`) and read by the helpers after they see it
+    // move; each chunk's result slot is written by the one thread that owns the chunk and read by
+    // the caller after `remaining` reaches 0 (under `lock`).
+    let threads: Int
+    let maximumChunks: Int
     private let lock = ConditionLock()
     private var generation: UInt64 = 0
     private var remaining = 0
@@ -73,19 +90,22 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     // The job.
     private var source: UnsafeRawPointer?
     private var count = 0
-    private var acceleration: Int32 = 1
+    private var chunks = 1
+    private var probe = false
+    private let accelerations: UnsafeMutablePointer<Int32>
     private var regions: UnsafeMutableRawPointer
     private var regionSize = 0
+    private var chunkBound = 0
     private var storedLengths: UnsafeMutablePointer<Int>
 
-    /// Payload bytes before the chunks' data.
-    var tableSize: Int { 4 + 8 * chunks }
-
-    init(chunks: Int) {
-        self.chunks = max(1, chunks)
+    init(threads: Int, maximumChunks: Int) {
+        self.threads = max(1, threads)
+        self.maximumChunks = max(self.threads, maximumChunks)
         regions = .allocate(byteCount: 64, alignment: 64)
-        storedLengths = .allocate(capacity: self.chunks)
-        storedLengths.initialize(repeating: 0, count: self.chunks)
+        storedLengths = .allocate(capacity: self.maximumChunks)
+        storedLengths.initialize(repeating: 0, count: self.maximumChunks)
+        accelerations = .allocate(capacity: self.maximumChunks)
+        accelerations.initialize(repeating: 1, count: self.maximumChunks)
     }
 
     /// Ends the helpers' loops.
@@ -94,11 +114,13 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     deinit {
         regions.deallocate()
         storedLengths.deallocate()
+        accelerations.deallocate()
     }
 
-    /// The largest payload a frame of `count` bytes can need.
+    /// The largest payload a frame of `count` bytes can need with any chunk count up to the maximum
+    /// (LZ4's bound grows with the chunk's size, so fewer, larger chunks need more).
     func bound(_ count: Int) -> Int {
-        tableSize + chunks * Int(LZ4_compressBound(Int32((count + chunks - 1) / chunks)))
+        4 + 8 * maximumChunks + maximumChunks * Int(LZ4_compressBound(Int32((count + threads - 1) / threads)))
     }
 
     /// Range of chunk `i` in the source.
@@ -109,27 +131,30 @@ final class ChunkedLZ4Core: @unchecked Sendable {
 
     /// Compresses `count` bytes at `source` into `payload` (at least ``bound(_:)`` bytes) and
     /// returns the payload's length.
-    func compress(_ source: UnsafeRawPointer, count: Int, acceleration: Int32, into payload: UnsafeMutableRawPointer) -> Int {
-        let chunkBound = Int(LZ4_compressBound(Int32((count + chunks - 1) / chunks)))
-        if chunkBound * chunks > regionSize {
+    func compress(_ source: UnsafeRawPointer, count: Int, chunks k: Int, accelerations acc: (Int) -> Int32, probe: Bool, into payload: UnsafeMutableRawPointer) -> Int {
+        let k = min(max(1, k), maximumChunks)
+        let bound = Int(LZ4_compressBound(Int32((count + k - 1) / k)))
+        if bound * k > regionSize {
             regions.deallocate()
-            regionSize = chunkBound * chunks
+            regionSize = bound * k
             regions = .allocate(byteCount: regionSize, alignment: 64)
         }
+        for i in 0..<k { accelerations[i] = max(1, acc(i)) }
         lock.lock()
-        self.source = source; self.count = count; self.acceleration = acceleration
-        remaining = chunks - 1
+        self.source = source; self.count = count; self.chunks = k; self.probe = probe; self.chunkBound = bound
+        remaining = threads - 1
         generation &+= 1
         lock.broadcast()
         lock.unlock()
-        compressChunk(0)
+        compressChunks(of: 0)
         lock.lock()
         while remaining > 0 { lock.wait() }
         lock.unlock()
         // Table, then the chunks packed one after the other.
-        payload.storeBytes(of: UInt32(chunks).littleEndian, toByteOffset: 0, as: UInt32.self)
+        let tableSize = 4 + 8 * k
+        payload.storeBytes(of: UInt32(k).littleEndian, toByteOffset: 0, as: UInt32.self)
         var at = tableSize
-        for i in 0..<chunks {
+        for i in 0..<k {
             let (start, length) = range(i)
             let stored = storedLengths[i]
             payload.storeBytes(of: UInt32(length).littleEndian, toByteOffset: 4 + 8 * i, as: UInt32.self)
@@ -137,24 +162,43 @@ final class ChunkedLZ4Core: @unchecked Sendable {
             if stored == length {
                 (payload + at).copyMemory(from: source + start, byteCount: length)
             } else {
-                (payload + at).copyMemory(from: regions + i * chunkBound, byteCount: stored)
+                (payload + at).copyMemory(from: regions + i * bound, byteCount: stored)
             }
             at += stored
         }
         return at
     }
 
+    /// Bytes of each probe sample; a chunk gets two (a quarter and three quarters in).
+    static let probeBytes = 16 << 10
+
+    /// The chunks thread `t` owns: t, t + threads, …
+    private func compressChunks(of t: Int) {
+        var i = t
+        while i < chunks { compressChunk(i); i += threads }
+    }
+
     private func compressChunk(_ i: Int) {
         guard let source else { return }
         let (start, length) = range(i)
-        let chunkBound = regionSize / chunks
-        let n = LZ4_compress_fast((source + start).assumingMemoryBound(to: CChar.self), (regions + i * chunkBound).assumingMemoryBound(to: CChar.self),
-                                  Int32(length), Int32(chunkBound), acceleration)
+        let dst = (regions + i * chunkBound).assumingMemoryBound(to: CChar.self)
+        let a = accelerations[i]
+        if probe && length >= 8 * Self.probeBytes {
+            // Two samples; the real block is written over them afterwards.
+            let n = Self.probeBytes
+            func sample(_ at: Int) -> Int {
+                let c = LZ4_compress_fast((source + start + at).assumingMemoryBound(to: CChar.self), dst, Int32(n), Int32(chunkBound), a)
+                return c > 0 ? Int(c) : n
+            }
+            let stored = sample(length / 4) + sample(3 * length / 4 - n)
+            if Double(stored) >= 0.9 * Double(2 * n) { storedLengths[i] = length; return }
+        }
+        let n = LZ4_compress_fast((source + start).assumingMemoryBound(to: CChar.self), dst, Int32(length), Int32(chunkBound), a)
         // A chunk LZ4 cannot shrink is stored as it is.
         storedLengths[i] = n > 0 && Int(n) < length ? Int(n) : length
     }
 
-    func work(_ i: Int) {
+    func work(_ t: Int) {
         var seen: UInt64 = 0
         while true {
             lock.lock()
@@ -162,12 +206,11 @@ final class ChunkedLZ4Core: @unchecked Sendable {
             if stopping { lock.unlock(); return }
             seen = generation
             lock.unlock()
-            compressChunk(i)
+            compressChunks(of: t)
             lock.lock()
             remaining -= 1
             if remaining == 0 { lock.broadcast() }
             lock.unlock()
         }
     }
-
 }

@@ -8,7 +8,8 @@ import Viewfinder
 /// ```text
 /// stream header
 ///   0  8  magic "VFDUMP\r\n"
-///   8  2  version (2; version 1 files, without audio records, are read the same way)
+///   8  2  version (3; versions 1, without audio records, and 2, without planar records, are read
+///         the same way)
 ///  10  2  flags (0)
 ///  12  4  JSON length L
 ///  16  L  JSON: {"pixelFormat","width","height","bytesPerRow","intervalNumerator",
@@ -22,6 +23,9 @@ import Viewfinder
 ///                bit 1 pixels were modified by a stage,
 ///                bit 2 payload is chunked (version 2): u32 k, k × (u32 raw, u32 stored), then the
 ///                k chunks, each an LZ4 block or as is when stored == raw (compressed side by side)
+///                bit 3 (version 3, with bit 2) the raw bytes are the packed 4:2:2 frame (YUYV or UYVY,
+///                rows without padding) split into its Y plane, then U, then V (width/2 x height
+///                each); the reader interleaves them back
 ///   6  2  reserved (0)
 ///   8  4  stored payload length S
 ///  12  4  raw payload length (the frame's bytesUsed)
@@ -59,9 +63,10 @@ public enum RawDumpFormat {
     public static let fileMagic: [UInt8] = Array("VFDUMP\r\n".utf8)
     public static let recordMagic: UInt32 = 0x4352_4656  // "VFRC" little-endian
     public static let trailerMagic: [UInt8] = Array("VFIDXEND".utf8)
-    public static let version: UInt16 = 2
-    /// Versions this build reads: 1 (frames only) and 2 (frames and audio records).
-    public static let readableVersions: ClosedRange<Int> = 1...2
+    public static let version: UInt16 = 3
+    /// Versions this build reads: 1 (frames only), 2 (frames and audio records) and 3 (frames
+    /// split into planes before compression).
+    public static let readableVersions: ClosedRange<Int> = 1...3
     public static let recordHeaderSize = 72
     public static let indexEntrySize = 32
     public static let trailerSize = 16
@@ -72,6 +77,7 @@ public enum RawDumpFormat {
     static let flagCompressed: UInt8 = 1
     static let flagPixelsModified: UInt8 = 2
     static let flagChunked: UInt8 = 4
+    static let flagPlanar422: UInt8 = 8
 
     /// The seed of a frame record's payload checksum: XXH64 of the header's first 64 bytes and the
     /// metadata, assembled in `scratch` (kept by the caller, so nothing is allocated per record).

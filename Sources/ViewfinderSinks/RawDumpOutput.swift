@@ -15,6 +15,8 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public let path: String
     public let overwrite: Bool
     public let acceleration: Int
+    /// How frames are stored (see ``RawDumpCompression``).
+    public let compression: RawDumpCompression
     public let device: String
     public var ringCapacity: Int { 16 }
     private let logger: Logger
@@ -22,8 +24,8 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     private struct Published { var frames = 0; var bytes: UInt64 = 0; var rawBytes: UInt64 = 0; var dropped = 0; var error: (any Error)?; var finished = false }
     private let state = LockedBox(Published())
 
-    public init(path: String, overwrite: Bool = false, acceleration: Int = 1, device: String = "", name: String = "dump", logger: Logger = Logger(label: "viewfinder.dump")) {
-        self.path = path; self.overwrite = overwrite; self.acceleration = acceleration; self.device = device
+    public init(path: String, overwrite: Bool = false, acceleration: Int = 1, compression: RawDumpCompression = .auto, device: String = "", name: String = "dump", logger: Logger = Logger(label: "viewfinder.dump")) {
+        self.path = path; self.overwrite = overwrite; self.acceleration = acceleration; self.compression = compression; self.device = device
         consumerName = name
         self.logger = logger
     }
@@ -39,7 +41,7 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public func start(configuration: StreamConfiguration) throws {
         // The audio delivery thread may already be writing periods (it starts first): `writer` is
         // set under the same lock it reads it under.
-        let w = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration)
+        let w = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration, compression: compression)
         writeLock.lock(); defer { writeLock.unlock() }
         writer = w
         intervalNanoseconds = configuration.interval.nanoseconds

@@ -126,7 +126,7 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let fmt = FrameFormat(.yuyv, width: 1280, height: 720)
         let path = dir + "/c.vfdump"
-        let writer = try RawDumpWriter(path: path, format: fmt, compressionThreads: threads)
+        let writer = try RawDumpWriter(path: path, format: fmt, compressionThreads: threads, compression: .lz4)
         let f = Frame(capacity: fmt.maxByteCount, format: fmt)
         var written: [[UInt8]] = []
         for i in 0..<5 {
@@ -160,6 +160,113 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             #expect(throws: DumpError.self) { try r2.read(2, into: back) }
             try r2.read(1, into: back)
             #expect(Array(back.bytes) == written[1])
+        }
+    }
+
+    /// `auto` splits packed 4:2:2 frames into planes (version 3): bit-exact back for YUYV and
+    /// UYVY whatever the thread count, flagged planar and chunked, noisy luma stored as it is while
+    /// smooth chroma shrinks; padded rows and small frames are not split and still read back.
+    @Test(arguments: [(PixelFormat.yuyv, 1), (.yuyv, 2), (.uyvy, 3)])
+    func autoSplitsPackedFramesIntoPlanesBitExact(_ pf: PixelFormat, _ threads: Int) throws {
+        let dir = makeTempDirectory("planar-\(threads)")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fmt = FrameFormat(pf, width: 1280, height: 720)
+        let path = dir + "/p.vfdump"
+        let writer = try RawDumpWriter(path: path, format: fmt, compressionThreads: threads)
+        #expect(writer.compression == .auto)
+        let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+        var written: [[UInt8]] = []
+        var rng = UInt64(99)
+        for i in 0..<4 {
+            // Luma: full-range noise (LZ4 finds nothing); chroma: a smooth ramp (LZ4 shrinks it).
+            let p = f.data.assumingMemoryBound(to: UInt8.self)
+            let (yo, uo) = pf == .yuyv ? (0, 1) : (1, 0)
+            for px in 0..<(fmt.width * fmt.height / 2) {
+                rng = rng &* 6364136223846793005 &+ 1442695040888963407
+                p[4 * px + yo] = UInt8(truncatingIfNeeded: rng >> 33)
+                p[4 * px + yo + 2] = UInt8(truncatingIfNeeded: rng >> 41)
+                p[4 * px + uo] = UInt8(truncatingIfNeeded: 100 + (px / 640 + i) / 8)
+                p[4 * px + uo + 2] = UInt8(truncatingIfNeeded: 140 - px / 4096)
+            }
+            f.bytesUsed = fmt.maxByteCount
+            f.sequence = UInt64(i)
+            try writer.append(f)
+            written.append(Array(f.bytes))
+        }
+        try writer.close()
+        #expect(writer.framesSplit == 4)
+        let reader = try RawDumpReader(path: path)
+        #expect(reader.version == 3)
+        let back = Frame(capacity: fmt.maxByteCount, format: fmt)
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        for i in 0..<4 {
+            try reader.read(i, into: back)
+            #expect(Array(back.bytes) == written[i], "frame \(i)")
+            let e = reader.entries[i]
+            // Luma (half the bytes) is stored, chroma shrinks: between half and all of the frame.
+            #expect(e.storedLength < e.rawLength && e.storedLength > e.rawLength / 2, "frame \(i): \(e.storedLength) of \(e.rawLength)")
+            #expect(data[Int(e.offset) + 5] & 12 == 12, "planar and chunked flags")
+        }
+        // A damaged planar record is a typed error, never a crash.
+        var bad = data
+        let e = reader.entries[1]
+        bad[Int(e.offset) + 20] = 0x01   // width 1281 (odd)
+        let badPath = dir + "/bad.vfdump"
+        try bad.write(to: URL(fileURLWithPath: badPath))
+        let r2 = try RawDumpReader(path: badPath)
+        #expect(throws: DumpError.self) { try r2.read(1, into: back) }
+    }
+
+    /// Frames `auto` does not split (rows with padding, frames under 1 MiB, other formats) take
+    /// the packed path and read back bit-exact.
+    @Test func autoLeavesPaddedAndSmallFramesPacked() throws {
+        let dir = makeTempDirectory("planar-padded")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        for fmt in [FrameFormat(.yuyv, width: 1280, height: 720, bytesPerRow: 2 * 1280 + 64), FrameFormat(.yuyv, width: 320, height: 240)] {
+            let path = dir + "/\(fmt.bytesPerRow).vfdump"
+            let writer = try RawDumpWriter(path: path, format: fmt)
+            let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+            fillFrame(f, index: 1, noise: 2)
+            try writer.append(f)
+            try writer.close()
+            #expect(writer.framesSplit == 0)
+            let back = Frame(capacity: fmt.maxByteCount, format: fmt)
+            try RawDumpReader(path: path).read(0, into: back)
+            #expect(Array(back.bytes) == Array(f.bytes))
+        }
+    }
+
+    /// Dumps of versions 1 and 2 still read: a file written packed (`lz4`, the only layout those
+    /// versions had) with its version field set back to 1 and 2 reads back bit-exact.
+    @Test(arguments: [1, 2])
+    func olderVersionsStillRead(_ version: UInt16) throws {
+        let dir = makeTempDirectory("v\(version)")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fmt = FrameFormat(.yuyv, width: 1280, height: 720)
+        let path = dir + "/v.vfdump"
+        let writer = try RawDumpWriter(path: path, format: fmt, compression: .lz4)
+        let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+        var written: [[UInt8]] = []
+        for i in 0..<3 {
+            fillFrame(f, index: i, noise: 2)
+            memset(f.data + i * 50_000, Int32(i), 300_000)
+            try writer.append(f)
+            written.append(Array(f.bytes))
+        }
+        try writer.close()
+        var data = try Data(contentsOf: URL(fileURLWithPath: path))
+        data[8] = UInt8(version); data[9] = 0
+        let jsonLength = Int(data[12]) | Int(data[13]) << 8 | Int(data[14]) << 16 | Int(data[15]) << 24
+        let sum = data.withUnsafeBytes { XXHash64.hash(UnsafeRawBufferPointer(rebasing: $0[0..<(16 + jsonLength)])) }
+        withUnsafeBytes(of: sum.littleEndian) { for (k, b) in $0.enumerated() { data[16 + jsonLength + k] = b } }
+        let old = dir + "/old.vfdump"
+        try data.write(to: URL(fileURLWithPath: old))
+        let reader = try RawDumpReader(path: old)
+        #expect(reader.version == Int(version))
+        let back = Frame(capacity: fmt.maxByteCount, format: fmt)
+        for i in 0..<3 {
+            try reader.read(i, into: back)
+            #expect(Array(back.bytes) == written[i])
         }
     }
 

@@ -33,11 +33,11 @@ func filmFrames(_ device: String, format: PixelFormat, width: Int, height: Int, 
 
 /// Appends `frames` (cycled) `total` times to a new dump in /dev/shm: fps, CPU per frame, ratio and
 /// how many frames the probe stored as they are.
-func dumpRun(_ frames: [Frame], total: Int, acceleration: Int = 1) throws -> (fps: Double, cpuMs: Double, ratio: Double, stored: Int) {
+func dumpRun(_ frames: [Frame], total: Int, acceleration: Int = 1, compression: RawDumpCompression = .auto) throws -> (fps: Double, cpuMs: Double, ratio: Double, stored: Int) {
     let path = "/dev/shm/vf-dumpreport-\(getpid()).vfdump"
     unlink(path)
     defer { unlink(path) }
-    let writer = try RawDumpWriter(path: path, format: frames[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration)
+    let writer = try RawDumpWriter(path: path, format: frames[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration, compression: compression)
     let c0 = processCPUSeconds()
     let t0 = monotonicNanoseconds()
     for i in 0..<total {
@@ -57,7 +57,7 @@ func runDumpReport(quick: Bool) throws {
     let photo = photos.first
     print("== Raw dump to tmpfs, YUYV, frames held in memory (medians of \(runs) runs, min–max)")
     if photo == nil { print("  (no photograph: the real-picture rows are skipped)") }
-    print("   (LZ4 in \(min(4, ProcessInfo.processInfo.activeProcessorCount)) blocks side by side for frames of 1 MiB and more; frames a probe finds LZ4 would shrink by < 10 % are stored as they are)")
+    print("   (compression auto: packed 4:2:2 split into Y, U, V planes, LZ4 chunks on \(min(4, ProcessInfo.processInfo.activeProcessorCount)) threads, luma at acceleration 64, chroma at 32; chunks a probe finds LZ4 would shrink by < 10 % are stored as they are)")
     for (w, h) in [(1920, 1080), (3840, 2160)] {
         let n = w > 2000 ? 8 : 24
         let total = quick ? (w > 2000 ? 60 : 150) : (w > 2000 ? 120 : 300)

@@ -1,6 +1,6 @@
 // Side-by-side figures: Viewfinder's measurements next to the peers', measured in the same run.
 //
-//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out | --dump | --formats | --stabilise | --stabilise-motions | --kernels | --stages]
+//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out | --dump | --record | --formats | --stabilise | --stabilise-motions | --kernels | --stages]
 //
 // Needs g++ and libboost-dev for the ring reference and gst-launch-1.0 for the movie peer
 // (`bash scripts/install-deps.sh --bench`); a peer that is missing is reported as such.
@@ -103,6 +103,7 @@ if let i = CommandLine.arguments.firstIndex(of: "--diagnose") {
 let sections: [(flag: String, run: () throws -> Void)] = [
     ("--frames-out", { try FramesOutReport.run(quick: quick) }),
     ("--dump", { try runDumpReport(quick: quick) }),
+    ("--record", { try RecordComparison.run(quick: quick) }),
     ("--formats", { try runFormatsReport(quick: quick) }),
     ("--stabilise-motions", { try runStabiliseMotions(quick: quick) }),
     ("--stabilise", { try runStabiliseComparison(quick: quick) }),
