@@ -38,6 +38,9 @@ done
 # Leaks in Foundation's caches (NSRegularExpression in the stage-registry generator, a build
 # tool) are not ours; the build tools run instrumented too.
 export ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}"
+# Swift's own crash backtracer reads the crashed process's memory and trips ASan; libFuzzer and
+# ASan print the stack themselves.
+export SWIFT_BACKTRACE=enable=no
 BIN=Fuzz/.build/debug
 if [ "$BUILD" = 1 ]; then
     # Every Swift module is built with ASan and libFuzzer's coverage (inline 8-bit counters, PC
@@ -74,9 +77,9 @@ for t in "${TARGETS[@]}"; do
         echo "target $t: ok, $runs runs"
     else
         status=1
-        repro=$(grep -o "Test unit written to [^ ]*" "$log" | tail -1 | sed 's/Test unit written to //')
+        repro=$(grep -o "Test unit written to [^ ]*" "$log" | tail -1 | sed 's/Test unit written to //' || true)
         echo "target $t: CRASH after $runs runs (reproducer: ${repro:-none}, log: $log)"
-        grep -E "ERROR|Fatal error|SUMMARY|#[0-9] " "$log" | head -12 | sed 's/^/    /'
+        { grep -E "ERROR|Fatal error|SUMMARY|#[0-9] " "$log" || tail -5 "$log"; } | head -12 | sed 's/^/    /' || true
         continue
     fi
     rm -f "$log"

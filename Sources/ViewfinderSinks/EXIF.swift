@@ -175,32 +175,49 @@ public enum JPEGMarkers {
     }
 
     /// Reads back the EXIF APP1 fields this module writes (for tests and `viewfinder` inspection).
+    ///
+    /// Every offset is checked against the APP1 segment: a damaged or hostile EXIF block (offsets
+    /// past the end, a sub-IFD pointing at itself) is a `SinkError.corruptData`, never a read
+    /// outside the buffer.
     public static func readExif(_ b: UnsafeRawBufferPointer) throws -> (orientation: UInt16?, iso: UInt16?, exposure: Double?, date: String?) {
         let segs = try segments(b)
         guard let app1 = segs.first(where: { $0.marker == 0xE1 }) else { return (nil, nil, nil, nil) }
+        // The TIFF block: after FF E1, the length (2) and "Exif\0\0" (6), to the segment's end.
         let t = app1.offset + 10
-        guard b[t] == 0x49 && b[t + 1] == 0x49 else { throw SinkError.corruptData("EXIF is not little-endian TIFF") }
-        func u16(_ o: Int) -> UInt16 { UInt16(b[t + o]) | UInt16(b[t + o + 1]) << 8 }
-        func u32(_ o: Int) -> UInt32 { UInt32(u16(o)) | UInt32(u16(o + 2)) << 16 }
+        let end = app1.offset + app1.length
+        func corrupt(_ why: String) -> SinkError { SinkError.corruptData("EXIF \(why)") }
+        guard end - t >= 8 else { throw corrupt("block too short for a TIFF header") }
+        guard b[t] == 0x49 && b[t + 1] == 0x49 else { throw corrupt("is not little-endian TIFF") }
+        func u16(_ o: Int) throws -> UInt16 {
+            guard o >= 0, o <= end - t - 2 else { throw corrupt("offset \(o) is outside its \(end - t)-byte block") }
+            return UInt16(b[t + o]) | UInt16(b[t + o + 1]) << 8
+        }
+        func u32(_ o: Int) throws -> UInt32 { UInt32(try u16(o)) | UInt32(try u16(o + 2)) << 16 }
         var orientation: UInt16?, iso: UInt16?, exposure: Double?, date: String?
-        func walk(_ ifd: Int) {
-            let n = Int(u16(ifd))
+        var visited: Set<Int> = []
+        func walk(_ ifd: Int) throws {
+            // A sub-IFD that points back at one already read would recurse forever.
+            guard visited.insert(ifd).inserted, visited.count <= 8 else { throw corrupt("IFD chain loops or is too deep") }
+            let n = Int(try u16(ifd))
             for k in 0..<n {
                 let e = ifd + 2 + 12 * k
-                let tag = u16(e), count = Int(u32(e + 4))
+                let tag = try u16(e), count = Int(try u32(e + 4))
                 switch tag {
-                case 0x0112: orientation = u16(e + 8)
-                case 0x8827: iso = u16(e + 8)
-                case 0x829A: let o = Int(u32(e + 8)); exposure = Double(u32(o)) / Double(max(1, u32(o + 4)))
+                case 0x0112: orientation = try u16(e + 8)
+                case 0x8827: iso = try u16(e + 8)
+                case 0x829A:
+                    let o = Int(try u32(e + 8))
+                    exposure = Double(try u32(o)) / Double(max(1, try u32(o + 4)))
                 case 0x9003:
-                    let o = Int(u32(e + 8))
-                    date = String(decoding: (0..<max(0, count - 1)).map { b[t + o + $0] }, as: UTF8.self)
-                case 0x8769: walk(Int(u32(e + 8)))
+                    let o = Int(try u32(e + 8))
+                    guard count >= 1, o >= 0, o <= end - t, count - 1 <= end - t - o else { throw corrupt("date of \(count) bytes at \(o) is outside its block") }
+                    date = String(decoding: UnsafeRawBufferPointer(rebasing: b[(t + o)..<(t + o + count - 1)]), as: UTF8.self)
+                case 0x8769: try walk(Int(try u32(e + 8)))
                 default: break
                 }
             }
         }
-        walk(Int(u32(4)))
+        try walk(Int(try u32(4)))
         return (orientation, iso, exposure, date)
     }
 }

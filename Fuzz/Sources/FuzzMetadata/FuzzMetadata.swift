@@ -17,7 +17,8 @@ import ViewfinderKit
             let format = FrameFormat(.grey, width: 16, height: 16)
             let frame = Frame(capacity: format.maxByteCount, format: format)
             frame.bytesUsed = format.maxByteCount
-            return Array(try! JPEGEncoder().encode(frame, quality: 80))
+            let encoder = try! JPEGEncoder()  // owns the bytes `encode` returns: keep it until copied
+            return withExtendedLifetime(encoder) { Array(try! encoder.encode(frame, quality: 80)) }
         }()
         FuzzDriver.run { data in
             var input = FuzzInput(data)
