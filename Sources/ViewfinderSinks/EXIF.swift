@@ -36,11 +36,15 @@ public struct ExifInfo: Sendable, Equatable {
     }
 
     /// ISO from an analogue gain (1.0 = ISO 100), clamped to the SHORT range.
-    public static func iso(fromGain gain: Double) -> Int { Int(max(1, min(65535, (gain * 100).rounded()))) }
+    /// A NaN gain gives the lowest ISO.
+    public static func iso(fromGain gain: Double) -> Int { gain.isNaN ? 1 : Int(max(1, min(65535, (gain * 100).rounded()))) }
 
-    /// "YYYY:MM:DD HH:MM:SS" in local time, as EXIF wants it.
-    static func exifDate(_ d: Date) -> String {
-        var t = time_t(d.timeIntervalSince1970)
+    /// "YYYY:MM:DD HH:MM:SS" in local time, as EXIF wants it; nil for a date it cannot hold
+    /// (not finite, before 1970 or after 9999).
+    static func exifDate(_ d: Date) -> String? {
+        let seconds = d.timeIntervalSince1970
+        guard seconds.isFinite, seconds >= 0, seconds < 253_402_214_400 else { return nil }
+        var t = time_t(seconds)
         var tmv = tm()
         localtime_r(&t, &tmv)
         func p(_ v: Int32, _ n: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s }
@@ -58,7 +62,8 @@ public struct ExifInfo: Sendable, Equatable {
         // Exif IFD entries (sorted by tag), with out-of-line data placed after the IFD.
         struct Entry { var tag: UInt16; var type: UInt16; var count: UInt32; var inline: [UInt8]; var data: [UInt8] }
         var exif: [Entry] = []
-        if let t = exposureTime, t > 0 {
+        // Exposures that are not finite, not positive, or too short for 1/N in 32 bits are left out.
+        if let t = exposureTime, t.isFinite, t > 0, t >= 1.0 / 4e9 {
             // RATIONAL: 1/N for short exposures, N/1000000 otherwise.
             let (num, den): (UInt32, UInt32) = t < 1 && (1 / t).rounded() * t > 0.999 && (1 / t).rounded() * t < 1.001
                 ? (1, UInt32((1 / t).rounded())) : (UInt32(min(4e9, (t * 1_000_000).rounded())), 1_000_000)
@@ -70,8 +75,8 @@ public struct ExifInfo: Sendable, Equatable {
             exif.append(Entry(tag: 0x8827, type: 3, count: 1, inline: [UInt8(v & 0xFF), UInt8(v >> 8), 0, 0], data: []))
         }
         exif.append(Entry(tag: 0x9000, type: 7, count: 4, inline: Array("0230".utf8), data: []))
-        if let date = dateTimeOriginal {
-            let s = Array(ExifInfo.exifDate(date).utf8) + [0]
+        if let date = dateTimeOriginal, let text = ExifInfo.exifDate(date) {
+            let s = Array(text.utf8) + [0]
             exif.append(Entry(tag: 0x9003, type: 2, count: UInt32(s.count), inline: [], data: s))
         }
 

@@ -99,4 +99,19 @@ import Viewfinder
         #expect(times.last == .max)
         #expect(times[1] == 4_294_967_295_000_000_000)
     }
+
+    /// FuzzMetadata, crash-cac71d19: a NaN capture date trapped in the EXIF date conversion. Dates
+    /// EXIF cannot hold and exposures that are not finite or too short are left out; a NaN gain is
+    /// the lowest ISO.
+    @Test(arguments: [Double.nan, .infinity, -.infinity, -1, 1e300, 9.9e15])
+    func exifWithExtremeValuesIsWrittenWithoutThem(_ value: Double) throws {
+        let info = ExifInfo(dateTimeOriginal: Date(timeIntervalSince1970: value), exposureTime: value == 1e300 ? 1e-300 : value,
+                            iso: ExifInfo.iso(fromGain: value), orientation: .up)
+        let jpeg: [UInt8] = [0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3F, 0x00, 0xFF, 0xD9]
+        let still = try jpeg.withUnsafeBytes { try JPEGMarkers.makeStandalone($0, exif: info.app1Segment()) }
+        let back = try still.withUnsafeBytes { try JPEGMarkers.readExif($0) }
+        #expect(back.date == nil)
+        #expect(back.iso != nil)
+        #expect(ExifInfo.iso(fromGain: .nan) == 1)
+    }
 }
