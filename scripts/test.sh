@@ -44,6 +44,27 @@ TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scrat
 # dump's first sound period came 1.04 s in (the test expects < 1 s) — load bugs in the session's
 # audio paths, open on issue 10, not races (TSan reported none).
 
+# ---- trust (issue 15): AddressSanitizer + UndefinedBehaviorSanitizer, and the fuzz targets ----
+# The unit tests of the engine, the sinks (dump, movie, stills, EXIF, y4m), the V4L2 backend
+# against the fake kernel and the stages, built once with ASan and UBSan together
+# (-sanitize=address,undefined) in .build-asan. Leak detection is off: Foundation and the Swift
+# runtime keep caches alive at exit that LeakSanitizer reports. The build costs about 8-10 min on
+# two cores, the tests about 5 min.
+# NOT YET VERIFIED on this branch (the sanitized build did not finish before the deadline of
+# issue 15's first pass): off unless VIEWFINDER_ASAN=1, so that it cannot break CI unseen.
+if [ "${VIEWFINDER_ASAN:-0}" = 1 ]; then
+    echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer" >&2
+    flock "$LOCK" swift build --build-tests --sanitize=address --sanitize=undefined --scratch-path .build-asan
+    ASAN_OPTIONS="detect_leaks=0:halt_on_error=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" SWIFT_BACKTRACE=enable=no \
+        swift test --skip-build --sanitize=address --sanitize=undefined --scratch-path .build-asan \
+        --filter "ViewfinderTests|ViewfinderSinksTests|ViewfinderV4L2Tests|ViewfinderStagesTests|ViewfinderKitTests"
+fi
+# Every fuzz target for 20 s (libFuzzer, ASan, coverage over the whole package): six targets,
+# about 2 min of fuzzing plus a 3-4 min build of Fuzz/.
+echo "== fuzzing: every parser of outside input, 20 s per target" >&2
+VF_BUILD_LOCK="$LOCK" bash scripts/fuzz.sh --seconds 20
+# ---- end of the trust block ----
+
 echo "== frames cannot be retained, released or recycled from outside the package" >&2
 bash scripts/check-frame-api.sh
 

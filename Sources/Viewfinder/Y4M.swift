@@ -146,7 +146,10 @@ public struct Y4MHeader: Sendable, Equatable {
                 ht = v
             case "F":
                 let r = try ratio()
-                guard r.0 > 0, r.1 > 0 else { throw Y4MError.malformedHeader(offset: offset + start, reason: "bad frame rate '\(value)'") }
+                // Both parts become a `FrameInterval`'s UInt32 fields.
+                guard r.0 > 0, r.1 > 0, r.0 <= Int(UInt32.max), r.1 <= Int(UInt32.max) else {
+                    throw Y4MError.malformedHeader(offset: offset + start, reason: "bad frame rate '\(value)'")
+                }
                 h.rateNumerator = r.0; h.rateDenominator = r.1
             case "I":
                 guard value.count == 1, "ptbm?".contains(value) else { throw Y4MError.malformedHeader(offset: offset + start, reason: "bad interlacing '\(value)'") }
@@ -276,7 +279,9 @@ public final class Y4MReader {
         }
         frame.sequence = UInt64(framesRead)
         if let iv = header.interval {
-            frame.timestamp = Timestamp(nanoseconds: UInt64(framesRead) * iv.nanoseconds, clock: .unknown)
+            // A rate of 1 frame in 2^32 s overflows after a few frames: such a stream's times stop at the end of UInt64.
+            let (t, overflow) = UInt64(framesRead).multipliedReportingOverflow(by: iv.nanoseconds)
+            frame.timestamp = Timestamp(nanoseconds: overflow ? .max : t, clock: .unknown)
         }
         framesRead += 1
         return true

@@ -51,15 +51,20 @@ public final class ALSACaptureSource: AudioCaptureSource, @unchecked Sendable {
         let sampleFormat = try pickFormat(request.sampleFormat, hw)
         try check(snd_pcm_hw_params_set_format(pcm, hw, ALSA.pcmFormat(sampleFormat)), "set format")
         let rate = request.sampleRate ?? ([48000, 44100].first { info.rates.contains($0) } ?? info.minimumRate)
-        guard snd_pcm_hw_params_test_rate(pcm, hw, UInt32(rate), 0) == 0 else {
+        // ALSA takes rates, channels and sizes as 32-bit values: a request beyond them is
+        // unsupported, not a trap in the conversion.
+        guard rate > 0, rate <= Int(UInt32.max), snd_pcm_hw_params_test_rate(pcm, hw, UInt32(rate), 0) == 0 else {
             throw AudioError.unsupportedRate(device: info.id, requested: rate, range: info.minimumRate...max(info.minimumRate, info.maximumRate))
         }
         try check(snd_pcm_hw_params_set_rate(pcm, hw, UInt32(rate), 0), "set rate")
         let channels = request.channels ?? (info.minimumChannels...max(info.minimumChannels, info.maximumChannels) ~= 2 ? 2 : info.minimumChannels)
-        guard snd_pcm_hw_params_test_channels(pcm, hw, UInt32(channels)) == 0 else {
+        guard channels > 0, channels <= Int(UInt32.max), snd_pcm_hw_params_test_channels(pcm, hw, UInt32(channels)) == 0 else {
             throw AudioError.unsupportedChannels(device: info.id, requested: channels, range: info.minimumChannels...max(info.minimumChannels, info.maximumChannels))
         }
         try check(snd_pcm_hw_params_set_channels(pcm, hw, UInt32(channels)), "set channels")
+        guard (1...(1 << 24)).contains(request.periodFrames), (1...1024).contains(request.periods) else {
+            throw AudioError.invalidRequest("period=\(request.periodFrames) periods=\(request.periods) (period 1...16777216 frames, periods 1...1024)")
+        }
         var period = snd_pcm_uframes_t(request.periodFrames)
         var dir: Int32 = 0
         try check(snd_pcm_hw_params_set_period_size_near(pcm, hw, &period, &dir), "set period size")

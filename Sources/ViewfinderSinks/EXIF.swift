@@ -43,11 +43,15 @@ public struct ExifInfo: Sendable, Equatable {
     }
 
     /// ISO from an analogue gain (1.0 = ISO 100), clamped to the SHORT range.
-    public static func iso(fromGain gain: Double) -> Int { Int(max(1, min(65535, (gain * 100).rounded()))) }
+    /// A NaN gain gives the lowest ISO.
+    public static func iso(fromGain gain: Double) -> Int { gain.isNaN ? 1 : Int(max(1, min(65535, (gain * 100).rounded()))) }
 
-    /// "YYYY:MM:DD HH:MM:SS" in local time, as EXIF wants it.
-    static func exifDate(_ d: Date) -> String {
-        var t = time_t(d.timeIntervalSince1970)
+    /// "YYYY:MM:DD HH:MM:SS" in local time, as EXIF wants it; nil for a date it cannot hold
+    /// (not finite, before 1970 or after 9999).
+    static func exifDate(_ d: Date) -> String? {
+        let seconds = d.timeIntervalSince1970
+        guard seconds.isFinite, seconds >= 0, seconds < 253_402_214_400 else { return nil }
+        var t = time_t(seconds)
         var tmv = tm()
         localtime_r(&t, &tmv)
         func p(_ v: Int32, _ n: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, n - s.count)) + s }
@@ -65,7 +69,8 @@ public struct ExifInfo: Sendable, Equatable {
         // Exif IFD entries (sorted by tag), with out-of-line data placed after the IFD.
         struct Entry { var tag: UInt16; var type: UInt16; var count: UInt32; var inline: [UInt8]; var data: [UInt8] }
         var exif: [Entry] = []
-        if let t = exposureTime, t > 0 {
+        // Exposures that are not finite, not positive, or too short for 1/N in 32 bits are left out.
+        if let t = exposureTime, t.isFinite, t > 0, t >= 1.0 / 4e9 {
             // RATIONAL: 1/N for short exposures, N/1000000 otherwise.
             let (num, den): (UInt32, UInt32) = t < 1 && (1 / t).rounded() * t > 0.999 && (1 / t).rounded() * t < 1.001
                 ? (1, UInt32((1 / t).rounded())) : (UInt32(min(4e9, (t * 1_000_000).rounded())), 1_000_000)
@@ -77,8 +82,8 @@ public struct ExifInfo: Sendable, Equatable {
             exif.append(Entry(tag: 0x8827, type: 3, count: 1, inline: [UInt8(v & 0xFF), UInt8(v >> 8), 0, 0], data: []))
         }
         exif.append(Entry(tag: 0x9000, type: 7, count: 4, inline: Array("0230".utf8), data: []))
-        if let date = dateTimeOriginal {
-            let s = Array(ExifInfo.exifDate(date).utf8) + [0]
+        if let date = dateTimeOriginal, let text = ExifInfo.exifDate(date) {
+            let s = Array(text.utf8) + [0]
             exif.append(Entry(tag: 0x9003, type: 2, count: UInt32(s.count), inline: [], data: s))
         }
 
@@ -227,32 +232,49 @@ public enum JPEGMarkers {
     }
 
     /// Reads back the EXIF APP1 fields this module writes (for tests and `viewfinder` inspection).
+    ///
+    /// Every offset is checked against the APP1 segment: a damaged or hostile EXIF block (offsets
+    /// past the end, a sub-IFD pointing at itself) is a `SinkError.corruptData`, never a read
+    /// outside the buffer.
     public static func readExif(_ b: UnsafeRawBufferPointer) throws -> (orientation: UInt16?, iso: UInt16?, exposure: Double?, date: String?) {
         let segs = try segments(b)
         guard let app1 = segs.first(where: { $0.marker == 0xE1 }) else { return (nil, nil, nil, nil) }
+        // The TIFF block: after FF E1, the length (2) and "Exif\0\0" (6), to the segment's end.
         let t = app1.offset + 10
-        guard b[t] == 0x49 && b[t + 1] == 0x49 else { throw SinkError.corruptData("EXIF is not little-endian TIFF") }
-        func u16(_ o: Int) -> UInt16 { UInt16(b[t + o]) | UInt16(b[t + o + 1]) << 8 }
-        func u32(_ o: Int) -> UInt32 { UInt32(u16(o)) | UInt32(u16(o + 2)) << 16 }
+        let end = app1.offset + app1.length
+        func corrupt(_ why: String) -> SinkError { SinkError.corruptData("EXIF \(why)") }
+        guard end - t >= 8 else { throw corrupt("block too short for a TIFF header") }
+        guard b[t] == 0x49 && b[t + 1] == 0x49 else { throw corrupt("is not little-endian TIFF") }
+        func u16(_ o: Int) throws -> UInt16 {
+            guard o >= 0, o <= end - t - 2 else { throw corrupt("offset \(o) is outside its \(end - t)-byte block") }
+            return UInt16(b[t + o]) | UInt16(b[t + o + 1]) << 8
+        }
+        func u32(_ o: Int) throws -> UInt32 { UInt32(try u16(o)) | UInt32(try u16(o + 2)) << 16 }
         var orientation: UInt16?, iso: UInt16?, exposure: Double?, date: String?
-        func walk(_ ifd: Int) {
-            let n = Int(u16(ifd))
+        var visited: Set<Int> = []
+        func walk(_ ifd: Int) throws {
+            // A sub-IFD that points back at one already read would recurse forever.
+            guard visited.insert(ifd).inserted, visited.count <= 8 else { throw corrupt("IFD chain loops or is too deep") }
+            let n = Int(try u16(ifd))
             for k in 0..<n {
                 let e = ifd + 2 + 12 * k
-                let tag = u16(e), count = Int(u32(e + 4))
+                let tag = try u16(e), count = Int(try u32(e + 4))
                 switch tag {
-                case 0x0112: orientation = u16(e + 8)
-                case 0x8827: iso = u16(e + 8)
-                case 0x829A: let o = Int(u32(e + 8)); exposure = Double(u32(o)) / Double(max(1, u32(o + 4)))
+                case 0x0112: orientation = try u16(e + 8)
+                case 0x8827: iso = try u16(e + 8)
+                case 0x829A:
+                    let o = Int(try u32(e + 8))
+                    exposure = Double(try u32(o)) / Double(max(1, try u32(o + 4)))
                 case 0x9003:
-                    let o = Int(u32(e + 8))
-                    date = String(decoding: (0..<max(0, count - 1)).map { b[t + o + $0] }, as: UTF8.self)
-                case 0x8769: walk(Int(u32(e + 8)))
+                    let o = Int(try u32(e + 8))
+                    guard count >= 1, o >= 0, o <= end - t, count - 1 <= end - t - o else { throw corrupt("date of \(count) bytes at \(o) is outside its block") }
+                    date = String(decoding: UnsafeRawBufferPointer(rebasing: b[(t + o)..<(t + o + count - 1)]), as: UTF8.self)
+                case 0x8769: try walk(Int(try u32(e + 8)))
                 default: break
                 }
             }
         }
-        walk(Int(u32(4)))
+        try walk(Int(try u32(4)))
         return (orientation, iso, exposure, date)
     }
 }

@@ -413,7 +413,8 @@ public final class MovieWriter {
         for st in states {
             if let h = st.held {
                 var d = st.lastDuration
-                if let ns = lastFrameDurationNanoseconds { d = UInt32(max(1, (Double(ns) * Double(st.timescale) / 1e9).rounded())) }
+                // Clamped: a duration beyond the 32-bit field (about 13 h at 90 kHz) is the longest it holds.
+                if let ns = lastFrameDurationNanoseconds { d = UInt32(min(Double(UInt32.max), max(1, (Double(ns) * Double(st.timescale) / 1e9).rounded()))) }
                 if d == 0 { d = st.timescale / 30 }
                 place(st, size: h.size, duration: d)
             }
