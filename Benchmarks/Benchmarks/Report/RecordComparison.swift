@@ -22,14 +22,14 @@ enum RecordComparison {
     static func writeInputs(_ frames: [Frame], yuv: String, dump: String) throws {
         unlink(yuv); unlink(dump)
         let fd = open(yuv, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        guard fd >= 0 else { throw SinkError.fromErrno(path: yuv, operation: "open") }
+        guard fd >= 0 else { let e = errno; throw SinkError.io(path: yuv, operation: "open", errno: e, message: String(cString: strerror(e))) }
         defer { close(fd) }
         let writer = try RawDumpWriter(path: dump, format: frames[0].format, interval: FrameInterval(fps: 30), compression: .none)
         for (i, f) in frames.enumerated() {
             var done = 0
             while done < f.bytesUsed {
                 let n = write(fd, f.data + done, f.bytesUsed - done)
-                guard n > 0 else { throw SinkError.fromErrno(path: yuv, operation: "write") }
+                guard n > 0 else { let e = errno; throw SinkError.io(path: yuv, operation: "write", errno: e, message: String(cString: strerror(e))) }
                 done += n
             }
             f.sequence = UInt64(i)
