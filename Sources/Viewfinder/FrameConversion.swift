@@ -45,7 +45,7 @@ public final class FrameConverter {
     private var decoder: (any PixelDecoder)?
     private var decoderFormat: FrameFormat?
     private var decoded: Frame?
-    private var rgbScratch: Frame?
+    private let rgbBayer = RGBBayerConverter()
     private var unturned: Frame?
 
     /// - Parameters:
@@ -133,9 +133,8 @@ public final class FrameConverter {
             return p
         }
         if RGBBayerConverter.handles(f.pixelFormat) {
-            let conv = RGBBayerConverter()
-            let target = scratch(&decoded, capacity: conv.decodedByteCount(for: f, scale: 1))
-            do { try conv.decode(frame, scale: 1, into: target) } catch { throw .corrupt("\(f) frame of \(frame.bytesUsed) bytes") }
+            let target = scratch(&decoded, capacity: rgbBayer.decodedByteCount(for: f, scale: 1))
+            do { try rgbBayer.decode(frame, scale: 1, into: target) } catch { throw .corrupt("\(f) frame of \(frame.bytesUsed) bytes") }
             guard let p = FramePixels(format: target.format, data: target.data, capacity: target.capacity) else { throw .corrupt("\(f)") }
             return p
         }

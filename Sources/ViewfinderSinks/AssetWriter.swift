@@ -60,7 +60,6 @@ public final class AssetWriterInput: @unchecked Sendable {
         var pending = 0
         var finished = false
         var appended: UInt64 = 0
-        var lastVideoNanoseconds: UInt64?
     }
     let state = LockedBox(State())
     private let readiness = ConditionLock()
@@ -221,6 +220,8 @@ public final class AssetWriter: @unchecked Sendable {
     private var movie: MovieWriter?
     private var encoder: JPEGEncoder?
     private var converter: FrameConverter?
+    /// The demosaiced picture of a Bayer frame, reused from frame to frame.
+    private var demosaiced: Frame?
     private var lastVideoNanoseconds: UInt64?
 
     /// - Parameters:
@@ -370,9 +371,10 @@ public final class AssetWriter: @unchecked Sendable {
             if frame.format.pixelFormat.isBayer {
                 // A mosaic is demosaiced first (the encoder takes YUV and packed RGB).
                 if converter == nil { converter = try FrameConverter(target: .i420) }
-                let out = Frame(capacity: converter!.outputFormat(for: frame.format).maxByteCount, format: frame.format)
-                try converter!.convert(frame, into: out)
-                source = out
+                let need = converter!.outputFormat(for: frame.format).maxByteCount
+                if demosaiced == nil || demosaiced!.capacity < need { demosaiced = Frame(capacity: need, format: frame.format) }
+                try converter!.convert(frame, into: demosaiced!)
+                source = demosaiced!
             }
             let jpeg = try encoder.encode(source, quality: quality)
             try movie.appendVideo(jpeg, timestampNanoseconds: ts)
