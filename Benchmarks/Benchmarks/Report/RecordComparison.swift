@@ -74,15 +74,7 @@ enum RecordComparison {
         settings.quality = 85
         settings.encoderThreads = 2
         let movie = MovieFileOutput(settings: settings)
-        final class Done: MovieRecordingDelegate, @unchecked Sendable {
-            // @unchecked Sendable: written once on the output's thread before the engine finishes, read after.
-            var summary: MovieRecordingSummary?
-            var error: MovieRecordingError?
-            func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
-                self.summary = summary; self.error = error
-            }
-        }
-        let done = Done()
+        let done = MovieRecordingResult()
         try movie.startRecording(to: out, delegate: done)
         var options = EngineOptions()
         options.stallTimeoutSeconds = 30

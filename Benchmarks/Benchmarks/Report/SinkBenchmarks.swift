@@ -76,15 +76,7 @@ public enum MovieWriterBenchmark {
         let output = MovieFileOutput(settings: settings)
         let path = directory + "/vf-moviebench-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).mov"
         defer { unlink(path) }
-        final class Done: MovieRecordingDelegate, @unchecked Sendable {
-            // @unchecked Sendable: written once on the output's thread before `finish` returns, read after.
-            var summary: MovieRecordingSummary?
-            var error: MovieRecordingError?
-            func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
-                self.summary = summary; self.error = error
-            }
-        }
-        let done = Done()
+        let done = MovieRecordingResult()
         try output.start(configuration: StreamConfiguration(format: source[0].frame.format, interval: FrameInterval(fps: 30), bufferCount: 8))
         try output.startRecording(to: path, delegate: done)
         let c0 = processCPUSeconds()
@@ -235,5 +227,15 @@ public enum MovieComparison {
             }
         }
         return out
+    }
+}
+
+/// Keeps what a movie output reports when its recording finishes (for the report's movie runs).
+final class MovieRecordingResult: MovieRecordingDelegate, @unchecked Sendable {
+    // @unchecked Sendable: written once on the output's thread before the run ends, read after.
+    var summary: MovieRecordingSummary?
+    var error: MovieRecordingError?
+    func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+        self.summary = summary; self.error = error
     }
 }
