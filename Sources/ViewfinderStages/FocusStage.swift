@@ -73,8 +73,15 @@ public struct FocusOptions: StageOptions {
 /// `.scanning` while the lens is moving, so analysis can skip those frames). The scan is pipelined:
 /// a new lens position is sent every frame and each frame's score is attributed to the lens
 /// position it was actually taken with (its metadata; else the command `controlLatencyFrames`
-/// earlier). Coarse scan over the range, fine scan around the best coarse position, a Gaussian
-/// (parabola on log score) fit through the best three, then the lens goes to the peak.
+/// earlier). Coarse scan over the range, fine scan around the coarse peak, then the lens goes to
+/// the peak of a Gaussian (a parabola on the log score) fitted by least squares to every frame
+/// measured near it.
+///
+/// Noisy scores (a soft or low-contrast subject, sky, shake) are handled by using every frame:
+/// frames taken at the same lens position are averaged (not maxed: a maximum picks the noise), the
+/// fit runs over all positions near the best instead of three, and a pass ends when the frame at
+/// its last position has arrived — a position the lens passed without a frame (the camera's timing
+/// slipped) costs nothing, its neighbours' frames stand in for it.
 public final class FocusStage: Stage {
     public static let name = "focus"
     public static let summary = "Focus measures (Laplacian variance, Tenengrad) and contrast-detect autofocus: locked, auto (coarse-to-fine scan), continuous (re-scan on scene change)."
@@ -96,9 +103,15 @@ public final class FocusStage: Stage {
     /// Scan targets and the score seen at each (NaN until seen).
     private var targets: [Double] = []
     private var scores: [Double] = []
-    /// Scan positions and scores sorted by position, for `peak()` (storage reserved up front).
+    /// Every frame of the current scan: the lens position it was taken with and its score.
+    private var samplePositions: [Double] = []
+    private var sampleScores: [Double] = []
+    /// Samples grouped by position (mean score per position), sorted by position, for `peak()`.
     private var sortedPositions: [Double] = []
     private var sortedScores: [Double] = []
+    private var sortedCounts: [Int] = []
+    /// Most frames one scan keeps.
+    static let sampleCapacity = 128
     private var nextTarget = 0
     private var commanded = 0.0
     /// Lens commands by frame count, for frames without lens metadata.
@@ -119,8 +132,11 @@ public final class FocusStage: Stage {
         self.options = options
         targets.reserveCapacity(32)
         scores.reserveCapacity(32)
-        sortedPositions.reserveCapacity(32)
-        sortedScores.reserveCapacity(32)
+        samplePositions.reserveCapacity(Self.sampleCapacity)
+        sampleScores.reserveCapacity(Self.sampleCapacity)
+        sortedPositions.reserveCapacity(Self.sampleCapacity)
+        sortedScores.reserveCapacity(Self.sampleCapacity)
+        sortedCounts.reserveCapacity(Self.sampleCapacity)
     }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
@@ -195,7 +211,9 @@ public final class FocusStage: Stage {
             } else {
                 move(to: commanded)
             }
-            if scores.allSatisfy({ !$0.isNaN }) || framesInPhase > targets.count + latency + 6 {
+            // The lens visits the targets in order: once the frame at the last one is in, the
+            // sweep is complete (a target passed without a frame of its own is not waited for).
+            if !scores[scores.count - 1].isNaN || framesInPhase > targets.count + latency + 6 {
                 finishPass()
             }
             frame.metadata.focusState = .scanning
@@ -243,6 +261,8 @@ public final class FocusStage: Stage {
         let n = options.coarseSteps
         targets.removeAll(keepingCapacity: true)
         scores.removeAll(keepingCapacity: true)
+        samplePositions.removeAll(keepingCapacity: true)
+        sampleScores.removeAll(keepingCapacity: true)
         // Start from the end nearer the lens.
         let fromLow = commanded - lensMin <= lensMax - commanded
         for i in 0..<n {
@@ -259,45 +279,84 @@ public final class FocusStage: Stage {
         for i in targets.indices where abs(targets[i] - lens) <= 0.5 {
             scores[i] = scores[i].isNaN ? score : max(scores[i], score)
         }
+        guard score.isFinite, samplePositions.count < Self.sampleCapacity else { return }
+        samplePositions.append(lens)
+        sampleScores.append(score)
     }
 
-    /// The interpolated peak of the scores: a parabola through the logs of the best and its
-    /// neighbours (a Gaussian fit), clamped to half a step either side.
-    private func peak() -> (position: Double, best: Double, step: Double) {
-        // Insertion sort by position into reserved storage: no allocation on the stage thread.
+    /// The peak of the scan's samples within `radius` of the best position: the samples are grouped
+    /// by lens position (mean score of each), the best group is found, and a parabola is fitted by
+    /// least squares to the log scores of the groups within `radius` of it (a Gaussian fit); its
+    /// vertex, kept inside the span those groups cover, is the peak. Each group weighs its frame
+    /// count times its score relative to the best, squared: near the peak the Gaussian holds, far
+    /// down its flanks (where a sharp subject's score is at the noise floor) it does not. With
+    /// fewer than three groups, or no maximum in the fit, the best position itself.
+    private func peak(radius: Double) -> (position: Double, best: Double) {
+        // Group by position, sorted, into reserved storage: no allocation on the stage thread.
         sortedPositions.removeAll(keepingCapacity: true)
         sortedScores.removeAll(keepingCapacity: true)
-        for i in targets.indices {
-            let t = targets[i], v = scores[i].isNaN ? 0 : scores[i]
+        sortedCounts.removeAll(keepingCapacity: true)
+        for i in samplePositions.indices {
+            let t = samplePositions[i], v = sampleScores[i]
+            if let g = sortedPositions.firstIndex(where: { abs($0 - t) <= 0.5 }) {
+                sortedScores[g] += v; sortedCounts[g] += 1
+                continue
+            }
             var k = sortedPositions.count
-            sortedPositions.append(t); sortedScores.append(v)
+            sortedPositions.append(t); sortedScores.append(v); sortedCounts.append(1)
             while k > 0 && sortedPositions[k - 1] > t {
-                sortedPositions[k] = sortedPositions[k - 1]; sortedScores[k] = sortedScores[k - 1]
+                sortedPositions[k] = sortedPositions[k - 1]; sortedScores[k] = sortedScores[k - 1]; sortedCounts[k] = sortedCounts[k - 1]
                 k -= 1
             }
-            sortedPositions[k] = t; sortedScores[k] = v
+            sortedPositions[k] = t; sortedScores[k] = v; sortedCounts[k] = 1
         }
-        let pos = sortedPositions, sc = sortedScores
+        guard !sortedPositions.isEmpty else { return (commanded, commanded) }
+        for g in sortedScores.indices { sortedScores[g] /= Double(sortedCounts[g]) }
         var best = 0
-        for i in sc.indices where sc[i] > sc[best] { best = i }
-        let step = pos.count > 1 ? (pos[pos.count - 1] - pos[0]) / Double(pos.count - 1) : 0
-        guard best > 0, best < pos.count - 1 else { return (pos[best], pos[best], step) }
-        let a = log(max(sc[best - 1], 1e-12)), b = log(max(sc[best], 1e-12)), c = log(max(sc[best + 1], 1e-12))
-        let denom = a - 2 * b + c
-        var offset = 0.0
-        if denom < 0 { offset = 0.5 * (a - c) / denom }
-        offset = min(0.5, max(-0.5, offset))
-        return (pos[best] + offset * step, pos[best], step)
+        for g in sortedScores.indices where sortedScores[g] > sortedScores[best] { best = g }
+        let x0 = sortedPositions[best]
+        // Least squares of log score = a + b·u + c·u² (u = (x − x0) / radius).
+        var s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, t0 = 0.0, t1 = 0.0, t2 = 0.0
+        var lo = x0, hi = x0, groups = 0
+        for g in sortedPositions.indices where abs(sortedPositions[g] - x0) <= radius {
+            let r = sortedScores[g] / max(sortedScores[best], 1e-300)
+            let u = (sortedPositions[g] - x0) / radius, w = Double(sortedCounts[g]) * r * r
+            let y = log(max(sortedScores[g], 1e-12))
+            s0 += w; s1 += w * u; s2 += w * u * u; s3 += w * u * u * u; s4 += w * u * u * u * u
+            t0 += w * y; t1 += w * u * y; t2 += w * u * u * y
+            lo = min(lo, sortedPositions[g]); hi = max(hi, sortedPositions[g]); groups += 1
+        }
+        guard groups >= 3 else { return (x0, x0) }
+        // Normal equations [s0 s1 s2; s1 s2 s3; s2 s3 s4]·(a, b, c) = (t0, t1, t2), by Cramer's rule.
+        func det(_ a: Double, _ b: Double, _ c: Double, _ d: Double, _ e: Double, _ f: Double, _ g: Double, _ h: Double, _ i: Double) -> Double {
+            a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
+        }
+        let d = det(s0, s1, s2, s1, s2, s3, s2, s3, s4)
+        guard abs(d) > 1e-12 else { return (x0, x0) }
+        let b = det(s0, t0, s2, s1, t1, s3, s2, t2, s4) / d
+        let c = det(s0, s1, t0, s1, s2, t1, s2, s3, t2) / d
+        guard c < 0 else { return (x0, x0) }
+        let vertex = x0 + radius * (-b / (2 * c))
+        return (min(hi, max(lo, vertex)), x0)
     }
 
     private func finishPass() {
-        let p = peak()
+        let coarseStep = (lensMax - lensMin) / Double(max(options.coarseSteps - 1, 1))
         framesInPhase = 0
         if phase == .coarse {
-            // Fine scan over the best coarse cell (± one coarse step), nearest end first.
-            let n = options.fineSteps
-            let centre = p.best
-            let half = 0.6 * p.step
+            // Fine scan around the coarse peak (a fit through the best position and its
+            // neighbours either side), nearest end first.
+            let p = peak(radius: 1.01 * coarseStep)
+            // A coarse neighbour of the best that has no frame (the camera's timing slipped and
+            // the lens passed it) leaves the peak's side unknown: the fine scan then covers the
+            // whole cell on both sides, with two positions more.
+            func unseen(_ x: Double) -> Bool {
+                x >= lensMin - 0.5 && x <= lensMax + 0.5 && !samplePositions.contains { abs($0 - x) <= 0.5 * lensStep + 0.5 }
+            }
+            let missing = unseen(p.best - coarseStep) || unseen(p.best + coarseStep)
+            let n = options.fineSteps + (missing ? 2 : 0)
+            let centre = missing ? p.best : p.position
+            let half = (missing ? 1.0 : 0.6) * coarseStep
             targets.removeAll(keepingCapacity: true)
             scores.removeAll(keepingCapacity: true)
             for i in 0..<n {
@@ -309,7 +368,10 @@ public final class FocusStage: Stage {
             phase = .fine
             nextTarget = 0
         } else {
-            finalTarget = snap(p.position)
+            // Every frame of the scan within a coarse step of the best position: the fine
+            // positions and the coarse neighbours (weighted by score, so a sharp subject's peak is
+            // fitted by its fine positions, a soft subject's broad one by both).
+            finalTarget = snap(peak(radius: 1.01 * coarseStep).position)
             phase = .moving
             move(to: finalTarget)
         }

@@ -1,6 +1,6 @@
 // Side-by-side figures: Viewfinder's measurements next to the peers', measured in the same run.
 //
-//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out | --dump | --record | --formats | --stabilise | --stabilise-motions | --kernels | --stages]
+//   cd Benchmarks && swift run -c release viewfinder-report [--quick] [--frames-out | --dump | --record | --formats | --stabilise | --stabilise-motions | --autofocus | --kernels | --stages]
 //
 // Needs g++ and libboost-dev for the ring reference and gst-launch-1.0 for the movie peer
 // (`bash scripts/install-deps.sh --bench`); a peer that is missing is reported as such.
@@ -108,6 +108,7 @@ let sections: [(flag: String, run: () throws -> Void)] = [
     ("--stabilise-motions", { try runStabiliseMotions(quick: quick) }),
     ("--stabilise", { try runStabiliseComparison(quick: quick) }),
     ("--kernels", { try reportKernels(quick: quick) }),
+    ("--autofocus", { try AutofocusReport.run(quick: quick) }),
 ]
 if let section = sections.first(where: { CommandLine.arguments.contains($0.flag) }) {
     try section.run()

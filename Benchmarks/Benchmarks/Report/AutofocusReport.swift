@@ -1,0 +1,91 @@
+// Autofocus on real photographs: the sim camera films each photograph of the evaluation set
+// (`fetchEvaluationPhotos()`, two Debian packages) at 960x540 YUYV with hand-shake, the subject
+// at several distances, the lens starting at either end of its range; the `focus` stage in `auto`
+// mode drives the lens through the engine, as `viewfinder run --stages focus:mode=auto` does.
+//
+//   cd Benchmarks && swift run -c release viewfinder-report --autofocus [--quick]
+//
+// Per run: the final error (lens position minus the truth's in-focus position, % of the range),
+// and the time to lock: the first frame from which the lens stays within 2 % of the range to the
+// end of the run. Issue 11's targets: within 2 % in every run, in ≤ 25 frames.
+import Foundation
+import Synchronization
+import ViewfinderKit
+
+/// Collects each frame's lens position, in-focus truth and focus state.
+final class FocusTrace: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: written on the consumer thread, read after the engine finished.
+    let consumerName = "focus-trace"
+    var ringCapacity: Int { 64 }
+    var overflowPolicy: OverflowPolicy { .wait }
+    var errors: [Double] = []
+    var states: [ControlLoopState?] = []
+    func start(configuration: StreamConfiguration) throws {}
+    func consume(_ frame: Frame) {
+        guard let t = frame.metadata.truth else { return }
+        errors.append(t.appliedLensPosition - t.inFocusLensPosition)
+        states.append(frame.metadata.focusState)
+    }
+    func finish(error: (any Error)?) {}
+}
+
+enum AutofocusReport {
+    struct Run { var photo: String; var subject: Double; var start: Int; var finalError: Double; var lockFrame: Int?; var maxError: Double }
+
+    /// One run; errors in % of the lens range (1000 units).
+    static func run(photo: String, subject: Double, start: Int, shake: Double, frames: Int, seed: Int) throws -> Run {
+        let cam = try SimCamera(deviceString: "sim:paced=true,fps=30,scene=\(photo),subject=\(subject),focus=\(start),shake=\(shake),seed=\(seed)")
+        let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 960, height: 540, fps: 30, bufferCount: 8))
+        var o = FocusOptions()
+        o.mode = .auto
+        let trace = FocusTrace()
+        var options = EngineOptions(frameLimit: UInt64(frames))
+        options.stallTimeoutSeconds = 30
+        let engine = CaptureEngine(source: cam, configuration: cfg, stages: [FocusStage(options: o)], consumers: [trace], options: options)
+        try engine.start()
+        engine.waitUntilFinished()
+        let e = trace.errors.map { abs($0) / 10 }
+        if ProcessInfo.processInfo.environment["VF_AF_TRACE"] != nil {
+            print("    trace \(URL(fileURLWithPath: photo).lastPathComponent) \(subject) m from \(start): " + zip(trace.errors, trace.states).map { String(format: "%+.0f%@", $0.0, $0.1 == .scanning ? "s" : "") }.joined(separator: " "))
+        }
+        var lock: Int? = nil
+        for i in stride(from: e.count - 1, through: 0, by: -1) {
+            if e[i] <= 2 { lock = i } else { break }
+        }
+        return Run(photo: URL(fileURLWithPath: photo).lastPathComponent.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: ""),
+                   subject: subject, start: start, finalError: e.last ?? .nan, lockFrame: lock, maxError: e.suffix(5).max() ?? .nan)
+    }
+
+    static func run(quick: Bool) throws {
+        let frames = 40
+        let photos = fetchEvaluationPhotos()
+        print("\n== Autofocus on real photographs (\(photos.count) from two Debian packages), sim 960x540 YUYV, shake 2 px, 30 fps paced, focus:mode=auto, \(frames) frames per run")
+        guard !photos.isEmpty else { print("  no photographs: not run"); return }
+        let subjects: [Double] = quick ? [0.3, 2] : [0.3, 0.5, 2]
+        var runs: [Run] = []
+        var seed = 10
+        for p in photos {
+            var line = "  " + (URL(fileURLWithPath: p.path).lastPathComponent.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")).padding(toLength: 12, withPad: " ", startingAt: 0)
+            for s in subjects {
+                for start in [0, 1000] {
+                    seed += 1
+                    let r = try run(photo: p.path, subject: s, start: start, shake: 2, frames: frames, seed: seed)
+                    runs.append(r)
+                    line += String(format: " | %.1f m from %4d: %4.1f %% @%@", s, start, r.finalError, r.lockFrame.map { "\($0)" } ?? "—")
+                }
+            }
+            print(line)
+        }
+        let within = runs.filter { $0.finalError <= 2 && $0.lockFrame != nil }
+        let locks = runs.compactMap(\.lockFrame).sorted()
+        let errs = runs.map(\.finalError).sorted()
+        print(String(format: "  within 2 %% of the range at the end: %d of %d runs; final error median %.2f %%, worst %.2f %%", within.count, runs.count, errs[errs.count / 2], errs.last!))
+        if !locks.isEmpty {
+            print(String(format: "  frames to lock (stays within 2 %% to the end): median %d, worst %d; runs that never locked: %d (target: every run within 2 %% in ≤ 25 frames)",
+                         locks[locks.count / 2], locks.last!, runs.count - locks.count))
+        }
+        for r in runs where r.finalError > 2 || (r.lockFrame ?? 99) > 25 {
+            print(String(format: "    miss: %@ subject %.1f m from %d: final %.2f %%, lock %@", r.photo, r.subject, r.start, r.finalError, r.lockFrame.map { "\($0)" } ?? "never"))
+        }
+    }
+}
