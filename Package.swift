@@ -37,6 +37,10 @@ let package = Package(
 
         // Hot loops in C: a portable build and an AVX2 build chosen at run time (no target-CPU flag).
         .target(name: "CViewfinderKernels"),
+        // JPEG straight from packed 4:2:2 rows (libjpeg-turbo's raw-data interface, one 8-row strip
+        // at a time): no full-frame planar copy before the encode. C because libjpeg reports errors
+        // by longjmp.
+        .target(name: "CViewfinderJPEG", dependencies: ["CViewfinderKernels"], linkerSettings: [.linkedLibrary("jpeg")]),
 
         // The engine: frames, pool, ring, stages, flow and the capture session. Links no codec.
         .target(
@@ -62,7 +66,7 @@ let package = Package(
         // Sinks: JPEG stills, movie files, LZ4 raw dumps, frames to a pipe or a shared-memory ring.
         .target(
             name: "ViewfinderSinks",
-            dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels"]
+            dependencies: ["Viewfinder", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels", "CViewfinderJPEG"]
         ),
         // Sound capture through ALSA (the engine's audio types, clock and aligner are in Viewfinder).
         .target(

@@ -10,7 +10,7 @@
 # bench's HTML report (scripts/check-bench-report.sh: the SVG plots must draw).
 # Runs apt-get update once, only if something is missing. Needs root, or sudo.
 set -euo pipefail
-packages=(pkg-config libv4l-dev libturbojpeg0-dev liblz4-dev libasound2-dev alsa-utils ffmpeg util-linux python3
+packages=(pkg-config libv4l-dev libturbojpeg0-dev libjpeg-dev liblz4-dev libasound2-dev alsa-utils ffmpeg util-linux python3
           python3-numpy python3-opencv python3-venv python3-setuptools python3-wheel
           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
           chromium chromium-driver python3-selenium)

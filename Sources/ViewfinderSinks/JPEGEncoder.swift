@@ -1,4 +1,5 @@
 import CTurboJPEG
+import CViewfinderJPEG
 import Viewfinder
 
 /// Chroma subsampling of an encoded JPEG.
@@ -57,12 +58,19 @@ public enum ChromaSubsampling: String, Sendable, Codable, CaseIterable, CustomSt
 /// A TurboJPEG compressor with its own handle and buffers: encodes YUYV, UYVY, NV12, I420,
 /// YUV 4:2:2 planar, GREY and RGB24 frames.
 ///
-/// Packed and semi-planar input is converted to planes (vectorised loops) and compressed with
-/// `tjCompressFromYUVPlanes`, which skips TurboJPEG's colour conversion; planar input whose
-/// subsampling matches is compressed in place. One encoder per thread: it is not thread-safe.
-/// Nothing is allocated per frame once the buffers have grown to the frame size.
+/// Packed 4:2:2 input (YUYV, UYVY) kept at 4:2:2 is encoded straight from its packed rows:
+/// libjpeg-turbo's raw-data interface takes one 8-row strip at a time, split into row buffers that
+/// stay in the cache, so no full-frame planar copy is written and read back (the output is
+/// byte-identical to a split followed by `tjCompressFromYUVPlanes`). Other packed and semi-planar
+/// input is converted to planes (vectorised loops) and compressed with `tjCompressFromYUVPlanes`,
+/// which skips TurboJPEG's colour conversion; planar input whose subsampling matches is compressed
+/// in place. One encoder per thread: it is not thread-safe. Nothing is allocated per frame once the
+/// buffers have grown to the frame size.
 public final class JPEGEncoder {
     private let handle: tjhandle
+    /// The strip-at-a-time encoder of packed 4:2:2 (made at the first such frame).
+    private var packed: OpaquePointer?
+    private var packedMessage = [CChar](repeating: 0, count: 256)
     private var scratch: UnsafeMutableRawPointer
     private var scratchCapacity: Int
     private var output: UnsafeMutablePointer<UInt8>
@@ -79,6 +87,7 @@ public final class JPEGEncoder {
 
     deinit {
         tjDestroy(handle)
+        if let packed { vf_jpeg_packed_destroy(packed) }
         scratch.deallocate()
         tjFree(output)
     }
@@ -142,8 +151,28 @@ public final class JPEGEncoder {
         if format.pixelFormat == .rgb24 || format.pixelFormat == .bgr24 || format.pixelFormat == .bgra {
             return try compressRGB(src, format: format, subsampling: target, quality: quality)
         }
+        if (format.pixelFormat == .yuyv || format.pixelFormat == .uyvy) && target == .s422 {
+            return try compressPacked422(src, format: format, quality: quality)
+        }
         let planes = try sourcePlanes(src, format: format, target: target)
         return try compressPlanes(planes, format: format, target: target, quality: quality)
+    }
+
+    /// Packed 4:2:2 to a 4:2:2 JPEG, one 8-row strip at a time (see the type's documentation).
+    private func compressPacked422(_ src: UnsafePointer<UInt8>, format: FrameFormat, quality: Int) throws -> UnsafeRawBufferPointer {
+        guard format.width % 2 == 0 else { throw SinkError.unsupportedFormat("packed 4:2:2 with odd width \(format.width)") }
+        if packed == nil {
+            guard let p = vf_jpeg_packed_create() else { throw SinkError.jpeg(operation: "jpeg_create_compress", message: "out of memory") }
+            packed = p
+        }
+        let order: YUVSplit.Packed422Order = format.pixelFormat == .yuyv ? .yuyv : .uyvy
+        var size = 0
+        let rc = packedMessage.withUnsafeMutableBufferPointer { m in
+            vf_jpeg_packed_encode(packed, src, format.bytesPerRow, Int32(format.width), Int32(format.height), Int32(order.yOffset), Int32(order.uOffset),
+                                  Int32(quality), output, outputCapacity, &size, m.baseAddress, m.count)
+        }
+        if rc != 0 { throw SinkError.jpeg(operation: "jpeg_write_raw_data", message: packedMessage.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }) }
+        return UnsafeRawBufferPointer(start: output, count: size)
     }
 
     private static let flags = TJFLAG_NOREALLOC | TJFLAG_FASTDCT

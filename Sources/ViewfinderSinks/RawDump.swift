@@ -533,11 +533,15 @@ public final class RawDumpReader {
             ensureScratch(Int(stored))
             buf = UnsafeMutableRawBufferPointer(start: scratch, count: Int(stored))
         }
-        guard try RawDumpReader.pread(fd, buf, e.offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), path) == Int(stored) else {
-            throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated payload")
-        }
         let hh = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &checksummed) }
-        guard XXHash64.hash(UnsafeRawBufferPointer(buf), seed: hh) == sum else { throw DumpError.checksumMismatch(path: path, frame: frameNumber, offset: e.offset) }
+        // Read in pieces and hash each while it is in the cache (one pass over memory, not two).
+        let payloadOffset = e.offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen)
+        let (fd, path) = (fd, path)
+        let (got, filled) = try XXHash64.hashWhileFilling(UnsafeRawPointer(buf.baseAddress!), count: buf.count, seed: hh) { offset, n in
+            try RawDumpReader.pread(fd, UnsafeMutableRawBufferPointer(rebasing: buf[offset..<(offset + n)]), payloadOffset + UInt64(offset), path)
+        }
+        guard filled == Int(stored) else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated payload") }
+        guard got == sum else { throw DumpError.checksumMismatch(path: path, frame: frameNumber, offset: e.offset) }
         return (h, meta, UnsafeRawBufferPointer(buf))
     }
 

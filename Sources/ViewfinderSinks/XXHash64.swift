@@ -42,6 +42,42 @@ public struct XXHash64 {
         return finalize(h, base: base + i, count: len - i, length: len)
     }
 
+    /// Hashes `count` bytes at `base` while they arrive: `fill(offset, n)` must put bytes
+    /// `offset..<offset+n` in place (a `pread` into the buffer), and each piece (`chunk` bytes, a
+    /// multiple of 32) is hashed right after it lands, while it is still in the cache, instead of
+    /// in a second pass over the whole buffer from memory. The result equals
+    /// `hash(UnsafeRawBufferPointer(start: base, count: count), seed: seed)`; `fill` returns how
+    /// many bytes it stored, and a short fill stops the hash (the caller checks the count).
+    public static func hashWhileFilling(_ base: UnsafeRawPointer, count len: Int, seed: UInt64 = 0, chunk: Int = 256 << 10,
+                                        fill: (_ offset: Int, _ count: Int) throws -> Int) rethrows -> (hash: UInt64, filled: Int) {
+        precondition(chunk > 0 && chunk % 32 == 0, "chunk must be a positive multiple of 32")
+        if len < 32 {
+            let n = try fill(0, len)
+            return (hash(UnsafeRawBufferPointer(start: base, count: n), seed: seed), n)
+        }
+        var v1 = seed &+ p1 &+ p2, v2 = seed &+ p2, v3 = seed, v4 = seed &- p1
+        var i = 0, filled = 0
+        while filled < len {
+            let want = min(chunk, len - filled)
+            let got = try fill(filled, want)
+            filled += got
+            guard got == want else { return (0, filled) }
+            // Stripes whose 32 bytes have all arrived (the one-shot loop runs while i <= len - 32).
+            let limit = filled - 32
+            while i <= limit {
+                v1 = round(v1, base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+                v2 = round(v2, base.loadUnaligned(fromByteOffset: i &+ 8, as: UInt64.self))
+                v3 = round(v3, base.loadUnaligned(fromByteOffset: i &+ 16, as: UInt64.self))
+                v4 = round(v4, base.loadUnaligned(fromByteOffset: i &+ 24, as: UInt64.self))
+                i &+= 32
+            }
+        }
+        var h = rotl(v1, 1) &+ rotl(v2, 7) &+ rotl(v3, 12) &+ rotl(v4, 18)
+        h = merge(h, v1); h = merge(h, v2); h = merge(h, v3); h = merge(h, v4)
+        h &+= UInt64(len)
+        return (finalize(h, base: base + i, count: len - i, length: len), filled)
+    }
+
     /// Hashes several buffers as if concatenated (copies the small ones; fine for headers + payload).
     public static func hash(_ parts: [UnsafeRawBufferPointer], seed: UInt64 = 0) -> UInt64 {
         if parts.count == 1 { return hash(parts[0], seed: seed) }

@@ -412,6 +412,31 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         #expect(abc.withUnsafeBytes { XXHash64.hash($0) } == 0x44BC_2CF5_AD77_0999)
     }
 
+    /// Hashing while the bytes arrive in pieces gives the one-shot hash at every length (below and
+    /// above one stripe, piece boundaries mid-buffer, a tail shorter than a stripe), and a short
+    /// fill is reported, not hashed past.
+    @Test func xxhash64WhileFillingMatchesOneShot() {
+        var source = [UInt8](repeating: 0, count: 70_000)
+        for i in source.indices { source[i] = UInt8(truncatingIfNeeded: (i &* 2_654_435_761) >> 11) }
+        for (len, chunk) in [(0, 32), (31, 32), (32, 32), (33, 32), (100, 64), (65_536, 4096), (70_000, 256 << 10), (69_999, 96)] {
+            var dest = [UInt8](repeating: 0, count: max(len, 1))
+            let oneShot = source.withUnsafeBytes { XXHash64.hash(UnsafeRawBufferPointer(rebasing: $0[0..<len]), seed: 7) }
+            let (streamed, filled) = dest.withUnsafeMutableBytes { d in
+                source.withUnsafeBytes { s in
+                    XXHash64.hashWhileFilling(UnsafeRawPointer(d.baseAddress!), count: len, seed: 7, chunk: chunk) { offset, n in
+                        UnsafeMutableRawBufferPointer(rebasing: d[offset..<(offset + n)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: s[offset..<(offset + n)]))
+                        return n
+                    }
+                }
+            }
+            #expect(streamed == oneShot && filled == len, "length \(len), pieces of \(chunk)")
+            #expect(Array(dest.prefix(len)) == Array(source.prefix(len)))
+        }
+        var dest = [UInt8](repeating: 0, count: 1000)
+        let short = dest.withUnsafeMutableBytes { d in XXHash64.hashWhileFilling(UnsafeRawPointer(d.baseAddress!), count: 1000, chunk: 256) { offset, n in offset == 512 ? 10 : n } }
+        #expect(short.filled == 522)
+    }
+
     @Test func mjpegDumpExportsToY4M() throws {
         let dir = makeTempDirectory()
         let path = dir + "/m.vfdump"
