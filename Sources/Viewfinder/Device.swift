@@ -161,6 +161,22 @@ public enum StandardControl: String, Sendable, CaseIterable, Codable {
     case brightness = "brightness"
     case contrast = "contrast"
     case saturation = "saturation"
+    /// Menu: 0 none, 1 flash, 2 torch (`V4L2_CID_FLASH_LED_MODE`).
+    case flashLEDMode = "led_mode"
+    /// Menu: 0 software, 1 external (`V4L2_CID_FLASH_STROBE_SOURCE`).
+    case flashStrobeSource = "strobe_source"
+    /// Button: fire the flash (`V4L2_CID_FLASH_STROBE`).
+    case flashStrobe = "strobe"
+    /// Button: end the strobe early (`V4L2_CID_FLASH_STROBE_STOP`).
+    case flashStrobeStop = "stop_strobe"
+    /// Flash intensity in the flash mode, device units (mA on most LED drivers; `V4L2_CID_FLASH_INTENSITY`).
+    case flashIntensity = "intensity"
+    /// Intensity in the torch mode, device units (`V4L2_CID_FLASH_TORCH_INTENSITY`).
+    case torchIntensity = "torch_intensity"
+    /// Read-only bitmask of the flash's faults (`V4L2_CID_FLASH_FAULT`; ``FlashFaults``).
+    case flashFault = "faults"
+    /// Optical zoom position, device units (`V4L2_CID_ZOOM_ABSOLUTE`).
+    case zoomAbsolute = "zoom_absolute"
 }
 
 /// The kind of a control.

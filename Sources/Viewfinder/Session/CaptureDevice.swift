@@ -73,6 +73,12 @@ public final class CaptureDevice: @unchecked Sendable {
     }
     private let observer = LockedBox<(@Sendable (DeviceSettings) -> Void)?>(nil)
 
+    /// Torch mode and level as last set (see CaptureDevice+Torch.swift).
+    let torchBox = LockedBox(TorchState())
+    /// The latest metered frame's exposure error, EV, as `Double` bits (NaN: none yet). Relaxed:
+    /// a lone value, written by the stage thread, read by whoever asks for ``isLowLightScene``.
+    let observedExposureError = Atomic<UInt64>(Double.nan.bitPattern)
+
     /// Decoders for the device's formats without YUV planes (MJPEG), so stages get pixels.
     public let pixelDecoders: (any PixelDecoderFactory)?
 

@@ -71,6 +71,8 @@ final class DeviceControlStages: Stage {
             if v != .forward { return v }
         }
         if let k = frame.metadata.whiteBalance { device?.noteWhiteBalance(k) }
+        // For flash/torch `.auto`: the metered error (and the torch's switch, queued for the capture side).
+        if let e = frame.metadata.exposureError { device?.noteExposure(errorEV: e, requests: prepared?.1.controlRequests) }
         return .forward
     }
 }
