@@ -176,6 +176,8 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         var produced = 0
         var droppedNoBuffer = 0
         var streamOnCount = 0
+        var refuseIntervalWhileStreaming = false
+        var intervalChanges: [FrameInterval] = []
         init(_ spec: DeviceSpec) {
             self.spec = spec
             for c in spec.controls { values[c.id] = c.defaultValue }
@@ -251,6 +253,12 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
     public func failStreamOn(with error: Errno?, path: String = "/dev/video0") { lock.withLock { devices[path]?.streamOnError = error } }
     /// Another process owns the device's queue: `S_FMT`, `REQBUFS`, `STREAMON` fail with `EBUSY`.
     public func setBusy(_ busy: Bool, path: String = "/dev/video0") { lock.withLock { devices[path]?.busy = busy } }
+    /// `S_PARM` while streaming fails with `EBUSY`, as drivers that cannot change the rate mid-stream answer.
+    public func refuseIntervalWhileStreaming(_ refuse: Bool, path: String = "/dev/video0") { lock.withLock { devices[path]?.refuseIntervalWhileStreaming = refuse } }
+    /// The frame interval the "hardware" runs at now.
+    public func frameInterval(path: String = "/dev/video0") -> FrameInterval? { lock.withLock { devices[path]?.interval } }
+    /// Every interval `S_PARM` set, in order.
+    public func intervalChanges(path: String = "/dev/video0") -> [FrameInterval] { lock.withLock { devices[path]?.intervalChanges ?? [] } }
     /// The next `count` syscalls fail with `EINTR`.
     public func interruptCalls(_ count: Int) { lock.withLock { interrupts = count } }
     /// Fills each frame's buffer; returns the bytes used (default: the sequence number in the first
@@ -617,11 +625,14 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         let p = call.argument(v4l2_streamparm.self), d = call.device
         guard call.isCapture, p.pointee.type == V4L2.bufTypeVideoCapture else { return .failure(.invalidArgument) }
         if call.request == VF_VIDIOC_S_PARM {
-            if d.busy { return .failure(.busy) }
+            if d.busy || (d.streaming && d.refuseIntervalWhileStreaming) { return .failure(.busy) }
             let tpf = p.pointee.parm.capture.timeperframe
             let want = FrameInterval(numerator: tpf.numerator, denominator: tpf.denominator)
             let options = d.spec.formats.first(where: { $0.fourcc == d.pix.pixelformat })?.intervals ?? [d.interval]
-            if let best = options.min(by: { abs($0.fps - want.fps) < abs($1.fps - want.fps) }) { d.interval = best }
+            if let best = options.min(by: { abs($0.fps - want.fps) < abs($1.fps - want.fps) }) {
+                d.interval = best
+                d.intervalChanges.append(best)
+            }
         }
         p.pointee.parm.capture.capability = 0x1000 // V4L2_CAP_TIMEPERFRAME
         p.pointee.parm.capture.timeperframe.numerator = d.interval.numerator

@@ -168,3 +168,51 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
         #expect(Set(a).count > 50, "a real picture, not a flat fill")
     }
 }
+
+@Suite struct FrameRateWhileRunningTests {
+    /// A new min frame duration on a running sim session: the measured interval changes without a
+    /// restart (sequences continue, nothing dropped) and the exposure loop's limit follows it.
+    @Test func theIntervalChangesAndTheExposureLimitFollows() throws {
+        // A dark scene: the loop runs to its longest exposure (the frame interval) and holds there.
+        let dev = try CaptureDevice.open("sim:width=160,height=120,fps=60,paced=true,frames=90,light=0.002,exposure=1,latency=2,flicker=0", directory: .standard)
+        let (session, out) = try continuousExposureSession(dev)
+        struct Seen { var sequence: UInt64; var t: UInt64; var aeExposure: Double? }
+        final class Recorder: VideoDataOutputDelegate, @unchecked Sendable {
+            let device: CaptureDevice
+            let seen = LockedBox<[Seen]>([])
+            let drops = LockedBox(0)
+            init(_ d: CaptureDevice) { device = d }
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                let f = sampleBuffer.frame
+                let n = seen.withLock { s -> Int in
+                    s.append(Seen(sequence: f.sequence, t: f.timestamp.nanoseconds, aeExposure: f.metadata.custom.value(MetadataKey("ae.exposure_us"))))
+                    return s.count
+                }
+                if n == 40 { try? device.configure { $0.activeVideoMinFrameDuration = FrameInterval(numerator: 1, denominator: 20) } }
+            }
+            func videoDataOutput(_ output: VideoDataOutput, didDrop sequence: UInt64, reason: DropReason) { drops.withLock { $0 += 1 } }
+        }
+        let r = Recorder(dev)
+        out.setDelegate(r, queue: nil)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        let s = r.seen.withLock { $0 }
+        #expect(s.count + r.drops.withLock { $0 } == 90)
+        #expect(dev.lastFrameRateChange == .appliedWhileStreaming(FrameInterval(numerator: 1, denominator: 20)))
+        func medianInterval(_ range: Range<Int>) -> Double {
+            let d = range.dropFirst().compactMap { i -> Double? in
+                s[i].sequence == s[i - 1].sequence + 1 ? Double(s[i].t - s[i - 1].t) / 1e6 : nil
+            }.sorted()
+            return d.isEmpty ? 0 : d[d.count / 2]
+        }
+        let before = medianInterval(5..<38), after = medianInterval(50..<s.count)
+        #expect(abs(before - 16.67) < 1.5, "median interval before the change \(before) ms")
+        #expect(abs(after - 50) < 2, "median interval after the change \(after) ms")
+        // The exposure loop's longest exposure followed the frame interval.
+        let aeBefore = s[20..<38].compactMap(\.aeExposure).max() ?? 0
+        let aeAfter = s[75..<s.count].compactMap(\.aeExposure).max() ?? 0
+        #expect(aeBefore <= 16_700 && aeBefore > 10_000, "AE exposure before \(aeBefore) µs")
+        #expect(aeAfter > 30_000 && aeAfter <= 50_000, "AE exposure after \(aeAfter) µs")
+    }
+}

@@ -200,3 +200,12 @@ extension CaptureDevice {
         if let on = change { requests.request(.flashLEDMode, to: on ? LEDMode.torch.rawValue : LEDMode.none.rawValue) }
     }
 }
+
+// MARK: - Frame rate changes
+
+extension CaptureDevice {
+    /// How the last frame-interval change on a running session was carried out (nil: none yet).
+    public var lastFrameRateChange: FrameRateChange? { frameRateChangeBox.withLock { $0 } }
+
+    func noteFrameRateChange(_ c: FrameRateChange) { frameRateChangeBox.withLock { $0 = c } }
+}

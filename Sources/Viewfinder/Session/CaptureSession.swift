@@ -327,13 +327,35 @@ public final class CaptureSession: @unchecked Sendable {
         // Enough buffers for the look-ahead the stages hold and for every ring to fill.
         var sized = request
         sized.bufferCount = max(request.bufferCount, CaptureEngine.buffersNeeded(stages: stages, consumers: consumers, options: c.engineOptions, pixelFormat: request.pixelFormat))
+        if let iv = device.settings.activeVideoMinFrameDuration { sized.fps = iv.fps }
         let cfg = try device.source.configure(sized)
         resolved = cfg
 
-        let settings = device.settings
+        var settings = device.settings
+        if settings.activeVideoMinFrameDuration != nil { settings.activeVideoMinFrameDuration = cfg.interval }
         relay.publish(settings)
         let relay = self.relay
-        device.onSettingsChange = { s in relay.publish(s) }
+        let appliedInterval = LockedBox<FrameInterval>(cfg.interval)
+        let logger = self.logger, hub = self.hub, source = device.source
+        device.onSettingsChange = { [weak device] s in
+            var s = s
+            // A new frame duration on a running session: the source changes its rate now (S_PARM
+            // mid-stream, or a restart around it); the control stages get the interval it chose.
+            if let iv = s.activeVideoMinFrameDuration, appliedInterval.withLock({ $0 != iv }) {
+                do {
+                    let change = try source.setFrameInterval(iv)
+                    device?.noteFrameRateChange(change)
+                    appliedInterval.withLock { $0 = change.interval }
+                    s.activeVideoMinFrameDuration = change.interval
+                    logger.info("\(source.info.id): frame interval \(change)")
+                } catch {
+                    logger.error("\(source.info.id): the frame interval \(iv) could not be applied: \(error)")
+                    s.activeVideoMinFrameDuration = appliedInterval.withLock { $0 }
+                    hub.post(.runtimeError(error))
+                }
+            }
+            relay.publish(s)
+        }
         try applyManualControls(settings, device: device)
 
         let audio = try prepareAudio(c, connections: connectionsStore)
@@ -341,7 +363,6 @@ public final class CaptureSession: @unchecked Sendable {
         let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions,
                               pixelDecoders: device.pixelDecoders, logger: logger)
         let run = runID.add(1, ordering: .sequentiallyConsistent).newValue
-        let hub = self.hub
         e.onRuntimeError = { [weak self] error in
             if case DeviceError.disconnected = error {
                 hub.post(.wasInterrupted(reason: .videoDeviceNotAvailable))

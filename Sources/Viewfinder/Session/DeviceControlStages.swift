@@ -58,8 +58,16 @@ final class DeviceControlStages: Stage {
         if g != seen {
             seen = g
             do {
-                let fresh = try build(relay.settings)
-                if let (f, c) = prepared { for s in fresh { try s.prepare(format: f, context: c) } }
+                let settings = relay.settings
+                let fresh = try build(settings)
+                if let (f, c) = prepared {
+                    // The frame interval may have changed (activeVideoMinFrameDuration): the
+                    // exposure loop's limit follows it.
+                    var c = c
+                    if let iv = settings.activeVideoMinFrameDuration { c.frameIntervalNanoseconds = iv.nanoseconds }
+                    for s in fresh { try s.prepare(format: f, context: c) }
+                    prepared = (f, c)
+                }
                 stages = fresh
             } catch {
                 logger.error("new device settings could not be applied, keeping the previous ones: \(error)")
