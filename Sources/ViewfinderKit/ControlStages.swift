@@ -5,6 +5,9 @@
 public struct BuiltInControlStages: DeviceControlStageProvider {
     public init() {}
 
+    /// Digital zoom by crop and resample (`DigitalZoom`, over the stabiliser's warp).
+    public func makeDigitalZoom() -> (any DigitalZooming)? { DigitalZoom() }
+
     public func controlStages(for s: DeviceSettings, device: CaptureDevice,
                               sensorPoint: @Sendable (NormalizedPoint) -> NormalizedPoint) throws -> [StageSpec] {
         var specs: [StageSpec] = []

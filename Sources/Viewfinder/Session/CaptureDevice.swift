@@ -53,6 +53,10 @@ public struct DeviceSettings: Sendable, Equatable {
     /// The longest frame time the exposure loop may expose for (AVFoundation's
     /// `activeVideoMaxFrameDuration`); nil: the frame interval.
     public var activeVideoMaxFrameDuration: FrameInterval?
+    /// The zoom factor to reach (1: none); see `CaptureDevice.videoZoomFactor`.
+    public var videoZoomFactor: Double = 1
+    /// The zoom ramp's rate in powers of two per second; 0: jump to ``videoZoomFactor`` at once.
+    public var videoZoomRate: Double = 0
     public init() {}
 }
 
@@ -82,6 +86,8 @@ public final class CaptureDevice: @unchecked Sendable {
     let torchBox = LockedBox(TorchState())
     /// The last frame-rate change a session made (see CaptureDevice+Torch.swift).
     let frameRateChangeBox = LockedBox<FrameRateChange?>(nil)
+    /// The zoom factor frames have now, as `Double` bits (0: none seen; see CaptureDevice+Zoom.swift).
+    let observedZoom = Atomic<UInt64>(0)
     /// The latest metered frame's exposure error, EV, as `Double` bits (NaN: none yet). Relaxed:
     /// a lone value, written by the stage thread, read by whoever asks for ``isLowLightScene``.
     let observedExposureError = Atomic<UInt64>(Double.nan.bitPattern)
@@ -155,6 +161,11 @@ public final class CaptureDevice: @unchecked Sendable {
             throw error
         }
         unlockForConfiguration()
+    }
+
+    /// Stages a zoom target and ramp rate (CaptureDevice+Zoom.swift).
+    func stageZoom(_ factor: Double, rate: Double) throws {
+        try stage { $0.videoZoomFactor = factor; $0.videoZoomRate = rate }
     }
 
     private func stage(_ change: (inout DeviceSettings) -> Void) throws {

@@ -392,16 +392,25 @@ public final class CaptureSession: @unchecked Sendable {
     /// between frames when the settings change. Empty when there is no provider or the device has
     /// no exposure or focus control.
     private func controlStageChain(device: CaptureDevice, input: CaptureDeviceInput) throws -> [any Stage] {
-        guard let provider = controlStages,
-              device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous) else { return [] }
+        guard let provider = controlStages else { return [] }
+        // Zoom needs the control stage too: optical (zoom_absolute) or digital (the provider's).
+        let digitalZoom = device.hasOpticalZoom ? nil : provider.makeDigitalZoom()
+        guard device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous)
+              || device.hasOpticalZoom || digitalZoom != nil else { return [] }
         let connection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
         let registry = self.registry
-        let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak connection] s in
+        let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak connection, weak device] s in
             let mapping = connection
-            return try provider.controlStages(for: s, device: device, sensorPoint: { p in mapping?.sensorPoint(fromUserPoint: p) ?? p })
-                .map { try registry.makeStage($0) }
+            guard let device else { return [] }
+            // A point in the (digitally zoomed) picture the user sees: undo rotation and
+            // mirroring, then the zoom, so the stages meter the full frame under it.
+            let zoomTo = s.videoZoomFactor
+            return try provider.controlStages(for: s, device: device, sensorPoint: { [weak device] p in
+                let q = mapping?.sensorPoint(fromUserPoint: p) ?? p
+                return device?.unzoomedPoint(q, factor: zoomTo) ?? q
+            }).map { try registry.makeStage($0) }
         }
-        return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, device: device, logger: logger)]
+        return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, device: device, digitalZoom: digitalZoom, logger: logger)]
     }
 
     /// After a disconnection: retries the device until it is back, then reports the end of the
