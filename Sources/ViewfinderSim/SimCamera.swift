@@ -244,7 +244,7 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
     }
 
     /// Sets the frame interval: while streaming the next frame comes one new interval after the
-    /// last one (``FrameRateChange/appliedWhileStreaming(_:)``), no frame is lost; else at the next start.
+    /// last one (`FrameRateChange.appliedWhileStreaming`), no frame is lost; else at the next start.
     /// - Throws: `DeviceError.unsupportedFormat` outside 0.1 … 240 fps.
     public func setFrameInterval(_ interval: FrameInterval) throws -> FrameRateChange {
         guard interval.numerator > 0, interval.denominator > 0, (0.1...240).contains(interval.fps) else {

@@ -77,9 +77,9 @@ extension V4L2Camera {
 
 extension V4L2Camera {
     /// Changes the frame interval. Streaming: `VIDIOC_S_PARM` at once where the driver takes it
-    /// mid-stream (``FrameRateChange/appliedWhileStreaming(_:)``, the interval the driver chose);
+    /// mid-stream (`FrameRateChange.appliedWhileStreaming`, the interval the driver chose);
     /// when it answers `EBUSY`, the capture thread restarts the stream around `S_PARM` before the
-    /// next frame (``FrameRateChange/restartingStream(_:)``; counted in ``Counters/rateRestarts``).
+    /// next frame (`FrameRateChange.restartingStream`; counted in ``Counters/rateRestarts``).
     /// Not streaming: `S_PARM` for the next start.
     /// - Throws: `DeviceError` for other failures (`EINVAL`: the driver has no settable rate).
     public func setFrameInterval(_ interval: FrameInterval) throws -> FrameRateChange {
