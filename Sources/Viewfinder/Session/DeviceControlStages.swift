@@ -120,7 +120,10 @@ final class DeviceControlStages: Stage {
             dz.zoom(frame, factor: z)
             frame.pixelsModified = true
         }
-        _ = frame.metadata.custom.set(zoomKey, z)
-        device?.noteZoom(z)
+        // Frames carry the factor once zoom is in use (an unzoomed session's metadata stays as it was).
+        if z != 1 || zoom.target != 1 {
+            _ = frame.metadata.custom.set(zoomKey, z)
+            device?.noteZoom(z)
+        }
     }
 }
