@@ -199,6 +199,14 @@ extension StandardControl {
         case .brightness: return 8
         case .contrast: return 9
         case .saturation: return 10
+        case .flashLEDMode: return 11
+        case .flashStrobeSource: return 12
+        case .flashStrobe: return 13
+        case .flashStrobeStop: return 14
+        case .flashIntensity: return 15
+        case .torchIntensity: return 16
+        case .flashFault: return 17
+        case .zoomAbsolute: return 18
         }
     }
 }

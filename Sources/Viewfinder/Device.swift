@@ -136,6 +136,33 @@ public protocol CaptureSource: AnyObject, Sendable {
     /// ``nextSample(timeoutNanoseconds:)`` instead.
     func next(timeoutNanoseconds: UInt64) throws -> SourceEvent
     func stop()
+    /// Changes the frame interval, streaming or not (a session calls it when
+    /// `CaptureDevice.activeVideoMinFrameDuration` changes). The default throws
+    /// `SessionError.unsupportedMode`: the source cannot change its rate.
+    func setFrameInterval(_ interval: FrameInterval) throws -> FrameRateChange
+}
+
+/// How a source carried out a frame-interval change (``CaptureSource/setFrameInterval(_:)``).
+public enum FrameRateChange: Sendable, Equatable {
+    /// Taken while streaming (`VIDIOC_S_PARM` accepted mid-stream): no frame lost, the interval
+    /// is what the device chose.
+    case appliedWhileStreaming(FrameInterval)
+    /// The driver refused mid-stream (`EBUSY`): between the next two frames the stream stops,
+    /// takes the interval and starts again on the same buffers (frames held downstream stay valid).
+    case restartingStream(FrameInterval)
+    /// Not streaming: the interval is set for the next start.
+    case appliedAtNextStart(FrameInterval)
+
+    /// The interval asked for or chosen.
+    public var interval: FrameInterval {
+        switch self { case .appliedWhileStreaming(let i), .restartingStream(let i), .appliedAtNextStart(let i): return i }
+    }
+}
+
+extension CaptureSource {
+    public func setFrameInterval(_ interval: FrameInterval) throws -> FrameRateChange {
+        throw SessionError.unsupportedMode(device: info.id, mode: "frame interval \(interval)", reason: "the source cannot change its rate")
+    }
 }
 
 // MARK: - Controls
@@ -161,6 +188,22 @@ public enum StandardControl: String, Sendable, CaseIterable, Codable {
     case brightness = "brightness"
     case contrast = "contrast"
     case saturation = "saturation"
+    /// Menu: 0 none, 1 flash, 2 torch (`V4L2_CID_FLASH_LED_MODE`).
+    case flashLEDMode = "led_mode"
+    /// Menu: 0 software, 1 external (`V4L2_CID_FLASH_STROBE_SOURCE`).
+    case flashStrobeSource = "strobe_source"
+    /// Button: fire the flash (`V4L2_CID_FLASH_STROBE`).
+    case flashStrobe = "strobe"
+    /// Button: end the strobe early (`V4L2_CID_FLASH_STROBE_STOP`).
+    case flashStrobeStop = "stop_strobe"
+    /// Flash intensity in the flash mode, device units (mA on most LED drivers; `V4L2_CID_FLASH_INTENSITY`).
+    case flashIntensity = "intensity"
+    /// Intensity in the torch mode, device units (`V4L2_CID_FLASH_TORCH_INTENSITY`).
+    case torchIntensity = "torch_intensity"
+    /// Read-only bitmask of the flash's faults (`V4L2_CID_FLASH_FAULT`; ``FlashFaults``).
+    case flashFault = "faults"
+    /// Optical zoom position, device units (`V4L2_CID_ZOOM_ABSOLUTE`).
+    case zoomAbsolute = "zoom_absolute"
 }
 
 /// The kind of a control.

@@ -85,6 +85,23 @@ public protocol DeviceControlStageProvider: Sendable {
     /// Return only stages whose controls `device` has (see ``CaptureDevice/isExposureModeSupported(_:)``).
     func controlStages(for settings: DeviceSettings, device: CaptureDevice,
                        sensorPoint: @Sendable (NormalizedPoint) -> NormalizedPoint) throws -> [StageSpec]
+    /// The crop-and-resample step that carries out digital zoom (`CaptureDevice.videoZoomFactor`
+    /// on a device without `zoom_absolute`); nil: the session offers no digital zoom.
+    func makeDigitalZoom() -> (any DigitalZooming)?
+}
+
+extension DeviceControlStageProvider {
+    public func makeDigitalZoom() -> (any DigitalZooming)? { nil }
+}
+
+/// Digital zoom on the stage thread: crops the centre `1/factor` of each frame and scales it back
+/// to the full size, in place. Runs after the control stages, so they meter the full frame.
+public protocol DigitalZooming: AnyObject {
+    /// Prepares for frames of `format` (allocates once); false when the format cannot be zoomed
+    /// (compressed formats: MJPEG).
+    func prepare(format: FrameFormat) -> Bool
+    /// Zooms `frame` by `factor` (> 1) about its centre, in place.
+    func zoom(_ frame: Frame, factor: Double)
 }
 
 /// A stage to run: by name with untyped options (a pipeline file, the command line), or typed —

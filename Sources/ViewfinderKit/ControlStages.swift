@@ -5,6 +5,9 @@
 public struct BuiltInControlStages: DeviceControlStageProvider {
     public init() {}
 
+    /// Digital zoom by crop and resample (`DigitalZoom`, over the stabiliser's warp).
+    public func makeDigitalZoom() -> (any DigitalZooming)? { DigitalZoom() }
+
     public func controlStages(for s: DeviceSettings, device: CaptureDevice,
                               sensorPoint: @Sendable (NormalizedPoint) -> NormalizedPoint) throws -> [StageSpec] {
         var specs: [StageSpec] = []
@@ -47,6 +50,10 @@ public struct BuiltInControlStages: DeviceControlStageProvider {
         var o = ExposureOptions()
         o.mode = s.exposureMode
         o.bias = s.exposureTargetBias
+        // Expose up to the longest frame time allowed (else the stage takes the frame interval).
+        if let m = s.activeVideoMaxFrameDuration, let f = s.activeVideoMinFrameDuration, m.nanoseconds > f.nanoseconds {
+            o.maxExposureMs = min(1000, Double(m.nanoseconds) / 1e6)
+        }
         if let p = s.exposurePointOfInterest { o.metering = .spot; o.point = sensorPoint(p) }
         if s.exposureMode == .custom, let us = s.customExposureDuration, let g = s.customGain {
             o.exposureMs = us / 1000

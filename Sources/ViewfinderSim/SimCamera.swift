@@ -1,5 +1,6 @@
 import Viewfinder
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -50,6 +51,14 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
     // Built-in loops.
     private var aeWaitUntil: UInt64 = 0
     private var afLens: Double = 400
+    // Frame timing (capture thread): frame k ≥ baseSequence is due at startNs + (k − baseSequence)
+    // × intervalNs, and its scene time is timeBase + (k − baseSequence) × interval seconds.
+    private var intervalNs: UInt64 = 33_333_333
+    private var baseSequence: UInt64 = 0
+    private var timeBase: Double = 0
+    /// A frame interval set while streaming, taken by the capture thread before the next frame.
+    private let pendingInterval = LockedBox<FrameInterval?>(nil)
+    private let streamingFlag = Atomic<Bool>(false)
 
     /// Opens the sim camera with `options`. Throws if the scene file cannot be read.
     public init(options: SimOptions = SimOptions(), id: String = "sim", logger: Logger = Logger(label: "viewfinder.sim")) throws {
@@ -72,6 +81,7 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         activeConfiguration = StreamConfiguration(format: FrameFormat(options.format, width: options.width, height: options.height),
                                                   interval: FrameInterval(fps: options.fps), bufferCount: options.buffers)
         afLens = options.focus
+        intervalNs = FrameInterval(fps: options.fps).nanoseconds
     }
 
     /// Opens `sim` or `sim:key=value,...`.
@@ -111,6 +121,7 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
                                       interval: FrameInterval(fps: fps), bufferCount: max(request.bufferCount, options.buffers))
         if cfg != activeConfiguration { renderer = nil }
         activeConfiguration = cfg
+        intervalNs = cfg.interval.nanoseconds
         return cfg
     }
 
@@ -127,6 +138,14 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         sequence = 0
         ended = false
         aeWaitUntil = 0
+        intervalNs = cfg.interval.nanoseconds
+        baseSequence = 0
+        timeBase = 0
+        if let iv = pendingInterval.withLock({ p in defer { p = nil }; return p }) {
+            intervalNs = iv.nanoseconds
+            activeConfiguration?.interval = iv
+        }
+        streamingFlag.store(true, ordering: .relaxed)
         simControls.streamStarted()
         startNs = monotonicNanoseconds() &+ 1_000_000
         running = true
@@ -134,6 +153,7 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
 
     public func stop() {
         running = false
+        streamingFlag.store(false, ordering: .relaxed)
         simControls.streamStopped()
     }
 
@@ -147,9 +167,10 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
     func frameState(sequence seq: UInt64, values v: SimControlValues, renderer r: SimRenderer) -> SimFrameState {
         var st = SimFrameState()
         st.sequence = seq
-        st.time = Double(seq) * r.interval
+        let interval = Double(intervalNs) / 1e9
+        st.time = timeBase + Double(seq &- baseSequence) * interval
         var e = Double(v.exposureTime) * 100
-        e = min(e, r.interval * 1e6)
+        e = min(e, interval * 1e6)
         if options.flicker > 0 {
             let matches = v.powerLineFrequency == 3 || (v.powerLineFrequency == 1 && options.flicker == 50) || (v.powerLineFrequency == 2 && options.flicker == 60)
             let period = 1e6 / Double(2 * options.flicker)
@@ -173,10 +194,10 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
     }
 
     public func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
-        guard running, let pool, let r = renderer, let cfg = activeConfiguration else { throw DeviceError.notRunning(device: info.id) }
+        guard running, let pool, let r = renderer, activeConfiguration != nil else { throw DeviceError.notRunning(device: info.id) }
         if options.frames > 0 && sequence >= options.frames { ended = true; return .endOfStream }
-        let intervalNs = cfg.interval.nanoseconds
-        var due = SimCamera.jittered(startNs &+ sequence &* intervalNs, sequence: sequence, jitterMs: options.jitterMs, intervalNs: intervalNs, seed: options.seed)
+        if let iv = pendingInterval.withLock({ p in defer { p = nil }; return p }) { changeInterval(to: iv) }
+        var due = SimCamera.jittered(startNs &+ (sequence &- baseSequence) &* intervalNs, sequence: sequence, jitterMs: options.jitterMs, intervalNs: intervalNs, seed: options.seed)
         let frame: Frame
         if options.paced {
             let now = monotonicNanoseconds()
@@ -216,10 +237,34 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         frame.sequence = seq
         frame.timestamp = Timestamp(nanoseconds: due, clock: .monotonic)
         frame.receiveTime = 0
-        if values.exposureAuto == 3 { builtInAutoExposure(seq: seq, state: st, meanLuma: r.lastMeanLuma, interval: r.interval) }
+        if values.exposureAuto == 3 { builtInAutoExposure(seq: seq, state: st, meanLuma: r.lastMeanLuma, interval: Double(intervalNs) / 1e9) }
         sequence &+= 1
         simControls.delivered(seq)
         return .frame(frame)
+    }
+
+    /// Sets the frame interval: while streaming the next frame comes one new interval after the
+    /// last one (`FrameRateChange.appliedWhileStreaming`), no frame is lost; else at the next start.
+    /// - Throws: `DeviceError.unsupportedFormat` outside 0.1 … 240 fps.
+    public func setFrameInterval(_ interval: FrameInterval) throws -> FrameRateChange {
+        guard interval.numerator > 0, interval.denominator > 0, (0.1...240).contains(interval.fps) else {
+            throw DeviceError.unsupportedFormat(device: info.id, requested: "\(interval)", available: ["0.1...240 fps"])
+        }
+        pendingInterval.withLock { $0 = interval }
+        return streamingFlag.load(ordering: .relaxed) ? .appliedWhileStreaming(interval) : .appliedAtNextStart(interval)
+    }
+
+    /// Rebases frame timing on `interval` from the next frame on (capture thread).
+    private func changeInterval(to interval: FrameInterval) {
+        let old = intervalNs, new = interval.nanoseconds
+        guard new > 0, new != old else { return }
+        let previousDue = sequence > baseSequence ? startNs &+ (sequence &- 1 &- baseSequence) &* old : startNs &- new
+        timeBase += Double(sequence &- baseSequence) * Double(old) / 1e9
+        startNs = previousDue &+ new
+        baseSequence = sequence
+        intervalNs = new
+        activeConfiguration?.interval = interval
+        logger.debug("sim frame interval \(interval) from frame \(sequence)")
     }
 
     /// Frame `sequence`'s due time `nominal` moved by the `jitter` option: a Gaussian offset of

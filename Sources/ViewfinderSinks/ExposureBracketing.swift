@@ -29,6 +29,8 @@ public enum PhotoCaptureError: Error, Equatable, CustomStringConvertible {
     case encodingFailed(String)
     case cancelled
     case timedOut
+    /// The settings asked for a flash the device cannot fire (none, or a fault).
+    case flashUnavailable(String)
 
     public var description: String {
         switch self {
@@ -40,6 +42,7 @@ public enum PhotoCaptureError: Error, Equatable, CustomStringConvertible {
         case .encodingFailed(let r): return "encoding the photo failed: \(r)"
         case .cancelled: return "the capture was cancelled"
         case .timedOut: return "no frame arrived in time for the capture"
+        case .flashUnavailable(let r): return "the flash cannot fire: \(r)"
         }
     }
 }

@@ -42,6 +42,18 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         get { lock.withLock { bracketerValue } }
         set { lock.withLock { bracketerValue = newValue } }
     }
+    /// What fires the flash for photo settings with a ``PhotoSettings/flashMode`` (``DeviceFlash``,
+    /// attached when the session's input is a device with a flash).
+    public var flash: (any PhotoFlashing)? {
+        get { lock.withLock { flashValue } }
+        set { lock.withLock { flashValue = newValue } }
+    }
+    /// The flash modes ``PhotoSettings/flashMode`` may take (AVFoundation's `supportedFlashModes`):
+    /// `[.off]` without a flash.
+    public var supportedFlashModes: [FlashMode] { flash?.supportedFlashModes ?? [.off] }
+    /// Whether a photo with flash `.auto` would fire now (AVFoundation's `isFlashScene`).
+    public var isFlashScene: Bool { flash?.shouldFire(.auto) ?? false }
+
     /// The longest a bracket waits for a frame taken with the new exposure, beyond the control latency.
     public var bracketSettleLimitFrames = 6
 
@@ -49,6 +61,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     private let lock = ConditionLock()
     let connectionBox = LockedBox(WeakConnection(nil))
     private var bracketerValue: (any ExposureBracketing)?
+    private var flashValue: (any PhotoFlashing)?
     private var queue: [Job] = []
     private var usedIDs = Set<Int64>()
     private var configuration: StreamConfiguration?
@@ -71,6 +84,9 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         var bracketActive = false
         var applied: (exposureTime: Double, gain: Double)?
         var waited = 0
+        /// The flash was strobed and not yet ended; frames seen since.
+        var flashLit = false
+        var flashWaited = 0
         var shots: [Shot] = []
         init(settings: PhotoSettings, delegate: any PhotoCaptureDelegate, resolved: ResolvedPhotoSettings, final: Bool = true) {
             self.settings = settings; self.delegate = delegate; self.resolved = resolved; self.resolvedFinal = final
@@ -101,6 +117,9 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         var refusal: PhotoCaptureError?
         if reused { refusal = .settingsReused(uniqueID: settings.uniqueID) }
         else if let r = validate(settings) { refusal = .invalidSettings(r) }
+        else if settings.flashMode != .off && !(flashValue?.supportedFlashModes ?? [.off]).contains(settings.flashMode) {
+            refusal = .flashUnavailable("flash mode \(settings.flashMode.rawValue) is not among the supported \((flashValue?.supportedFlashModes ?? [.off]).map(\.rawValue))")
+        }
         else if !settings.exposureBiases.isEmpty && !haveBracketer { refusal = .bracketingUnavailable("no exposure control is attached to the photo output") }
         else if !isRunning { refusal = .notRunning }
         if refusal == nil {
@@ -146,6 +165,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         if s.codec == .raw && s.rawCompanion { return "a raw capture cannot have a raw companion" }
         if s.burstCount < 1 || s.burstCount > 64 { return "burst count \(s.burstCount) is outside 1...64" }
         if !s.exposureBiases.isEmpty && s.burstCount > 1 { return "a capture is either a bracket or a burst" }
+        if !s.exposureBiases.isEmpty && s.flashMode != .off { return "an exposure bracket cannot use the flash" }
         if s.exposureBiases.count > 16 { return "at most 16 bracket biases" }
         if let b = s.exposureBiases.first(where: { !$0.isFinite || abs($0) > 8 }) { return "bias \(b) EV is outside -8...8" }
         if let t = s.embeddedThumbnailSize {
@@ -214,13 +234,26 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
                 job.resolvedFinal = true
             }
             job.began = true
+            job.resolved.isFlashEnabled = job.settings.flashMode != .off && (flash?.shouldFire(job.settings.flashMode) ?? false)
             job.delegate.photoOutput(self, willBeginCaptureFor: job.resolved)
+            if job.resolved.isFlashEnabled {
+                guard let f = flash else { fail(job, .flashUnavailable("no flash is attached to the photo output")); return }
+                do { try f.fire(); job.flashLit = true; job.flashWaited = 0 } catch {
+                    fail(job, (error as? PhotoCaptureError) ?? .flashUnavailable("\(error)")); return
+                }
+                return // this frame was exposed before the strobe
+            }
             if !job.settings.exposureBiases.isEmpty {
                 guard let b = bracketer else { fail(job, .bracketingUnavailable("no exposure control")); return }
                 do { try b.beginBracket(); job.bracketActive = true } catch {
                     fail(job, .bracketingUnavailable("\(error)")); return
                 }
             }
+        }
+        if job.flashLit && job.shots.isEmpty {
+            // Wait for the first frame the strobe lit (the device's control latency).
+            job.flashWaited += 1
+            if job.flashWaited <= (flash?.latencyFrames ?? 1) { return }
         }
         let k = job.shots.count
         var bias: Double?
@@ -259,6 +292,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         guard job.shots.count == job.settings.shotCount else { return }
 
         if job.bracketActive { bracketer?.endBracket(); job.bracketActive = false }
+        endFlash(job)
         job.didCaptureSent = true
         job.delegate.photoOutput(self, didCapturePhotoFor: job.resolved)
         var firstError: PhotoCaptureError?
@@ -353,6 +387,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         guard !job.finished else { return }
         job.finished = true
         if job.bracketActive { bracketer?.endBracket(); job.bracketActive = false }
+        endFlash(job)
         let d = job.delegate
         if !job.began { job.began = true; d.photoOutput(self, willBeginCaptureFor: job.resolved) }
         if !job.willCaptureSent { job.willCaptureSent = true; d.photoOutput(self, willCapturePhotoFor: job.resolved) }
@@ -362,6 +397,16 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             d.photoOutput(self, didFinishProcessingPhoto: nil, resolved: job.resolved, error: error)
         }
         d.photoOutput(self, didFinishCaptureFor: job.resolved, error: error)
+    }
+
+    /// Ends a strobe the job started and records the driver's faults in its resolved settings.
+    private func endFlash(_ job: Job) {
+        guard job.flashLit, let f = flash else { return }
+        job.flashLit = false
+        job.resolved.flashFaults = f.end()
+        if !job.resolved.flashFaults.isEmpty {
+            logger.warning("photo \(job.settings.uniqueID): the flash driver reported faults: \(job.resolved.flashFaults)")
+        }
     }
 
     /// A delegate that collects the photos for ``capturePhotos(settings:timeoutSeconds:)``.

@@ -36,10 +36,14 @@ public final class PhotoSettings: Sendable {
     /// Deliver an uncompressed preview picture with each photo (AVFoundation's
     /// `previewPhotoFormat`, read back as ``CapturePhoto/previewImage``); nil for none.
     public let previewFormat: PhotoPreviewFormat?
+    /// Whether to fire the device's flash (AVFoundation's `flashMode`): `.auto` fires when
+    /// `CaptureDevice.isLowLightScene`. Must be one of ``PhotoOutput/supportedFlashModes``.
+    public let flashMode: FlashMode
 
     public init(codec: PhotoCodec = .jpeg, rawCompanion: Bool = false, exposureBiases: [Double] = [], burstCount: Int = 1,
                 orientation: ExifOrientation? = nil, embedsExif: Bool = true, embeddedThumbnailSize: PhotoImageSize? = nil,
-                previewFormat: PhotoPreviewFormat? = nil) {
+                previewFormat: PhotoPreviewFormat? = nil, flashMode: FlashMode = .off) {
+        self.flashMode = flashMode
         uniqueID = nextPhotoID.add(1, ordering: .relaxed).oldValue
         self.codec = codec
         self.rawCompanion = rawCompanion
@@ -54,7 +58,7 @@ public final class PhotoSettings: Sendable {
     /// A new settings object with the same choices and a new id (AVFoundation's `init(from:)`).
     public func copyWithNewID() -> PhotoSettings {
         PhotoSettings(codec: codec, rawCompanion: rawCompanion, exposureBiases: exposureBiases, burstCount: burstCount, orientation: orientation, embedsExif: embedsExif,
-                      embeddedThumbnailSize: embeddedThumbnailSize, previewFormat: previewFormat)
+                      embeddedThumbnailSize: embeddedThumbnailSize, previewFormat: previewFormat, flashMode: flashMode)
     }
 
     /// Images the capture takes (bracket length or burst count).
@@ -79,6 +83,11 @@ public struct ResolvedPhotoSettings: Sendable, Equatable {
     /// didFinishProcessingPhoto calls to expect.
     public var expectedPhotoCount: Int
     public var orientation: ExifOrientation
+    /// Whether the flash fires for this capture (AVFoundation's `isFlashEnabled`): decided when
+    /// the capture begins (`.auto` from the scene then).
+    public var isFlashEnabled: Bool = false
+    /// Faults the flash driver reported after the strobe (empty when none, or without a flash).
+    public var flashFaults: FlashFaults = []
 }
 
 /// The raw-still container: `VFRAWSTILL\n`, one line of JSON describing the buffer, `\n`, then the

@@ -13,6 +13,9 @@ extension PhotoOutput: CaptureOutput {
         if bracketer == nil, let input = connection.input as? CaptureDeviceInput, let controls = input.device.controls, controls.supports(.exposureTime) {
             bracketer = DeviceExposureBracketer(controls: controls)
         }
+        if flash == nil, let input = connection.input as? CaptureDeviceInput, input.device.hasFlash {
+            flash = DeviceFlash(device: input.device)
+        }
     }
 
     public func sessionDidDisconnect(_ connection: CaptureConnection) {

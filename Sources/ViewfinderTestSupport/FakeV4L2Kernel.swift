@@ -37,7 +37,15 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         }
     }
 
-    public enum ControlType: UInt32, Sendable { case integer = 1, boolean = 2, menu = 3, button = 4, integer64 = 5 }
+    public enum ControlType: UInt32, Sendable { case integer = 1, boolean = 2, menu = 3, button = 4, integer64 = 5, bitmask = 8 }
+
+    /// One control write as the "hardware" received it (see ``recordsControlWrites``).
+    public struct ControlWrite: Sendable, Equatable, CustomStringConvertible {
+        public var id: UInt32
+        public var value: Int64
+        public init(_ id: UInt32, _ value: Int64) { self.id = id; self.value = value }
+        public var description: String { "0x" + String(id, radix: 16) + "=\(value)" }
+    }
 
     public struct Control: Sendable {
         public var id: UInt32
@@ -109,6 +117,22 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
                 links: ["/dev/v4l/by-id/usb-Fake_Webcam-video-index0", "/dev/v4l/by-path/pci-0000:00:14.0-usb-0:1:1.0-video-index0"])
         }
 
+        /// The flash class of an LED flash driver (as `leds-*` V4L2 flash sub-devices offer it):
+        /// `led_mode` (none/flash/torch), `strobe_source`, `strobe`, `stop_strobe`, `intensity`
+        /// 25…1000 mA step 25, `torch_intensity` 25…200 mA step 25, and the read-only `faults` bitmask.
+        public static let flashControls: [Control] = [
+            Control(id: V4L2.cidFlashLEDMode, name: "LED Mode", type: .menu, minimum: 0, maximum: 2, defaultValue: 0, menu: [0: "Off", 1: "Flash", 2: "Torch"]),
+            Control(id: V4L2.cidFlashStrobeSource, name: "Strobe Source", type: .menu, minimum: 0, maximum: 1, defaultValue: 0, menu: [0: "Software", 1: "External"]),
+            Control(id: V4L2.cidFlashStrobe, name: "Strobe", type: .button, minimum: 0, maximum: 0, defaultValue: 0),
+            Control(id: V4L2.cidFlashStrobeStop, name: "Stop Strobe", type: .button, minimum: 0, maximum: 0, defaultValue: 0),
+            Control(id: V4L2.cidFlashIntensity, name: "Intensity", type: .integer, minimum: 25, maximum: 1000, step: 25, defaultValue: 500),
+            Control(id: V4L2.cidFlashTorchIntensity, name: "Torch Intensity", type: .integer, minimum: 25, maximum: 200, step: 25, defaultValue: 25),
+            Control(id: V4L2.cidFlashFault, name: "Faults", type: .bitmask, minimum: 0, maximum: 0x1ff, defaultValue: 0, readOnly: true),
+        ]
+
+        /// An optical zoom: `zoom_absolute` 100…500 step 1 (UVC cameras report such ranges).
+        public static let zoomControl = Control(id: V4L2.cidZoomAbsolute, name: "Zoom, Absolute", type: .integer, minimum: 100, maximum: 500, defaultValue: 100)
+
         /// A metadata capture node (as UVC cameras add next to the video node).
         public static func metadataNode(path: String = "/dev/video1") -> DeviceSpec {
             DeviceSpec(path: path, driver: "fakecam", card: "Fake Webcam", bus: "usb-0000:00:14.0-1",
@@ -152,6 +176,8 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         var produced = 0
         var droppedNoBuffer = 0
         var streamOnCount = 0
+        var refuseIntervalWhileStreaming = false
+        var intervalChanges: [FrameInterval] = []
         init(_ spec: DeviceSpec) {
             self.spec = spec
             for c in spec.controls { values[c.id] = c.defaultValue }
@@ -174,6 +200,8 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
     /// Produce a frame whenever `poll` or `DQBUF` finds none done and a buffer is queued
     /// (an infinitely fast camera: for the benchmark and engine tests).
     private var autoProduceFlag = false
+    private var recordWrites = false
+    private var writes: [String: [ControlWrite]] = [:]
 
     public init(devices: [DeviceSpec]) {
         for d in devices {
@@ -225,6 +253,12 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
     public func failStreamOn(with error: Errno?, path: String = "/dev/video0") { lock.withLock { devices[path]?.streamOnError = error } }
     /// Another process owns the device's queue: `S_FMT`, `REQBUFS`, `STREAMON` fail with `EBUSY`.
     public func setBusy(_ busy: Bool, path: String = "/dev/video0") { lock.withLock { devices[path]?.busy = busy } }
+    /// `S_PARM` while streaming fails with `EBUSY`, as drivers that cannot change the rate mid-stream answer.
+    public func refuseIntervalWhileStreaming(_ refuse: Bool, path: String = "/dev/video0") { lock.withLock { devices[path]?.refuseIntervalWhileStreaming = refuse } }
+    /// The frame interval the "hardware" runs at now.
+    public func frameInterval(path: String = "/dev/video0") -> FrameInterval? { lock.withLock { devices[path]?.interval } }
+    /// Every interval `S_PARM` set, in order.
+    public func intervalChanges(path: String = "/dev/video0") -> [FrameInterval] { lock.withLock { devices[path]?.intervalChanges ?? [] } }
     /// The next `count` syscalls fail with `EINTR`.
     public func interruptCalls(_ count: Int) { lock.withLock { interrupts = count } }
     /// Fills each frame's buffer; returns the bytes used (default: the sequence number in the first
@@ -282,6 +316,22 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
 
     /// Number of calls of one ioctl request so far.
     public func calls(_ request: UInt) -> Int { lock.withLock { callCounts[request, default: 0] } }
+
+    /// Whether control writes are recorded in order (off by default: the allocation benchmark
+    /// counts the fake's mallocs).
+    public var recordsControlWrites: Bool {
+        get { lock.withLock { recordWrites } }
+        set { lock.withLock { recordWrites = newValue } }
+    }
+
+    /// The control writes (`S_EXT_CTRLS`, each item after clamping) recorded so far, in order.
+    public func controlWrites(path: String = "/dev/video0") -> [ControlWrite] { lock.withLock { writes[path] ?? [] } }
+
+    /// Forgets the recorded writes.
+    public func clearControlWrites() { lock.withLock { writes.removeAll() } }
+
+    /// Sets a control as the hardware would (e.g. fault bits of a read-only `faults` control).
+    public func setControlValue(_ id: UInt32, to value: Int64, path: String = "/dev/video0") { lock.withLock { devices[path]?.values[id] = value } }
 
     /// The current value of a control, as the "hardware" has it.
     public func controlValue(_ id: UInt32, path: String = "/dev/video0") -> Int64? { lock.withLock { devices[path]?.values[id] } }
@@ -575,11 +625,14 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         let p = call.argument(v4l2_streamparm.self), d = call.device
         guard call.isCapture, p.pointee.type == V4L2.bufTypeVideoCapture else { return .failure(.invalidArgument) }
         if call.request == VF_VIDIOC_S_PARM {
-            if d.busy { return .failure(.busy) }
+            if d.busy || (d.streaming && d.refuseIntervalWhileStreaming) { return .failure(.busy) }
             let tpf = p.pointee.parm.capture.timeperframe
             let want = FrameInterval(numerator: tpf.numerator, denominator: tpf.denominator)
             let options = d.spec.formats.first(where: { $0.fourcc == d.pix.pixelformat })?.intervals ?? [d.interval]
-            if let best = options.min(by: { abs($0.fps - want.fps) < abs($1.fps - want.fps) }) { d.interval = best }
+            if let best = options.min(by: { abs($0.fps - want.fps) < abs($1.fps - want.fps) }) {
+                d.interval = best
+                d.intervalChanges.append(best)
+            }
         }
         p.pointee.parm.capture.capability = 0x1000 // V4L2_CAP_TIMEPERFRAME
         p.pointee.parm.capture.timeperframe.numerator = d.interval.numerator
@@ -736,6 +789,7 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
     /// Stores a control's value, posts a value-change event, and makes the exposure time
     /// inactive under auto exposure, as UVC cameras do (posting a flags-change event).
     private func setControl(_ c: Control, to v: Int64, on d: Device, path: String) {
+        if recordWrites { writes[path, default: []].append(ControlWrite(c.id, v)) }
         let old = d.values[c.id]
         d.values[c.id] = v
         if old != v {

@@ -50,6 +50,8 @@ public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Se
         public var reopens: Int = 0
         public var controlEvents: Int = 0
         public var sourceChanges: Int = 0
+        /// Stream restarts made to change the frame interval (the driver refused `S_PARM` mid-stream).
+        public var rateRestarts: Int = 0
     }
 
     enum SlotState { case queued, engine, idle }
@@ -83,6 +85,9 @@ public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Se
     var counterState = Counters()
     /// A re-queue found the device gone (ENODEV/EIO) while the engine held every buffer.
     var deviceGone = false
+    /// A frame interval to apply with a stream restart before the next frame (the driver refused
+    /// `S_PARM` while streaming).
+    var pendingInterval: FrameInterval?
     /// Set when the requested format comes from libv4lconvert (the device lacks it).
     var conversion: Conversion?
 

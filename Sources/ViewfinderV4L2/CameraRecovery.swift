@@ -72,3 +72,53 @@ extension V4L2Camera {
         }
     }
 }
+
+// MARK: - Frame rate while streaming
+
+extension V4L2Camera {
+    /// Changes the frame interval. Streaming: `VIDIOC_S_PARM` at once where the driver takes it
+    /// mid-stream (`FrameRateChange.appliedWhileStreaming`, the interval the driver chose);
+    /// when it answers `EBUSY`, the capture thread restarts the stream around `S_PARM` before the
+    /// next frame (`FrameRateChange.restartingStream`; counted in ``Counters/rateRestarts``).
+    /// Not streaming: `S_PARM` for the next start.
+    /// - Throws: `DeviceError` for other failures (`EINVAL`: the driver has no settable rate).
+    public func setFrameInterval(_ interval: FrameInterval) throws -> FrameRateChange {
+        try lock.withLock { () throws -> FrameRateChange in
+            let h: V4L2Handle
+            if let x = handle { h = x } else { h = try reopenLocked() }
+            switch h.setInterval(interval) {
+            case .success(let got):
+                let chosen = got.numerator > 0 && got.denominator > 0 ? got : interval
+                config?.interval = chosen
+                logger.info("\(path): frame interval \(chosen)\(streaming ? " while streaming" : "")")
+                return streaming ? .appliedWhileStreaming(chosen) : .appliedAtNextStart(chosen)
+            case .failure(.busy) where streaming:
+                pendingInterval = interval
+                return .restartingStream(interval)
+            case .failure(let e):
+                throw mapStreamError(e, operation: "VIDIOC_S_PARM")
+            }
+        }
+    }
+
+    /// STREAMOFF, `S_PARM`, the camera's own buffers queued again, STREAMON (`lock` held, capture
+    /// thread). Frames the engine holds stay valid; they are queued when released.
+    func restartLocked(_ h: V4L2Handle, interval: FrameInterval) throws {
+        counterState.rateRestarts += 1
+        _ = h.streamOff()
+        for i in slots.indices where slots[i].state == .queued { slots[i].state = .idle }
+        queuedCount = 0
+        switch h.setInterval(interval) {
+        case .success(let got): config?.interval = got.numerator > 0 && got.denominator > 0 ? got : interval
+        case .failure(let e): logger.warning("\(path): S_PARM \(interval) failed after stopping the stream: \(e.message); keeping \(config?.interval.description ?? "the old rate")")
+        }
+        for i in slots.indices where slots[i].state == .idle {
+            if case .failure(let e) = h.queueBuffer(i) { throw mapStreamError(e, operation: "VIDIOC_QBUF") }
+            slots[i].state = .queued
+            queuedCount += 1
+        }
+        if case .failure(let e) = h.streamOn() { throw mapStreamError(e, operation: "VIDIOC_STREAMON") }
+        // The driver counts sequences from 0 again.
+        lastKernelSequence = nil
+    }
+}

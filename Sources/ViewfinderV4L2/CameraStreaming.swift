@@ -176,6 +176,10 @@ extension V4L2Camera {
             lock.unlock()
             throw DeviceError.notRunning(device: path)
         }
+        if let iv = pendingInterval {
+            pendingInterval = nil
+            do { try restartLocked(h, interval: iv) } catch { lock.unlock(); throw error }
+        }
         if queuedCount == 0 {
             if deviceGone {
                 lock.unlock()

@@ -76,6 +76,15 @@ package enum V4L2 {
     package static let cidExposureAbsolute: UInt32 = 0x009a_0902
     package static let cidFocusAbsolute: UInt32 = 0x009a_090a
     package static let cidFocusAuto: UInt32 = 0x009a_090c
+    package static let cidZoomAbsolute: UInt32 = 0x009a_090d
+    // The flash class (V4L2_CID_FLASH_CLASS_BASE = 0x009c0900).
+    package static let cidFlashLEDMode: UInt32 = 0x009c_0901
+    package static let cidFlashStrobeSource: UInt32 = 0x009c_0902
+    package static let cidFlashStrobe: UInt32 = 0x009c_0903
+    package static let cidFlashStrobeStop: UInt32 = 0x009c_0904
+    package static let cidFlashIntensity: UInt32 = 0x009c_0907
+    package static let cidFlashTorchIntensity: UInt32 = 0x009c_0908
+    package static let cidFlashFault: UInt32 = 0x009c_090a
 
     /// The engine's meaning of a V4L2 control id.
     package static func standard(for id: UInt32) -> StandardControl? {
@@ -91,6 +100,14 @@ package enum V4L2 {
         case cidBrightness: return .brightness
         case cidContrast: return .contrast
         case cidSaturation: return .saturation
+        case cidZoomAbsolute: return .zoomAbsolute
+        case cidFlashLEDMode: return .flashLEDMode
+        case cidFlashStrobeSource: return .flashStrobeSource
+        case cidFlashStrobe: return .flashStrobe
+        case cidFlashStrobeStop: return .flashStrobeStop
+        case cidFlashIntensity: return .flashIntensity
+        case cidFlashTorchIntensity: return .torchIntensity
+        case cidFlashFault: return .flashFault
         default: return nil
         }
     }

@@ -168,3 +168,139 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
         #expect(Set(a).count > 50, "a real picture, not a flat fill")
     }
 }
+
+@Suite struct FrameRateWhileRunningTests {
+    /// A new min frame duration on a running sim session: the measured interval changes without a
+    /// restart (sequences continue, nothing dropped) and the exposure loop's limit follows it.
+    @Test func theIntervalChangesAndTheExposureLimitFollows() throws {
+        // A dark scene: the loop runs to its longest exposure (the frame interval) and holds there.
+        let dev = try CaptureDevice.open("sim:width=160,height=120,fps=60,paced=true,frames=90,light=0.002,exposure=1,latency=2,flicker=0", directory: .standard)
+        let (session, out) = try continuousExposureSession(dev)
+        struct Seen { var sequence: UInt64; var t: UInt64; var aeExposure: Double? }
+        final class Recorder: VideoDataOutputDelegate, @unchecked Sendable {
+            let device: CaptureDevice
+            let seen = LockedBox<[Seen]>([])
+            let drops = LockedBox(0)
+            init(_ d: CaptureDevice) { device = d }
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                let f = sampleBuffer.frame
+                let n = seen.withLock { s -> Int in
+                    s.append(Seen(sequence: f.sequence, t: f.timestamp.nanoseconds, aeExposure: f.metadata.custom.value(MetadataKey("ae.exposure_us"))))
+                    return s.count
+                }
+                if n == 40 { try? device.configure { $0.activeVideoMinFrameDuration = FrameInterval(numerator: 1, denominator: 20) } }
+            }
+            func videoDataOutput(_ output: VideoDataOutput, didDrop sequence: UInt64, reason: DropReason) { drops.withLock { $0 += 1 } }
+        }
+        let r = Recorder(dev)
+        out.setDelegate(r, queue: nil)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        let s = r.seen.withLock { $0 }
+        #expect(s.count + r.drops.withLock { $0 } == 90)
+        #expect(dev.lastFrameRateChange == .appliedWhileStreaming(FrameInterval(numerator: 1, denominator: 20)))
+        func medianInterval(_ range: Range<Int>) -> Double {
+            let d = range.dropFirst().compactMap { i -> Double? in
+                s[i].sequence == s[i - 1].sequence + 1 ? Double(s[i].t - s[i - 1].t) / 1e6 : nil
+            }.sorted()
+            return d.isEmpty ? 0 : d[d.count / 2]
+        }
+        let before = medianInterval(5..<38), after = medianInterval(50..<s.count)
+        #expect(abs(before - 16.67) < 1.5, "median interval before the change \(before) ms")
+        #expect(abs(after - 50) < 2, "median interval after the change \(after) ms")
+        // The exposure loop's longest exposure followed the frame interval.
+        let aeBefore = s[20..<38].compactMap(\.aeExposure).max() ?? 0
+        let aeAfter = s[75..<s.count].compactMap(\.aeExposure).max() ?? 0
+        #expect(aeBefore <= 16_700 && aeBefore > 10_000, "AE exposure before \(aeBefore) µs")
+        #expect(aeAfter > 30_000 && aeAfter <= 50_000, "AE exposure after \(aeAfter) µs")
+    }
+}
+
+@Suite struct DigitalZoomTests {
+    /// Runs a grey sim (no noise, no shake) and returns every frame's pixels and metadata.
+    func run(_ sim: String, configure: (CaptureDevice) throws -> Void) throws -> (frames: [[UInt8]], metadata: [FrameMetadata], device: CaptureDevice) {
+        let dev = try CaptureDevice.open(sim, directory: .standard)
+        let (session, out) = try continuousExposureSession(dev)
+        try configure(dev)
+        final class Grab: VideoDataOutputDelegate, @unchecked Sendable {
+            let frames = LockedBox<[[UInt8]]>([])
+            let metadata = LockedBox<[FrameMetadata]>([])
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                let f = sampleBuffer.frame
+                frames.withLock { $0.append(Array(UnsafeRawBufferPointer(f.bytes))) }
+                metadata.withLock { $0.append(f.metadata) }
+            }
+        }
+        let g = Grab()
+        out.setDelegate(g, queue: nil)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        return (g.frames.withLock { $0 }, g.metadata.withLock { $0 }, dev)
+    }
+
+    static let sim = "sim:width=320,height=240,format=grey,paced=false,frames=8,noise=0,shake=0,seed=3,latency=2"
+
+    /// A scene feature at full-frame point p shows, zoomed by 2, at c + 2·(p − c): the zoomed
+    /// frame matches the centre half of the plain frame scaled up.
+    @Test func theCentreIsCroppedAndScaledBackUp() throws {
+        let plain = try run(Self.sim) { d in try d.configure { $0.exposureMode = .locked } }
+        let zoomed = try run(Self.sim) { d in try d.configure { $0.exposureMode = .locked; $0.videoZoomFactor = 2 } }
+        let a = try #require(plain.frames.last), b = try #require(zoomed.frames.last)
+        let w = 320, h = 240
+        var err = 0.0, n = 0.0, flat = 0.0
+        for y in stride(from: 8, to: h - 8, by: 3) {
+            for x in stride(from: 8, to: w - 8, by: 3) {
+                // The source point of output (x, y): c + (q − c)/2, bilinear in the plain frame.
+                let sx = Double(w - 1) / 2 + (Double(x) - Double(w - 1) / 2) / 2
+                let sy = Double(h - 1) / 2 + (Double(y) - Double(h - 1) / 2) / 2
+                let x0 = Int(sx), y0 = Int(sy), fx = sx - Double(x0), fy = sy - Double(y0)
+                func p(_ x: Int, _ y: Int) -> Double { Double(a[y * w + x]) }
+                let ref = (p(x0, y0) * (1 - fx) + p(x0 + 1, y0) * fx) * (1 - fy) + (p(x0, y0 + 1) * (1 - fx) + p(x0 + 1, y0 + 1) * fx) * fy
+                err += abs(Double(b[y * w + x]) - ref)
+                flat += abs(Double(a[y * w + x]) - Double(b[y * w + x]))
+                n += 1
+            }
+        }
+        #expect(err / n < 2.0, "mean |zoomed − reference crop| = \(err / n) grey levels")
+        #expect(flat / n > 4 * max(err / n, 0.5), "the zoomed frame differs from the plain one by only \(flat / n)")
+        #expect(zoomed.metadata.last?.custom.value(MetadataKey("zoom.factor")) == 2)
+        #expect(zoomed.device.videoZoomFactor == 2)
+    }
+
+    /// A point of interest given in the zoomed picture meters the full-frame point under it.
+    @Test func pointsOfInterestMapThroughTheZoom() throws {
+        let r = try run(Self.sim) { d in
+            try d.configure { $0.videoZoomFactor = 2; $0.exposurePointOfInterest = NormalizedPoint(x: 0.75, y: 0.25) }
+        }
+        let m = try #require(r.metadata.last)
+        #expect(abs((m.custom.value(MetadataKey("ae.spot_x")) ?? 0) - 0.625) < 1e-9)
+        #expect(abs((m.custom.value(MetadataKey("ae.spot_y")) ?? 0) - 0.375) < 1e-9)
+    }
+
+    /// A ramp at 2 powers of two per second from 1 to 4 takes one second: 30 frames at 30 fps.
+    @Test func aRampReachesTheFactorAtTheRate() throws {
+        let r = try run("sim:width=160,height=120,fps=30,paced=false,frames=40,noise=0,latency=2") { d in
+            try d.lockForConfiguration()
+            try d.ramp(toVideoZoomFactor: 4, withRate: 2)
+            d.unlockForConfiguration()
+        }
+        let z = r.metadata.map { $0.custom.value(MetadataKey("zoom.factor")) ?? 0 }
+        #expect(z.count == 40)
+        // After k frames the factor is 2^(2k/30); it reaches 4 at frame 30.
+        #expect(abs(z[14] - pow(2, 2.0 * 15 / 30)) < 1e-6, "factor after 15 frames \(z[14])")
+        #expect(z[28] < 4 && z[29] == 4 && z.last == 4, "factors \(z[26...31])")
+    }
+
+    @Test func digitalZoomOnMJPEGIsRefused() throws {
+        let dev = try CaptureDevice.open("sim:width=320,height=240,format=mjpeg,paced=false,frames=4", directory: .standard)
+        try dev.lockForConfiguration()
+        defer { dev.unlockForConfiguration() }
+        #expect(!dev.hasOpticalZoom && dev.maxAvailableVideoZoomFactor == CaptureDevice.maxDigitalZoomFactor)
+        #expect(throws: SessionError.unsupportedMode(device: "sim:width=320,height=240,format=mjpeg,paced=false,frames=4", mode: "digital zoom",
+                                                     reason: "it streams MJPEG, a compressed format (crop and resample need YUV or grey frames)")) {
+            try dev.setVideoZoomFactor(2)
+        }
+    }
+}

@@ -48,6 +48,15 @@ public struct DeviceSettings: Sendable, Equatable {
     public var whiteBalanceTemperatureAndTint: WhiteBalanceTemperatureAndTintValues?
     /// The format the device should stream when the session preset is `inputPriority`.
     public var activeFormat: StreamRequest?
+    /// The stream's frame interval (AVFoundation's `activeVideoMinFrameDuration`); nil: the format's own.
+    public var activeVideoMinFrameDuration: FrameInterval?
+    /// The longest frame time the exposure loop may expose for (AVFoundation's
+    /// `activeVideoMaxFrameDuration`); nil: the frame interval.
+    public var activeVideoMaxFrameDuration: FrameInterval?
+    /// The zoom factor to reach (1: none); see `CaptureDevice.videoZoomFactor`.
+    public var videoZoomFactor: Double = 1
+    /// The zoom ramp's rate in powers of two per second; 0: jump to ``videoZoomFactor`` at once.
+    public var videoZoomRate: Double = 0
     public init() {}
 }
 
@@ -72,6 +81,16 @@ public final class CaptureDevice: @unchecked Sendable {
         set { observer.withLock { $0 = newValue } }
     }
     private let observer = LockedBox<(@Sendable (DeviceSettings) -> Void)?>(nil)
+
+    /// Torch mode and level as last set (see CaptureDevice+Torch.swift).
+    let torchBox = LockedBox(TorchState())
+    /// The last frame-rate change a session made (see CaptureDevice+Torch.swift).
+    let frameRateChangeBox = LockedBox<FrameRateChange?>(nil)
+    /// The zoom factor frames have now, as `Double` bits (0: none seen; see CaptureDevice+Zoom.swift).
+    let observedZoom = Atomic<UInt64>(0)
+    /// The latest metered frame's exposure error, EV, as `Double` bits (NaN: none yet). Relaxed:
+    /// a lone value, written by the stage thread, read by whoever asks for ``isLowLightScene``.
+    let observedExposureError = Atomic<UInt64>(Double.nan.bitPattern)
 
     /// Decoders for the device's formats without YUV planes (MJPEG), so stages get pixels.
     public let pixelDecoders: (any PixelDecoderFactory)?
@@ -142,6 +161,11 @@ public final class CaptureDevice: @unchecked Sendable {
             throw error
         }
         unlockForConfiguration()
+    }
+
+    /// Stages a zoom target and ramp rate (CaptureDevice+Zoom.swift).
+    func stageZoom(_ factor: Double, rate: Double) throws {
+        try stage { $0.videoZoomFactor = factor; $0.videoZoomRate = rate }
     }
 
     private func stage(_ change: (inout DeviceSettings) -> Void) throws {
@@ -287,6 +311,67 @@ public final class CaptureDevice: @unchecked Sendable {
     /// The latest frame's white balance, K, as `Double` bits (0: none yet). Relaxed: a lone value,
     /// no other memory is published with it.
     private let observedWhiteBalance = Atomic<UInt64>(0)
+
+    // MARK: Frame rate
+
+    /// The frame interval the device streams at (AVFoundation's `activeVideoMinFrameDuration`):
+    /// the one set, else the source's active one, else 1/30 s.
+    public var activeVideoMinFrameDuration: FrameInterval {
+        settings.activeVideoMinFrameDuration ?? source.activeConfiguration?.interval ?? FrameInterval(numerator: 1, denominator: 30)
+    }
+
+    /// The longest exposure the exposure loop may use (AVFoundation's `activeVideoMaxFrameDuration`):
+    /// the one set, else ``activeVideoMinFrameDuration``.
+    public var activeVideoMaxFrameDuration: FrameInterval {
+        settings.activeVideoMaxFrameDuration ?? activeVideoMinFrameDuration
+    }
+
+    /// The frame intervals the active format lists (empty when the device lists none).
+    public var supportedFrameIntervals: [FrameInterval] {
+        let cfg = settings.activeFormat.map { ($0.pixelFormat, $0.width, $0.height) }
+            ?? source.activeConfiguration.map { ($0.format.pixelFormat, $0.format.width, $0.format.height) }
+        guard let (pf, w, h) = cfg, let f = formats.first(where: { $0.pixelFormat == pf }) else { return [] }
+        return f.sizes.first(where: { $0.contains(width: w, height: h) })?.intervals ?? []
+    }
+
+    /// Sets the frame interval (staged; needs the lock). On a running session it applies when the
+    /// lock is released: `VIDIOC_S_PARM` while streaming where the driver takes it, else the
+    /// stream restarts around it between two frames (``FrameRateChange``); the exposure loop's
+    /// limit follows. The interval must be one the active format lists (any 1/240 … 10 s interval
+    /// when it lists none).
+    /// - Throws: `SessionError.invalidConfiguration` for an interval the format does not offer,
+    ///   `SessionError.notLockedForConfiguration`.
+    public func setActiveVideoMinFrameDuration(_ interval: FrameInterval) throws {
+        try checkInterval(interval, "frame duration")
+        try stage {
+            $0.activeVideoMinFrameDuration = interval
+            if let m = $0.activeVideoMaxFrameDuration, m.nanoseconds < interval.nanoseconds { $0.activeVideoMaxFrameDuration = interval }
+        }
+    }
+
+    /// Sets the longest frame time the exposure loop may expose for (staged; at least the frame
+    /// interval; drivers that slow the stream for long exposures, such as UVC's
+    /// `exposure_dynamic_framerate`, then drop towards it in the dark).
+    public func setActiveVideoMaxFrameDuration(_ interval: FrameInterval) throws {
+        guard interval.numerator > 0, interval.denominator > 0, interval.nanoseconds <= 10_000_000_000 else {
+            throw SessionError.invalidConfiguration(reason: "frame duration \(interval) is outside 1/240 s ... 10 s")
+        }
+        let minimum = state.withLock { ($0.staged ?? $0.settings).activeVideoMinFrameDuration } ?? activeVideoMinFrameDuration
+        guard interval.nanoseconds >= minimum.nanoseconds else {
+            throw SessionError.invalidConfiguration(reason: "max frame duration \(interval) is shorter than the min frame duration \(minimum)")
+        }
+        try stage { $0.activeVideoMaxFrameDuration = interval }
+    }
+
+    private func checkInterval(_ interval: FrameInterval, _ what: String) throws {
+        guard interval.numerator > 0, interval.denominator > 0, (4_166_666...10_000_000_000).contains(interval.nanoseconds) else {
+            throw SessionError.invalidConfiguration(reason: "\(what) \(interval) is outside 1/240 s ... 10 s")
+        }
+        let offered = supportedFrameIntervals
+        guard offered.isEmpty || offered.contains(where: { $0.fps == interval.fps }) else {
+            throw SessionError.invalidConfiguration(reason: "\(what) \(interval) is not offered by the active format (\(offered.map(\.description).joined(separator: ", ")))")
+        }
+    }
 
     /// The format to stream when the session preset is `inputPriority`.
     public func setActiveFormat(_ request: StreamRequest) throws {

@@ -327,13 +327,35 @@ public final class CaptureSession: @unchecked Sendable {
         // Enough buffers for the look-ahead the stages hold and for every ring to fill.
         var sized = request
         sized.bufferCount = max(request.bufferCount, CaptureEngine.buffersNeeded(stages: stages, consumers: consumers, options: c.engineOptions, pixelFormat: request.pixelFormat))
+        if let iv = device.settings.activeVideoMinFrameDuration { sized.fps = iv.fps }
         let cfg = try device.source.configure(sized)
         resolved = cfg
 
-        let settings = device.settings
+        var settings = device.settings
+        if settings.activeVideoMinFrameDuration != nil { settings.activeVideoMinFrameDuration = cfg.interval }
         relay.publish(settings)
         let relay = self.relay
-        device.onSettingsChange = { s in relay.publish(s) }
+        let appliedInterval = LockedBox<FrameInterval>(cfg.interval)
+        let logger = self.logger, hub = self.hub, source = device.source
+        device.onSettingsChange = { [weak device] s in
+            var s = s
+            // A new frame duration on a running session: the source changes its rate now (S_PARM
+            // mid-stream, or a restart around it); the control stages get the interval it chose.
+            if let iv = s.activeVideoMinFrameDuration, appliedInterval.withLock({ $0 != iv }) {
+                do {
+                    let change = try source.setFrameInterval(iv)
+                    device?.noteFrameRateChange(change)
+                    appliedInterval.withLock { $0 = change.interval }
+                    s.activeVideoMinFrameDuration = change.interval
+                    logger.info("\(source.info.id): frame interval \(change)")
+                } catch {
+                    logger.error("\(source.info.id): the frame interval \(iv) could not be applied: \(error)")
+                    s.activeVideoMinFrameDuration = appliedInterval.withLock { $0 }
+                    hub.post(.runtimeError(error))
+                }
+            }
+            relay.publish(s)
+        }
         try applyManualControls(settings, device: device)
 
         let audio = try prepareAudio(c, connections: connectionsStore)
@@ -341,7 +363,6 @@ public final class CaptureSession: @unchecked Sendable {
         let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions,
                               pixelDecoders: device.pixelDecoders, logger: logger)
         let run = runID.add(1, ordering: .sequentiallyConsistent).newValue
-        let hub = self.hub
         e.onRuntimeError = { [weak self] error in
             if case DeviceError.disconnected = error {
                 hub.post(.wasInterrupted(reason: .videoDeviceNotAvailable))
@@ -371,16 +392,25 @@ public final class CaptureSession: @unchecked Sendable {
     /// between frames when the settings change. Empty when there is no provider or the device has
     /// no exposure or focus control.
     private func controlStageChain(device: CaptureDevice, input: CaptureDeviceInput) throws -> [any Stage] {
-        guard let provider = controlStages,
-              device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous) else { return [] }
+        guard let provider = controlStages else { return [] }
+        // Zoom needs the control stage too: optical (zoom_absolute) or digital (the provider's).
+        let digitalZoom = device.hasOpticalZoom ? nil : provider.makeDigitalZoom()
+        guard device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous)
+              || device.hasOpticalZoom || digitalZoom != nil else { return [] }
         let connection = connectionsStore.first { $0.mediaType == .video && $0.input === input }
         let registry = self.registry
-        let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak connection] s in
+        let build: @Sendable (DeviceSettings) throws -> [any Stage] = { [weak connection, weak device] s in
             let mapping = connection
-            return try provider.controlStages(for: s, device: device, sensorPoint: { p in mapping?.sensorPoint(fromUserPoint: p) ?? p })
-                .map { try registry.makeStage($0) }
+            guard let device else { return [] }
+            // A point in the (digitally zoomed) picture the user sees: undo rotation and
+            // mirroring, then the zoom, so the stages meter the full frame under it.
+            let zoomTo = s.videoZoomFactor
+            return try provider.controlStages(for: s, device: device, sensorPoint: { [weak device] p in
+                let q = mapping?.sensorPoint(fromUserPoint: p) ?? p
+                return device?.unzoomedPoint(q, factor: zoomTo) ?? q
+            }).map { try registry.makeStage($0) }
         }
-        return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, device: device, logger: logger)]
+        return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, device: device, digitalZoom: digitalZoom, logger: logger)]
     }
 
     /// After a disconnection: retries the device until it is back, then reports the end of the

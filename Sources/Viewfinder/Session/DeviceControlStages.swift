@@ -34,13 +34,26 @@ final class DeviceControlStages: Stage {
     /// The device whose white balance the frames report (``CaptureDevice/deviceWhiteBalanceGains``).
     private weak var device: CaptureDevice?
 
-    init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], device: CaptureDevice? = nil, logger: Logger) {
+    // Zoom (stage thread): the ramp, and how it is carried out.
+    private var zoom = ZoomRamp()
+    private let digitalZoom: (any DigitalZooming)?
+    private var digitalZoomUsable = false
+    private var opticalZoom = false
+    private var lastZoomValue: Int64?
+    private var frameSeconds = 1.0 / 30
+    private let zoomKey = MetadataKey("zoom.factor")
+
+    init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], device: CaptureDevice? = nil,
+         digitalZoom: (any DigitalZooming)? = nil, logger: Logger) {
         self.relay = relay
         self.device = device
         self.stages = initial
         self.build = build
         self.logger = logger
         self.seen = relay.currentGeneration
+        self.digitalZoom = digitalZoom
+        let s = device?.settings ?? relay.settings
+        zoom = ZoomRamp(current: s.videoZoomRate > 0 ? 1 : s.videoZoomFactor, target: s.videoZoomFactor, rate: s.videoZoomRate)
     }
 
     init(options: NoOptions) throws {
@@ -51,6 +64,10 @@ final class DeviceControlStages: Stage {
         prepared = (format, context)
         seen = relay.currentGeneration
         for s in stages { try s.prepare(format: format, context: context) }
+        opticalZoom = context.controls?.supports(.zoomAbsolute) ?? false
+        digitalZoomUsable = !opticalZoom && (digitalZoom?.prepare(format: format) ?? false)
+        if context.frameIntervalNanoseconds > 0 { frameSeconds = Double(context.frameIntervalNanoseconds) / 1e9 }
+        lastZoomValue = nil
     }
 
     func process(_ frame: Frame) -> StageVerdict {
@@ -58,8 +75,19 @@ final class DeviceControlStages: Stage {
         if g != seen {
             seen = g
             do {
-                let fresh = try build(relay.settings)
-                if let (f, c) = prepared { for s in fresh { try s.prepare(format: f, context: c) } }
+                let settings = relay.settings
+                let fresh = try build(settings)
+                if let (f, c) = prepared {
+                    // The frame interval may have changed (activeVideoMinFrameDuration): the
+                    // exposure loop's limit follows it.
+                    var c = c
+                    if let iv = settings.activeVideoMinFrameDuration { c.frameIntervalNanoseconds = iv.nanoseconds }
+                    for s in fresh { try s.prepare(format: f, context: c) }
+                    prepared = (f, c)
+                    if c.frameIntervalNanoseconds > 0 { frameSeconds = Double(c.frameIntervalNanoseconds) / 1e9 }
+                }
+                zoom.target = settings.videoZoomFactor
+                zoom.rate = settings.videoZoomRate
                 stages = fresh
             } catch {
                 logger.error("new device settings could not be applied, keeping the previous ones: \(error)")
@@ -70,7 +98,32 @@ final class DeviceControlStages: Stage {
             // Control stages have no look-ahead: they forward or drop.
             if v != .forward { return v }
         }
+        applyZoom(frame)
         if let k = frame.metadata.whiteBalance { device?.noteWhiteBalance(k) }
+        // For flash/torch `.auto`: the metered error (and the torch's switch, queued for the capture side).
+        if let e = frame.metadata.exposureError { device?.noteExposure(errorEV: e, requests: prepared?.1.controlRequests) }
         return .forward
+    }
+
+    /// Advances the zoom ramp one frame and carries it out: `zoom_absolute` queued for the capture
+    /// side when its value changes (optical), or the crop-and-resample (digital, after the control
+    /// stages metered the full frame). The frame carries `zoom.factor`.
+    private func applyZoom(_ frame: Frame) {
+        zoom.advance(seconds: frameSeconds)
+        let z = zoom.current
+        if opticalZoom {
+            if let v = device?.zoomControlValue(forFactor: z), v != lastZoomValue, prepared?.1.controlRequests?.request(.zoomAbsolute, to: v) == true {
+                lastZoomValue = v
+            }
+        } else if z > 1.000_001 {
+            guard digitalZoomUsable, let dz = digitalZoom else { return }
+            dz.zoom(frame, factor: z)
+            frame.pixelsModified = true
+        }
+        // Frames carry the factor once zoom is in use (an unzoomed session's metadata stays as it was).
+        if z != 1 || zoom.target != 1 {
+            _ = frame.metadata.custom.set(zoomKey, z)
+            device?.noteZoom(z)
+        }
     }
 }
