@@ -7,23 +7,23 @@
 # it checks the books, reads the movie back with ffprobe and replays the dump (frame counts equal
 # to what the outputs reported), then deletes both files.
 #
-#   bash scripts/soak.sh [--seconds N] [--segment S] [--warmup W] [--rss-bound-mb M] [--no-build] [--release]
+#   bash scripts/soak.sh [--seconds N] [--segment S] [--warmup W] [--rss-bound-mb M] [--no-build] [--debug]
 #
 # Pass: every segment's checks hold; resident memory after the warm-up stays within M MB
-# (default 8) of its level at the end of the warm-up; descriptors and threads sampled while a
-# session runs never change. Samples go to .build/soak/samples.csv. Defaults: 120 s in 60 s
-# segments, 30 s warm-up (the CI run).
+# (default 16) of its level at the end of the warm-up; descriptors and threads sampled while a
+# session runs never change. Samples go to .build/soak/samples.csv. Defaults: 120 s in one 120 s
+# session, 45 s warm-up (the CI run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/opt/swift/usr/bin"
 LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
 ARGS=()
 BUILD=1
-CONFIG=debug
+CONFIG=release
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
-        --release) CONFIG=release; shift ;;
+        --debug) CONFIG=debug; shift ;;
         --seconds|--segment|--warmup|--rss-bound-mb) ARGS+=("$1" "$2"); shift 2 ;;
         -h|--help) sed -n 2,16p "$0"; exit 0 ;;
         *) echo "soak.sh: unknown argument '$1'" >&2; exit 2 ;;

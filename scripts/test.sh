@@ -70,11 +70,11 @@ fi
 echo "== fuzzing: every parser of outside input, 20 s per target" >&2
 VF_BUILD_LOCK="$LOCK" bash scripts/fuzz.sh --seconds 20
 # The short soak: the sim at 1080p, unpaced, through every stage into a movie, a dump and a video
-# data output for 120 s (two 60 s sessions); resident memory, descriptors and threads sampled
+# data output for 120 s (one session); resident memory, descriptors and threads sampled
 # each second; books, ffprobe of the movie and replay of the dump checked (scripts/soak.sh).
 # About 2.5 min plus the build of one small executable.
 echo "== soak: 120 s of 1080p through every stage into movie, dump and video data output" >&2
-VF_BUILD_LOCK="$LOCK" bash scripts/soak.sh --seconds 120 --segment 60 --warmup 30
+VF_BUILD_LOCK="$LOCK" bash scripts/soak.sh --seconds 120 --segment 120 --warmup 45
 # ---- end of the trust block ----
 
 echo "== frames cannot be retained, released or recycled from outside the package" >&2
