@@ -183,6 +183,7 @@ func ffprobeFrames(_ path: String) -> Int? {
     p.arguments = ["-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path]
     let out = Pipe()
     p.standardOutput = out
+    p.standardError = FileHandle.nullDevice
     do { try p.run() } catch { return nil }
     let data = out.fileHandleForReading.readDataToEndOfFile()
     p.waitUntilExit()
