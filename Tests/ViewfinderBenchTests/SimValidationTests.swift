@@ -85,7 +85,11 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         #expect(r.series.sequence.count == r.camera.frames)
     }
 
-    @Test func jsonRoundTripsAndTheBaselineComparison() throws {
+    // Timing: the comparison is a significance test on latencies measured in real time; under
+    // AddressSanitizer the samples are so spread that once in three runs a 3x + 5 ms shift of the
+    // p50 came out "unchanged". The test runs in the plain unit tests.
+    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: compares real-time latency samples, too noisy under ASan"))
+    func jsonRoundTripsAndTheBaselineComparison() throws {
         let r = try bench("sim:fps=60,width=320,height=240", duration: 1, controls: [])
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(getpid()).json")
         try r.jsonData().write(to: url)
