@@ -108,6 +108,10 @@ let package = Package(
             ]
         ),
 
+        // The soak test of issue 15 (scripts/soak.sh): the sim at 1080p through every stage into a
+        // movie, a dump and a video data output, sampling memory, descriptors and threads.
+        .executableTarget(name: "viewfinder-soak", dependencies: ["ViewfinderKit"], path: "Examples/Soak"),
+
         // Static stage registration: the plugin scans a target's sources for stage types and the
         // generator writes the registry.
         .executableTarget(name: "StageRegistryGenerator"),
@@ -122,7 +126,7 @@ let package = Package(
         .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit"]),
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderStages", "ViewfinderSinks", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
-        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "CTurboJPEG", "CLZ4", "CFutex"]),
+        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport", "CTurboJPEG", "CLZ4", "CFutex"]),
         .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
         .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),

@@ -501,8 +501,12 @@ public final class CaptureEngine: @unchecked Sendable {
                     while channel.count > 0, case .frame(let newer) = channel.receive(timeoutNanoseconds: 0) {
                         let seq = f.sequence
                         f.release()
+                        // Counted for this consumer only (it hears of it through `didDrop`). The
+                        // frame is shared by every consumer: marking `newer.metadata.droppedBefore`
+                        // here made the movie and the dump count this output's late drops as their
+                        // own (the soak found a movie holding every frame that reported 37 dropped),
+                        // and wrote metadata other consumer threads were reading.
                         stats.drops.count(.late, from: seq)
-                        newer.metadata.droppedBefore &+= 1
                         f = newer
                     }
                 }

@@ -185,6 +185,10 @@ struct RecordCommand: ParsableCommand {
         try session.addOutput(movie)
         try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
+        // The camera's runtime errors (unplugged, a fatal streaming error): the movie is finished
+        // and complete, and the command still exits with the error (as `run` does).
+        let runtimeErrors = LockedBox<[any Error]>([])
+        session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
         if preRoll == nil { try movie.startRecording(to: output, overwrite: force, delegate: waiter) }
         try session.startRunning()
         let sig = onInterrupt { movie.stopRecording() }
@@ -205,6 +209,8 @@ struct RecordCommand: ParsableCommand {
         if let a = session.audioStatistics { print(recordedAudioText(a, movie.audioAlignment)) }
         print("ended: \(summary.reason.rawValue)\(err.map { " (\($0))" } ?? ""); file complete: \(summary.successfullyFinished ? "yes" : "no")")
         if let err, !summary.successfullyFinished { throw err }
+        session.deliverPendingEvents()
+        if let e = runtimeErrors.withLock({ $0.first }) { throw e }
     }
 }
 
@@ -245,6 +251,10 @@ struct DumpCommand: ParsableCommand {
         try session.addOutput(out)
         try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
+        // The camera's runtime errors: the dump is closed and replays up to them, and the command
+        // still exits with the error (as `run` does) instead of 0.
+        let runtimeErrors = LockedBox<[any Error]>([])
+        session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
         let t0 = monotonicNanoseconds()
         try session.startRunning()
         let sig = onInterrupt { session.stopRunning() }
@@ -256,6 +266,8 @@ struct DumpCommand: ParsableCommand {
         let sound = out.audioPeriodsWritten > 0 ? ", \(out.audioPeriodsWritten) periods of sound" : ""
         print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
         if let e = out.error { throw e }
+        session.deliverPendingEvents()
+        if let e = runtimeErrors.withLock({ $0.first }) { throw e }
     }
 }
 

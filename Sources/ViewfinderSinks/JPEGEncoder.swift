@@ -304,7 +304,7 @@ func resampleChroma(_ src: UnsafePointer<UInt8>, stride: Int, width sw: Int, hei
 
 /// A TurboJPEG decompressor, for MJPEG frames that must be re-encoded and for checking output.
 public final class JPEGDecoder {
-    private let handle: tjhandle
+    private var handle: tjhandle
 
     public init() throws {
         guard let h = tjInitDecompress() else { throw SinkError.jpeg(operation: "tjInitDecompress", message: "no handle") }
@@ -316,10 +316,30 @@ public final class JPEGDecoder {
     public func header(_ jpeg: UnsafeRawBufferPointer) throws -> (width: Int, height: Int, subsampling: ChromaSubsampling?) {
         var w: Int32 = 0, h: Int32 = 0, s: Int32 = 0, cs: Int32 = 0
         guard let base = jpeg.baseAddress, tjDecompressHeader3(handle, base.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count), &w, &h, &s, &cs) == 0 else {
-            throw SinkError.corruptData("not a JPEG: \(String(cString: tjGetErrorStr2(handle)))")
+            let why = String(cString: tjGetErrorStr2(handle))
+            // libjpeg-turbo 2.1 leaves the handle mid-header after a damaged header, and every
+            // later call on it fails: start again with a fresh one (error path only).
+            if let fresh = tjInitDecompress() { tjDestroy(handle); handle = fresh }
+            throw SinkError.corruptData("not a JPEG: \(why)")
         }
         return (Int(w), Int(h), ChromaSubsampling(tj: s))
     }
+
+    /// Whether `jpeg` decodes without error or warning (a truncated stream, a missing end marker,
+    /// damaged entropy-coded data all fail). Decodes the luma at 1/8 scale into a reused buffer:
+    /// every entropy-coded byte is still read, at a fraction of a full decode's cost.
+    public func decodesCompletely(_ jpeg: UnsafeRawBufferPointer) -> Bool {
+        guard jpeg.count >= 4, jpeg[0] == 0xFF, jpeg[1] == 0xD8, let base = jpeg.baseAddress,
+              let hd = try? header(jpeg), hd.width > 0, hd.height > 0 else { return false }
+        let w = (hd.width + 7) / 8, h = (hd.height + 7) / 8
+        if checkScratch.count < w * h { checkScratch = [UInt8](repeating: 0, count: w * h) }
+        let rc = checkScratch.withUnsafeMutableBufferPointer {
+            tjDecompress2(handle, base.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count), $0.baseAddress, Int32(w), Int32(w), Int32(h),
+                          Int32(TJPF_GRAY.rawValue), TJFLAG_STOPONWARNING | TJFLAG_FASTDCT)
+        }
+        return rc == 0
+    }
+    private var checkScratch: [UInt8] = []
 
     /// Decodes to planes: the luma plane (width x height) and the chroma planes at the JPEG's subsampling.
     public func decodePlanes(_ jpeg: UnsafeRawBufferPointer) throws -> (width: Int, height: Int, subsampling: ChromaSubsampling, y: [UInt8], u: [UInt8], v: [UInt8]) {

@@ -56,6 +56,10 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
 
     /// The longest a bracket waits for a frame taken with the new exposure, beyond the control latency.
     public var bracketSettleLimitFrames = 6
+    /// Frames this output passed over while taking a photo, by reason: a camera JPEG that does not
+    /// decode (truncated, no end marker, damaged) is `DropReason.corrupt`, and the photo is taken
+    /// from the next frame instead. Raw stills keep the buffer as it came and skip nothing.
+    public let droppedFrames = DropCounters()
 
     private let logger: Logger
     private let lock = ConditionLock()
@@ -71,6 +75,8 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     // Consumer thread only.
     private var current: Job?
     private var encoder: JPEGEncoder?
+    /// Checks camera JPEGs before they are passed through (consumer thread; made in `start`).
+    private var checker: JPEGDecoder?
     private let downscaler = PhotoDownscaler()
 
     private final class Job {
@@ -197,6 +203,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
 
     public func start(configuration cfg: StreamConfiguration) throws {
         encoder = try JPEGEncoder()
+        checker = try JPEGDecoder()
         lock.withLock { configuration = cfg; running = true; ended = false }
     }
 
@@ -285,6 +292,13 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             job.delegate.photoOutput(self, willCapturePhotoFor: job.resolved)
         }
         let source = JPEGEncoder.pixelSource(frame)
+        if source === frame, frame.format.pixelFormat == .mjpeg, job.settings.codec != .raw,
+           let checker, !checker.decodesCompletely(UnsafeRawBufferPointer(frame.bytes)) {
+            // A damaged camera JPEG would be stored as a broken still: count it, take the next frame.
+            droppedFrames.count(.corrupt, from: frame.sequence)
+            logger.debug("photo \(job.settings.uniqueID): frame \(frame.sequence) is a corrupt JPEG; taking the next one")
+            return
+        }
         job.shots.append(Shot(bytes: Array(frame.bytes), format: frame.format, sequence: frame.sequence, timestamp: frame.timestamp,
                               metadata: frame.metadata, pixelsModified: frame.pixelsModified, bias: bias, date: PhotoOutput.wallClock(of: frame.timestamp),
                               decoded: source === frame ? nil : (Array(source.bytes), source.format)))

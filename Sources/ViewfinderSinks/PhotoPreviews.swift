@@ -34,7 +34,7 @@ public struct PhotoPreviewImage: Sendable, Equatable {
 /// JPEG is decoded at TurboJPEG's nearest reduced scale that still covers the size, anything else
 /// is converted to RGB at full size; then area-averaged down. Used on the photo output's thread.
 final class PhotoDownscaler {
-    private let decoder: tjhandle?
+    private var decoder: tjhandle?
 
     init() { decoder = tjInitDecompress() }
     deinit { if let decoder { tjDestroy(decoder) } }
@@ -52,7 +52,12 @@ final class PhotoDownscaler {
             guard let decoder else { throw SinkError.jpeg(operation: "tjInitDecompress", message: "no handle") }
             var w: Int32 = 0, h: Int32 = 0, sub: Int32 = 0, cs: Int32 = 0
             let ok = bytes.withUnsafeBufferPointer { tjDecompressHeader3(decoder, $0.baseAddress, UInt($0.count), &w, &h, &sub, &cs) == 0 }
-            guard ok, w > 0, h > 0 else { throw SinkError.corruptData("the camera's JPEG does not decode") }
+            guard ok, w > 0, h > 0 else {
+                // libjpeg-turbo 2.1 leaves the handle mid-header after a damaged header, and every
+                // later call on it fails: start again with a fresh one (error path only).
+                if let fresh = tjInitDecompress() { tjDestroy(decoder); self.decoder = fresh }
+                throw SinkError.corruptData("the camera's JPEG does not decode")
+            }
             // The smallest scale TurboJPEG offers that still covers the box.
             var n: Int32 = 0
             var dw = w, dh = h

@@ -162,6 +162,8 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         var queue: [Int] = []
         var done: [Int] = []
         var owner: Int32?
+        /// The owner's descriptor is closed but a mapped buffer keeps its file (and the queue) alive.
+        var ownerClosed = false
         var streaming = false
         var sequence: UInt32 = 0
         var values: [UInt32: Int64] = [:]
@@ -422,6 +424,7 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         d.queue = []
         d.done = []
         d.owner = nil
+        d.ownerClosed = false
     }
 
     // MARK: V4L2Syscalls
@@ -441,7 +444,11 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
     public func close(_ fd: Int32) -> Result<Void, Errno> {
         lock.withLock {
             guard let f = files.removeValue(forKey: fd) else { return .failure(.badFile) }
-            if let d = devices[f.path], d.owner == fd { releaseQueue(d) }
+            if let d = devices[f.path], d.owner == fd {
+                // A mapping holds a reference to the open file: as in the kernel, the file (and
+                // the queue it owns) is released only when its last buffer is unmapped.
+                if d.buffers.contains(where: { $0.mapCount > 0 }) { d.ownerClosed = true } else { releaseQueue(d) }
+            }
             return .success(())
         }
     }
@@ -462,6 +469,7 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
             for d in devices.values {
                 if let i = d.buffers.firstIndex(where: { $0.memory == address }) {
                     d.buffers[i].mapCount = max(0, d.buffers[i].mapCount - 1)
+                    if d.ownerClosed && !d.buffers.contains(where: { $0.mapCount > 0 }) { releaseQueue(d) }
                     return .success(())
                 }
                 if let i = d.retired.firstIndex(where: { $0.memory == address }) {
@@ -644,8 +652,11 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         let p = call.argument(v4l2_requestbuffers.self), d = call.device
         guard call.isCapture, p.pointee.type == V4L2.bufTypeVideoCapture, p.pointee.memory == V4L2.memoryMMAP else { return .failure(.invalidArgument) }
         if call.ownedElsewhere || d.streaming { return .failure(.busy) }
-        if d.buffers.contains(where: { $0.mapCount > 0 }) { return .failure(.busy) }
-        for b in d.buffers { b.memory.deallocate() }
+        // Since Linux 5.0 (V4L2_BUF_CAP_SUPPORTS_ORPHANED_BUFS) REQBUFS frees the queue even while
+        // buffers are still mapped: the mappings stay valid ("orphaned") until unmapped.
+        for b in d.buffers {
+            if b.mapCount > 0 { d.retired.append(b) } else { b.memory.deallocate() }
+        }
         d.buffers = []; d.queue = []; d.done = []
         if p.pointee.count == 0 { d.owner = nil; return .success(0) }
         let n = min(max(Int(p.pointee.count), 2), 32)

@@ -112,7 +112,15 @@ extension V4L2Camera {
             }
             slots = []
             queuedCount = 0
-            if lent == 0, let h = handle { _ = h.requestBuffers(0) }
+            // Free the queue even with frames still lent out: since Linux 5.0 videobuf2 orphans
+            // mapped buffers (they stay valid until unmapped) and releases the queue's ownership.
+            // Skipping this while frames were in flight kept this open file the queue's owner —
+            // and a mapping keeps the file alive after close() — so the next session on the
+            // device got EBUSY. Older kernels refuse with EBUSY; after close() the queue is then
+            // released with the last lent frame's mapping (which holds the file).
+            if let h = handle, case .failure(let e) = h.requestBuffers(0) {
+                logger.debug("\(path): REQBUFS(0) with \(lent) frames lent out failed: \(e)")
+            }
             lock.broadcast()
         }
         pending.removeAll(keepingCapacity: true)

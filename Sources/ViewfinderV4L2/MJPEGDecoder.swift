@@ -55,7 +55,7 @@ public final class MJPEGDecoder {
     /// The scale denominators TurboJPEG decodes to directly.
     public static let scaleDenominators = [1, 2, 4, 8]
 
-    private let handle: tjhandle
+    private var handle: tjhandle
 
     public init() throws(MJPEGError) {
         guard let h = tjInitDecompress() else { throw .noDecoder(String(cString: tjGetErrorStr2(nil))) }
@@ -71,8 +71,22 @@ public final class MJPEGDecoder {
         guard jpeg.count >= 4, jpeg[0] == 0xFF, jpeg[1] == 0xD8, let base = jpeg.baseAddress else { throw .notJPEG }
         var w: Int32 = 0, h: Int32 = 0, sub: Int32 = 0, cs: Int32 = 0
         let r = tjDecompressHeader3(handle, base.assumingMemoryBound(to: UInt8.self), UInt(jpeg.count), &w, &h, &sub, &cs)
-        guard r == 0, w > 0, h > 0 else { throw .corrupt(message()) }
+        guard r == 0, w > 0, h > 0 else {
+            let why = message()
+            resetAfterHeaderFailure()
+            throw .corrupt(why)
+        }
         return Header(width: Int(w), height: Int(h), subsampling: sub)
+    }
+
+    /// libjpeg-turbo 2.1's `tjDecompressHeader3` does not abort the decompressor when the header
+    /// is damaged: the handle stays mid-header and every later call on it fails ("Unsupported
+    /// marker type"), so one garbage frame from a camera made every later frame corrupt. A fresh
+    /// handle (on this error path only) starts clean. Regression test: CorruptMJPEGTests.
+    private func resetAfterHeaderFailure() {
+        guard let fresh = tjInitDecompress() else { return }
+        tjDestroy(handle)
+        handle = fresh
     }
 
     /// The format a decode at 1/`scaleDenominator` produces (even row pitch so chroma rows fit).

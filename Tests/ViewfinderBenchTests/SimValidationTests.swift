@@ -1,7 +1,14 @@
 import Testing
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import ViewfinderBench
 import ViewfinderKit
+
+/// Whether this test process runs under AddressSanitizer (scripts/test.sh's sanitizer step): its
+/// runtime exports `__asan_init`.
+let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
 
 /// The bench measured where the truth is known: the sim camera's `latency`, `fps` and `jitter`.
 @Suite(.serialized) struct SimValidationTests {
@@ -12,7 +19,10 @@ import ViewfinderKit
         return try BenchRunner(configuration: c).run()
     }
 
-    @Test(arguments: [1, 3, 5])
+    // Timing: the bench steps controls on a 60 fps camera paced in real time and reads the
+    // latency from the pictures; under AddressSanitizer the run is 2-3x slower and a step lands a
+    // frame late (6 for 5). The test runs in the plain unit tests.
+    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: a 60 fps real-time bench, 2-3x slower under ASan"), arguments: [1, 3, 5])
     func controlLatencyEqualsTheSimLatency(latency: Int) throws {
         let r = try bench("sim:latency=\(latency),fps=60,width=320,height=240", duration: 0.5)
         #expect(r.controls.count == 3)
@@ -24,7 +34,10 @@ import ViewfinderKit
         }
     }
 
-    @Test func measuredRateEqualsTheSimRate() throws {
+    // Timing: 30 and 50 fps delivered in real time with no gap; under AddressSanitizer one run
+    // in three lost 9 frames (deliveredFps 9 % low). The test runs in the plain unit tests.
+    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: 50 fps delivered in real time without a gap, 2-3x slower under ASan"))
+    func measuredRateEqualsTheSimRate() throws {
         for fps in [30.0, 50.0] {
             let r = try bench("sim:fps=\(Int(fps)),width=320,height=240", duration: 2, controls: [])
             #expect(abs(r.camera.measuredFps - fps) / fps < 0.005, "\(fps): \(r.camera.measuredFps)")
@@ -37,7 +50,10 @@ import ViewfinderKit
         }
     }
 
-    @Test func injectedJitterIsMeasuredWithinTenPercent() throws {
+    // Timing: the measured jitter of a 60 fps camera within 10 %; under AddressSanitizer the
+    // slower pipeline adds its own. The test runs in the plain unit tests.
+    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: measures 1 ms of jitter at 60 fps, 2-3x slower under ASan"))
+    func injectedJitterIsMeasuredWithinTenPercent() throws {
         for jitter in [1.0, 3.0] {
             let r = try bench("sim:fps=60,width=320,height=240,jitter=\(jitter)", duration: 4, controls: [])
             #expect(abs(r.camera.timestampJitterMs - jitter) / jitter < 0.10, "jitter \(jitter): measured \(r.camera.timestampJitterMs)")
@@ -69,7 +85,11 @@ import ViewfinderKit
         #expect(r.series.sequence.count == r.camera.frames)
     }
 
-    @Test func jsonRoundTripsAndTheBaselineComparison() throws {
+    // Timing: the comparison is a significance test on latencies measured in real time; under
+    // AddressSanitizer the samples are so spread that once in three runs a 3x + 5 ms shift of the
+    // p50 came out "unchanged". The test runs in the plain unit tests.
+    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: compares real-time latency samples, too noisy under ASan"))
+    func jsonRoundTripsAndTheBaselineComparison() throws {
         let r = try bench("sim:fps=60,width=320,height=240", duration: 1, controls: [])
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(getpid()).json")
         try r.jsonData().write(to: url)
@@ -112,7 +132,10 @@ import ViewfinderKit
 
 /// `--sweep`: each listed mode opened, run and judged by its delivered rate.
 @Suite struct SweepTests {
-    @Test func sweepMeasuresEachListedModeAtItsFastestRate() throws {
+    // Timing: 60 fps delivered in real time at each mode; under AddressSanitizer the pipeline
+    // delivered 36 of 60 fps. The test runs in the plain unit tests.
+    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: needs 60 fps delivered in real time, 2-3x slower under ASan"))
+    func sweepMeasuresEachListedModeAtItsFastestRate() throws {
         var c = BenchConfiguration(device: "sim:width=320,height=240")
         c.sweepSeconds = 0.6
         let sizes = [FrameSizeRange.discrete(width: 320, height: 240, intervals: [FrameInterval(fps: 30), FrameInterval(fps: 60)])]

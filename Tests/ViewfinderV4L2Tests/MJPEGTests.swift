@@ -75,6 +75,24 @@ import ViewfinderTestSupport
         #expect(target.format == FrameFormat(.yuv422p, width: 320, height: 240))
     }
 
+    /// Regression (issue 15): a JPEG whose header is damaged left libjpeg-turbo's handle
+    /// mid-header, and every later frame failed to decode (one bad camera frame made all the rest
+    /// corrupt for the stages and the video data output).
+    @Test func aDamagedHeaderDoesNotBreakTheDecoderForLaterFrames() throws {
+        let decoder = try MJPEGDecoder()
+        let good = makeJPEG(width: 320, height: 240)
+        let target = Frame(capacity: 1 << 20, format: FrameFormat(.grey, width: 1, height: 1))
+        var garbage: [UInt8] = [0xFF, 0xD8]
+        var x: UInt32 = 5
+        for _ in 0..<6000 { x = x &* 1_103_515_245 &+ 12345; garbage.append(UInt8(truncatingIfNeeded: x >> 16)) }
+        for _ in 0..<3 {
+            #expect(throws: MJPEGError.self) { try garbage.withUnsafeBytes { try decoder.decode($0, into: target) } }
+            try good.withUnsafeBytes { try decoder.decode($0, into: target) }
+            #expect(target.format == FrameFormat(.yuv422p, width: 320, height: 240))
+            #expect(try good.withUnsafeBytes { try decoder.header($0) }.width == 320)
+        }
+    }
+
     @Test func nonJPEGPayloadFromTheCameraIsACorruptDrop() throws {
         let kernel = makeKernel()
         kernel.setPayload { buf, _ in buf[0] = 0; buf[1] = 0; return 2000 }

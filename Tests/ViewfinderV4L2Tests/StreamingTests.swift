@@ -223,5 +223,52 @@ import ViewfinderTestSupport
         cam.close()
         #expect(kernel.statistics().mapped == 0)
     }
-}
 
+    /// Regression (issue 15): `stop()` skipped REQBUFS(0) while frames were in flight, so the
+    /// queue stayed owned by the first camera's file — which its mapped buffers keep alive after
+    /// `close()` — and a second session on the same device got EBUSY.
+    @Test func secondCameraOpensWhileFirstStillHoldsFrames() throws {
+        let first = try makeCamera(kernel)
+        _ = try first.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, bufferCount: 4))
+        try first.start()
+        kernel.produce(2)
+        let a = try #require(expectFrame(try nextEvent(first)))
+        let b = try #require(expectFrame(try nextEvent(first)))
+        first.stop()
+        first.close()
+        #expect(kernel.statistics().mapped == 2)
+        #expect(a.data.load(as: UInt32.self) == 0) // the lent frames stay readable
+        #expect(b.data.load(as: UInt32.self) == 1)
+
+        let second = try makeCamera(kernel)
+        _ = try second.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, bufferCount: 4))
+        try second.start()
+        kernel.produce(1)
+        try #require(expectFrame(try nextEvent(second)))?.release()
+        a.release()
+        b.release()
+        second.close()
+        #expect(kernel.statistics().mapped == 0)
+        #expect(kernel.statistics().openFiles == 0)
+    }
+
+    /// The same with `stop()` only (the first camera stays open): the queue is free for another.
+    @Test func stopWithFramesInFlightReleasesTheQueue() throws {
+        let first = try makeCamera(kernel)
+        defer { first.close() }
+        _ = try first.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, bufferCount: 4))
+        try first.start()
+        kernel.produce(1)
+        let a = try #require(expectFrame(try nextEvent(first)))
+        first.stop()
+        let second = try makeCamera(kernel)
+        defer { second.close() }
+        _ = try second.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240, bufferCount: 4))
+        try second.start()
+        kernel.produce(1)
+        try #require(expectFrame(try nextEvent(second)))?.release()
+        a.release()
+        second.stop()
+        #expect(kernel.statistics().mapped == 0)
+    }
+}
