@@ -17,15 +17,14 @@ public struct XXHash64 {
         (acc ^ round(0, val)) &* p1 &+ p4
     }
 
-    /// Hashes `buffer` with `seed` in one go.
-    public static func hash(_ buffer: UnsafeRawBufferPointer, seed: UInt64 = 0) -> UInt64 {
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return finalize(seed &+ p5, base: nil, count: 0, length: 0) }
-        let len = buffer.count
-        var i = 0
-        var h: UInt64
-        if len >= 32 {
-            var v1 = seed &+ p1 &+ p2, v2 = seed &+ p2, v3 = seed, v4 = seed &- p1
-            let limit = len - 32
+    /// The four accumulators of the 32-byte stripes, shared by the one-shot and the filling hash.
+    struct Lanes {
+        var v1: UInt64, v2: UInt64, v3: UInt64, v4: UInt64
+        init(seed: UInt64) { v1 = seed &+ p1 &+ p2; v2 = seed &+ p2; v3 = seed; v4 = seed &- p1 }
+
+        /// Consumes the stripes that start at `i` up to `limit` (inclusive), advancing `i`.
+        @inline(__always)
+        mutating func consume(_ base: UnsafeRawPointer, from i: inout Int, through limit: Int) {
             while i <= limit {
                 v1 = round(v1, base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
                 v2 = round(v2, base.loadUnaligned(fromByteOffset: i &+ 8, as: UInt64.self))
@@ -33,8 +32,27 @@ public struct XXHash64 {
                 v4 = round(v4, base.loadUnaligned(fromByteOffset: i &+ 24, as: UInt64.self))
                 i &+= 32
             }
-            h = rotl(v1, 1) &+ rotl(v2, 7) &+ rotl(v3, 12) &+ rotl(v4, 18)
+        }
+
+        /// The lanes merged into one value (before the length and the tail are added).
+        @inline(__always)
+        var converged: UInt64 {
+            var h = rotl(v1, 1) &+ rotl(v2, 7) &+ rotl(v3, 12) &+ rotl(v4, 18)
             h = merge(h, v1); h = merge(h, v2); h = merge(h, v3); h = merge(h, v4)
+            return h
+        }
+    }
+
+    /// Hashes `buffer` with `seed` in one go.
+    public static func hash(_ buffer: UnsafeRawBufferPointer, seed: UInt64 = 0) -> UInt64 {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return finalize(seed &+ p5, base: nil, count: 0, length: 0) }
+        let len = buffer.count
+        var i = 0
+        var h: UInt64
+        if len >= 32 {
+            var lanes = Lanes(seed: seed)
+            lanes.consume(base, from: &i, through: len - 32)
+            h = lanes.converged
         } else {
             h = seed &+ p5
         }
@@ -55,7 +73,7 @@ public struct XXHash64 {
             let n = try fill(0, len)
             return (hash(UnsafeRawBufferPointer(start: base, count: n), seed: seed), n)
         }
-        var v1 = seed &+ p1 &+ p2, v2 = seed &+ p2, v3 = seed, v4 = seed &- p1
+        var lanes = Lanes(seed: seed)
         var i = 0, filled = 0
         while filled < len {
             let want = min(chunk, len - filled)
@@ -63,17 +81,9 @@ public struct XXHash64 {
             filled += got
             guard got == want else { return (0, filled) }
             // Stripes whose 32 bytes have all arrived (the one-shot loop runs while i <= len - 32).
-            let limit = filled - 32
-            while i <= limit {
-                v1 = round(v1, base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
-                v2 = round(v2, base.loadUnaligned(fromByteOffset: i &+ 8, as: UInt64.self))
-                v3 = round(v3, base.loadUnaligned(fromByteOffset: i &+ 16, as: UInt64.self))
-                v4 = round(v4, base.loadUnaligned(fromByteOffset: i &+ 24, as: UInt64.self))
-                i &+= 32
-            }
+            lanes.consume(base, from: &i, through: filled - 32)
         }
-        var h = rotl(v1, 1) &+ rotl(v2, 7) &+ rotl(v3, 12) &+ rotl(v4, 18)
-        h = merge(h, v1); h = merge(h, v2); h = merge(h, v3); h = merge(h, v4)
+        var h = lanes.converged
         h &+= UInt64(len)
         return (finalize(h, base: base + i, count: len - i, length: len), filled)
     }
