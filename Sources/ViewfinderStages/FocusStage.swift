@@ -100,9 +100,10 @@ public final class FocusStage: Stage {
     private var region = PixelRect(x: 0, y: 0, width: 1, height: 1)
     /// The picture size `region` is for.
     private var regionWidth = 0, regionHeight = 0
-    /// Scan targets and the score seen at each (NaN until seen).
+    /// Scan targets, and whether a frame taken at each has come in (the scores themselves are in
+    /// the samples).
     private var targets: [Double] = []
-    private var scores: [Double] = []
+    private var seen: [Bool] = []
     /// Every frame of the current scan: the lens position it was taken with and its score.
     private var samplePositions: [Double] = []
     private var sampleScores: [Double] = []
@@ -131,7 +132,7 @@ public final class FocusStage: Stage {
     public init(options: FocusOptions) {
         self.options = options
         targets.reserveCapacity(32)
-        scores.reserveCapacity(32)
+        seen.reserveCapacity(32)
         samplePositions.reserveCapacity(Self.sampleCapacity)
         sampleScores.reserveCapacity(Self.sampleCapacity)
         sortedPositions.reserveCapacity(Self.sampleCapacity)
@@ -213,7 +214,7 @@ public final class FocusStage: Stage {
             }
             // The lens visits the targets in order: once the frame at the last one is in, the
             // sweep is complete (a target passed without a frame of its own is not waited for).
-            if !scores[scores.count - 1].isNaN || framesInPhase > targets.count + latency + 6 {
+            if seen[seen.count - 1] || framesInPhase > targets.count + latency + 6 {
                 finishPass()
             }
             frame.metadata.focusState = .scanning
@@ -260,7 +261,7 @@ public final class FocusStage: Stage {
         framesInPhase = 0
         let n = options.coarseSteps
         targets.removeAll(keepingCapacity: true)
-        scores.removeAll(keepingCapacity: true)
+        seen.removeAll(keepingCapacity: true)
         samplePositions.removeAll(keepingCapacity: true)
         sampleScores.removeAll(keepingCapacity: true)
         // Start from the end nearer the lens.
@@ -268,7 +269,7 @@ public final class FocusStage: Stage {
         for i in 0..<n {
             let t = lensMin + (lensMax - lensMin) * Double(i) / Double(n - 1)
             targets.append(snap(t))
-            scores.append(.nan)
+            seen.append(false)
         }
         if !fromLow { targets.reverse() }
         nextTarget = 0
@@ -276,9 +277,7 @@ public final class FocusStage: Stage {
     }
 
     private func record(lens: Double, score: Double) {
-        for i in targets.indices where abs(targets[i] - lens) <= 0.5 {
-            scores[i] = scores[i].isNaN ? score : max(scores[i], score)
-        }
+        for i in targets.indices where abs(targets[i] - lens) <= 0.5 { seen[i] = true }
         guard score.isFinite, samplePositions.count < Self.sampleCapacity else { return }
         samplePositions.append(lens)
         sampleScores.append(score)
@@ -358,11 +357,11 @@ public final class FocusStage: Stage {
             let centre = missing ? p.best : p.position
             let half = (missing ? 1.0 : 0.6) * coarseStep
             targets.removeAll(keepingCapacity: true)
-            scores.removeAll(keepingCapacity: true)
+            seen.removeAll(keepingCapacity: true)
             for i in 0..<n {
                 let t = min(lensMax, max(lensMin, centre - half + 2 * half * Double(i) / Double(n - 1)))
                 targets.append(snap(t))
-                scores.append(.nan)
+                seen.append(false)
             }
             if abs(targets[n - 1] - commanded) < abs(targets[0] - commanded) { targets.reverse() }
             phase = .fine
