@@ -17,8 +17,8 @@ public final class SampleBuffer: @unchecked Sendable {
     /// ``Stage/process(_:)``) beyond the call. Nil if the frame is no longer held by anyone (it went
     /// back to its pool or device): a stale reference cannot bring a frame back.
     public init?(retaining frame: Frame) {
-        guard frame.recycler == nil || frame.retainIfHeld() else { return nil }
-        if frame.recycler == nil { frame.retain() }
+        guard !frame.isRecycled || frame.retainIfHeld() else { return nil }
+        if !frame.isRecycled { frame.retain() }
         self.frame = frame
     }
 

@@ -70,7 +70,7 @@ public final class StageChain {
     /// nothing run, when the frame is held by nobody (it went back to its pool or device).
     @discardableResult
     public func submit(_ frame: Frame) -> Bool {
-        if frame.recycler == nil { frame.retain() } else if !frame.retainIfHeld() { return false }
+        if !frame.isRecycled { frame.retain() } else if !frame.retainIfHeld() { return false }
         frame.holder = -1
         run(frame, from: 0)
         return true
