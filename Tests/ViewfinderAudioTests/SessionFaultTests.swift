@@ -46,8 +46,19 @@ final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
         // Unplugged once the movie holds a second of video (by the movie's clock, not the wall's).
         let deadline = monotonicNanoseconds() + 60_000_000_000
         while movie.recordedDuration < 1 && monotonicNanoseconds() < deadline { usleep(2000) }
+        let reachedOneSecond = movie.recordedDuration >= 1
         source.unplugged.store(true, ordering: .relaxed)
-        let (summary, error) = try #require(waiter.wait(seconds: 60))
+        guard let (summary, error) = waiter.wait(seconds: 60) else {
+            // Say where it stood (a hang seen once under TSan in CI): the movie's progress, the
+            // engine's and the microphone's counts, the events.
+            let st = session.statistics
+            let state = "movie recorded \(movie.recordedDuration) s (reached 1 s before the unplug: \(reachedOneSecond)), recording \(movie.isRecording); "
+                + "engine captured \(st?.captured ?? 0), delivered \(st?.delivered ?? 0), drops \(st?.drops.byName ?? [:]), "
+                + "consumers \(st?.consumers.map { "\($0.name): \($0.consumed) consumed, drops \($0.drops.byName)" } ?? []); audio \(String(describing: session.audioStatistics)); events \(events.withLock { $0 })"
+            session.stopRunning()
+            Issue.record("the movie did not end within 60 s of the unplug: \(state)")
+            return
+        }
         session.stopRunning()
 
         // As in AVFoundation, reaching the maximum duration is reported as the "error" of a complete file.

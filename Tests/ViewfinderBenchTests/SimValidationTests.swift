@@ -85,11 +85,7 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         #expect(r.series.sequence.count == r.camera.frames)
     }
 
-    // Timing: the comparison is a significance test on latencies measured in real time; under
-    // AddressSanitizer the samples are so spread that once in three runs a 3x + 5 ms shift of the
-    // p50 came out "unchanged". The test runs in the plain unit tests.
-    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: compares real-time latency samples, too noisy under ASan"))
-    func jsonRoundTripsAndTheBaselineComparison() throws {
+    @Test func jsonRoundTripsAndTheBaselineComparison() throws {
         let r = try bench("sim:fps=60,width=320,height=240", duration: 1, controls: [])
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(getpid()).json")
         try r.jsonData().write(to: url)
@@ -102,11 +98,18 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         #expect(back.pipeline.drops == r.pipeline.drops)
         // Against itself: nothing changes.
         #expect(r.compared(with: back).regressions == 0)
-        // A run whose capture-to-output latency is three times the baseline's regresses.
-        var worse = back
-        worse.series.captureToOutputMs = back.series.captureToOutputMs.map { $0 * 3 + 5 }
+        // A run whose capture-to-output latency is three times the baseline's regresses. The
+        // latencies are a fixed series (1.5-2.5 ms, a steady run), not this run's: the verdict
+        // weighs the change against the runs' own spread, and a real-time run on a loaded
+        // machine can be spread enough to hide even a 3x shift — the comparison is under test
+        // here, not the machine.
+        var steady = back
+        steady.series.captureToOutputMs = (0..<120).map { 1.5 + Double(($0 * 37) % 100) / 100 }
+        steady.pipeline.captureToOutputMs = Distribution(steady.series.captureToOutputMs)
+        var worse = steady
+        worse.series.captureToOutputMs = steady.series.captureToOutputMs.map { $0 * 3 + 5 }
         worse.pipeline.captureToOutputMs = Distribution(worse.series.captureToOutputMs)
-        let cmp = worse.compared(with: back)
+        let cmp = worse.compared(with: steady)
         #expect(cmp.metrics.first { $0.metric == "pipeline.capture_to_output_ms.p50" }?.verdict == .regression)
         #expect(cmp.metrics.first { $0.metric == "camera.measured_fps" }?.verdict == .unchanged)
         #expect(throws: BenchError.self) { try BenchReport.load(path: "/nonexistent/old.json") }
