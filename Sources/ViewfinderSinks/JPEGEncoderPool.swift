@@ -123,12 +123,17 @@ final class JPEGEncoderPool: @unchecked Sendable {
     }
 
     private func work() {
-        guard let encoder = try? JPEGEncoder() else { return }
-        // The encoded bytes live in the encoder: it must outlive every copy out of it.
-        withExtendedLifetime(encoder) { work(encoder) }
+        let encoder: JPEGEncoder?
+        var failure: (any Error)?
+        do { encoder = try JPEGEncoder() } catch { encoder = nil; failure = error }
+        // The encoded bytes live in the encoder: it must outlive every copy out of it. A worker
+        // without an encoder (TurboJPEG could not make its handle) still takes jobs and finishes
+        // each with that error, a counted drop: a worker that just returned would leave its jobs
+        // pending and the movie's thread waiting for them for ever.
+        withExtendedLifetime(encoder) { work(encoder, failure: failure) }
     }
 
-    private func work(_ encoder: JPEGEncoder) {
+    private func work(_ encoder: JPEGEncoder?, failure: (any Error)?) {
         lock.lock()
         while true {
             if stopping { break }
@@ -143,6 +148,7 @@ final class JPEGEncoderPool: @unchecked Sendable {
             var err: (any Error)?
             var count = 0
             do {
+                guard let encoder else { throw failure ?? JPEGEncoderPoolError.noEncoder }
                 let jpeg = try encoder.encode(frame, quality: quality, subsampling: subsampling)
                 s.ensure(jpeg.count)
                 s.output.copyMemory(from: jpeg.baseAddress!, byteCount: jpeg.count)
@@ -157,4 +163,10 @@ final class JPEGEncoderPool: @unchecked Sendable {
         }
         lock.unlock()
     }
+}
+
+/// Why a frame of the pool was not encoded when no other error says it.
+enum JPEGEncoderPoolError: Error, CustomStringConvertible {
+    case noEncoder
+    var description: String { "the encoder thread has no TurboJPEG handle" }
 }
