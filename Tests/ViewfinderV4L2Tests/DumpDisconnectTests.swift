@@ -34,7 +34,12 @@ import ViewfinderTestSupport
         Case(framesBefore: 15, comesBack: false, backAfterMicroseconds: 0, stopAfterMicroseconds: 200_000),
         Case(framesBefore: 1, comesBack: true, backAfterMicroseconds: 0, stopAfterMicroseconds: 500_000),
         Case(framesBefore: 30, comesBack: false, backAfterMicroseconds: 0, stopAfterMicroseconds: 0),
-    ]
+    ] + (0..<16).map { i in
+        // More timings, spread over the fault's moment, the camera's return and the stop.
+        let back: UInt32? = [nil, 0, 5_000, 60_000, 150_000][i % 5]
+        return Case(framesBefore: [1, 2, 4, 8, 16, 32, 64][i % 7], comesBack: back != nil, backAfterMicroseconds: back ?? 0,
+                    stopAfterMicroseconds: [0, 80_000, 250_000][i % 3])
+    }
 
     /// Runs `dump` as the CLI does (start, wait until the engine ends, stop) while another thread
     /// fails the camera once `framesBefore` frames are written, then checks the file: it replays,
