@@ -57,6 +57,14 @@ final class OutputFile {
         offset = start + done
     }
 
+    /// Cuts the file to `end` bytes and makes it the end of the next write (reopening a file to
+    /// append after its last complete record).
+    func cut(to end: UInt64) throws {
+        guard ftruncate(fd, off_t(end)) == 0 else { throw SinkError.fromErrno(path: path, operation: "ftruncate") }
+        guard lseek(fd, off_t(end), SEEK_SET) == off_t(end) else { throw SinkError.fromErrno(path: path, operation: "lseek") }
+        offset = end
+    }
+
     /// Overwrites bytes at an absolute offset (patching a header) without moving the end.
     func pwrite(_ buffer: UnsafeRawBufferPointer, at position: UInt64) throws {
         var p = buffer.baseAddress!

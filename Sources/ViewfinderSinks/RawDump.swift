@@ -104,6 +104,41 @@ public final class RawDumpWriter {
         if preallocate { preallocator = Preallocator(fd: file.fd) }
     }
 
+    /// Reopens the dump at `path` to append frames after its last complete record: its index and
+    /// trailer (or a torn tail) are cut off, its frames and sound kept, and ``close()`` writes an
+    /// index of all of them. A session whose camera came back after a disconnection starts its
+    /// outputs again; the dump goes on in the same file instead of being created anew (which
+    /// truncated the frames already written).
+    ///
+    /// - Throws: ``DumpError/formatMismatch(path:expected:got:)`` when `format` is not the dump's,
+    ///   ``DumpError/unsupported(_:)`` for a dump of another version, and the reader's errors for a
+    ///   file that is not a dump. The file is left as it was on every error.
+    init(appendingTo path: String, format: FrameFormat, acceleration: Int = 1, preallocate: Bool = true,
+         compressionThreads: Int? = nil, compression: RawDumpCompression = .auto) throws {
+        guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
+        let threads = compressionThreads ?? min(4, ProcessInfo.processInfo.activeProcessorCount)
+        guard (1...64).contains(threads) else { throw SinkError.invalidArgument(name: "compressionThreads", reason: "\(threads) is outside 1...64") }
+        let reader = try RawDumpReader(path: path)
+        guard reader.version == Int(RawDumpFormat.version) else {
+            throw DumpError.unsupported("'\(path)' is a version \(reader.version) dump; only version \(RawDumpFormat.version) dumps are appended to")
+        }
+        guard reader.format == format else { throw DumpError.formatMismatch(path: path, expected: "\(reader.format)", got: "\(format)") }
+        file = try OutputFile(path: path, exclusive: false, truncate: false)
+        try file.cut(to: reader.recordsEnd)
+        index = reader.entries
+        audioIndex = reader.audioEntries
+        rawBytes = reader.entries.reduce(0) { $0 &+ UInt64($1.rawLength) }
+        chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 2 * threads))
+        self.compression = compression
+        planar = .allocate(byteCount: 64, alignment: 64)
+        self.path = path
+        self.format = format
+        self.acceleration = Int32(acceleration)
+        scratchCapacity = 0
+        scratch = .allocate(byteCount: 64, alignment: 64)
+        if preallocate { preallocator = Preallocator(fd: file.fd) }
+    }
+
     deinit {
         if !closed { try? close() }
         preallocator?.finish(size: Int64(file.offset))
@@ -357,6 +392,9 @@ public final class RawDumpReader {
     /// Where the header checksum's input is assembled (see `RawDumpFormat.recordSeed`).
     private var checksummed: [UInt8] = []
     private let headerEnd: UInt64
+    /// The end of the last complete record (frame or sound): where an index starts, a torn tail
+    /// begins, or the file ends. A writer appending to the dump goes on from here.
+    private(set) var recordsEnd: UInt64 = 0
 
     public var frameCount: Int { entries.count }
     /// The largest raw frame, for sizing buffers.
@@ -466,6 +504,7 @@ public final class RawDumpReader {
         entries = out
         audioEntries = audio
         usedFooterIndex = true
+        recordsEnd = indexOffset
         return true
     }
 
@@ -475,6 +514,7 @@ public final class RawDumpReader {
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
         entries = []
         audioEntries = []
+        defer { recordsEnd = offset }
         while offset < fileSize {
             func stop(_ reason: String) { damage = DumpDamage(offset: offset, ignoredBytes: fileSize - offset, reason: reason) }
             guard fileSize - offset >= UInt64(RawDumpFormat.recordHeaderSize) else { stop("incomplete record header"); return }

@@ -38,12 +38,23 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public var error: (any Error)? { state.withLock { $0.error } }
     public var isFinished: Bool { state.withLock { $0.finished } }
 
+    /// Opens the dump for a run of the session. The first run creates the file; a later run (the
+    /// session starting again after its camera came back from a disconnection, or a new
+    /// `startRunning`) appends to the dump this output wrote instead of creating it anew, so the
+    /// frames already written are never lost. A later run in another format fails with
+    /// `DumpError.formatMismatch` and leaves the dump as it was.
     public func start(configuration: StreamConfiguration) throws {
+        let resume = writeLock.withLock { created }
+        let w = resume
+            ? try RawDumpWriter(appendingTo: path, format: configuration.format, acceleration: acceleration, compression: compression)
+            : try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration, compression: compression)
         // The audio delivery thread may already be writing periods (it starts first): `writer` is
         // set under the same lock it reads it under.
-        let w = try RawDumpWriter(path: path, format: configuration.format, interval: configuration.interval, device: device, overwrite: overwrite, acceleration: acceleration, compression: compression)
         writeLock.lock(); defer { writeLock.unlock() }
+        created = true
         writer = w
+        let (n, b, r) = (w.framesWritten, w.bytesWritten, w.rawBytes)
+        state.withLock { $0.frames = n; $0.bytes = b; $0.rawBytes = r; $0.finished = false }
         intervalNanoseconds = configuration.interval.nanoseconds
         // Sound captured before the file existed (the microphone starts first): written now.
         let early = earlyAudio
@@ -57,6 +68,9 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     /// Under `writeLock`.
     private var earlyAudio: [EarlyAudio] = []
     private var earlyAudioBytes = 0
+
+    /// Whether this output created its file (under `writeLock`): later runs append to it.
+    private var created = false
 
     /// The stream's frame interval (under `writeLock`).
     private var intervalNanoseconds: UInt64 = 0

@@ -278,12 +278,14 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         lock.withLock {
             guard let d = devices[path], d.disconnected else { return }
             if d.owner != nil { releaseQueue(d) }
-            for (fd, f) in files where f.path == path { files[fd]?.path = "\(path) (unplugged)" }
+            for (fd, f) in files where f.path == path { files[fd]?.path = path + Self.unpluggedSuffix }
             d.disconnected = false
             d.sequence = 0
             lock.broadcast()
         }
     }
+    /// Marks the descriptors of a replugged device (their calls fail with `ENODEV`).
+    static let unpluggedSuffix = " (unplugged)"
     /// Queues a source-change event to subscribers.
     public func signalSourceChange(path: String = "/dev/video0") {
         lock.withLock {
@@ -487,7 +489,9 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         return lock.withLock {
             while true {
                 if interrupts > 0 { interrupts -= 1; return .failure(.interrupted) }
-                guard let f = files[fd], let d = devices[f.path] else { return .success(.invalid) }
+                guard let f = files[fd] else { return .success(.invalid) }
+                // A descriptor of a device that was unplugged and plugged back: dead, as in Linux.
+                guard let d = devices[f.path] else { return .success(f.path.hasSuffix(Self.unpluggedSuffix) ? [.error, .hangup] : .invalid) }
                 if d.disconnected { return .success([.error, .hangup]) }
                 var r: PollEvents = []
                 if events.contains(.priority) && !f.events.isEmpty { r.insert(.priority) }
@@ -526,7 +530,9 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         defer { lock.unlock() }
         callCounts[request, default: 0] += 1
         if interrupts > 0 { interrupts -= 1; return .failure(.interrupted) }
-        guard let f = files[fd], let d = devices[f.path] else { return .failure(.badFile) }
+        guard let f = files[fd] else { return .failure(.badFile) }
+        // A descriptor opened before an unplug stays dead after the replug: `ENODEV`, as in Linux.
+        guard let d = devices[f.path] else { return .failure(f.path.hasSuffix(Self.unpluggedSuffix) ? .noDevice : .badFile) }
         if d.disconnected { return .failure(.noDevice) }
         let call = Call(fd: fd, path: f.path, device: d, request: request, arg: arg)
         switch request {
