@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// Something that takes a frame back when its last user releases it: a buffer pool, or a device
@@ -63,7 +66,18 @@ public final class Frame: @unchecked Sendable {
     package var holder: Int = -1
     /// ``holder`` of a frame a stage acquired itself (from its own pool) to hand on later.
     package static let stageOwned = -2
+    /// Who frees `data`: nobody here (borrowed), the heap, or `munmap` (`mappedBytes` > 0).
     private let ownsMemory: Bool
+    private let mappedBytes: Int
+    /// Frames at least this large get their own anonymous mapping instead of heap memory: freed,
+    /// their pages go straight back to the system. From the heap, glibc serves picture-sized
+    /// blocks from its arenas once its adaptive mmap threshold has risen past them (it does after
+    /// the first such free) and keeps them for reuse; measured in the soak, the resident set grew
+    /// by 30-70 MB per 1080p session while the heap in use stayed flat.
+    static let mappingThreshold = 256 << 10
+    private static let mappedTotal = Atomic<Int>(0)
+    /// Bytes of frame memory mapped now, across every pool (what the heap figures do not show).
+    package static var mappedFrameBytes: Int { mappedTotal.load(ordering: .relaxed) }
     /// Where the frame goes back to when released. A device that lends its memory (a V4L2 mmap
     /// buffer) is held strongly: that memory must outlive the frame. A pool is held weakly: it
     /// holds its frames, so a strong reference back would keep every pool of a finished session
@@ -85,7 +99,15 @@ public final class Frame: @unchecked Sendable {
 
     /// A frame over its own memory that goes back to `recycler` when its last holder lets go.
     package init(capacity: Int, format: FrameFormat, index: Int = 0, recycler: (any FrameRecycler)?) {
-        self.data = UnsafeMutableRawPointer.allocate(byteCount: max(capacity, 1), alignment: 64)
+        if capacity >= Self.mappingThreshold,
+           let m = mmap(nil, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), m != MAP_FAILED {
+            self.data = m
+            self.mappedBytes = capacity
+            Self.mappedTotal.add(capacity, ordering: .relaxed)
+        } else {
+            self.data = UnsafeMutableRawPointer.allocate(byteCount: max(capacity, 1), alignment: 64)
+            self.mappedBytes = 0
+        }
         self.capacity = capacity
         self.ownsMemory = true
         self.format = format
@@ -105,6 +127,7 @@ public final class Frame: @unchecked Sendable {
         self.data = data
         self.capacity = capacity
         self.ownsMemory = false
+        self.mappedBytes = 0
         self.format = format
         self.bytesUsed = 0
         self.sequence = 0
@@ -118,7 +141,10 @@ public final class Frame: @unchecked Sendable {
     }
 
     deinit {
-        if ownsMemory { data.deallocate() }
+        if mappedBytes > 0 {
+            munmap(data, mappedBytes)
+            Self.mappedTotal.subtract(mappedBytes, ordering: .relaxed)
+        } else if ownsMemory { data.deallocate() }
     }
 
     /// The valid bytes.

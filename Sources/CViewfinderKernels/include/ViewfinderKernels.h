@@ -127,6 +127,11 @@ void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width
 /// since the destination is not read into the cache first.
 void vf_copy_streaming(void *dst, const void *src, size_t n);
 
+/// Bytes of heap in use (glibc's mallinfo2: small blocks plus mmapped ones), or -1 where the C
+/// library has no mallinfo2. The soak and the lifetime tests tell a leak from what the allocator
+/// keeps for reuse (which the resident set includes) by it.
+long long vf_heap_in_use_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif
