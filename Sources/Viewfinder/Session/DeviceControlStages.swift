@@ -100,6 +100,11 @@ final class DeviceControlStages: Stage {
         }
         applyZoom(frame)
         if let k = frame.metadata.whiteBalance { device?.noteWhiteBalance(k) }
+        // What the frame was taken with, for the device's `lensPosition`, `iso` and `exposureDuration`.
+        let m = frame.metadata
+        device?.noteApplied(lens: m.lensPosition ?? m.exposedWith.focus.map(Double.init),
+                            exposureMicroseconds: m.exposureTime ?? m.exposedWith.exposureTime.map { Double($0) * 100 },
+                            gain: m.gain ?? m.exposedWith.gain.map { Double($0) / CaptureDevice.gainUnit })
         // For flash/torch `.auto`: the metered error (and the torch's switch, queued for the capture side).
         if let e = frame.metadata.exposureError { device?.noteExposure(errorEV: e, requests: prepared?.1.controlRequests) }
         return .forward
