@@ -109,3 +109,27 @@ func locked(_ d: CaptureDevice, _ body: () throws -> Void) throws {
         #expect(dev.iso == 800 && dev.exposureDurationMicroseconds == 5_000)
     }
 }
+
+@Suite struct AdjustingStateTests {
+    /// A sim camera starting far too bright: the exposure loop reports adjusting, then settled; a
+    /// +1 EV bias step at frame 70 makes it adjust and settle again. The stream yields only changes.
+    @Test func theExposureLoopReportsAdjustingThenSettled() async throws {
+        let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=140,exposure=8,latency=2", directory: .standard)
+        let events = LockedBox<[DeviceAdjustingState]>([])
+        let stream = dev.stateChanges
+        let reader = Task { for await s in stream { events.withLock { $0.append(s) } } }
+        let r = try runScripted(dev, [70: { try dev.configure { $0.exposureTargetBias = 1 } }])
+        #expect(r.frames.withLock { $0.count } == 140)
+        // Let the reader take what is buffered, then stop it.
+        for _ in 0..<100 where events.withLock({ $0.last?.isAdjustingExposure != false }) { try await Task.sleep(nanoseconds: 10_000_000) }
+        reader.cancel()
+        let e = events.withLock { $0 }
+        #expect(zip(e, e.dropFirst()).allSatisfy { $0 != $1 }, "a repeated state: \(e)")
+        let exposure = e.map(\.isAdjustingExposure)
+        // Settlings: adjusting followed by settled.
+        let settlings = zip(exposure, exposure.dropFirst()).filter { $0 && !$1 }.count
+        #expect(exposure.first == true && exposure.last == false, "exposure states: \(exposure)")
+        #expect(settlings >= 2, "the loop settled \(settlings) times (initial convergence and after the bias step): \(exposure)")
+        #expect(!dev.isAdjustingExposure && !dev.adjustingState.isAdjustingExposure)
+    }
+}

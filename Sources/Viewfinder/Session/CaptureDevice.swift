@@ -96,6 +96,10 @@ public final class CaptureDevice: @unchecked Sendable {
     let observedLens = Atomic<UInt64>(Double.nan.bitPattern)
     let observedExposureTime = Atomic<UInt64>(Double.nan.bitPattern)
     let observedGain = Atomic<UInt64>(Double.nan.bitPattern)
+    /// Which control loops the latest frame had adjusting (``DeviceAdjustingState`` bits) and the
+    /// streams of ``stateChanges`` (CaptureDevice+Adjusting.swift).
+    let adjustingBits = Atomic<UInt8>(0)
+    let stateObservers = LockedBox<StateObservers>(StateObservers())
 
     /// Decoders for the device's formats without YUV planes (MJPEG), so stages get pixels.
     public let pixelDecoders: (any PixelDecoderFactory)?

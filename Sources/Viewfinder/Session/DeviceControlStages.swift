@@ -105,6 +105,7 @@ final class DeviceControlStages: Stage {
         device?.noteApplied(lens: m.lensPosition ?? m.exposedWith.focus.map(Double.init),
                             exposureMicroseconds: m.exposureTime ?? m.exposedWith.exposureTime.map { Double($0) * 100 },
                             gain: m.gain ?? m.exposedWith.gain.map { Double($0) / CaptureDevice.gainUnit })
+        device?.noteLoops(exposure: m.exposureState, focus: m.focusState, whiteBalance: m.whiteBalanceState)
         // For flash/torch `.auto`: the metered error (and the torch's switch, queued for the capture side).
         if let e = frame.metadata.exposureError { device?.noteExposure(errorEV: e, requests: prepared?.1.controlRequests) }
         return .forward
