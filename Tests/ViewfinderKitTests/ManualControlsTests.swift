@@ -133,3 +133,39 @@ func locked(_ d: CaptureDevice, _ body: () throws -> Void) throws {
         #expect(!dev.isAdjustingExposure && !dev.adjustingState.isAdjustingExposure)
     }
 }
+
+@Suite struct SubjectAreaChangeTests {
+    /// Counts subject-area changes on a 120-frame sim run, the scene's light changed at `step` (if any).
+    func changes(lightAt step: Int?) async throws -> Int {
+        let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=120,latency=2", directory: .standard)
+        try locked(dev) { try dev.setSubjectAreaChangeMonitoringEnabled(true) }
+        #expect(dev.isSubjectAreaChangeMonitoringEnabled)
+        let count = LockedBox(0)
+        let stream = dev.subjectAreaChanges
+        let reader = Task { for await _ in stream { count.withLock { $0 += 1 } } }
+        var actions: [Int: @Sendable () throws -> Void] = [:]
+        if let step, let sim = dev.source as? SimCamera { actions[step] = { sim.setSceneLight(0.25) } }
+        let r = try runScripted(dev, actions)
+        #expect(r.frames.withLock { $0.count } == 120)
+        try await Task.sleep(nanoseconds: 200_000_000)
+        reader.cancel()
+        return count.withLock { $0 }
+    }
+
+    /// The light drops to a quarter (−2 EV) at frame 60 after the exposure loop settled: one
+    /// change, although the loop then brings the luma back (it is not compared while re-settling).
+    @Test func aSceneChangeFiresOnce() async throws {
+        #expect(try await changes(lightAt: 60) == 1)
+    }
+
+    /// A steady scene (sensor noise only): never.
+    @Test func aSteadySceneNeverFires() async throws {
+        #expect(try await changes(lightAt: nil) == 0)
+    }
+
+    @Test func enablingNeedsTheLock() throws {
+        let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=1", directory: .standard)
+        #expect(throws: SessionError.notLockedForConfiguration(device: dev.uniqueID)) { try dev.setSubjectAreaChangeMonitoringEnabled(true) }
+        #expect(!dev.isSubjectAreaChangeMonitoringEnabled)
+    }
+}

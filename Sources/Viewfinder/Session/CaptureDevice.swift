@@ -100,6 +100,9 @@ public final class CaptureDevice: @unchecked Sendable {
     /// streams of ``stateChanges`` (CaptureDevice+Adjusting.swift).
     let adjustingBits = Atomic<UInt8>(0)
     let stateObservers = LockedBox<StateObservers>(StateObservers())
+    /// Subject-area change monitoring: on or off, and the streams of ``subjectAreaChanges``.
+    let subjectAreaMonitoring = Atomic<Bool>(false)
+    let subjectAreaObservers = LockedBox<SubjectAreaObservers>(SubjectAreaObservers())
 
     /// Decoders for the device's formats without YUV planes (MJPEG), so stages get pixels.
     public let pixelDecoders: (any PixelDecoderFactory)?
