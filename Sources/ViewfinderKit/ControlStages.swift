@@ -19,6 +19,13 @@ public struct BuiltInControlStages: DeviceControlStageProvider {
             o.mode = s.focusMode
             if let p = s.focusPointOfInterest { o.region = .point; o.point = sensorPoint(p) }
             specs.append(.stage(FocusStage.self, options: o))
+        } else if s.focusMode == .locked, let p = s.lensPosition, device.isFocusModeSupported(.continuous) {
+            // A lens position set on a running session: the locked focus stage queues
+            // `focus_absolute` for the capture side, so the lens moves on the next frames.
+            var o = FocusOptions()
+            o.mode = .locked
+            o.position = p
+            specs.append(.stage(FocusStage.self, options: o))
         }
         if let wb = whiteBalanceOptions(s, device: device) {
             specs.append(.stage(WhiteBalanceStage.self, options: wb))

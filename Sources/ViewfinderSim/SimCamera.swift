@@ -38,6 +38,14 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
     public var controls: (any DeviceControlling)? { simControls }
     /// The controls, with their concrete type.
     public let simControls: SimControls
+    /// The scene's light while running, as `Double` bits (0: the `light` option); see ``setSceneLight(_:)``.
+    private let lightOverride = Atomic<UInt64>(0)
+
+    /// Changes the scene's illumination from the next frame on (a light switched on or off, a
+    /// cloud): relative to the reference as the `light` option; nil goes back to the option.
+    public func setSceneLight(_ light: Double?) {
+        lightOverride.store(light.map { max(0.001, $0).bitPattern } ?? 0, ordering: .relaxed)
+    }
     public private(set) var activeConfiguration: StreamConfiguration?
     let logger: Logger
     private let image: SimImage?
@@ -228,7 +236,8 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         let seq = sequence
         let values = simControls.values(forFrame: seq)
         let st = frameState(sequence: seq, values: values, renderer: r)
-        guard r.render(st, into: frame) else {
+        let lightBits = lightOverride.load(ordering: .relaxed)
+        guard r.render(st, into: frame, sceneLight: lightBits == 0 ? nil : Double(bitPattern: lightBits)) else {
             frame.release()
             sequence &+= 1
             logger.warning("sim MJPEG encode failed", metadata: ["sequence": "\(seq)"])

@@ -91,6 +91,18 @@ public final class CaptureDevice: @unchecked Sendable {
     /// The latest metered frame's exposure error, EV, as `Double` bits (NaN: none yet). Relaxed:
     /// a lone value, written by the stage thread, read by whoever asks for ``isLowLightScene``.
     let observedExposureError = Atomic<UInt64>(Double.nan.bitPattern)
+    /// The latest frame's lens position (device units), exposure time (µs) and gain (1 = unity),
+    /// as `Double` bits (NaN: none yet); see CaptureDevice+Manual.swift. Relaxed lone values.
+    let observedLens = Atomic<UInt64>(Double.nan.bitPattern)
+    let observedExposureTime = Atomic<UInt64>(Double.nan.bitPattern)
+    let observedGain = Atomic<UInt64>(Double.nan.bitPattern)
+    /// Which control loops the latest frame had adjusting (``DeviceAdjustingState`` bits) and the
+    /// streams of ``stateChanges`` (CaptureDevice+Adjusting.swift).
+    let adjustingBits = Atomic<UInt8>(0)
+    let stateObservers = LockedBox<StateObservers>(StateObservers())
+    /// Subject-area change monitoring: on or off, and the streams of ``subjectAreaChanges``.
+    let subjectAreaMonitoring = Atomic<Bool>(false)
+    let subjectAreaObservers = LockedBox<SubjectAreaObservers>(SubjectAreaObservers())
 
     /// Decoders for the device's formats without YUV planes (MJPEG), so stages get pixels.
     public let pixelDecoders: (any PixelDecoderFactory)?
@@ -231,7 +243,9 @@ public final class CaptureDevice: @unchecked Sendable {
         try stage { $0.exposureMode = .custom; $0.customExposureDuration = durationMicroseconds; $0.customGain = gain }
     }
 
-    /// Locks the lens at `position` (device units).
+    /// Locks the lens at `lensPosition` in the device's `focus_absolute` units (see
+    /// ``lensPositionRange``; AVFoundation's 0…1 scale is ``setFocusModeLocked(normalizedLensPosition:)``).
+    /// On a running session the lens moves when the lock is released, on the next frames.
     public func setFocusModeLocked(lensPosition: Double) throws {
         guard let d = controls?.descriptor(.focusAbsolute) else {
             throw SessionError.unsupportedMode(device: uniqueID, mode: "locked focus at a lens position", reason: "it has no focus control")

@@ -42,6 +42,8 @@ final class DeviceControlStages: Stage {
     private var lastZoomValue: Int64?
     private var frameSeconds = 1.0 / 30
     private let zoomKey = MetadataKey("zoom.factor")
+    /// Subject-area change detection (stage thread only).
+    private var subjectArea = SubjectAreaMonitor()
 
     init(relay: SettingsRelay, initial: [any Stage], build: @escaping @Sendable (DeviceSettings) throws -> [any Stage], device: CaptureDevice? = nil,
          digitalZoom: (any DigitalZooming)? = nil, logger: Logger) {
@@ -100,6 +102,19 @@ final class DeviceControlStages: Stage {
         }
         applyZoom(frame)
         if let k = frame.metadata.whiteBalance { device?.noteWhiteBalance(k) }
+        // What the frame was taken with, for the device's `lensPosition`, `iso` and `exposureDuration`.
+        let m = frame.metadata
+        device?.noteApplied(lens: m.lensPosition ?? m.exposedWith.focus.map(Double.init),
+                            exposureMicroseconds: m.exposureTime ?? m.exposedWith.exposureTime.map { Double($0) * 100 },
+                            gain: m.gain ?? m.exposedWith.gain.map { Double($0) / CaptureDevice.gainUnit })
+        if let d = device {
+            let moving = d.noteLoops(exposure: m.exposureState, focus: m.focusState, whiteBalance: m.whiteBalanceState)
+            if d.subjectAreaMonitoring.load(ordering: .relaxed), let luma = m.meteredLuma {
+                if subjectArea.update(luma: luma, contrast: m.focus?.tenengrad, adjusting: moving) { d.postSubjectAreaChange() }
+            } else {
+                subjectArea = SubjectAreaMonitor()
+            }
+        }
         // For flash/torch `.auto`: the metered error (and the torch's switch, queued for the capture side).
         if let e = frame.metadata.exposureError { device?.noteExposure(errorEV: e, requests: prepared?.1.controlRequests) }
         return .forward
