@@ -110,7 +110,7 @@ let package = Package(
 
         // The soak test of issue 15 (scripts/soak.sh): the sim at 1080p through every stage into a
         // movie, a dump and a video data output, sampling memory, descriptors and threads.
-        .executableTarget(name: "viewfinder-soak", dependencies: ["ViewfinderKit"], path: "Examples/Soak"),
+        .executableTarget(name: "viewfinder-soak", dependencies: ["ViewfinderKit", "Viewfinder", "CViewfinderKernels"], path: "Examples/Soak"),
 
         // Static stage registration: the plugin scans a target's sources for stage types and the
         // generator writes the registry.
