@@ -123,7 +123,7 @@ let package = Package(
 
         .testTarget(name: "ViewfinderTests", dependencies: ["Viewfinder"]),
         .testTarget(name: "ViewfinderSimTests", dependencies: ["Viewfinder", "ViewfinderSim", "CTurboJPEG"]),
-        .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit", "CViewfinderKernels"]),
+        .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit"]),
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderStages", "ViewfinderSinks", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport", "CTurboJPEG", "CLZ4", "CFutex"]),

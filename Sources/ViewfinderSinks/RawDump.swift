@@ -68,6 +68,15 @@ public final class RawDumpWriter {
     /// Sum of the frames' raw sizes.
     public private(set) var rawBytes: UInt64 = 0
 
+    /// The compression threads to use (default: one per core, at most 4), after checking both
+    /// arguments.
+    private static func compressionThreads(_ requested: Int?, acceleration: Int) throws -> Int {
+        guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
+        let threads = requested ?? min(4, ProcessInfo.processInfo.activeProcessorCount)
+        guard (1...64).contains(threads) else { throw SinkError.invalidArgument(name: "compressionThreads", reason: "\(threads) is outside 1...64") }
+        return threads
+    }
+
     /// Creates the dump and writes its stream header. `preallocate` reserves space ahead of the
     /// writes on a helper thread (see `Preallocator`): faster on tmpfs, less fragmented on disks.
     /// Frames of 1 MiB and more are compressed as LZ4 blocks side by side on `compressionThreads`
@@ -76,9 +85,7 @@ public final class RawDumpWriter {
     /// ``RawDumpCompression/lz4`` (and of frames ``RawDumpCompression/auto`` does not split).
     public init(path: String, format: FrameFormat, interval: FrameInterval = FrameInterval(numerator: 0, denominator: 0), device: String = "", overwrite: Bool = false, acceleration: Int = 1, preallocate: Bool = true,
                 compressionThreads: Int? = nil, compression: RawDumpCompression = .auto) throws {
-        guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
-        let threads = compressionThreads ?? min(4, ProcessInfo.processInfo.activeProcessorCount)
-        guard (1...64).contains(threads) else { throw SinkError.invalidArgument(name: "compressionThreads", reason: "\(threads) is outside 1...64") }
+        let threads = try Self.compressionThreads(compressionThreads, acceleration: acceleration)
         chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 2 * threads))
         self.compression = compression
         planar = .allocate(byteCount: 64, alignment: 64)
@@ -115,9 +122,7 @@ public final class RawDumpWriter {
     ///   file that is not a dump. The file is left as it was on every error.
     init(appendingTo path: String, format: FrameFormat, acceleration: Int = 1, preallocate: Bool = true,
          compressionThreads: Int? = nil, compression: RawDumpCompression = .auto) throws {
-        guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
-        let threads = compressionThreads ?? min(4, ProcessInfo.processInfo.activeProcessorCount)
-        guard (1...64).contains(threads) else { throw SinkError.invalidArgument(name: "compressionThreads", reason: "\(threads) is outside 1...64") }
+        let threads = try Self.compressionThreads(compressionThreads, acceleration: acceleration)
         let reader = try RawDumpReader(path: path)
         guard reader.version == Int(RawDumpFormat.version) else {
             throw DumpError.unsupported("'\(path)' is a version \(reader.version) dump; only version \(RawDumpFormat.version) dumps are appended to")

@@ -51,6 +51,11 @@ struct ZoomOnlyProvider: DeviceControlStageProvider {
             while !done() { if Date() > deadline { return false }; usleep(2000) }
             return true
         }
+        // The first frame puts the device at the session's factor (1: 100), whatever zoom
+        // another program left it at; only then is the zoom changed (in CI, under load, the first
+        // frame once came after the change and the test saw [100, 200]).
+        #expect(waitFor { zoomWrites() == [100] })
+        kernel.clearControlWrites()
         try device.lockForConfiguration()
         try device.setVideoZoomFactor(2)
         device.unlockForConfiguration()

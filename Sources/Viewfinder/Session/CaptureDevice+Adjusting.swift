@@ -19,10 +19,34 @@ public struct DeviceAdjustingState: Sendable, Equatable, Hashable, CustomStringC
     }
 }
 
-/// The continuations of a device's ``CaptureDevice/stateChanges`` streams.
-struct StateObservers {
-    var next = 0
-    var continuations: [Int: AsyncStream<DeviceAdjustingState>.Continuation] = [:]
+/// The streams handed out for one kind of device event (``CaptureDevice/stateChanges``,
+/// ``CaptureDevice/subjectAreaChanges``): each access makes a stream, each event goes to every
+/// stream still being read, and a stream whose reader stopped is forgotten.
+final class EventStreams<Element: Sendable>: Sendable {
+    private struct Registry {
+        var next = 0
+        var continuations: [Int: AsyncStream<Element>.Continuation] = [:]
+    }
+    private let registry = LockedBox(Registry())
+    private let buffering: Int
+    init(bufferingNewest n: Int) { buffering = n }
+
+    func makeStream() -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(buffering))
+        let id = registry.withLock { r -> Int in
+            r.next += 1
+            r.continuations[r.next] = continuation
+            return r.next
+        }
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.registry.withLock { $0.continuations.removeValue(forKey: id) }
+        }
+        return stream
+    }
+
+    func yield(_ e: Element) {
+        for c in registry.withLock({ Array($0.continuations.values) }) { c.yield(e) }
+    }
 }
 
 extension CaptureDevice {
@@ -40,18 +64,7 @@ extension CaptureDevice {
     /// that changed it (no polling: the session's control stages report each frame's loop states,
     /// and only a change takes a lock and yields). Buffers the newest 64 changes for a slow reader;
     /// ends when the reader stops iterating (cancellation).
-    public var stateChanges: AsyncStream<DeviceAdjustingState> {
-        let (stream, continuation) = AsyncStream<DeviceAdjustingState>.makeStream(bufferingPolicy: .bufferingNewest(64))
-        let id = stateObservers.withLock { o -> Int in
-            o.next += 1
-            o.continuations[o.next] = continuation
-            return o.next
-        }
-        continuation.onTermination = { [weak self] _ in
-            _ = self?.stateObservers.withLock { $0.continuations.removeValue(forKey: id) }
-        }
-        return stream
-    }
+    public var stateChanges: AsyncStream<DeviceAdjustingState> { stateStreams.makeStream() }
 
     /// Records the frame's loop states (stage thread): one relaxed exchange per frame; on a change,
     /// yields to the ``stateChanges`` streams.
@@ -61,9 +74,7 @@ extension CaptureDevice {
         func moving(_ s: ControlLoopState?) -> Bool { s == .adjusting || s == .scanning }
         let bits: UInt8 = (moving(exposure) ? 1 : 0) | (moving(focus) ? 2 : 0) | (moving(whiteBalance) ? 4 : 0)
         guard adjustingBits.exchange(bits, ordering: .relaxed) != bits else { return bits != 0 }
-        let state = DeviceAdjustingState(bits: bits)
-        let observers = stateObservers.withLock { Array($0.continuations.values) }
-        for c in observers { c.yield(state) }
+        stateStreams.yield(DeviceAdjustingState(bits: bits))
         return bits != 0
     }
 
@@ -88,32 +99,12 @@ extension CaptureDevice {
     /// adjusting, luma steady within 5 % over 3 frames). After a change the reference is taken
     /// again at the next settling, so one change fires once. Needs the exposure stage (any
     /// exposure mode but `.locked`). A new stream per access; ends when its reader stops.
-    public var subjectAreaChanges: AsyncStream<Void> {
-        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(16))
-        let id = subjectAreaObservers.withLock { o -> Int in
-            o.next += 1
-            o.continuations[o.next] = continuation
-            return o.next
-        }
-        continuation.onTermination = { [weak self] _ in
-            _ = self?.subjectAreaObservers.withLock { $0.continuations.removeValue(forKey: id) }
-        }
-        return stream
-    }
+    public var subjectAreaChanges: AsyncStream<Void> { subjectAreaStreams.makeStream() }
 
     /// Relative change of the metered luma or contrast that counts as a new subject (20 %, as AVFoundation).
     public static let subjectAreaChangeThreshold = 0.2
 
-    func postSubjectAreaChange() {
-        let observers = subjectAreaObservers.withLock { Array($0.continuations.values) }
-        for c in observers { c.yield(()) }
-    }
-}
-
-/// The continuations of a device's ``CaptureDevice/subjectAreaChanges`` streams.
-struct SubjectAreaObservers {
-    var next = 0
-    var continuations: [Int: AsyncStream<Void>.Continuation] = [:]
+    func postSubjectAreaChange() { subjectAreaStreams.yield(()) }
 }
 
 /// Subject-area change detection over a session's frames (stage thread): a reference luma and

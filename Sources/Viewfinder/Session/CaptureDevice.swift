@@ -99,10 +99,10 @@ public final class CaptureDevice: @unchecked Sendable {
     /// Which control loops the latest frame had adjusting (``DeviceAdjustingState`` bits) and the
     /// streams of ``stateChanges`` (CaptureDevice+Adjusting.swift).
     let adjustingBits = Atomic<UInt8>(0)
-    let stateObservers = LockedBox<StateObservers>(StateObservers())
+    let stateStreams = EventStreams<DeviceAdjustingState>(bufferingNewest: 64)
     /// Subject-area change monitoring: on or off, and the streams of ``subjectAreaChanges``.
     let subjectAreaMonitoring = Atomic<Bool>(false)
-    let subjectAreaObservers = LockedBox<SubjectAreaObservers>(SubjectAreaObservers())
+    let subjectAreaStreams = EventStreams<Void>(bufferingNewest: 16)
 
     /// Decoders for the device's formats without YUV planes (MJPEG), so stages get pixels.
     public let pixelDecoders: (any PixelDecoderFactory)?

@@ -190,7 +190,8 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         let conv = converter!
         let outFormat = conv.outputFormat(for: frame.format)
         if pool == nil || pool!.format != outFormat || pool!.count != s.bufferCount {
-            // A sample buffer user code still holds keeps its frame, and the frame its pool.
+            // A sample buffer user code still holds keeps its frame; the retired pool stays (the
+            // frame holds it only weakly) so that frame still goes back to it.
             if let old = pool { retiredPools.append(old); if retiredPools.count > 4 { retiredPools.removeFirst() } }
             pool = FramePool(format: outFormat, count: s.bufferCount)
         }
