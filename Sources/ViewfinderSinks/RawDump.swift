@@ -454,6 +454,11 @@ public final class RawDumpReader {
         try buf.withUnsafeMutableBytes { try pread(fd, $0, offset, path) }
     }
     static func pread(_ fd: Int32, _ buf: UnsafeMutableRawBufferPointer, _ offset: UInt64, _ path: String) throws -> Int {
+        // An offset from a damaged index can be past what a file offset holds (found by FuzzDump:
+        // off_t(offset) trapped): a corrupt record, not a crash.
+        guard offset <= UInt64(off_t.max) - UInt64(buf.count) else {
+            throw DumpError.corruptRecord(path: path, offset: offset, reason: "offset past the largest file offset")
+        }
         var done = 0
         while done < buf.count {
             let n = Glibc.pread(fd, buf.baseAddress! + done, buf.count - done, off_t(offset) + off_t(done))

@@ -42,6 +42,18 @@ import Viewfinder
         0x6b, 0xff, 0xd9
     ]
 
+    /// FuzzDump, crash-46cb8aad: a damaged index entry gave a frame offset past `off_t.max`, and
+    /// `off_t(offset)` in the reader's pread trapped ("Not enough bits to represent the passed value").
+    @Test func dumpOffsetPastTheLargestFileOffsetIsACorruptRecord() throws {
+        let fd = open("/dev/null", O_RDONLY)
+        defer { close(fd) }
+        var buf = [UInt8](repeating: 0, count: 16)
+        for offset in [UInt64(Int64.max) + 1, UInt64.max, UInt64(Int64.max) - 4] {
+            #expect(throws: DumpError.self) { _ = try RawDumpReader.pread(fd, &buf, offset, "/dev/null") }
+        }
+        #expect(try RawDumpReader.pread(fd, &buf, 0, "/dev/null") == 0)
+    }
+
     @Test func exifWithAnOffsetPastItsSegmentIsCorruptData() throws {
         let jpeg = Self.exifOffsetPastSegment
         #expect(throws: SinkError.self) { try jpeg.withUnsafeBytes { try JPEGMarkers.readExif($0) } }
