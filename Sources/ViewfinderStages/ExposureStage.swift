@@ -47,7 +47,7 @@ public struct ExposureOptions: StageOptions {
     /// Highest gain the loop may choose (1 = unity).
     public var maxGain: Double = 16
     /// Device gain units per 1.0x (the sim and many UVC cameras use 100).
-    public var gainUnit: Double = 100
+    public var gainUnit: Double = CaptureDevice.gainUnit
     public var antiFlicker: AntiFlicker = .auto
     /// Error below which the loop calls itself converged, EV.
     public var tolerance: Double = 0.08

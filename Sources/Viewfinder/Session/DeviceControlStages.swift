@@ -116,7 +116,7 @@ final class DeviceControlStages: Stage {
             }
         }
         // For flash/torch `.auto`: the metered error (and the torch's switch, queued for the capture side).
-        if let e = frame.metadata.exposureError { device?.noteExposure(errorEV: e, requests: prepared?.1.controlRequests) }
+        if let e = m.exposureError { device?.noteExposure(errorEV: e, requests: prepared?.1.controlRequests) }
         return .forward
     }
 
