@@ -11,7 +11,16 @@ LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
 flock "$LOCK" swift build --target ViewfinderKit >/dev/null
 MODULES=.build/debug/Modules
 [ -d "$MODULES" ] || MODULES=.build/debug
-FLAGS=(-typecheck -I "$MODULES" -I Sources/CTurboJPEG -I Sources/CLZ4 -I Sources/CV4L2 -I Sources/CFutex -I Sources/CALSA -Xcc -fmodule-map-file=.build/debug/CViewfinderKernels.build/module.modulemap)
+# Every C target of the package, found rather than listed (a new C target once failed this check
+# with "missing required module"): system-library targets by their directory (module.modulemap in
+# Sources/<name>), source targets by the module map SwiftPM generated in the build directory.
+FLAGS=(-typecheck -I "$MODULES")
+for dir in Sources/C*/; do
+    [ -f "$dir/module.modulemap" ] && FLAGS+=(-I "${dir%/}")
+done
+for map in .build/debug/C*.build/module.modulemap; do
+    FLAGS+=(-Xcc "-fmodule-map-file=$map")
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
