@@ -323,7 +323,10 @@ if let path = o.csv {
 // dump and the data output swing the resident set in a band of several 4 MB frames around a flat
 // level; a leak moves the level itself. So the growth is the median of the last third of the
 // samples after the warm-up against the median of the first third, and the band is printed beside it.
-let afterWarmup = samples.filter { $0.t >= o.warmup }
+// Only samples taken while a session runs count (the steady window): after the last session the
+// verification (ffprobe, replay) and the freed pools pull the level down, and a trend that ended
+// there read -81 MB and could hide a leak of that size.
+let afterWarmup = samples.filter { $0.t >= o.warmup && $0.inSteadyState }
 let steady = samples.filter { $0.inSteadyState }
 func medianKB(_ xs: ArraySlice<Sample>) -> Double {
     let v = xs.map(\.rssKB).sorted()
