@@ -101,9 +101,11 @@ public enum Pyramid {
 /// Conventions as `SimulationTruth`: positive dx/dy move the content right/down, a positive
 /// angle turns it counter-clockwise as seen.
 ///
-/// Luma is reduced to a pyramid (1/2, 1/4, 1/8). A grid of blocks is matched by SAD search at
-/// 1/8 for a robust coarse shift (the median over blocks), refined per block by Lucas–Kanade at 1/4
-/// and 1/2 resolution; blocks without texture in two directions are skipped. A similarity
+/// Luma is reduced to a pyramid (1/2, 1/4, 1/8). Blocks are placed on the previous frame's most
+/// textured places (corners first). Their SAD surfaces, summed, give a robust coarse shift at 1/8,
+/// refined at 1/4 the same way and then by one similarity over all blocks at 1/4; each block is
+/// then refined by Lucas–Kanade at 1/4, 1/2 and full resolution from the similarity's
+/// displacement at its centre; blocks without texture are skipped. A similarity
 /// (translation, rotation, scale) is fitted to the block displacements by least squares, outliers
 /// are rejected and the fit repeated. Everything is preallocated when the size is known.
 public final class MotionEstimator {
@@ -113,8 +115,13 @@ public final class MotionEstimator {
     private var prev: [GreyImage]
     private var cur: [GreyImage]
     private var hasPrevious = false
-    /// Block centres at 1/2 resolution.
+    /// Block centres at 1/2 resolution, chosen on the previous frame, strongest texture first.
     private var centres: [(x: Int, y: Int)] = []
+    /// Where blocks may go (1/2 resolution), each one's texture on the newest frame, and which
+    /// are taken.
+    private var candidates: [(x: Int, y: Int)] = []
+    private var candidateScores: [Float] = []
+    private var chosen: [Bool] = []
     /// Per block: displacement (full-resolution pixels), the structure tensor of its texture
     /// (per pixel) that weights it in the fit, and whether it is used.
     struct BlockMotion { var dx = 0.0, dy = 0.0, gxx = 0.0, gxy = 0.0, gyy = 0.0, ok = false }
@@ -138,15 +145,23 @@ public final class MotionEstimator {
         let w2 = width / 2, h2 = height / 2
         prev = [GreyImage(width: w2, height: h2), GreyImage(width: w2 / 2, height: h2 / 2), GreyImage(width: w2 / 4, height: h2 / 4)]
         cur = [GreyImage(width: w2, height: h2), GreyImage(width: w2 / 2, height: h2 / 2), GreyImage(width: w2 / 4, height: h2 / 4)]
-        // Block centres on a grid over the central 84 % of the picture, at 1/2 resolution.
-        let mx = Double(w2) * 0.08 + Double(half2 + 8), my = Double(h2) * 0.08 + Double(half2 + 8)
-        for j in 0..<blocksY {
-            for i in 0..<blocksX {
-                let x = mx + (Double(w2) - 2 * mx) * (Double(i) + 0.5) / Double(blocksX)
-                let y = my + (Double(h2) - 2 * my) * (Double(j) + 0.5) / Double(blocksY)
-                centres.append((Int(x), Int(y)))
+        // Candidate block centres at 1/2 resolution: a grid twice as dense each way as the blocks,
+        // over the picture less a margin (4 % and the blocks' own reach). Each frame the blocks
+        // go to the most textured candidates (``selectBlocks()``); until then, to an even grid.
+        let mx = Double(w2) * 0.04 + Double(half2 + 8), my = Double(h2) * 0.04 + Double(half2 + 8)
+        let cx = 2 * self.blocksX, cy = 2 * max(1, blocksY)
+        for j in 0..<cy {
+            for i in 0..<cx {
+                let x = mx + max(0, Double(w2) - 2 * mx) * (Double(i) + 0.5) / Double(cx)
+                let y = my + max(0, Double(h2) - 2 * my) * (Double(j) + 0.5) / Double(cy)
+                candidates.append((Int(x), Int(y)))
             }
         }
+        for j in 0..<cy where j % 2 == 1 {
+            for i in 0..<cx where i % 2 == 1 { centres.append(candidates[j * cx + i]) }
+        }
+        candidateScores = Array(repeating: 0, count: candidates.count)
+        chosen = Array(repeating: false, count: candidates.count)
         disp = Array(repeating: BlockMotion(), count: centres.count)
         res.reserveCapacity(centres.count)
     }
@@ -163,10 +178,35 @@ public final class MotionEstimator {
         Pyramid.halve(cur[1], into: cur[2])
         defer {
             hasPrevious = true
+            selectBlocks()
             savePatches(luma)
         }
         guard hasPrevious else { return MotionEstimate(confidence: 0) }
         return match(luma)
+    }
+
+    /// Puts the blocks on the candidates with the strongest texture in two directions on the
+    /// newest frame (the smaller eigenvalue of the structure tensor of a 13 × 13 window at 1/4:
+    /// corners first, then the strongest edges), best first. A regular grid wasted most blocks
+    /// on sky where a picture's texture is a few cables and a clamp (lomiri's Bridge: 9 of 48
+    /// blocks had texture, all on parallel cables, so the shift along them was guessed). The
+    /// next frame's motion is measured at these blocks.
+    private func selectBlocks() {
+        let img = cur[1], half = 6, n = 2 * half + 1
+        for (k, c) in candidates.enumerated() {
+            let x = c.x / 2, y = c.y / 2
+            chosen[k] = false
+            guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < img.width, y + half + 1 < img.height else { candidateScores[k] = -1; continue }
+            let (gxx, gxy, gyy) = Self.tensor(UnsafePointer(img.pixels + ((y &- half) &* img.width &+ x &- half)), rowStride: img.width, size: n)
+            candidateScores[k] = (gxx + gyy) - Self.largestEigenvalue(gxx, gxy, gyy)
+        }
+        for i in 0..<centres.count {
+            var best = -1
+            for k in 0..<candidates.count where !chosen[k] && (best < 0 || candidateScores[k] > candidateScores[best]) { best = k }
+            guard best >= 0 else { break }
+            chosen[best] = true
+            centres[i] = candidates[best]
+        }
     }
 
     /// Half-size of the full-resolution refinement patches.
@@ -247,57 +287,42 @@ public final class MotionEstimator {
     }
 
     private func match(_ luma: LumaView) -> MotionEstimate {
-        // 1. Coarse: SAD search at 1/8 per block (blocks with a clear minimum only). Each block's
-        // surface, normalised to its own contrast (0 at its minimum, 1 at its mean), is added to a
-        // global one whose minimum is the coarse shift: along an edge (a cable against the sky) a
-        // block's surface is a valley whose lowest point is anywhere along it, but valleys of
-        // edges at different angles, and the pits of textured blocks, meet only at the true shift
-        // (a median of per-block minima is pulled along the valleys).
-        let p8 = prev[2], c8 = cur[2]
-        var n = 0
-        let area = (2 * sadHalf + 1) * (2 * sadHalf + 1)
-        let side = 2 * sadRange + 1
-        for k in 0..<(side * side) { surface[k] = 0 }
-        // A quarter of the blocks (every other one each way) first; the rest only when too few
-        // of those have texture enough for a clear minimum.
-        for pass in 0..<2 where pass == 0 || n < 4 {
-        for (idx, c) in centres.enumerated() where ((idx % blocksX) % 2 == 0 && (idx / blocksX) % 2 == 0) == (pass == 0) {
-            let x = c.x / 4, y = c.y / 4
-            let r = sadHalf + sadRange + 1
-            guard x - r >= 0, y - r >= 0, x + r < p8.width, y + r < p8.height else { continue }
-            var best = Int.max, total = 0
-            for dy in -sadRange...sadRange {
-                for dx in -sadRange...sadRange {
-                    let s = sad(p8, c8, x, y, dx, dy, sadHalf)
-                    blockSurface[(dy + sadRange) * side + dx + sadRange] = s
-                    total += s
-                    best = min(best, s)
-                }
-            }
-            // A flat block's SAD surface is flat: its minimum is noise.
-            let mean = total / (side * side)
-            guard mean - best > 3 * area else { continue }
-            let scale = 1 / Double(mean - best)
-            for k in 0..<(side * side) { surface[k] += Double(blockSurface[k] - best) * scale }
-            n += 1
-        }
-        }
-        var gx = 0.0, gy = 0.0
+        // 1. Coarse: SAD search at 1/8 per block, the surfaces normalised and summed
+        // (``summedSADMinimum``).
+        let coarse = summedSADMinimum(prev[2], cur[2], level: 4, around: (0, 0), range: sadRange, quarterFirst: true)
+        let n = coarse.blocks
+        var gx = Double(coarse.dx) * 8, gy = Double(coarse.dy) * 8 // 1/8 resolution → full
+        // 1a. The same search at 1/4 within ±3 of the coarse shift (±12 px), over the most
+        // textured half of the blocks, to a fraction of a pixel (a parabola through the summed
+        // surface's minimum and its neighbours). At 1/8 a thin edge is a fraction of a pixel wide and its valley is faint:
+        // on a sky crossed by cables in two directions (lomiri's Bridge) the 1/8 minimum can lie
+        // a step (8 px) off along the stronger cables, and the refinement that follows moves each
+        // block across its own edge only, so such an error stayed (2.4 px RMS per frame there).
         if n > 0 {
-            var best = Double.infinity, bx = 0, by = 0
-            for dy in -sadRange...sadRange {
-                for dx in -sadRange...sadRange {
-                    let s = surface[(dy + sadRange) * side + dx + sadRange]
-                    if s < best - 1e-9 || (abs(s - best) <= 1e-9 && abs(dx) + abs(dy) < abs(bx) + abs(by)) { best = s; bx = dx; by = dy }
-                }
+            let fine = summedSADMinimum(prev[1], cur[1], level: 2, around: (2 * coarse.dx, 2 * coarse.dy), range: 3, quarterFirst: false, limit: centres.count / 2)
+            if fine.blocks >= 3 {
+                gx = (Double(fine.dx) + fine.fx) * 4; gy = (Double(fine.dy) + fine.fy) * 4
             }
-            gx = Double(bx) * 8 // 1/8 resolution → full
-            gy = Double(by) * 8
         }
-        // 2. Per block: LK at 1/4 from the coarse shift, then at 1/2, then at full resolution.
+        // 1b. Then one similarity over every textured block at 1/4 (Gauss–Newton on the blocks'
+        // pixels together, as step 4 does at full resolution): rotation moves blocks far from
+        // the centre by pixels the shift alone cannot give them, and each block's refinement
+        // below starts from the similarity's displacement at its own centre. A step further than
+        // the search's own precision is not trusted.
+        var seed = (tx: gx, ty: gy, theta: 0.0, k: 0.0)
+        if n > 0, let j = jointSimilarity(prev[1], cur[1], level: 2, scale: 4, half: half2 / 2, seed, iterations: 2),
+           abs(j.tx - gx) <= 4, abs(j.ty - gy) <= 4, abs(j.theta) < 0.05, abs(j.k) < 0.05 {
+            seed = j
+        }
+        gx = seed.tx; gy = seed.ty
+        // 2. Per block: LK at 1/4 from the seed's displacement there, then at 1/2, then at full
+        // resolution.
+        let cx = Double(width) / 2, cy = Double(height) / 2
         for (i, c) in centres.enumerated() {
-            var m = BlockMotion(dx: gx, dy: gy)
-            if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: gx / 4, dy: gy / 4, iterations: 3) {
+            let pcx = Double(c.x * 2) - cx, pcy = Double(c.y * 2) - cy
+            let sx = seed.tx - seed.theta * pcy + seed.k * pcx, sy = seed.ty + seed.theta * pcx + seed.k * pcy
+            var m = BlockMotion(dx: sx, dy: sy)
+            if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: sx / 4, dy: sy / 4, iterations: 3) {
                 m.dx = r.dx * 4; m.dy = r.dy * 4
             }
             if let r = lk(prev[0], cur[0], c.x, c.y, half: half2, dx: m.dx / 2, dy: m.dy / 2, iterations: 3) {
@@ -309,7 +334,6 @@ public final class MotionEstimator {
         }
         // 3. Similarity fit, each block weighted by its structure tensor (an edge constrains only
         // across itself), with outlier rejection.
-        let cx = Double(width) / 2, cy = Double(height) / 2
         var fit = fitSimilarity(cx: cx, cy: cy)
         for _ in 0..<2 {
             guard let f = fit else { break }
@@ -356,7 +380,7 @@ public final class MotionEstimator {
     /// blocks: previous-frame patch pixel X is sought in `luma` at X + d(X), d the similarity's
     /// displacement; the template's own gradients stand in for the frame's (inverse compositional).
     private func refineJointly(_ luma: LumaView, _ f: (tx: Double, ty: Double, theta: Double, k: Double), cx: Double, cy: Double) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
-        var H = InlineArray<16, Double>(repeating: 0), g = InlineArray<4, Double>(repeating: 0)
+        var eq = NormalEquations4()
         let side = patchSide, h = half0
         let s = luma.pixelStride, bpr = luma.bytesPerRow
         let unit: Float = 1000
@@ -375,39 +399,11 @@ public final class MotionEstimator {
             guard sx0 >= 0, sy0 >= 0, sx0 + Double(2 * h + 2) < Double(luma.width - 1), sy0 + Double(2 * h + 2) < Double(luma.height - 1) else { continue }
             let ix = Int(sx0), iy = Int(sy0)
             let fx = Float(sx0 - Double(ix)), fy = Float(sy0 - Double(iy))
-            var h00: Float = 0, h01: Float = 0, h02: Float = 0, h03: Float = 0, h11: Float = 0, h12: Float = 0, h13: Float = 0, h22: Float = 0, h23: Float = 0, h33: Float = 0
-            var g0: Float = 0, g1: Float = 0, g2: Float = 0, g3: Float = 0
-            for j in 0...(2 * h) {
-                let row = t + (j + 1) * side
-                let p = luma.pointer(x: ix, y: iy + j)
-                let py = py0 + Float(j) / unit
-                for k in 0...(2 * h) {
-                    let q = p + k &* s
-                    let a = Float(q[0]), b = Float(q[s]), cc = Float(q[bpr]), d = Float(q[bpr &+ s])
-                    let top = a + (b - a) * fx
-                    let v = top + ((cc + (d - cc) * fx) - top) * fy
-                    let gx = (Float(row[k + 2]) - Float(row[k])) * 0.5
-                    let gy = (Float(row[k + 1 + side]) - Float(row[k + 1 - side])) * 0.5
-                    let e = Float(row[k + 1]) - v
-                    let px = px0 + Float(k) / unit
-                    // J = ∇T · ∂X'/∂(tx, ty, θ, k): (1, 0), (0, 1), (−py, px), (px, py)
-                    let j2 = -gx * py + gy * px, j3 = gx * px + gy * py
-                    h00 += gx * gx; h01 += gx * gy; h02 += gx * j2; h03 += gx * j3
-                    h11 += gy * gy; h12 += gy * j2; h13 += gy * j3
-                    h22 += j2 * j2; h23 += j2 * j3; h33 += j3 * j3
-                    g0 += gx * e; g1 += gy * e; g2 += j2 * e; g3 += j3 * e
-                }
-            }
-            H[0] += Double(h00); H[1] += Double(h01); H[2] += Double(h02); H[3] += Double(h03)
-            H[5] += Double(h11); H[6] += Double(h12); H[7] += Double(h13)
-            H[10] += Double(h22); H[11] += Double(h23); H[15] += Double(h33)
-            g[0] += Double(g0); g[1] += Double(g1); g[2] += Double(g2); g[3] += Double(g3)
+            Self.accumulateSimilarity(t + side + 1, rowStride: side, luma.pointer(x: ix, y: iy), bytesPerRow: bpr, pixelStride: s, size: 2 * h + 1,
+                                      fx: fx, fy: fy, px0: px0, py0: py0, step: 1 / unit, into: &eq)
             used += 1
         }
-        guard used >= 3 else { return nil }
-        for r in 0..<4 { for c in 0..<r { H[r * 4 + c] = H[c * 4 + r] } }
-        let trace = H[0] + H[5] + H[10] + H[15]
-        guard let d = Self.solve4(H, g, minPivot: 1e-9 * trace) else { return nil }
+        guard used >= 3, let d = eq.solve(translationOnlyIfNeeded: false) else { return nil }
         let u = Double(unit)
         let out = (tx: f.tx + d[0], ty: f.ty + d[1], theta: f.theta + d[2] / u, k: f.k + d[3] / u)
         // A step this large means the patches disagree with the blocks: keep the block fit.
@@ -498,6 +494,166 @@ public final class MotionEstimator {
             acc &+= SIMD16<UInt16>(truncatingIfNeeded: d)
         }
         return Int(acc.wrappedSum())
+    }
+
+    /// The shift at which the blocks' SAD surfaces, each normalised to its own contrast (0 at its
+    /// minimum, 1 at its mean) and summed, are lowest: `around` ± `range` in the pixels of one
+    /// pyramid level (`level`: the block centres, kept at 1/2 resolution, divided by it), with a
+    /// sub-pixel offset from a parabola through the minimum and its neighbours (each within ±0.5).
+    /// Along an edge a block's surface is a valley whose lowest point is anywhere along it, but
+    /// valleys of edges at different angles, and the pits of textured blocks, meet only at the
+    /// true shift (a median of per-block minima is pulled along the valleys). Blocks whose
+    /// surface is flat (no texture: the minimum is noise) are left out; `blocks` counts the rest.
+    /// With `quarterFirst` a quarter of the blocks (the most textured) are searched first
+    /// and the rest only when fewer than four of those have a clear minimum; only the first
+    /// `limit` blocks (the most textured) are searched.
+    private func summedSADMinimum(_ a: GreyImage, _ b: GreyImage, level: Int, around o: (x: Int, y: Int), range: Int, quarterFirst: Bool, limit: Int = .max) -> (dx: Int, dy: Int, fx: Double, fy: Double, blocks: Int) {
+        let area = (2 * sadHalf + 1) * (2 * sadHalf + 1)
+        let side = 2 * range + 1
+        precondition(side * side <= surface.count, "the SAD surfaces hold at most (2 × sadRange + 1)² shifts")
+        for k in 0..<(side * side) { surface[k] = 0 }
+        var n = 0
+        for pass in 0..<(quarterFirst ? 2 : 1) where pass == 0 || n < 4 {
+            for (idx, c) in centres.enumerated() where idx < limit && (!quarterFirst || (idx < centres.count / 4) == (pass == 0)) {
+                let x = c.x / level, y = c.y / level
+                let r = sadHalf + range + 1
+                guard x + o.x - r >= 0, y + o.y - r >= 0, x + o.x + r < b.width, y + o.y + r < b.height,
+                      x - r >= 0, y - r >= 0, x + r < a.width, y + r < a.height else { continue }
+                var best = Int.max, total = 0
+                for dy in -range...range {
+                    for dx in -range...range {
+                        let s = sad(a, b, x, y, o.x + dx, o.y + dy, sadHalf)
+                        blockSurface[(dy + range) * side + dx + range] = s
+                        total += s
+                        best = min(best, s)
+                    }
+                }
+                // A flat surface's minimum is noise: the mean must stand clear of it (less far
+                // over a narrow search, whose shifts are all near the minimum).
+                let mean = total / (side * side)
+                guard mean - best > (range >= sadRange ? 3 : 1) * area else { continue }
+                let scale = 1 / Double(mean - best)
+                for k in 0..<(side * side) { surface[k] += Double(blockSurface[k] - best) * scale }
+                n += 1
+            }
+        }
+        guard n > 0 else { return (o.x, o.y, 0, 0, 0) }
+        var best = Double.infinity, bx = 0, by = 0
+        for dy in -range...range {
+            for dx in -range...range {
+                let s = surface[(dy + range) * side + dx + range]
+                if s < best - 1e-9 || (abs(s - best) <= 1e-9 && abs(dx) + abs(dy) < abs(bx) + abs(by)) { best = s; bx = dx; by = dy }
+            }
+        }
+        func vertex(_ l: Double, _ m: Double, _ r: Double) -> Double {
+            let c = l - 2 * m + r
+            return c > 1e-12 ? max(-0.5, min(0.5, (l - r) / (2 * c))) : 0
+        }
+        let at = { (dx: Int, dy: Int) in self.surface[(dy + range) * side + dx + range] }
+        let fx = abs(bx) < range ? vertex(at(bx - 1, by), best, at(bx + 1, by)) : 0
+        let fy = abs(by) < range ? vertex(at(bx, by - 1), best, at(bx, by + 1)) : 0
+        return (o.x + bx, o.y + by, fx, fy, n)
+    }
+
+    /// A similarity (full-resolution units, about the picture centre) refined from `f` by
+    /// Gauss–Newton over the textured blocks of one pyramid level (`level`: the block centres,
+    /// kept at 1/2 resolution, divided by it; `scale`: the level's size against full resolution).
+    /// Without rotation and scale when the blocks cannot tell them apart. Nil when fewer than
+    /// three blocks have texture and stay inside the picture.
+    private func jointSimilarity(_ a: GreyImage, _ b: GreyImage, level: Int, scale: Double, half: Int, _ f0: (tx: Double, ty: Double, theta: Double, k: Double), translationOnly: Bool = false, iterations: Int = 4) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
+        let w = a.width, n = 2 * half + 1
+        let npx = Float(n * n)
+        // Positions in units of 1000 full-resolution pixels keep the normal equations balanced.
+        let unit = 1000 / scale
+        let lcx = Double(width) / 2 / scale, lcy = Double(height) / 2 / scale
+        var f = f0
+        for _ in 0..<iterations {
+            var eq = NormalEquations4()
+            var used = 0
+            for c in centres {
+                let x = c.x / level, y = c.y / level
+                guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { continue }
+                let t = UnsafePointer(a.pixels + ((y &- half) &* w &+ x &- half))
+                let (gxx, gxy, gyy) = Self.tensor(t, rowStride: w, size: n)
+                guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { continue }
+                // The similarity's displacement at the block's centre, in this level's pixels.
+                let pcx = Double(x) - lcx, pcy = Double(y) - lcy
+                let dx = f.tx / scale - f.theta * pcy + f.k * pcx, dy = f.ty / scale + f.theta * pcx + f.k * pcy
+                let x0 = Double(x - half) + dx, y0 = Double(y - half) + dy
+                guard x0 >= 1, y0 >= 1, x0 + Double(n) < Double(b.width - 2), y0 + Double(n) < Double(b.height - 2) else { continue }
+                let ix = Int(x0), iy = Int(y0)
+                Self.accumulateSimilarity(t, rowStride: w, UnsafePointer(b.pixels + (iy &* b.width &+ ix)), bytesPerRow: b.width, pixelStride: 1, size: n,
+                                          fx: Float(x0 - Double(ix)), fy: Float(y0 - Double(iy)),
+                                          px0: Float((Double(x - half) - lcx) / unit), py0: Float((Double(y - half) - lcy) / unit), step: Float(1 / unit), into: &eq)
+                used += 1
+            }
+            guard used >= 3, let d = translationOnly ? eq.solveTranslation() : eq.solve() else { return nil }
+            f = (f.tx + d[0] * scale, f.ty + d[1] * scale, f.theta + d[2] / unit, f.k + d[3] / unit)
+            guard f.tx.isFinite, f.ty.isFinite, f.theta.isFinite, f.k.isFinite else { return nil }
+            if d[0] * d[0] + d[1] * d[1] < 1e-4 { break }
+        }
+        return f
+    }
+
+    /// The normal equations of a similarity's Gauss–Newton step (tx, ty, θ, k).
+    struct NormalEquations4 {
+        var h = InlineArray<16, Double>(repeating: 0)
+        var g = InlineArray<4, Double>(repeating: 0)
+
+        /// The step (only the upper triangle of `h` is kept); with `translationOnlyIfNeeded`,
+        /// translation alone when rotation and scale are not pinned down. Nil when the step is not.
+        func solve(translationOnlyIfNeeded: Bool = true) -> InlineArray<4, Double>? {
+            var m = h
+            for r in 0..<4 { for c in 0..<r { m[r * 4 + c] = m[c * 4 + r] } }
+            let trace = m[0] + m[5] + m[10] + m[15]
+            if let d = MotionEstimator.solve4(m, g, minPivot: 1e-9 * trace) { return d }
+            return translationOnlyIfNeeded ? solveTranslation() : nil
+        }
+
+        /// The step of translation alone (rotation and scale kept).
+        func solveTranslation() -> InlineArray<4, Double>? {
+            let trace = h[0] + h[5]
+            let det = h[0] * h[5] - h[1] * h[1]
+            guard det > 1e-9 * trace * trace else { return nil }
+            return [(h[5] * g[0] - h[1] * g[1]) / det, (h[0] * g[1] - h[1] * g[0]) / det, 0, 0]
+        }
+    }
+
+    /// Adds one block to the similarity's normal equations: template `t` (size × size, one sample
+    /// of border read all round for its gradients) against the image sampled bilinearly at
+    /// (k + fx, j + fy) from `img`; the template's own gradients stand in for the image's
+    /// (inverse compositional). `px0`, `py0`: the template's top-left position relative to the
+    /// picture centre and `step` one sample, in the units the rotation and scale are solved in.
+    @inline(__always)
+    static func accumulateSimilarity(_ t: UnsafePointer<UInt8>, rowStride side: Int, _ img: UnsafePointer<UInt8>, bytesPerRow bpr: Int, pixelStride s: Int, size n: Int,
+                                     fx: Float, fy: Float, px0: Float, py0: Float, step: Float, into eq: inout NormalEquations4) {
+        var h00: Float = 0, h01: Float = 0, h02: Float = 0, h03: Float = 0, h11: Float = 0, h12: Float = 0, h13: Float = 0, h22: Float = 0, h23: Float = 0, h33: Float = 0
+        var g0: Float = 0, g1: Float = 0, g2: Float = 0, g3: Float = 0
+        for j in 0..<n {
+            let row = t + j &* side
+            let p = img + j &* bpr
+            let py = py0 + Float(j) * step
+            for k in 0..<n {
+                let q = p + k &* s
+                let a = Float(q[0]), b = Float(q[s]), cc = Float(q[bpr]), d = Float(q[bpr &+ s])
+                let top = a + (b - a) * fx
+                let v = top + ((cc + (d - cc) * fx) - top) * fy
+                let gx = (Float(row[k + 1]) - Float(row[k - 1])) * 0.5
+                let gy = (Float(row[k + side]) - Float(row[k - side])) * 0.5
+                let e = Float(row[k]) - v
+                let px = px0 + Float(k) * step
+                // J = ∇T · ∂X'/∂(tx, ty, θ, k): (1, 0), (0, 1), (−py, px), (px, py)
+                let j2 = -gx * py + gy * px, j3 = gx * px + gy * py
+                h00 += gx * gx; h01 += gx * gy; h02 += gx * j2; h03 += gx * j3
+                h11 += gy * gy; h12 += gy * j2; h13 += gy * j3
+                h22 += j2 * j2; h23 += j2 * j3; h33 += j3 * j3
+                g0 += gx * e; g1 += gy * e; g2 += j2 * e; g3 += j3 * e
+            }
+        }
+        eq.h[0] += Double(h00); eq.h[1] += Double(h01); eq.h[2] += Double(h02); eq.h[3] += Double(h03)
+        eq.h[5] += Double(h11); eq.h[6] += Double(h12); eq.h[7] += Double(h13)
+        eq.h[10] += Double(h22); eq.h[11] += Double(h23); eq.h[15] += Double(h33)
+        eq.g[0] += Double(g0); eq.g[1] += Double(g1); eq.g[2] += Double(g2); eq.g[3] += Double(g3)
     }
 
     /// Lucas–Kanade translation of the block of half-size `half` at (x, y) in `a`, found in `b`
