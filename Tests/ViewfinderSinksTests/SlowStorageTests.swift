@@ -55,6 +55,8 @@ struct SlowStorageTests {
         #expect(engine.waitUntilFinished(timeoutSeconds: Double(frames) / 30 + 60))
         #expect(events.waitFinished(timeout: 30))
         let f = events.finished.first
+        let st = engine.statistics
+        print("slow storage: stall \(stall) s, budget \(budget.map { "\($0.seconds) s" } ?? "none"): delivered \(st.delivered), source drops \(st.drops.byName), dump written \(dump.framesWritten) drops \(st.consumers[1].drops.byName), movie frames \(f?.1.frames ?? -1) drops \(st.consumers[0].drops.byName), witness \(witness.consumed)")
         return Run(statistics: engine.statistics, dump: dump, dumpStats: engine.statistics.consumers[1], movieStats: engine.statistics.consumers[0],
                    summary: f?.1, movieError: f?.2, witness: witness.consumed, dir: dir)
     }
@@ -120,6 +122,18 @@ struct SlowStorageTests {
         let probe = try ffprobe(r.dir + "/m.mov")
         #expect(probe.stream("video")?["nb_read_frames"] as? String == "\(s.frames)")
         #expect(try ffmpegDecodeErrors(r.dir + "/m.mov").isEmpty)
+    }
+
+    @Test("no budget (as before it existed): the ring's 16 frames, then ring_full drops; the camera keeps its buffers")
+    func withoutBudget() throws {
+        let r = try record(frames: 150, stall: 3, budget: nil)
+        let delivered = Int(r.statistics.delivered)
+        #expect(r.statistics.drops[.outOfBuffers] == 0)
+        #expect(r.witness == delivered)
+        #expect(r.dumpStats.drops[.ringFull] > 0)
+        #expect(r.dumpStats.drops[.storageBacklog] == 0)
+        #expect(r.dump.framesWritten + Int(r.dumpStats.drops.total) == delivered)
+        _ = try checkDump(r)
     }
 
     @Test("the budget in frames: seconds at the stream's rate, capped by bytes")
