@@ -32,6 +32,11 @@ public protocol FrameConsumer: AnyObject, Sendable {
     /// RGB and Bayer streams the engine then gives each frame its full-size decoded view
     /// (``Frame/pixelFrame``), as it does for a stage that declares ``PixelNeed/read``.
     var needsPixels: Bool { get }
+    /// How far this consumer may fall behind a live source, beyond its ring, before frames are
+    /// dropped for it (``DropReason/storageBacklog``); nil: no further than its ring
+    /// (``DropReason/ringFull``, by ``overflowPolicy``). The frames beyond the ring wait in memory
+    /// of the consumer's own, never in the source's buffers. See ``BufferBudget``.
+    var bufferBudget: BufferBudget? { get }
 }
 
 extension FrameConsumer {
@@ -40,6 +45,7 @@ extension FrameConsumer {
     public var discardsLateFrames: Bool { false }
     public var needsPixels: Bool { false }
     public var wantsDropNotices: Bool { false }
+    public var bufferBudget: BufferBudget? { nil }
     public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {}
     public func start(configuration: StreamConfiguration) throws {}
     public func finish(error: (any Error)?) {}
@@ -184,6 +190,9 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Set once ``start()`` has made every channel (``ringOccupancy`` reads them after it).
     private let ringsReady = Atomic<Bool>(false)
     private let consumerChannels: [FrameChannel]
+    /// Per consumer with a ``FrameConsumer/bufferBudget`` on a live source: its own memory for
+    /// the frames it is behind by beyond its ring.
+    private let backlogs: [BacklogFrames?]
     /// Per consumer, the drops it is told about (nil when it does not want them).
     private let dropNotices: [DropNotices?]
     private var threads: [EngineThread] = []
@@ -221,8 +230,21 @@ public final class CaptureEngine: @unchecked Sendable {
         self.delayedControls = controls.map { DelayedControls(latency: $0.controlLatencyFrames) }
         let live = source.isLive
         self.stageChannel = FrameChannel(name: "stages", capacity: options.stageRingCapacity, policy: live ? options.livePolicy : .wait, drops: statistics.drops)
-        self.consumerChannels = zip(consumers, statistics.consumers).map { c, s in
-            FrameChannel(name: c.consumerName, capacity: c.ringCapacity, policy: live ? c.overflowPolicy : .wait, drops: s.drops)
+        let backlogs: [BacklogFrames?] = consumers.map { c in
+            guard live, let budget = c.bufferBudget else { return nil }
+            let n = budget.frames(frameBytes: configuration.format.maxByteCount, intervalNanoseconds: configuration.interval.nanoseconds)
+            return n > 0 ? BacklogFrames(format: configuration.format, limit: n) : nil
+        }
+        self.backlogs = backlogs
+        self.consumerChannels = zip(consumers, statistics.consumers).enumerated().map { i, cs in
+            let (c, s) = cs
+            guard let b = backlogs[i] else {
+                return FrameChannel(name: c.consumerName, capacity: c.ringCapacity, policy: live ? c.overflowPolicy : .wait, drops: s.drops)
+            }
+            // Room for the ring's frames and the whole backlog: the budget, not the ring, decides.
+            var capacity = 2
+            while capacity < c.ringCapacity + b.limit { capacity <<= 1 }
+            return FrameChannel(name: c.consumerName, capacity: capacity, policy: .dropNewest, drops: s.drops)
         }
         let engineDrops = statistics.drops
         self.dropNotices = zip(consumers, statistics.consumers).map { c, s in
@@ -266,6 +288,8 @@ public final class CaptureEngine: @unchecked Sendable {
                                    pixels: requests)
         let channels = consumerChannels
         let stats = statistics
+        let backlogs = self.backlogs
+        let direct = consumers.map(\.ringCapacity)
         try chain.prepare(format: configuration.format, context: context) { frame in
             // Lent by the chain: each channel gets a reference of its own.
             stats.countDelivered()
@@ -273,7 +297,29 @@ public final class CaptureEngine: @unchecked Sendable {
             let n = channels.count
             if n == 0 { return }
             frame.retain(n)
-            for ch in channels { ch.send(frame) }
+            for i in 0..<n {
+                let ch = channels[i]
+                guard let backlog = backlogs[i], ch.count >= direct[i] || backlog.unmarkedDrops > 0 else { ch.send(frame); continue }
+                // The consumer is a ring behind (its disk stalls): this frame waits in the
+                // consumer's own memory, and the source's buffer goes back to the source. The
+                // copy is this consumer's alone, so it can carry the drops before it in its
+                // metadata (the shared frame cannot: the other consumers read it).
+                if let copy = backlog.copy(frame) {
+                    frame.release()
+                    copy.metadata.droppedBefore &+= backlog.unmarkedDrops
+                    backlog.unmarkedDrops = 0
+                    ch.send(copy)
+                } else if ch.count < direct[i] {
+                    // Not copyable (larger than the format's largest frame): sent as it is.
+                    backlog.unmarkedDrops = 0
+                    ch.send(frame)
+                } else {
+                    let seq = frame.sequence
+                    frame.release()
+                    backlog.unmarkedDrops &+= 1
+                    stats.consumers[i].drops.count(.storageBacklog, from: seq)
+                }
+            }
         }
         for c in consumers where c.needsPixels && !format.pixelFormat.hasYUVPlanes {
             // Without a decoder the consumer gets the stream as it is and says so itself.

@@ -8,6 +8,7 @@ public final class DropCounters: Sendable {
     private let stage = Atomic<UInt64>(0)
     private let corrupt = Atomic<UInt64>(0)
     private let driverGap = Atomic<UInt64>(0)
+    private let storageBacklog = Atomic<UInt64>(0)
     private let observed = Atomic<Bool>(false)
     private let observers = Mutex<[DropNotices]>([])
 
@@ -37,6 +38,7 @@ public final class DropCounters: Sendable {
         case .stage: stage.add(n, ordering: .relaxed)
         case .corrupt: corrupt.add(n, ordering: .relaxed)
         case .driverGap: driverGap.add(n, ordering: .relaxed)
+        case .storageBacklog: storageBacklog.add(n, ordering: .relaxed)
         }
     }
 
@@ -48,6 +50,7 @@ public final class DropCounters: Sendable {
         case .stage: return stage.load(ordering: .relaxed)
         case .corrupt: return corrupt.load(ordering: .relaxed)
         case .driverGap: return driverGap.load(ordering: .relaxed)
+        case .storageBacklog: return storageBacklog.load(ordering: .relaxed)
         }
     }
 

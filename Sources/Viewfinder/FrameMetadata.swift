@@ -12,6 +12,10 @@ public enum DropReason: Int, Sendable, CaseIterable, Codable, CustomStringConver
     case corrupt
     /// The driver skipped it: a gap in the device's sequence numbers.
     case driverGap
+    /// The output fell further behind than its buffer budget (``BufferBudget``): its storage
+    /// stalled (a throttled disk, an `fsync` taking seconds) and the frames it had no room for
+    /// were dropped at its door, with the frames already queued kept in order.
+    case storageBacklog
 
     public var description: String { name }
 
@@ -24,6 +28,7 @@ public enum DropReason: Int, Sendable, CaseIterable, Codable, CustomStringConver
         case .stage: return "stage"
         case .corrupt: return "corrupt"
         case .driverGap: return "driver_gap"
+        case .storageBacklog: return "storage_backlog"
         }
     }
 }

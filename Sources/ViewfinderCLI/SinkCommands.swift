@@ -41,7 +41,31 @@ func dropSummary(_ stats: EngineStatistics?) -> String {
     guard let s = stats else { return "drops: unknown" }
     var total = s.drops.total
     for c in s.consumers { total += c.drops.total }
-    return "captured \(s.captured), drops \(total)"
+    // A file output that fell behind its buffer budget (a stalling disk) says so by name.
+    let backlog = s.consumers.filter { $0.drops[.storageBacklog] > 0 }.map { "\($0.name) \($0.drops[.storageBacklog])" }
+    return "captured \(s.captured), drops \(total)" + (backlog.isEmpty ? "" : " (storage_backlog: \(backlog.joined(separator: ", ")))")
+}
+
+/// `--buffer-budget` and `--buffer-memory` of `record` and `dump`: how far the file may fall
+/// behind a live camera (a stalling disk) before frames are dropped as `storage_backlog`.
+struct BufferBudgetOptions: ParsableArguments {
+    @Option(help: "Seconds of the stream the file may fall behind a live camera (a stalling disk) before frames are dropped (counted as storage_backlog); the frames waiting are copies in the output's own memory, not the camera's buffers. 0: no further than its 16-frame ring.")
+    var bufferBudget = 2.0
+    @Option(help: "At most this much memory for --buffer-budget (e.g. 256M; default 512M or an eighth of the machine's memory).")
+    var bufferMemory: String?
+
+    func validate() throws {
+        guard bufferBudget >= 0 && bufferBudget <= 600 else { throw ValidationError("--buffer-budget must be in [0, 600] seconds") }
+        if let m = bufferMemory { _ = try parseByteSize(m) }
+    }
+
+    var budget: BufferBudget? {
+        get throws {
+            guard bufferBudget > 0 else { return nil }
+            let bytes = try bufferMemory.map { Int(clamping: try parseByteSize($0)) } ?? BufferBudget.defaultMaximumBytes
+            return BufferBudget(seconds: bufferBudget, maximumBytes: bytes)
+        }
+    }
 }
 
 struct SnapCommand: ParsableCommand {
@@ -154,6 +178,7 @@ struct RecordCommand: ParsableCommand {
     @Option(help: "Clockwise rotation players apply when they show the movie: 0, 90, 180 or 270 (the track matrix; pixels stored as captured).") var rotation = 0
     @Flag(help: "Overwrite an existing file.") var force = false
     @OptionGroup var audioOptions: AudioOptions
+    @OptionGroup var bufferOptions: BufferBudgetOptions
 
     func validate() throws {
         if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
@@ -177,6 +202,7 @@ struct RecordCommand: ParsableCommand {
         s.minimumFreeDiskSpace = try minFree.map(parseByteSize)
         if let p = preRoll { s.preRollSeconds = p; s.preRollBytes = 256 << 20 }
         let movie = MovieFileOutput(settings: s)
+        movie.bufferBudget = try bufferOptions.budget
         let waiter = RecordingWaiter()
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
         session.beginConfiguration()
@@ -229,6 +255,7 @@ struct DumpCommand: ParsableCommand {
     @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
     @Flag(help: "Overwrite an existing file.") var force = false
     @OptionGroup var audioOptions: AudioOptions
+    @OptionGroup var bufferOptions: BufferBudgetOptions
 
     func validate() throws {
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
@@ -243,6 +270,7 @@ struct DumpCommand: ParsableCommand {
         try refuseExisting(output, force: force)
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
         let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
+        out.bufferBudget = try bufferOptions.budget
         session.beginConfiguration()
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         var o = EngineOptions(frameLimit: frames, durationSeconds: duration)

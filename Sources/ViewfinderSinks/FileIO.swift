@@ -2,6 +2,46 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
+import Viewfinder
+
+/// A seam for tests of slow storage: makes every write, `pwrite` and `fdatasync` of the sinks'
+/// files under a directory block until a monotonic time, as a throttled disk or a
+/// seconds-long `fsync` would. The product's own write path runs; only the system call is held
+/// back. Off (one relaxed atomic load per call) unless a test sets it.
+package enum StorageStalls {
+    private static let active = Atomic<Bool>(false)
+    private static let stalls = Mutex<[(directory: String, until: UInt64)]>([])
+
+    /// Writes to files under `directory` block until `monotonicNanoseconds() >= until`.
+    package static func stall(directory: String, until: UInt64) {
+        let dir = directory.hasSuffix("/") ? directory : directory + "/"
+        stalls.withLock { s in
+            s.removeAll { $0.directory == dir }
+            s.append((dir, until))
+        }
+        active.store(true, ordering: .releasing)
+    }
+
+    /// Ends the stall of `directory` now (writes blocked there go on).
+    package static func end(directory: String) {
+        let dir = directory.hasSuffix("/") ? directory : directory + "/"
+        let none = stalls.withLock { s in s.removeAll { $0.directory == dir }; return s.isEmpty }
+        if none { active.store(false, ordering: .releasing) }
+    }
+
+    /// Called before each system call that moves data to the disk.
+    @inline(__always)
+    static func wait(path: String) {
+        guard active.load(ordering: .acquiring) else { return }
+        while true {
+            let until = stalls.withLock { s in s.first { path.hasPrefix($0.directory) }?.until ?? 0 }
+            let now = monotonicNanoseconds()
+            guard until > now else { return }
+            usleep(UInt32(min(until - now, 20_000_000) / 1000))
+        }
+    }
+}
 
 /// A file descriptor opened for writing, with full-write loops and typed errors.
 ///
@@ -43,6 +83,7 @@ final class OutputFile {
             var p = b.baseAddress!
             var left = b.count
             while left > 0 {
+                StorageStalls.wait(path: path)
                 let n = Glibc.write(fd, p, left)
                 if n < 0 {
                     if errno == EINTR { continue }
@@ -71,6 +112,7 @@ final class OutputFile {
         var left = buffer.count
         var pos = off_t(position)
         while left > 0 {
+            StorageStalls.wait(path: path)
             let n = Glibc.pwrite(fd, p, left, pos)
             if n < 0 {
                 if errno == EINTR { continue }
@@ -81,6 +123,7 @@ final class OutputFile {
     }
 
     func sync() throws {
+        StorageStalls.wait(path: path)
         if fdatasync(fd) != 0 { throw SinkError.fromErrno(path: path, operation: "fdatasync") }
     }
 }

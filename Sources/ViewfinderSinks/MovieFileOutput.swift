@@ -128,6 +128,18 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     // `lock`; everything else is confined to the consumer thread (start/consume/finish).
     public let consumerName: String
     public var ringCapacity: Int { 16 }
+    /// How far the movie may fall behind a live camera (its disk stalling) before frames are
+    /// dropped (counted as `DropReason.storageBacklog` in the session's drops, and in the
+    /// recording's ``MovieRecordingSummary/droppedFrames`` through the next frame's
+    /// `FrameMetadata.droppedBefore`): by default 2 s of the
+    /// stream in at most 512 MiB (see `BufferBudget`). The frames waiting are copies in the
+    /// movie's own memory, never the camera's buffers; the sound waits in its own 5 s queue.
+    /// Read when the session starts.
+    public var bufferBudget: BufferBudget? {
+        get { lock.withLock { budgetValue } }
+        set { lock.withLock { budgetValue = newValue } }
+    }
+    private var budgetValue: BufferBudget? = .standard
     private let logger: Logger
     private let lock = ConditionLock()
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import Viewfinder
 
 /// Writes every frame that reaches it to a raw dump (see ``RawDumpFormat``): the pixels exactly as
@@ -19,6 +20,23 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public let compression: RawDumpCompression
     public let device: String
     public var ringCapacity: Int { 16 }
+    /// How far the dump may fall behind a live camera (its disk stalling) before frames are dropped
+    /// (counted as `DropReason.storageBacklog`, in ``framesDroppedForBacklog`` and the session's
+    /// drops): by default 2 s of the stream in at most 512 MiB (see `BufferBudget`). The frames
+    /// waiting are copies in the dump's own memory, never the camera's buffers. Read when the
+    /// session starts.
+    public var bufferBudget: BufferBudget? {
+        get { budget.withLock { $0 } }
+        set { budget.withLock { $0 = newValue } }
+    }
+    private let budget = LockedBox<BufferBudget?>(.standard)
+    public var wantsDropNotices: Bool { true }
+    private let backlogDrops = Atomic<Int>(0)
+    /// Frames dropped because the dump fell further behind than its ``bufferBudget``.
+    public var framesDroppedForBacklog: Int { backlogDrops.load(ordering: .relaxed) }
+    public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {
+        if reason == .storageBacklog { backlogDrops.add(Int(count), ordering: .relaxed) }
+    }
     private let logger: Logger
     private var writer: RawDumpWriter?
     private struct Published { var frames = 0; var bytes: UInt64 = 0; var rawBytes: UInt64 = 0; var dropped = 0; var error: (any Error)?; var finished = false }
