@@ -23,8 +23,8 @@ public enum RawDumpCompression: String, Sendable, CaseIterable, CustomStringConv
 }
 
 /// Writes a raw dump (see ``RawDumpFormat``): one record per frame (compressed as
-/// ``RawDumpCompression`` says), appended with a single `writev`, then an index and a trailer at
-/// ``close()``.
+/// ``RawDumpCompression`` says), its payload written piece by piece (hashed while in the cache,
+/// never copied into one buffer) and its header last, then an index and a trailer at ``close()``.
 ///
 /// Not thread-safe: one thread appends (the dump output's). Buffers grow to the largest frame once
 /// and are reused.
