@@ -50,6 +50,36 @@ final class ChunkedLZ4 {
         core.compress(source, count: count, chunks: chunks, accelerations: accelerations, probe: probe, into: payload)
     }
 
+    /// Splits a packed 4:2:2 frame (YUYV or UYVY, rows without padding) into Y, U and V planes at
+    /// `planes` (its size) and compresses them, both on all the threads at once: thread `b` splits
+    /// its own band of rows and compresses that band of each plane (luma at `lumaAcceleration`,
+    /// chroma at `chromaAcceleration`), so the split costs no pass of its own on one core and no
+    /// thread waits for another's rows. The chunks, in order, are the Y plane's bands, then U's,
+    /// then V's: concatenated, exactly the planes (the version 3 planar record). With `probe`,
+    /// chunks whose samples shrink by less than 10 % are stored as they are. Nothing is packed
+    /// into one buffer: read the table with ``writeTable(into:)`` and the chunks with
+    /// ``piece(_:)``. Returns the chunk count.
+    func compressPlanar422(_ packed: UnsafeRawPointer, width: Int, height: Int, order: YUVSplit.Packed422Order, planes: UnsafeMutableRawPointer,
+                           lumaAcceleration: Int32, chromaAcceleration: Int32, probe: Bool) -> Int {
+        core.compressPlanar422(packed, width: width, height: height, order: order, planes: planes,
+                               lumaAcceleration: lumaAcceleration, chromaAcceleration: chromaAcceleration, probe: probe)
+    }
+
+    /// Compresses `count` bytes as one chunk per thread at `acceleration`, without packing them:
+    /// the pieces are read with ``writeTable(into:)`` and ``piece(_:)``. Returns the chunk count.
+    func compressChunks(_ source: UnsafeRawPointer, count: Int, acceleration: Int32, probe: Bool) -> Int {
+        core.runJob(source, count: count, chunks: core.threads, accelerations: { _ in acceleration }, probe: probe)
+    }
+
+    /// Bytes of the chunk table of the last job (`4 + 8 × chunks`).
+    var tableSize: Int { core.tableSize }
+    /// Writes the last job's chunk table (``tableSize`` bytes) at `table`; returns the payload's
+    /// length (table and chunks).
+    func writeTable(into table: UnsafeMutableRawPointer) -> Int { core.writeTable(into: table) }
+    /// Chunk `i` of the last job as it is stored: its LZ4 block, or its raw bytes in the source
+    /// (stored as they are, not copied).
+    func piece(_ i: Int) -> UnsafeRawBufferPointer { core.piece(i) }
+
     /// Decodes a chunked payload into `destination` (`rawLength` bytes). Throws a description of
     /// what is wrong with a damaged payload.
     static func decompress(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int) throws(ChunkError) {
@@ -97,6 +127,11 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     private var regionSize = 0
     private var chunkBound = 0
     private var storedLengths: UnsafeMutablePointer<Int>
+    /// Planar job (``compressPlanar422``): the packed frame, its geometry, and how many bands of
+    /// rows (one per thread that takes part); 0 bands is a job over `source` as it is.
+    private var packed: UnsafeRawPointer?
+    private var width = 0, height = 0, bands = 0
+    private var order = YUVSplit.Packed422Order.yuyv
 
     init(threads: Int, maximumChunks: Int) {
         self.threads = max(1, threads)
@@ -123,25 +158,56 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         4 + 8 * maximumChunks + maximumChunks * Int(LZ4_compressBound(Int32((count + threads - 1) / threads)))
     }
 
-    /// Range of chunk `i` in the source.
+    /// Range of chunk `i` in the source (in a planar job: the band `i % bands` of plane
+    /// `i / bands`, planes Y, U, V one after the other).
     private func range(_ i: Int) -> (start: Int, length: Int) {
+        if bands > 0 {
+            let plane = i / bands, b = i % bands
+            let r0 = height * b / bands, r1 = height * (b + 1) / bands
+            let rowBytes = plane == 0 ? width : width / 2
+            let planeStart = plane == 0 ? 0 : width * height + (plane - 1) * (width / 2) * height
+            return (planeStart + r0 * rowBytes, (r1 - r0) * rowBytes)
+        }
         let start = count * i / chunks, end = count * (i + 1) / chunks
         return (start, end - start)
     }
 
-    /// Compresses `count` bytes at `source` into `payload` (at least ``bound(_:)`` bytes) and
-    /// returns the payload's length.
-    func compress(_ source: UnsafeRawPointer, count: Int, chunks k: Int, accelerations acc: (Int) -> Int32, probe: Bool, into payload: UnsafeMutableRawPointer) -> Int {
+    /// Runs a job over `count` bytes at `source` as `k` chunks on all the threads; returns `k`.
+    func runJob(_ source: UnsafeRawPointer, count: Int, chunks k: Int, accelerations acc: (Int) -> Int32, probe: Bool) -> Int {
         let k = min(max(1, k), maximumChunks)
-        let bound = Int(LZ4_compressBound(Int32((count + k - 1) / k)))
+        bands = 0; packed = nil
+        prepareRegions(chunks: k, largestChunk: (count + k - 1) / k)
+        for i in 0..<k { accelerations[i] = max(1, acc(i)) }
+        dispatch(source, count: count, chunks: k, probe: probe)
+        return k
+    }
+
+    /// See `ChunkedLZ4.compressPlanar422`.
+    func compressPlanar422(_ packed: UnsafeRawPointer, width: Int, height: Int, order: YUVSplit.Packed422Order, planes: UnsafeMutableRawPointer,
+                           lumaAcceleration: Int32, chromaAcceleration: Int32, probe: Bool) -> Int {
+        let b = max(1, min(threads, maximumChunks / 3, height))
+        let k = 3 * b
+        self.packed = packed; self.width = width; self.height = height; self.order = order; bands = b
+        prepareRegions(chunks: k, largestChunk: (height + b - 1) / b * width)
+        for i in 0..<k { accelerations[i] = max(1, i < b ? lumaAcceleration : chromaAcceleration) }
+        dispatch(UnsafeRawPointer(planes), count: 2 * width * height, chunks: k, probe: probe)
+        return k
+    }
+
+    private func prepareRegions(chunks k: Int, largestChunk: Int) {
+        let bound = Int(LZ4_compressBound(Int32(largestChunk)))
         if bound * k > regionSize {
             regions.deallocate()
             regionSize = bound * k
             regions = .allocate(byteCount: regionSize, alignment: 64)
         }
-        for i in 0..<k { accelerations[i] = max(1, acc(i)) }
+        chunkBound = bound
+    }
+
+    /// Hands the job to the helpers, does the caller's share, and waits for theirs.
+    private func dispatch(_ source: UnsafeRawPointer, count: Int, chunks k: Int, probe: Bool) {
         lock.lock()
-        self.source = source; self.count = count; self.chunks = k; self.probe = probe; self.chunkBound = bound
+        self.source = source; self.count = count; self.chunks = k; self.probe = probe
         remaining = threads - 1
         generation &+= 1
         lock.broadcast()
@@ -150,21 +216,41 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         lock.lock()
         while remaining > 0 { lock.wait() }
         lock.unlock()
-        // Table, then the chunks packed one after the other.
-        let tableSize = 4 + 8 * k
-        payload.storeBytes(of: UInt32(k).littleEndian, toByteOffset: 0, as: UInt32.self)
-        var at = tableSize
-        for i in 0..<k {
-            let (start, length) = range(i)
-            let stored = storedLengths[i]
+    }
+
+    var tableSize: Int { 4 + 8 * chunks }
+
+    /// See `ChunkedLZ4.writeTable(into:)`.
+    func writeTable(into payload: UnsafeMutableRawPointer) -> Int {
+        payload.storeBytes(of: UInt32(chunks).littleEndian, toByteOffset: 0, as: UInt32.self)
+        var total = tableSize
+        for i in 0..<chunks {
+            let length = range(i).length, stored = storedLengths[i]
             payload.storeBytes(of: UInt32(length).littleEndian, toByteOffset: 4 + 8 * i, as: UInt32.self)
             payload.storeBytes(of: UInt32(stored).littleEndian, toByteOffset: 8 + 8 * i, as: UInt32.self)
-            if stored == length {
-                (payload + at).copyMemory(from: source + start, byteCount: length)
-            } else {
-                (payload + at).copyMemory(from: regions + i * bound, byteCount: stored)
-            }
-            at += stored
+            total += stored
+        }
+        return total
+    }
+
+    /// See `ChunkedLZ4.piece(_:)`.
+    func piece(_ i: Int) -> UnsafeRawBufferPointer {
+        let (start, length) = range(i)
+        let stored = storedLengths[i]
+        return stored == length ? UnsafeRawBufferPointer(start: source! + start, count: length) : UnsafeRawBufferPointer(start: regions + i * chunkBound, count: stored)
+    }
+
+    /// Compresses `count` bytes at `source` into `payload` (at least ``bound(_:)`` bytes) and
+    /// returns the payload's length.
+    func compress(_ source: UnsafeRawPointer, count: Int, chunks k: Int, accelerations acc: (Int) -> Int32, probe: Bool, into payload: UnsafeMutableRawPointer) -> Int {
+        let k = runJob(source, count: count, chunks: k, accelerations: acc, probe: probe)
+        // Table, then the chunks packed one after the other.
+        _ = writeTable(into: payload)
+        var at = tableSize
+        for i in 0..<k {
+            let p = piece(i)
+            (payload + at).copyMemory(from: p.baseAddress!, byteCount: p.count)
+            at += p.count
         }
         return at
     }
@@ -174,6 +260,17 @@ final class ChunkedLZ4Core: @unchecked Sendable {
 
     /// The chunks thread `t` owns: t, t + threads, …
     private func compressChunks(of t: Int) {
+        if bands > 0 {
+            // A planar job: this thread's band of rows is split, then its three chunks compressed.
+            guard t < bands, let packed, let source else { return }
+            let r0 = height * t / bands, r1 = height * (t + 1) / bands
+            let planes = UnsafeMutableRawPointer(mutating: source).assumingMemoryBound(to: UInt8.self)
+            let y = planes + r0 * width, u = planes + width * height + r0 * (width / 2), v = u + (width / 2) * height
+            YUVSplit.packed422((packed + r0 * 2 * width).assumingMemoryBound(to: UInt8.self), bytesPerRow: 2 * width, width: width, height: r1 - r0,
+                               order: order, y: y, u: u, v: v)
+            for plane in 0..<3 { compressChunk(plane * bands + t) }
+            return
+        }
         var i = t
         while i < chunks { compressChunk(i); i += threads }
     }

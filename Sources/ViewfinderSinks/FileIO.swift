@@ -106,6 +106,21 @@ final class OutputFile {
         offset = end
     }
 
+    /// Makes `end` (past bytes written with ``pwrite(_:at:)``) the end of the data and of the next
+    /// write.
+    func moveEnd(to end: UInt64) throws {
+        guard lseek(fd, off_t(end), SEEK_SET) == off_t(end) else { throw SinkError.fromErrno(path: path, operation: "lseek") }
+        offset = end
+    }
+
+    /// After a failed write at the end: the file is cut back to `start` (best effort; the error
+    /// being handled is the one to report).
+    func cutBack(to start: UInt64) {
+        _ = ftruncate(fd, off_t(start))
+        _ = lseek(fd, off_t(start), SEEK_SET)
+        offset = start
+    }
+
     /// Overwrites bytes at an absolute offset (patching a header) without moving the end.
     func pwrite(_ buffer: UnsafeRawBufferPointer, at position: UInt64) throws {
         var p = buffer.baseAddress!

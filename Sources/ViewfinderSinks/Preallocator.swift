@@ -23,6 +23,9 @@ final class Preallocator: @unchecked Sendable {
     private let reservedEnd = Atomic<Int64>(0)
     private var thread: EngineThread?
 
+    /// The most one `fallocate` call reserves.
+    static let step: Int64 = 4 << 20
+
     init(fd: Int32, chunk: Int64 = 64 << 20) {
         self.fd = fd
         self.chunk = chunk
@@ -51,7 +54,10 @@ final class Preallocator: @unchecked Sendable {
         while !stopping {
             let end = reservedEnd.load(ordering: .relaxed)
             if wanted <= end { lock.wait(); continue }
-            let target = wanted
+            // In steps of `Preallocator.step`: `fallocate` holds the file's inode lock while it
+            // allocates, and the writer's `pwrite` needs that lock, so one call for a whole chunk
+            // (64 MiB, ~10 ms of page clearing on tmpfs) stalled the writer for that long.
+            let target = min(wanted, end + Preallocator.step)
             lock.unlock()
             let rc = Preallocator.fallocate.map { $0(fd, 1 /* FALLOC_FL_KEEP_SIZE */, off_t(end), off_t(target - end)) } ?? -1
             lock.lock()

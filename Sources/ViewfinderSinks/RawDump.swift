@@ -23,8 +23,8 @@ public enum RawDumpCompression: String, Sendable, CaseIterable, CustomStringConv
 }
 
 /// Writes a raw dump (see ``RawDumpFormat``): one record per frame (compressed as
-/// ``RawDumpCompression`` says), appended with a single `writev`, then an index and a trailer at
-/// ``close()``.
+/// ``RawDumpCompression`` says), its payload written piece by piece (hashed while in the cache,
+/// never copied into one buffer) and its header last, then an index and a trailer at ``close()``.
 ///
 /// Not thread-safe: one thread appends (the dump output's). Buffers grow to the largest frame once
 /// and are reused.
@@ -55,6 +55,11 @@ public final class RawDumpWriter {
     public private(set) var framesCompressed = 0
     /// Frames split into planes before compression (``RawDumpCompression/auto``).
     public private(set) var framesSplit = 0
+    /// The payload of the record being appended, as pieces written one after the other (the
+    /// frame's own bytes, a chunk table, LZ4 blocks, planes stored as they are): no piece is copied
+    /// into one buffer before the write.
+    private let pieces = UnsafeMutablePointer<UnsafeRawBufferPointer>.allocate(capacity: 66)
+    private var pieceCount = 0
     private var index: [DumpIndexEntry] = []
     private var audioIndex: [DumpAudioEntry] = []
     private var audioHeader = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
@@ -86,7 +91,7 @@ public final class RawDumpWriter {
     public init(path: String, format: FrameFormat, interval: FrameInterval = FrameInterval(numerator: 0, denominator: 0), device: String = "", overwrite: Bool = false, acceleration: Int = 1, preallocate: Bool = true,
                 compressionThreads: Int? = nil, compression: RawDumpCompression = .auto) throws {
         let threads = try Self.compressionThreads(compressionThreads, acceleration: acceleration)
-        chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 2 * threads))
+        chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 3 * threads))
         self.compression = compression
         planar = .allocate(byteCount: 64, alignment: 64)
         self.path = path
@@ -133,7 +138,7 @@ public final class RawDumpWriter {
         index = reader.entries
         audioIndex = reader.audioEntries
         rawBytes = reader.entries.reduce(0) { $0 &+ UInt64($1.rawLength) }
-        chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 2 * threads))
+        chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 3 * threads))
         self.compression = compression
         planar = .allocate(byteCount: 64, alignment: 64)
         self.path = path
@@ -149,6 +154,7 @@ public final class RawDumpWriter {
         preallocator?.finish(size: Int64(file.offset))
         scratch.deallocate()
         planar.deallocate()
+        pieces.deallocate()
     }
 
     /// Appends one frame: its valid bytes, exactly as they are, and its metadata.
@@ -166,30 +172,37 @@ public final class RawDumpWriter {
             scratch = .allocate(byteCount: bound, alignment: 64)
             scratchCapacity = bound
         }
-        var payload = UnsafeRawBufferPointer(start: frame.data, count: raw)
+        pieceCount = 0
+        var stored = raw
         var flags: UInt8 = frame.pixelsModified ? RawDumpFormat.flagPixelsModified : 0
+        /// The chunked job's table (in scratch) and chunks as the payload's pieces.
+        func chunkPieces(_ k: Int) -> Int {
+            let n = chunked.writeTable(into: scratch)
+            pieces[0] = UnsafeRawBufferPointer(start: scratch, count: chunked.tableSize)
+            for i in 0..<k { pieces[1 + i] = chunked.piece(i) }
+            pieceCount = 1 + k
+            return n
+        }
         if raw == 0 || compression == .none {
             // stored as it is
         } else if compression == .auto, let order = Self.splittable(f, raw: raw) {
-            // Y, U, V planes as chunks: the first half of the chunks holds the luma, the second
-            // the chroma (the planes are equal halves of a 4:2:2 frame).
+            // Y, U, V planes as chunks, split and compressed band by band on all the threads.
             framesSplit += 1
             if raw > planarCapacity {
                 planar.deallocate()
                 planar = .allocate(byteCount: raw, alignment: 64)
                 planarCapacity = raw
             }
-            let y = planar.assumingMemoryBound(to: UInt8.self), u = y + f.width * f.height, v = u + f.width / 2 * f.height
-            YUVSplit.packed422(frame.data.assumingMemoryBound(to: UInt8.self), bytesPerRow: f.bytesPerRow, width: f.width, height: f.height, order: order, y: y, u: u, v: v)
-            let k = chunked.maximumChunks   // even: 2 per thread, at most 64
-            let n = chunked.compress(planar, count: raw, chunks: k, accelerations: { $0 < k / 2 ? Self.autoLumaAcceleration : Self.autoChromaAcceleration },
-                                     probe: true, into: scratch)
+            let k = chunked.compressPlanar422(frame.data, width: f.width, height: f.height, order: order, planes: planar,
+                                              lumaAcceleration: Self.autoLumaAcceleration, chromaAcceleration: Self.autoChromaAcceleration, probe: true)
+            let n = chunkPieces(k)
             if n < raw {
                 framesCompressed += 1
-                payload = UnsafeRawBufferPointer(start: scratch, count: n)
+                stored = n
                 flags |= RawDumpFormat.flagChunked | RawDumpFormat.flagPlanar422
             } else {
                 framesStoredByProbe += 1   // nothing shrank: the packed frame as it is (read with one copy)
+                pieceCount = 0
             }
         } else if !worthCompressing(frame.data, count: raw) {
             framesStoredByProbe += 1
@@ -197,27 +210,34 @@ public final class RawDumpWriter {
             framesCompressed += 1
             // Large frames as blocks side by side, others as one block. Whatever LZ4 cannot
             // shrink (sensor noise) is stored as it is: no slower to write, faster to read.
-            let (n, flag): (Int, UInt8)
             if chunked.threadCount > 1, raw >= Self.chunkedMinimum {
-                (n, flag) = (chunked.compress(frame.data, count: raw, acceleration: acceleration, into: scratch), RawDumpFormat.flagChunked)
+                let n = chunkPieces(chunked.compressChunks(frame.data, count: raw, acceleration: acceleration, probe: false))
+                if n < raw { stored = n; flags |= RawDumpFormat.flagChunked } else { pieceCount = 0 }
             } else {
-                (n, flag) = (Int(LZ4_compress_fast(frame.data.assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self),
-                                                   Int32(raw), Int32(scratchCapacity), acceleration)), RawDumpFormat.flagCompressed)
+                let n = Int(LZ4_compress_fast(frame.data.assumingMemoryBound(to: CChar.self), scratch.assumingMemoryBound(to: CChar.self),
+                                              Int32(raw), Int32(scratchCapacity), acceleration))
+                if n > 0 && n < raw {
+                    stored = n
+                    flags |= RawDumpFormat.flagCompressed
+                    pieces[0] = UnsafeRawBufferPointer(start: scratch, count: n)
+                    pieceCount = 1
+                }
             }
-            if n > 0 && n < raw {
-                payload = UnsafeRawBufferPointer(start: scratch, count: n)
-                flags |= flag
-            }
+        }
+        if pieceCount == 0 && raw > 0 {
+            pieces[0] = UnsafeRawBufferPointer(start: frame.data, count: raw)
+            pieceCount = 1
         }
         DumpMetadataCodec.encode(frame.metadata, into: &metadata)
         let offset = file.offset
+        var seed: UInt64 = 0
         header.withUnsafeMutableBytes { hb in
             let p = hb.baseAddress!
             LE.put(RawDumpFormat.recordMagic, p, 0)
             p.storeBytes(of: RawDumpFormat.RecordType.frame.rawValue, toByteOffset: 4, as: UInt8.self)
             p.storeBytes(of: flags, toByteOffset: 5, as: UInt8.self)
             LE.put(UInt16(0), p, 6)
-            LE.put(UInt32(payload.count), p, 8)
+            LE.put(UInt32(stored), p, 8)
             LE.put(UInt32(raw), p, 12)
             LE.put(f.pixelFormat.fourcc, p, 16)
             LE.put(UInt32(f.width), p, 20)
@@ -230,17 +250,50 @@ public final class RawDumpWriter {
             LE.put(UInt16(0), p, 50)
             LE.put(UInt32(metadata.count), p, 52)
             LE.put(frame.receiveTime, p, 56)
-            let hh = RawDumpFormat.recordSeed(header: p, metadata: metadata, scratch: &checksummed)
-            LE.put(XXHash64.hash(payload, seed: hh), p, 64)
+            seed = RawDumpFormat.recordSeed(header: p, metadata: metadata, scratch: &checksummed)
         }
-        try header.withUnsafeBytes { hb in
-            try metadata.withUnsafeBytes { mb in
-                try file.writev([hb, mb, payload])
-            }
-        }
+        try writeRecord(payloadLength: stored, seed: seed)
         preallocator?.advance(to: Int64(file.offset))
-        index.append(DumpIndexEntry(offset: offset, sequence: frame.sequence, timestampNanoseconds: frame.timestamp.nanoseconds, rawLength: UInt32(raw), storedLength: UInt32(payload.count)))
+        index.append(DumpIndexEntry(offset: offset, sequence: frame.sequence, timestampNanoseconds: frame.timestamp.nanoseconds, rawLength: UInt32(raw), storedLength: UInt32(stored)))
         rawBytes &+= UInt64(raw)
+    }
+
+    /// Bytes of the payload hashed and written at a time: small enough to stay in the cache
+    /// between the hash and the write's copy, so each byte is read from memory once.
+    static let writePiece = 256 << 10
+
+    /// Writes the record: the payload's pieces after the header's and metadata's place, each
+    /// 256 KiB hashed and written while it is in the cache, then the header with the checksum,
+    /// then the file's end moves past the record. On a failure the file is cut back to where the
+    /// record started (it never ends in a half-written record).
+    private func writeRecord(payloadLength: Int, seed: UInt64) throws {
+        let start = file.offset
+        var at = start + UInt64(RawDumpFormat.recordHeaderSize + metadata.count)
+        var hasher = XXHash64.Streaming(seed: seed)
+        do {
+            for i in 0..<pieceCount {
+                let p = pieces[i]
+                var done = 0
+                while done < p.count {
+                    let n = min(Self.writePiece, p.count - done)
+                    let slice = UnsafeRawBufferPointer(start: p.baseAddress! + done, count: n)
+                    hasher.update(slice)
+                    try file.pwrite(slice, at: at)
+                    at += UInt64(n); done += n
+                }
+            }
+            precondition(at - start == UInt64(RawDumpFormat.recordHeaderSize + metadata.count + payloadLength), "the payload's pieces add up to its length")
+            let sum = hasher.digest()
+            try header.withUnsafeMutableBytes { hb in
+                LE.put(sum, hb.baseAddress!, 64)
+                try file.pwrite(UnsafeRawBufferPointer(hb), at: start)
+            }
+            if !metadata.isEmpty { try metadata.withUnsafeBytes { try file.pwrite($0, at: start + UInt64(RawDumpFormat.recordHeaderSize)) } }
+            try file.moveEnd(to: at)
+        } catch {
+            file.cutBack(to: start)
+            throw error
+        }
     }
 
     /// Appends one period of sound (type 3 record): its samples as they are, with the capture time

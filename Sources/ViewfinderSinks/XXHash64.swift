@@ -88,6 +88,61 @@ public struct XXHash64 {
         return (finalize(h, base: base + i, count: len - i, length: len), filled)
     }
 
+    /// XXH64 of bytes that arrive in pieces of any size (a record's payload written piece by piece
+    /// from several buffers): ``update(_:)`` each piece in order, then ``digest()``. Equal to the
+    /// one-shot hash of the pieces concatenated; nothing is allocated (the partial stripe is kept in
+    /// four words).
+    struct Streaming {
+        private var lanes: Lanes
+        private let seed: UInt64
+        private var total = 0
+        /// The bytes of an incomplete 32-byte stripe, and how many there are.
+        private var tail: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        private var tailCount = 0
+
+        init(seed: UInt64 = 0) {
+            self.seed = seed
+            lanes = Lanes(seed: seed)
+        }
+
+        /// Adds `count` bytes at `base`.
+        mutating func update(_ base: UnsafeRawPointer, count: Int) {
+            guard count > 0 else { return }
+            total &+= count
+            var i = 0
+            if tailCount > 0 {
+                let n = min(32 - tailCount, count)
+                let at = tailCount
+                withUnsafeMutableBytes(of: &tail) { $0.baseAddress!.advanced(by: at).copyMemory(from: base, byteCount: n) }
+                tailCount += n
+                i = n
+                guard tailCount == 32 else { return }
+                var j = 0
+                withUnsafeBytes(of: tail) { lanes.consume($0.baseAddress!, from: &j, through: 0) }
+                tailCount = 0
+            }
+            if count - i >= 32 { lanes.consume(base, from: &i, through: count - 32) }
+            let left = count - i
+            if left > 0 {
+                withUnsafeMutableBytes(of: &tail) { $0.baseAddress!.copyMemory(from: base + i, byteCount: left) }
+                tailCount = left
+            }
+        }
+
+        /// Adds the bytes of `buffer`.
+        mutating func update(_ buffer: UnsafeRawBufferPointer) {
+            if let b = buffer.baseAddress { update(b, count: buffer.count) }
+        }
+
+        /// The hash of everything added so far.
+        func digest() -> UInt64 {
+            var h = total >= 32 ? lanes.converged : seed &+ p5
+            h &+= UInt64(total)
+            let (t, n) = (tail, tailCount)
+            return withUnsafeBytes(of: t) { finalize(h, base: $0.baseAddress!, count: n, length: total) }
+        }
+    }
+
     /// Hashes several buffers as if concatenated (copies the small ones; fine for headers + payload).
     public static func hash(_ parts: [UnsafeRawBufferPointer], seed: UInt64 = 0) -> UInt64 {
         if parts.count == 1 { return hash(parts[0], seed: seed) }

@@ -57,7 +57,7 @@ func runDumpReport(quick: Bool) throws {
     let photo = photos.first
     print("== Raw dump to tmpfs, YUYV, frames held in memory (medians of \(runs) runs, min–max)")
     if photo == nil { print("  (no photograph: the real-picture rows are skipped)") }
-    print("   (compression auto: packed 4:2:2 split into Y, U, V planes, LZ4 chunks on \(min(4, ProcessInfo.processInfo.activeProcessorCount)) threads, luma at acceleration 64, chroma at 32; chunks a probe finds LZ4 would shrink by < 10 % are stored as they are)")
+    print("   (auto, lz4 and none interleaved on the same frames; auto: packed 4:2:2 split into Y, U, V planes band by band and compressed as LZ4 chunks on \(min(4, ProcessInfo.processInfo.activeProcessorCount)) threads, luma at acceleration 64, chroma at 32; chunks a probe finds LZ4 would shrink by < 10 % are stored as they are)")
     for (w, h) in [(1920, 1080), (3840, 2160)] {
         let n = w > 2000 ? 8 : 24
         let total = quick ? (w > 2000 ? 60 : 150) : (w > 2000 ? 120 : 300)
@@ -68,15 +68,20 @@ func runDumpReport(quick: Bool) throws {
         }
         for (label, device) in inputs {
             let frames = try filmFrames(device, format: .yuyv, width: w, height: h, count: n)
-            var fps: [Double] = [], cpu: [Double] = []
-            var ratio = 0.0, stored = 0
+            // The modes interleaved, run by run, on the same frames.
+            var fps: [RawDumpCompression: [Double]] = [:], cpu: [RawDumpCompression: [Double]] = [:]
+            var ratio: [RawDumpCompression: Double] = [:], stored: [RawDumpCompression: Int] = [:]
             for _ in 0..<runs {
-                let r = try dumpRun(frames, total: total)
-                fps.append(r.fps); cpu.append(r.cpuMs); ratio = r.ratio; stored = r.stored
+                for c in RawDumpCompression.allCases {
+                    let r = try dumpRun(frames, total: total, compression: c)
+                    fps[c, default: []].append(r.fps); cpu[c, default: []].append(r.cpuMs); ratio[c] = r.ratio; stored[c] = r.stored
+                }
             }
-            row("\(w)x\(h) \(label)", "\(Spread(values: fps)) fps",
-                String(format: "CPU %@ ms/frame, ratio %.2f, %d of %d frames stored as they are", Spread(values: cpu).description, ratio, stored, total)
-                + (w == 1920 && label.hasPrefix("photo") ? " (target ≥ 300 fps)" : ""))
+            for c in RawDumpCompression.allCases {
+                row("\(w)x\(h) \(label), \(c)", "\(Spread(values: fps[c] ?? [])) fps",
+                    String(format: "CPU %@ ms/frame, ratio %.2f, %d of %d frames stored as they are", Spread(values: cpu[c] ?? []).description, ratio[c] ?? 0, stored[c] ?? 0, total)
+                    + (w == 1920 && label.hasPrefix("photo") && c == .auto ? " (target ≥ 300 fps)" : ""))
+            }
         }
     }
 }
