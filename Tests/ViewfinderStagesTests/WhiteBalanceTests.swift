@@ -4,29 +4,53 @@ import Viewfinder
 import ViewfinderSim
 @testable import ViewfinderStages
 
-/// Real photographs to film with the sim camera: Debian's `lomiri-wallpapers-16.04` (the set the
-/// stabiliser comparison uses), `lomiri-wallpapers-20.04` (other photographers) and
-/// `ukui-wallpapers` (a second, unrelated project; its JPEGs — its PNGs the sim cannot read),
-/// fetched once with `apt-get download` into /tmp. Empty when they cannot be fetched (offline).
+/// Real photographs to film with the sim camera, in two sets from different Debian packages (and
+/// so different photographers): photographs only, drawings and renders left out. Each package is
+/// fetched once with `apt-get download` into /tmp; a set is empty when its packages cannot be
+/// fetched (offline). `scripts/wb_eval.py` evaluates estimators on the same two sets in Python.
 enum WhiteBalancePhotos {
-    static let sources = [("lomiri-wallpapers-16.04", "/tmp/viewfinder-photos"), ("lomiri-wallpapers-20.04", "/tmp/viewfinder-photos-2004"), ("ukui-wallpapers", "/tmp/viewfinder-photos-ukui")]
-    static func fetch(_ package: String, into root: String) {
+    /// A package, and its photographs' paths under the extracted `usr/share`.
+    struct Source: Sendable {
+        var package: String
+        var files: [String]
+        var root: String { "/tmp/viewfinder-wb-\(package)" }
+    }
+    /// The set the estimator was developed and tuned on: `lomiri-wallpapers-16.04` (its 14
+    /// photographs), `lomiri-wallpapers-20.04` (Kleiber) and `mate-backgrounds` (its 12 nature
+    /// photographs).
+    static let trainingSources = [
+        Source(package: "lomiri-wallpapers-16.04", files: ["Bridge_by_Sander_Klootwijk", "Dragonfly_by_Bolly", "Picture_0B_by_freespace", "Picture_1A_by_freespace", "Wine_by_Jakkub_Mede", "aitzgorri_by_Aitzol_Berasategi", "analogpattern_by_Peter_Nerlich", "free_by_Peter_Nerlich", "friends_by_Aitzol_Berasategi", "greentock_by_Peter_Nerlich", "life_by_Aitzol_Berasategi", "picosdeeuropa_by_Aitzol_Berasategi", "seeding_by_Clements_Engelhardt", "sunset_by_Aitzol_Berasategi"].map { "backgrounds/\($0).jpg" }),
+        Source(package: "lomiri-wallpapers-20.04", files: ["backgrounds/Kleiber_by_Lukas_Baubkus.jpg"]),
+        Source(package: "mate-backgrounds", files: ["Aqua", "Blinds", "Dune", "FreshFlower", "Garden", "GreenMeadow", "LadyBird", "RainDrops", "Storm", "TwoWings", "Wood", "YellowFlower"].map { "backgrounds/mate/nature/\($0).jpg" }),
+    ]
+    /// The held-out set, never looked at while tuning: the 11 photographs of
+    /// `plasma-workspace-wallpapers`.
+    static let heldOutSources = [
+        Source(package: "plasma-workspace-wallpapers", files: ["BytheWater", "ColdRipple", "DarkestHour", "EveningGlow", "FallenLeaf", "Grey", "Kite", "OneStandsOut", "Path", "summer_1am"].map { "wallpapers/\($0)/contents/images/2560x1600.jpg" } + ["wallpapers/Volna/contents/images/5120x2880.jpg"]),
+    ]
+    static func fetch(_ s: Source) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/bin/sh")
-        p.arguments = ["-c", "mkdir -p \(root) && cd \(root) && apt-get download \(package) >/dev/null 2>&1 && dpkg -x \(package)_*.deb x"]
+        p.arguments = ["-c", "mkdir -p \(s.root) && cd \(s.root) && apt-get download \(s.package) >/dev/null 2>&1 && dpkg -x \(s.package)_*.deb x"]
         try? p.run()
         p.waitUntilExit()
     }
-    static let all: [String] = {
+    /// A photograph's short name: the wallpaper's folder for Plasma's, else the file's name.
+    static func name(_ path: String) -> String {
+        if let r = path.range(of: "/wallpapers/") { return String(path[r.upperBound...].prefix { $0 != "/" }) }
+        return (path as NSString).lastPathComponent
+    }
+    static func photos(_ sources: [Source]) -> [String] {
         var out: [String] = []
-        for (package, root) in sources {
-            let dir = root + "/x/usr/share/backgrounds"
-            if !FileManager.default.fileExists(atPath: dir) { fetch(package, into: root) }
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
-            out += names.filter { $0.lowercased().hasSuffix(".jpg") }.sorted().map { "\(dir)/\($0)" }
+        for s in sources {
+            let paths = s.files.map { "\(s.root)/x/usr/share/\($0)" }
+            if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) { fetch(s) }
+            out += paths.filter { FileManager.default.fileExists(atPath: $0) }
         }
         return out
-    }()
+    }
+    static let training = photos(trainingSources)
+    static let heldOut = photos(heldOutSources)
 }
 
 @Suite("White balance")
@@ -158,20 +182,16 @@ struct WhiteBalanceTests {
         #expect(throws: ConfigurationError.self) { _ = try WhiteBalanceStage.make(options: ["min_k": .number(9000), "max_k": .number(3000)]) }
     }
 
-    /// The evaluation on real photographs as sim scenes (every JPEG of the three packages), at
-    /// 3000 and 6500 K, with the device's balance driven. Prints the table the README quotes.
-    /// The issue asks for every photograph within 10 %; measured (2026-11-23) 9 of 24 photographs
-    /// at both lights, 38 % of the pairs, median error 22 % — most misses are warm photographs
-    /// (sunsets, orange backgrounds: their own colour is taken for the light's). The bounds below
-    /// guard that measured level against regressions; they are not the goal.
-        @Test("real photographs as sim scenes", .enabled(if: !WhiteBalancePhotos.all.isEmpty, "photographs could not be fetched (apt-get download)"))
-    func photographs() throws {
+    /// Films each photograph at 3000 and 6500 K with the device's balance driven (320x180, 20
+    /// frames); returns the share of (photo, light) pairs within 10 % and the median error, and
+    /// prints the table the README quotes.
+    static func evaluate(_ photos: [String], label: String) throws -> (within: Double, median: Double) {
         var errors: [Double] = []
         var lines: [String] = []
-        for photo in WhiteBalancePhotos.all {
-            var row = (photo as NSString).lastPathComponent
+        for photo in photos {
+            var row = WhiteBalancePhotos.name(photo)
             for k in [3000.0, 6500] {
-                let r = try Self.run("sim:colortemp=\(Int(k)),paced=false,scene=\(photo)", options: "mode=continuous", frames: 25)
+                let r = try Self.run("sim:colortemp=\(Int(k)),paced=false,scene=\(photo)", options: "mode=continuous", frames: 20)
                 let e = (r.estimate - k) / k
                 errors.append(abs(e))
                 row += String(format: "  %5.0f K -> %5.0f K (%+.1f %%)", k, r.estimate, 100 * e)
@@ -179,9 +199,27 @@ struct WhiteBalanceTests {
             lines.append(row)
         }
         let within = Double(errors.filter { $0 < 0.10 }.count) / Double(errors.count)
-        let median = errors.sorted()[errors.count / 2]
-        print("white balance on \(WhiteBalancePhotos.all.count) photographs: \(Int((within * 100).rounded())) % within 10 %, median error \(String(format: "%.1f", median * 100)) %\n" + lines.joined(separator: "\n"))
-        #expect(within >= 0.35, "\(within * 100) % of the pairs within 10 %")
-        #expect(median < 0.25)
+        let sorted = errors.sorted()
+        let median = errors.count % 2 == 1 ? sorted[errors.count / 2] : (sorted[errors.count / 2 - 1] + sorted[errors.count / 2]) / 2
+        print("white balance, \(label), \(photos.count) photographs: \(Int((within * 100).rounded())) % of the pairs within 10 %, median error \(String(format: "%.1f", median * 100)) %, worst \(String(format: "%.0f", (sorted.last ?? 0) * 100)) %\n" + lines.joined(separator: "\n"))
+        return (within, median)
+    }
+
+    /// The issue asks for every photograph within 10 %; that is not met. Measured (2026-11-23): the
+    /// training set 31 % of the pairs within 10 %, median error 20.0 %; the held-out set 36 %,
+    /// median 15.5 %. The bounds below guard that level (README, "White balance") against
+    /// regressions; they are not the goal.
+    @Test("real photographs as sim scenes: the training set", .enabled(if: !WhiteBalancePhotos.training.isEmpty, "photographs could not be fetched (apt-get download)"))
+    func photographsTraining() throws {
+        let r = try Self.evaluate(WhiteBalancePhotos.training, label: "training set")
+        #expect(r.within >= 0.25, "\(r.within * 100) % of the pairs within 10 %")
+        #expect(r.median < 0.25)
+    }
+
+    @Test("real photographs as sim scenes: the held-out set", .enabled(if: !WhiteBalancePhotos.heldOut.isEmpty, "photographs could not be fetched (apt-get download)"))
+    func photographsHeldOut() throws {
+        let r = try Self.evaluate(WhiteBalancePhotos.heldOut, label: "held-out set")
+        #expect(r.within >= 0.27, "\(r.within * 100) % of the pairs within 10 %")
+        #expect(r.median < 0.22)
     }
 }
