@@ -122,6 +122,11 @@ public final class MotionEstimator {
     private var candidates: [(x: Int, y: Int)] = []
     private var candidateScores: [Float] = []
     private var chosen: [Bool] = []
+    private var candidateTensors: [(Float, Float, Float)] = []
+    /// Per block, the structure tensor of its 13 × 13 window at 1/4 on the frame it was chosen
+    /// on (the next match's previous frame): the choice measured it, the joint step and the 1/4
+    /// Lucas–Kanade use it.
+    private var blockTensors: [(Float, Float, Float)] = []
     /// Per block: displacement (full-resolution pixels), the structure tensor of its texture
     /// (per pixel) that weights it in the fit, and whether it is used.
     struct BlockMotion { var dx = 0.0, dy = 0.0, gxx = 0.0, gxy = 0.0, gyy = 0.0, ok = false }
@@ -161,8 +166,10 @@ public final class MotionEstimator {
             for i in 0..<cx where i % 2 == 1 { centres.append(candidates[j * cx + i]) }
         }
         candidateScores = Array(repeating: 0, count: candidates.count)
+        candidateTensors = Array(repeating: (0, 0, 0), count: candidates.count)
         chosen = Array(repeating: false, count: candidates.count)
         disp = Array(repeating: BlockMotion(), count: centres.count)
+        blockTensors = Array(repeating: (0, 0, 0), count: centres.count)
         res.reserveCapacity(centres.count)
     }
 
@@ -192,12 +199,15 @@ public final class MotionEstimator {
     /// blocks had texture, all on parallel cables, so the shift along them was guessed). The
     /// next frame's motion is measured at these blocks.
     private func selectBlocks() {
-        let img = cur[1], half = 6, n = 2 * half + 1
+        let img = cur[1], half = half2 / 2, n = 2 * half + 1
         for (k, c) in candidates.enumerated() {
             let x = c.x / 2, y = c.y / 2
             chosen[k] = false
-            guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < img.width, y + half + 1 < img.height else { candidateScores[k] = -1; continue }
+            guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < img.width, y + half + 1 < img.height else {
+                candidateScores[k] = -1; candidateTensors[k] = (0, 0, 0); continue
+            }
             let (gxx, gxy, gyy) = Self.tensor(UnsafePointer(img.pixels + ((y &- half) &* img.width &+ x &- half)), rowStride: img.width, size: n)
+            candidateTensors[k] = (gxx, gxy, gyy)
             candidateScores[k] = (gxx + gyy) - Self.largestEigenvalue(gxx, gxy, gyy)
         }
         for i in 0..<centres.count {
@@ -206,6 +216,7 @@ public final class MotionEstimator {
             guard best >= 0 else { break }
             chosen[best] = true
             centres[i] = candidates[best]
+            blockTensors[i] = candidateTensors[best]
         }
     }
 
@@ -310,7 +321,7 @@ public final class MotionEstimator {
         // below starts from the similarity's displacement at its own centre. A step further than
         // the search's own precision is not trusted.
         var seed = (tx: gx, ty: gy, theta: 0.0, k: 0.0)
-        if n > 0, let j = jointSimilarity(prev[1], cur[1], level: 2, scale: 4, half: half2 / 2, seed, iterations: 2),
+        if n > 0, let j = jointSimilarity(seed, iterations: 2),
            abs(j.tx - gx) <= 4, abs(j.ty - gy) <= 4, abs(j.theta) < 0.05, abs(j.k) < 0.05 {
             seed = j
         }
@@ -322,7 +333,7 @@ public final class MotionEstimator {
             let pcx = Double(c.x * 2) - cx, pcy = Double(c.y * 2) - cy
             let sx = seed.tx - seed.theta * pcy + seed.k * pcx, sy = seed.ty + seed.theta * pcx + seed.k * pcy
             var m = BlockMotion(dx: sx, dy: sy)
-            if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: sx / 4, dy: sy / 4, iterations: 3) {
+            if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: sx / 4, dy: sy / 4, iterations: 3, tensor: blockTensors[i]) {
                 m.dx = r.dx * 4; m.dy = r.dy * 4
             }
             if let r = lk(prev[0], cur[0], c.x, c.y, half: half2, dx: m.dx / 2, dy: m.dy / 2, iterations: 3) {
@@ -555,12 +566,12 @@ public final class MotionEstimator {
         return (o.x + bx, o.y + by, fx, fy, n)
     }
 
-    /// A similarity (full-resolution units, about the picture centre) refined from `f` by
-    /// Gauss–Newton over the textured blocks of one pyramid level (`level`: the block centres,
-    /// kept at 1/2 resolution, divided by it; `scale`: the level's size against full resolution).
-    /// Without rotation and scale when the blocks cannot tell them apart. Nil when fewer than
-    /// three blocks have texture and stay inside the picture.
-    private func jointSimilarity(_ a: GreyImage, _ b: GreyImage, level: Int, scale: Double, half: Int, _ f0: (tx: Double, ty: Double, theta: Double, k: Double), translationOnly: Bool = false, iterations: Int = 4) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
+    /// A similarity (full-resolution units, about the picture centre) refined from `f0` by
+    /// Gauss–Newton over the textured blocks at 1/4 (13 × 13 windows, the tensors
+    /// ``selectBlocks()`` measured). Without rotation and scale when the blocks cannot tell them
+    /// apart. Nil when fewer than three blocks have texture and stay inside the picture.
+    private func jointSimilarity(_ f0: (tx: Double, ty: Double, theta: Double, k: Double), iterations: Int) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
+        let a = prev[1], b = cur[1], scale = 4.0, half = half2 / 2
         let w = a.width, n = 2 * half + 1
         let npx = Float(n * n)
         // Positions in units of 1000 full-resolution pixels keep the normal equations balanced.
@@ -570,11 +581,11 @@ public final class MotionEstimator {
         for _ in 0..<iterations {
             var eq = NormalEquations4()
             var used = 0
-            for c in centres {
-                let x = c.x / level, y = c.y / level
+            for (i, c) in centres.enumerated() {
+                let x = c.x / 2, y = c.y / 2
                 guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { continue }
                 let t = UnsafePointer(a.pixels + ((y &- half) &* w &+ x &- half))
-                let (gxx, gxy, gyy) = Self.tensor(t, rowStride: w, size: n)
+                let (gxx, gxy, gyy) = blockTensors[i]
                 guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { continue }
                 // The similarity's displacement at the block's centre, in this level's pixels.
                 let pcx = Double(x) - lcx, pcy = Double(y) - lcy
@@ -587,7 +598,7 @@ public final class MotionEstimator {
                                           px0: Float((Double(x - half) - lcx) / unit), py0: Float((Double(y - half) - lcy) / unit), step: Float(1 / unit), into: &eq)
                 used += 1
             }
-            guard used >= 3, let d = translationOnly ? eq.solveTranslation() : eq.solve() else { return nil }
+            guard used >= 3, let d = eq.solve() else { return nil }
             f = (f.tx + d[0] * scale, f.ty + d[1] * scale, f.theta + d[2] / unit, f.k + d[3] / unit)
             guard f.tx.isFinite, f.ty.isFinite, f.theta.isFinite, f.k.isFinite else { return nil }
             if d[0] * d[0] + d[1] * d[1] < 1e-4 { break }
@@ -659,12 +670,12 @@ public final class MotionEstimator {
     /// Lucas–Kanade translation of the block of half-size `half` at (x, y) in `a`, found in `b`
     /// starting from (dx, dy), with the block's structure tensor per pixel. Nil when the block has
     /// no texture or leaves the picture; along an edge the block keeps its starting displacement.
-    private func lk(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, half: Int, dx: Double, dy: Double, iterations: Int) -> BlockMotion? {
+    private func lk(_ a: GreyImage, _ b: GreyImage, _ x: Int, _ y: Int, half: Int, dx: Double, dy: Double, iterations: Int, tensor known: (Float, Float, Float)? = nil) -> BlockMotion? {
         guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { return nil }
         let w = a.width, n = 2 * half + 1
         // The block's top-left sample in `a`.
         let t = UnsafePointer(a.pixels + ((y &- half) &* w &+ x &- half))
-        let (gxx, gxy, gyy) = Self.tensor(t, rowStride: w, size: n)
+        let (gxx, gxy, gyy) = known ?? Self.tensor(t, rowStride: w, size: n)
         let npx = Float((2 * half + 1) * (2 * half + 1))
         guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { return nil }
         var ux = Float(dx), uy = Float(dy)
