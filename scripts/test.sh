@@ -7,18 +7,21 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/opt/swift/usr/bin"
 bash scripts/install-deps.sh
 LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
+# Each step's header says when it started (seconds since this script began; the whole run must stay
+# well under CI's 90-minute limit, so the log shows where the time goes).
+step() { echo "== $* [at $((SECONDS / 60)) min $((SECONDS % 60)) s]" >&2; }
 
-echo "== unit tests" >&2
+step "unit tests"
 flock "$LOCK" swift build --build-tests
 swift test --skip-build --skip ViewfinderPreviewTests
 # The preview's HTTP tests run on their own: among 330 tests run in parallel on two cores, the
 # blocking tests kept the concurrency pool so busy that a test server took minutes to start.
 swift test --skip-build --filter ViewfinderPreviewTests
 
-echo "== sound: viewfinder record --device sim --audio (an ALSA file PCM) --duration 4, read back with ffprobe/ffmpeg" >&2
+step "sound: viewfinder record --device sim --audio (an ALSA file PCM) --duration 4, read back with ffprobe/ffmpeg"
 bash scripts/check-sound-movie.sh .build/debug/viewfinder
 
-echo "== frames out from Python: python/ installed with pip, read from the shm ring and the pipe" >&2
+step "frames out from Python: python/ installed with pip, read from the shm ring and the pipe"
 VIEWFINDER_BIN="$PWD/.build/debug/viewfinder" bash scripts/python-tests.sh
 
 # ---- browser preview (issue 13) ------------------------------------------------------------
@@ -27,14 +30,14 @@ VIEWFINDER_BIN="$PWD/.build/debug/viewfinder" bash scripts/python-tests.sh
 # changes, a click moves the exposure spot, the charts draw, the token is enforced. The
 # screenshot is kept in .build/preview-artifacts/preview-page.png (the script prints the path).
 # Costs about 15 s (the CLI is already built by the unit-test step).
-echo "== browser preview: headless Chromium against viewfinder preview --device sim" >&2
+step "browser preview: headless Chromium against viewfinder preview --device sim"
 /usr/bin/python3 scripts/browser_preview_test.py .build/debug/viewfinder .build/preview-artifacts
 # ---------------------------------------------------------------------------------------------
 
-echo "== public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit" >&2
+step "public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit"
 VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 
-echo "== ring, channel, engine and sound tests under the thread sanitizer" >&2
+step "ring, channel, engine and sound tests under the thread sanitizer"
 flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
 TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests|ViewfinderAudioTests|DecodedViewEngineTests|largeFramesCompressInChunks|pipeCarriesDecodedPlanes" \
     --skip "OfSimVideoAndFileSound"
@@ -57,23 +60,23 @@ TSAN_OPTIONS="halt_on_error=1" swift test --skip-build --sanitize=thread --scrat
 # Cost on the 2-core VM (figures in the README under Trust): about 8-10 min to build from clean
 # (estimated; 7 min 40 s measured with the dependencies half built), 5-6 min to run.
 if [ "${VIEWFINDER_SKIP_ASAN:-0}" != 1 ]; then
-    echo "== unit tests under AddressSanitizer (Swift and C) + UndefinedBehaviorSanitizer (C, trap mode)" >&2
+    step "unit tests under AddressSanitizer (Swift and C) + UndefinedBehaviorSanitizer (C, trap mode)"
     export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1"
     flock "$LOCK" swift build --build-tests --sanitize=address -Xcc -fsanitize=undefined -Xcc -fsanitize-trap=undefined \
-        --scratch-path .build-asan 2>&1 | grep -v "Cannot export local symbol" >&2
+        --scratch-path .build-asan 2>&1 | grep -v "Cannot export local symbol"
     SWIFT_BACKTRACE=enable=no swift test --skip-build --sanitize=address --scratch-path .build-asan --skip ViewfinderPreviewTests
     SWIFT_BACKTRACE=enable=no swift test --skip-build --sanitize=address --scratch-path .build-asan --filter ViewfinderPreviewTests
     unset ASAN_OPTIONS
 fi
 # Every fuzz target for 20 s (libFuzzer, ASan, coverage over the whole package): six targets,
 # about 2 min of fuzzing plus a 3-4 min build of Fuzz/.
-echo "== fuzzing: every parser of outside input, 20 s per target" >&2
+step "fuzzing: every parser of outside input, 20 s per target"
 VF_BUILD_LOCK="$LOCK" bash scripts/fuzz.sh --seconds 20
 # The short soak: the sim at 1080p, unpaced, through every stage into a movie, a dump and a video
 # data output for 120 s (one session); resident memory, descriptors and threads sampled
 # each second; books, ffprobe of the movie and replay of the dump checked (scripts/soak.sh).
 # About 2.5 min plus the build of one small executable.
-echo "== soak: 120 s of 1080p through every stage into movie, dump and video data output" >&2
+step "soak: 120 s of 1080p through every stage into movie, dump and video data output"
 # The bound is on the trend (median of the last third of the samples after the warm-up against
 # the first third), 16 MB: in CI the resident set swings in a 30 MB band around a flat level
 # (163.9-194.1 MB after a 170.2 MB warm-up on 23 Nov) as 4 MB frames queue between the movie,
@@ -81,37 +84,37 @@ echo "== soak: 120 s of 1080p through every stage into movie, dump and video dat
 VF_BUILD_LOCK="$LOCK" bash scripts/soak.sh --seconds 120 --segment 120 --warmup 45
 # ---- end of the trust block ----
 
-echo "== frames cannot be retained, released or recycled from outside the package" >&2
+step "frames cannot be retained, released or recycled from outside the package"
 bash scripts/check-frame-api.sh
 
-echo "== the C kernels on arm64 (qemu-aarch64) give the same bits as on x86-64, portable and AVX2" >&2
+step "the C kernels on arm64 (qemu-aarch64) give the same bits as on x86-64, portable and AVX2"
 bash scripts/check-arm64-kernels.sh
 
-echo "== allocation thresholds: 0 allocations per frame, fake V4L2 device, exposure+focus, controls flowing" >&2
+step "allocation thresholds: 0 allocations per frame, fake V4L2 device, exposure+focus, controls flowing"
 bash scripts/check-allocations.sh
 
-echo "== a user's package registers its own stage through the plugin and runs it by name" >&2
+step "a user's package registers its own stage through the plugin and runs it by name"
 # As a developer builds the example (by path), then as a user depends on the package: by a
 # versioned URL (which SwiftPM refuses if any target has unsafe build flags).
 flock "$LOCK" swift build --package-path Examples/CustomStage
 Examples/CustomStage/.build/debug/custom-stage-demo "negative:strength=1,null"
 bash scripts/test-url-dependency.sh
 
-echo "== documentation: DocC of the public modules, no warnings" >&2
+step "documentation: DocC of the public modules, no warnings"
 VF_BUILD_LOCK="$LOCK" bash scripts/build-docs.sh
 
 # ---- viewfinder bench: its HTML report rendered in headless Chromium (issue 18) ----
 # A 3 s bench of the sim camera with --report, opened in headless Chromium: every SVG plot must
 # be in the DOM with its series drawn and the screenshot must not be blank. Artifacts (report,
 # JSON, DOM, screenshot.png) stay in .build/test-artifacts/bench-report. About 20-30 s.
-echo "== bench report: plots render in headless Chromium" >&2
+step "bench report: plots render in headless Chromium"
 VF_BUILD_LOCK="$LOCK" bash scripts/check-bench-report.sh .build/test-artifacts/bench-report
 # ---- end of the bench block ----
 
 if [ "${VIEWFINDER_SKIP_VIVID:-0}" != 1 ]; then
     # Includes the fault matrix of issue 15 (vivid's error injection x run/record/dump/snap,
     # about 2 min of the VM's time; VIEWFINDER_VIVID_FAULTS=0 leaves it out).
-    echo "== real-driver tier: vivid in a VM" >&2
+    step "real-driver tier: vivid in a VM"
     bash scripts/vivid-tests.sh --no-build
 fi
-echo "all tests passed" >&2
+echo "all tests passed [after $((SECONDS / 60)) min $((SECONDS % 60)) s]" >&2
