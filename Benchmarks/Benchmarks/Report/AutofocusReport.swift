@@ -4,6 +4,8 @@
 // mode drives the lens through the engine, as `viewfinder run --stages focus:mode=auto` does.
 //
 //   cd Benchmarks && swift run -c release viewfinder-report --autofocus [--quick]
+//   (VF_AF_TRACE=1 prints each run's lens error per frame, =2 its scores too; VF_AF_PHOTOS=Storm,Dune
+//   runs only those photographs)
 //
 // Per run: the final error (lens position minus the truth's in-focus position, % of the range),
 // and the time to lock: the first frame from which the lens stays within 2 % of the range to the
@@ -20,11 +22,14 @@ final class FocusTrace: FrameConsumer, @unchecked Sendable {
     var overflowPolicy: OverflowPolicy { .wait }
     var errors: [Double] = []
     var states: [ControlLoopState?] = []
+    /// The score that drives the loop (Tenengrad), for `VF_AF_TRACE=2`.
+    var scores: [Double] = []
     func start(configuration: StreamConfiguration) throws {}
     func consume(_ frame: Frame) {
         guard let t = frame.metadata.truth else { return }
         errors.append(t.appliedLensPosition - t.inFocusLensPosition)
         states.append(frame.metadata.focusState)
+        scores.append(frame.metadata.focus?.tenengrad ?? .nan)
     }
     func finish(error: (any Error)?) {}
 }
@@ -47,6 +52,11 @@ enum AutofocusReport {
         let e = trace.errors.map { abs($0) / 10 }
         if ProcessInfo.processInfo.environment["VF_AF_TRACE"] != nil {
             print("    trace \(URL(fileURLWithPath: photo).lastPathComponent) \(subject) m from \(start): " + zip(trace.errors, trace.states).map { String(format: "%+.0f%@", $0.0, $0.1 == .scanning ? "s" : "") }.joined(separator: " "))
+            if ProcessInfo.processInfo.environment["VF_AF_TRACE"] == "2" {
+                // Each frame's score relative to the run's highest.
+                let top = trace.scores.filter(\.isFinite).max() ?? 1
+                print("      score % of best: " + trace.scores.map { String(format: "%.0f", 100 * $0 / top) }.joined(separator: " "))
+            }
         }
         var lock: Int? = nil
         for i in stride(from: e.count - 1, through: 0, by: -1) {
@@ -58,7 +68,9 @@ enum AutofocusReport {
 
     static func run(quick: Bool) throws {
         let frames = 40
-        let photos = fetchEvaluationPhotos()
+        // VF_AF_PHOTOS=Storm,Garden keeps only the photographs whose names contain one of these.
+        let only = ProcessInfo.processInfo.environment["VF_AF_PHOTOS"].map { $0.split(separator: ",").map(String.init) }
+        let photos = fetchEvaluationPhotos().filter { p in only.map { $0.contains { p.path.contains($0) } } ?? true }
         print("\n== Autofocus on real photographs (\(photos.count) from two Debian packages), sim 960x540 YUYV, shake 2 px, 30 fps paced, focus:mode=auto, \(frames) frames per run")
         guard !photos.isEmpty else { print("  no photographs: not run"); return }
         let subjects: [Double] = quick ? [0.3, 2] : [0.3, 0.5, 2]
