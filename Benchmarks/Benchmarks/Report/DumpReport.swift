@@ -78,7 +78,7 @@ func liveDumpRun(source: String, frameCount: Int, total: Int, compression: RawDu
     unlink(path)
     defer { unlink(path) }
     let replay = try DumpSource(device: "dump:\(source),paced=true,loop=\((total + frameCount - 1) / frameCount)")
-    let dump = RawDumpOutput(path: path, compression: compression ?? .none)
+    let dump = RawDumpOutput(path: path, compression: compression ?? RawDumpCompression.none)
     let consumers: [any FrameConsumer] = compression == nil ? [NullConsumer()] : [dump]
     let f = replay.recordedConfiguration().format
     let buffers = CaptureEngine.buffersNeeded(stages: [], consumers: consumers, options: EngineOptions())
@@ -103,7 +103,8 @@ func runLiveDumpRows(_ frames: [Frame], label: String, runs: Int, total: Int, ra
     for fps in rates {
         let source = try recordReplaySource(frames, fps: fps)
         defer { unlink(source) }
-        let modes: [RawDumpCompression?] = fps == rates[0] ? [.auto, .none, nil] : [.auto]
+        // (`RawDumpCompression.none` spelled out: a bare `.none` here is `Optional.none`.)
+        let modes: [RawDumpCompression?] = fps == rates[0] ? [RawDumpCompression.auto, RawDumpCompression.none, nil] : [RawDumpCompression.auto]
         var results: [RawDumpCompression?: [(delivered: Int, written: Int, drops: [String: UInt64], ratio: Double, rawForBacklog: Int, cpuMs: Double)]] = [:]
         for _ in 0..<runs {
             for c in modes { results[c, default: []].append(try liveDumpRun(source: source, frameCount: frames.count, total: total, compression: c)) }
