@@ -72,6 +72,8 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     /// Test seam: see `RawDumpWriter.compressionDelayNanoseconds`. Read when the session starts.
     package var compressionDelayNanoseconds: UInt64 = 0
 
+    /// Switches between compressing and storing frames as they are (see
+    /// ``framesStoredRawForBacklog``) by how many frames wait behind the next one.
     public func willConsume(framesWaiting: Int) {
         if framesWaiting >= backlogRawThreshold { behind = true } else if framesWaiting <= backlogCompressThreshold { behind = false }
     }
