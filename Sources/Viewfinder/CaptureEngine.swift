@@ -37,6 +37,12 @@ public protocol FrameConsumer: AnyObject, Sendable {
     /// (``DropReason/ringFull``, by ``overflowPolicy``). The frames beyond the ring wait in memory
     /// of the consumer's own, never in the source's buffers. See ``BufferBudget``.
     var bufferBudget: BufferBudget? { get }
+    /// Called on the consumer's thread just before ``consume(_:)``, on a live source only: how
+    /// many frames are queued behind the one it is about to get (in its ring and, beyond it, in
+    /// its ``bufferBudget``'s memory), that is how far behind the source the consumer is. An
+    /// output that can trade work for speed (a dump storing frames uncompressed) uses it to keep
+    /// up. Never called on a non-live source, which waits for its consumers instead.
+    func willConsume(framesWaiting: Int)
 }
 
 extension FrameConsumer {
@@ -47,6 +53,7 @@ extension FrameConsumer {
     public var wantsDropNotices: Bool { false }
     public var bufferBudget: BufferBudget? { nil }
     public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {}
+    public func willConsume(framesWaiting: Int) {}
     public func start(configuration: StreamConfiguration) throws {}
     public func finish(error: (any Error)?) {}
 }
@@ -193,6 +200,8 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Per consumer with a ``FrameConsumer/bufferBudget`` on a live source: its own memory for
     /// the frames it is behind by beyond its ring.
     private let backlogs: [BacklogFrames?]
+    /// Whether the source is live (read once, at init): consumers then hear how far behind they are.
+    private let sourceIsLive: Bool
     /// Per consumer, the drops it is told about (nil when it does not want them).
     private let dropNotices: [DropNotices?]
     private var threads: [EngineThread] = []
@@ -229,6 +238,7 @@ public final class CaptureEngine: @unchecked Sendable {
         self.controlRequests = controls.map { _ in ControlRequestQueue() }
         self.delayedControls = controls.map { DelayedControls(latency: $0.controlLatencyFrames) }
         let live = source.isLive
+        self.sourceIsLive = live
         self.stageChannel = FrameChannel(name: "stages", capacity: options.stageRingCapacity, policy: live ? options.livePolicy : .wait, drops: statistics.drops)
         let backlogs: [BacklogFrames?] = consumers.map { c in
             guard live, let budget = c.bufferBudget else { return nil }
@@ -538,6 +548,7 @@ public final class CaptureEngine: @unchecked Sendable {
         }
         var startError: (any Error)?
         do { try consumer.start(configuration: configuration) } catch { startError = error; fail(error) }
+        let live = sourceIsLive
         loop: while true {
             switch channel.receive(timeoutNanoseconds: 100_000_000) {
             case .frame(var f):
@@ -558,6 +569,7 @@ public final class CaptureEngine: @unchecked Sendable {
                 }
                 stats.latency.record(nanoseconds: CaptureEngine.age(of: f))
                 tellDrops()
+                if live { consumer.willConsume(framesWaiting: channel.count) }
                 consumer.consume(f)
                 stats.countConsumed()
                 f.release()

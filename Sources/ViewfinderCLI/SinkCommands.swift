@@ -292,7 +292,8 @@ struct DumpCommand: ParsableCommand {
         let secs = Double(monotonicNanoseconds() - t0) / 1e9
         let ratio = out.bytesWritten > 0 ? Double(out.rawBytesWritten) / Double(out.bytesWritten) : 0
         let sound = out.audioPeriodsWritten > 0 ? ", \(out.audioPeriodsWritten) periods of sound" : ""
-        print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
+        let kept = out.framesStoredRawForBacklog > 0 ? ", \(out.framesStoredRawForBacklog) stored uncompressed to keep up" : ""
+        print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))\(kept)), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
         if let e = out.error { throw e }
         session.deliverPendingEvents()
         if let e = runtimeErrors.withLock({ $0.first }) { throw e }

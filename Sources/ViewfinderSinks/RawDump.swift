@@ -55,6 +55,13 @@ public final class RawDumpWriter {
     public private(set) var framesCompressed = 0
     /// Frames split into planes before compression (``RawDumpCompression/auto``).
     public private(set) var framesSplit = 0
+    /// Frames stored as they are, without trying to compress them, because the dump was behind a
+    /// live source (``append(_:behindLiveSource:)``): compression would have made it fall further
+    /// behind.
+    public private(set) var framesStoredRawForBacklog = 0
+    /// Test seam: each frame compressed takes at least this much longer (a slow compressor, as on a
+    /// weak or busy machine). 0 outside tests.
+    package var compressionDelayNanoseconds: UInt64 = 0
     /// The payload of the record being appended, as pieces written one after the other (the
     /// frame's own bytes, a chunk table, LZ4 blocks, planes stored as they are): no piece is copied
     /// into one buffer before the write.
@@ -159,6 +166,15 @@ public final class RawDumpWriter {
 
     /// Appends one frame: its valid bytes, exactly as they are, and its metadata.
     public func append(_ frame: Frame) throws {
+        try append(frame, behindLiveSource: false)
+    }
+
+    /// Appends one frame as ``append(_:)`` does; when `behindLiveSource` (the caller is falling
+    /// behind a live camera), the frame is stored as it is, without compressing it, whatever
+    /// ``compression`` says: the record kind every reader reads, bit-exact, at the speed of the
+    /// write. Counted in ``framesStoredRawForBacklog`` (frames of ``RawDumpCompression/none``
+    /// are not counted: they are never compressed).
+    public func append(_ frame: Frame, behindLiveSource: Bool) throws {
         guard !closed else { throw SinkError.invalidArgument(name: "dump", reason: "'\(path)' is closed") }
         let f = frame.format
         guard f.pixelFormat == format.pixelFormat, f.width == format.width, f.height == format.height else {
@@ -183,8 +199,14 @@ public final class RawDumpWriter {
             pieceCount = 1 + k
             return n
         }
+        if compressionDelayNanoseconds > 0, raw > 0, compression != .none, !behindLiveSource {
+            let until = monotonicNanoseconds() &+ compressionDelayNanoseconds
+            while case let now = monotonicNanoseconds(), now < until { usleep(UInt32(min(until - now, 100_000_000) / 1000) + 1) }
+        }
         if raw == 0 || compression == .none {
             // stored as it is
+        } else if behindLiveSource {
+            framesStoredRawForBacklog += 1   // stored as it is: the dump must catch up
         } else if compression == .auto, let order = Self.splittable(f, raw: raw) {
             // Y, U, V planes as chunks, split and compressed band by band on all the threads.
             framesSplit += 1

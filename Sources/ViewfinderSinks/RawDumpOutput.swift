@@ -11,7 +11,8 @@ import Viewfinder
 public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     // @unchecked Sendable: `writer` is read and written under `writeLock` (the frame thread and
     // the audio delivery thread both write through it); the published counters and the error are
-    // behind `state`.
+    // behind `state`; `behind` is touched by the frame thread alone (`willConsume`, `consume`,
+    // `start`).
     public let consumerName: String
     public let path: String
     public let overwrite: Bool
@@ -39,13 +40,42 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     }
     private let logger: Logger
     private var writer: RawDumpWriter?
-    private struct Published { var frames = 0; var bytes: UInt64 = 0; var rawBytes: UInt64 = 0; var dropped = 0; var error: (any Error)?; var finished = false }
+    private struct Published { var frames = 0; var bytes: UInt64 = 0; var rawBytes: UInt64 = 0; var dropped = 0; var storedRawForBacklog = 0; var error: (any Error)?; var finished = false }
     private let state = LockedBox(Published())
 
     public init(path: String, overwrite: Bool = false, acceleration: Int = 1, compression: RawDumpCompression = .auto, device: String = "", name: String = "dump", logger: Logger = Logger(label: "viewfinder.dump")) {
         self.path = path; self.overwrite = overwrite; self.acceleration = acceleration; self.compression = compression; self.device = device
         consumerName = name
         self.logger = logger
+    }
+
+    /// Frames stored uncompressed because the dump was behind a live source: with
+    /// ``RawDumpCompression/auto`` or ``RawDumpCompression/lz4``, once
+    /// ``backlogRawThreshold`` frames wait behind the one being written, the next frames are
+    /// stored as they are (no compression: the speed of the write) until no more than
+    /// ``backlogCompressThreshold`` wait, then compressed again. Compression never makes the dump
+    /// the bottleneck of a live camera; a non-live source (a file, the sim unpaced) waits for the
+    /// dump instead, and every frame of it is compressed. The records are the ordinary
+    /// stored-as-is kind: replay is bit-exact.
+    public var framesStoredRawForBacklog: Int { state.withLock { $0.storedRawForBacklog } }
+    /// Frames waiting behind the current one from which the dump stores frames uncompressed: half
+    /// its ring. Past the ring every further frame is copied into the dump's own memory (its
+    /// ``bufferBudget``), a cost of its own on the machine that is already short of time, and
+    /// half a ring is still well clear of it; a single late frame (a scheduling hiccup) does not
+    /// switch.
+    public var backlogRawThreshold: Int { ringCapacity / 2 }
+    /// Frames waiting from which (and below) the dump compresses again: a quarter of its ring. The
+    /// gap to ``backlogRawThreshold`` keeps it from switching on every frame.
+    public var backlogCompressThreshold: Int { ringCapacity / 4 }
+    /// Whether the next frames are stored uncompressed (the frame thread's alone).
+    private var behind = false
+    /// Test seam: see `RawDumpWriter.compressionDelayNanoseconds`. Read when the session starts.
+    package var compressionDelayNanoseconds: UInt64 = 0
+
+    /// Switches between compressing and storing frames as they are (see
+    /// ``framesStoredRawForBacklog``) by how many frames wait behind the next one.
+    public func willConsume(framesWaiting: Int) {
+        if framesWaiting >= backlogRawThreshold { behind = true } else if framesWaiting <= backlogCompressThreshold { behind = false }
     }
 
     public var framesWritten: Int { state.withLock { $0.frames } }
@@ -70,7 +100,9 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
         // set under the same lock it reads it under.
         writeLock.lock(); defer { writeLock.unlock() }
         created = true
+        w.compressionDelayNanoseconds = compressionDelayNanoseconds
         writer = w
+        behind = false
         let (n, b, r) = (w.framesWritten, w.bytesWritten, w.rawBytes)
         state.withLock { $0.frames = n; $0.bytes = b; $0.rawBytes = r; $0.finished = false }
         intervalNanoseconds = configuration.interval.nanoseconds
@@ -112,9 +144,10 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
         writeLock.lock(); defer { writeLock.unlock() }
         guard let w = writer else { state.withLock { $0.dropped += 1 }; return }
         do {
-            try w.append(frame)
-            let (n, b, r) = (w.framesWritten, w.bytesWritten, w.rawBytes)
-            state.withLock { $0.frames = n; $0.bytes = b; $0.rawBytes = r }
+            let before = w.framesStoredRawForBacklog
+            try w.append(frame, behindLiveSource: behind)
+            let (n, b, r, raw) = (w.framesWritten, w.bytesWritten, w.rawBytes, w.framesStoredRawForBacklog - before)
+            state.withLock { $0.frames = n; $0.bytes = b; $0.rawBytes = r; $0.storedRawForBacklog += raw }
             let frameEnd = frame.timestamp.nanoseconds &+ intervalNanoseconds
             audioState.withLock { $0.videoEnd = frameEnd }
         } catch {
