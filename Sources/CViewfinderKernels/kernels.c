@@ -236,6 +236,63 @@ VF_DISPATCH(vf_split_packed422,
              int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v),
             (src, bytesPerRow, width, height, yOffset, uOffset, y, u, v))
 
+// MARK: Pyramid
+
+/// One row of the pyramid's 2×2 box average from packed 4:2:2 luma: out[x] = (r0[4x] + r0[4x + 2] +
+/// r1[4x] + r1[4x + 2] + 2) >> 2 (the luma bytes of pixel pair x of two rows).
+VF_INLINE void halve_packed_row(const uint8_t *r0, const uint8_t *r1, uint8_t *o, ptrdiff_t from, ptrdiff_t w) {
+    for (ptrdiff_t x = from; x < w; x++) {
+        const uint8_t *a = r0 + 4 * x, *b = r1 + 4 * x;
+        o[x] = (uint8_t)((a[0] + a[2] + b[0] + b[2] + 2) >> 2);
+    }
+}
+
+static void vf_halve_packed422_portable(const uint8_t *luma, ptrdiff_t bpr, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
+    for (ptrdiff_t y = 0; y < h; y++) {
+        const uint8_t *r0 = luma + 2 * y * bpr;
+        halve_packed_row(r0, r0 + bpr, dst + y * dstStride, 0, w);
+    }
+}
+
+#if VF_X86
+#include <immintrin.h>
+
+/// 16 outputs per step: 64 bytes of each row, the chroma bytes masked off, the rows added in 16-bit
+/// lanes, the pairs by `vpmaddwd` with ones, then (sum + 2) >> 2 packed back to bytes (all integer:
+/// the same values as the portable rows). The vector part stops before the last output so that no
+/// load passes the last luma byte used (as the portable loop, which reads bytes 0 and 2 of a pair).
+VF_AVX2 static void vf_halve_packed422_avx2(const uint8_t *luma, ptrdiff_t bpr, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
+    const __m256i mask = _mm256_set1_epi16(0x00FF), ones = _mm256_set1_epi16(1), two = _mm256_set1_epi32(2);
+    const ptrdiff_t vectorEnd = w > 16 ? (w - 1) / 16 * 16 : 0;
+    for (ptrdiff_t y = 0; y < h; y++) {
+        const uint8_t *r0 = luma + 2 * y * bpr, *r1 = r0 + bpr;
+        uint8_t *o = dst + y * dstStride;
+        for (ptrdiff_t x = 0; x < vectorEnd; x += 16) {
+            const uint8_t *a = r0 + 4 * x, *b = r1 + 4 * x;
+            __m256i s0 = _mm256_add_epi16(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)a), mask),
+                                          _mm256_and_si256(_mm256_loadu_si256((const __m256i *)b), mask));
+            __m256i s1 = _mm256_add_epi16(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + 32)), mask),
+                                          _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(b + 32)), mask));
+            // s0 holds pairs 0–7 as 16-bit lane pairs; madd gives 32-bit pair sums.
+            __m256i p0 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, ones), two), 2);
+            __m256i p1 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_madd_epi16(s1, ones), two), 2);
+            // packs interleave 128-bit halves: p0 lo, p1 lo, p0 hi, p1 hi → reorder to 0..15.
+            __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(p0, p1), 0xD8);
+            __m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+            _mm_storeu_si128((__m128i *)(o + x), b8);
+        }
+        halve_packed_row(r0, r1, o, vectorEnd, w);
+    }
+}
+#endif
+
+void vf_halve_packed422(const uint8_t *luma, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride) {
+#if VF_X86
+    if (vf_kernels_avx2_active()) { vf_halve_packed422_avx2(luma, bytesPerRow, width, height, dst, dstStride); return; }
+#endif
+    vf_halve_packed422_portable(luma, bytesPerRow, width, height, dst, dstStride);
+}
+
 // MARK: Sim camera renderer
 
 // Wrapping 32-bit arithmetic, as the Swift model (&+, &*) defines it.
