@@ -591,10 +591,65 @@ VF_INLINE void vf_warp_resample_body(const uint8_t *src, uint8_t *out, ptrdiff_t
     }
 }
 
-VF_DISPATCH(vf_warp_resample,
-            (const uint8_t *src, uint8_t *out, ptrdiff_t count, ptrdiff_t blocks, const int32_t *blockBase,
-             const int8_t *blockShift, const uint8_t *blockWeight, const int32_t *index, const int32_t *weight),
-            (src, out, count, blocks, blockBase, blockShift, blockWeight, index, weight))
+#if VF_X86
+/// The horizontal pass with byte shuffles: lane j of a block reads src[base + j − z] and the next
+/// byte, and j − z is 0...15 (z ≤ j: the source columns never fall behind the block's first one),
+/// so `vpshufb` picks both from the 16 bytes at base and at base + 1 — two loads and two shuffles
+/// where the portable build blends five loads by masks. Two blocks per 256-bit step. The same
+/// bytes and the same integer blend (a·(256 − w) + b·w + 128) >> 8 in 16-bit lanes: the same bits.
+VF_AVX2 static void vf_warp_resample_avx2(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
+                                          const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
+    const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
+    ptrdiff_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+        const uint8_t *p0 = src + bases[b], *p1 = src + bases[b + 1];
+        __m256i l = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+        __m256i r = _mm256_loadu2_m128i((const __m128i *)(p1 + 1), (const __m128i *)(p0 + 1));
+        __m256i off = _mm256_sub_epi8(ramp, _mm256_loadu_si256((const __m256i *)(shifts + b * 16)));
+        __m256i left = _mm256_shuffle_epi8(l, off), right = _mm256_shuffle_epi8(r, off);
+        __m256i w8 = _mm256_loadu_si256((const __m256i *)(weights + b * 16));
+        __m256i a0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(left)), a1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(left, 1));
+        __m256i b0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(right)), b1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(right, 1));
+        __m256i w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w8)), w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w8, 1));
+        __m256i v0 = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a0, _mm256_sub_epi16(full, w0)), _mm256_mullo_epi16(b0, w0)), round), 8);
+        __m256i v1 = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a1, _mm256_sub_epi16(full, w1)), _mm256_mullo_epi16(b1, w1)), round), 8);
+        _mm256_storeu_si256((__m256i *)(out + b * 16), _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1), 0xD8));
+    }
+    for (; b < blocks; b++) {
+        const uint8_t *p = src + bases[b];
+        __m128i off = _mm_sub_epi8(_mm256_castsi256_si128(ramp), _mm_loadu_si128((const __m128i *)(shifts + b * 16)));
+        __m128i left = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p), off);
+        __m128i right = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 1)), off);
+        __m256i a = _mm256_cvtepu8_epi16(left), c = _mm256_cvtepu8_epi16(right);
+        __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(weights + b * 16)));
+        __m256i v = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a, _mm256_sub_epi16(full, w)), _mm256_mullo_epi16(c, w)), round), 8);
+        _mm_storeu_si128((__m128i *)(out + b * 16), _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+    }
+    for (ptrdiff_t x = blocks * 16; x < n; x++) {
+        int32_t i = index[x];
+        int32_t a = src[i], c = src[i + 1];
+        out[x] = (uint8_t)(((a << 8) + (c - a) * weight[x] + 128) >> 8);
+    }
+}
+#endif
+
+static void vf_warp_resample_portable(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
+                                      const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
+    vf_warp_resample_body(src, out, n, blocks, bases, shifts, weights, index, weight);
+}
+
+void vf_warp_resample(const uint8_t *src, uint8_t *out, ptrdiff_t count, ptrdiff_t blocks, const int32_t *blockBase,
+                      const int8_t *blockShift, const uint8_t *blockWeight, const int32_t *index, const int32_t *weight) {
+#if VF_X86
+    if (vf_kernels_avx2_active()) {
+        vf_warp_resample_avx2(src, out, count, blocks, blockBase, blockShift, blockWeight, index, weight);
+        return;
+    }
+#endif
+    vf_warp_resample_portable(src, out, count, blocks, blockBase, blockShift, blockWeight, index, weight);
+}
 
 VF_INLINE void merge_pairs(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yo, int uo) {
     for (ptrdiff_t k = 0; k < pairs; k++) {
