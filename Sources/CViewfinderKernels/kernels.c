@@ -269,6 +269,10 @@ VF_AVX2 static void vf_halve_packed422_avx2(const uint8_t *luma, ptrdiff_t bpr, 
         uint8_t *o = dst + y * dstStride;
         for (ptrdiff_t x = 0; x < vectorEnd; x += 16) {
             const uint8_t *a = r0 + 4 * x, *b = r1 + 4 * x;
+            // The next two rows, one row pair of work ahead (integer addresses: a prefetch past
+            // the picture never faults).
+            __builtin_prefetch((const void *)((uintptr_t)a + 2 * (uintptr_t)bpr));
+            __builtin_prefetch((const void *)((uintptr_t)b + 2 * (uintptr_t)bpr));
             __m256i s0 = _mm256_add_epi16(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)a), mask),
                                           _mm256_and_si256(_mm256_loadu_si256((const __m256i *)b), mask));
             __m256i s1 = _mm256_add_epi16(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + 32)), mask),
@@ -550,6 +554,10 @@ VF_INLINE void vf_warp_vertical_body(const uint8_t *sbase, ptrdiff_t bpr, ptrdif
         }
         const uint8_t *r0 = sbase + (ptrdiff_t)iv * bpr, *r1 = r0 + bpr;
         ptrdiff_t n = end - u + 1;
+        // The next output row needs the source row after r1 (rows step by about 0.9): ask for it
+        // now, a row of work ahead, since the pass waits on memory more than it computes. (Address
+        // arithmetic in integers: the row may be past the picture, and a prefetch never faults.)
+        for (ptrdiff_t k = 0; k < n * s; k += 64) __builtin_prefetch((const void *)((uintptr_t)(r1 + u * s) + (uintptr_t)bpr + (uintptr_t)k));
         warp_blend(r0 + u * s, r1 + u * s, tmp + (u - first), n, (uint16_t)fv, st, s);
         fv = (int32_t)((uint32_t)fv + (uint32_t)n * (uint32_t)step);
         u = end + 1;
