@@ -669,6 +669,10 @@ VF_INLINE void merge_pairs(const uint8_t *y, const uint8_t *u, const uint8_t *v,
 }
 
 VF_INLINE void vf_merge_packed422_body(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yOffset, int uOffset) {
+    // The warp writes a frame row by row into memory that is not in the cache: ask for the bytes
+    // after this row (the next row when rows are contiguous) for writing, a row of work ahead.
+    // (Integer addresses: past the buffer's end a prefetch never faults.)
+    for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)dst + (uintptr_t)(4 * pairs + k)), 1);
     if (yOffset == 0 && uOffset == 1) merge_pairs(y, u, v, dst, pairs, 0, 1);
     else if (yOffset == 1 && uOffset == 0) merge_pairs(y, u, v, dst, pairs, 1, 0);
     else merge_pairs(y, u, v, dst, pairs, yOffset, uOffset);
