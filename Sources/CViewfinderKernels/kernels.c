@@ -236,6 +236,67 @@ VF_DISPATCH(vf_split_packed422,
              int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v),
             (src, bytesPerRow, width, height, yOffset, uOffset, y, u, v))
 
+// MARK: Pyramid
+
+/// One row of the pyramid's 2×2 box average from packed 4:2:2 luma: out[x] = (r0[4x] + r0[4x + 2] +
+/// r1[4x] + r1[4x + 2] + 2) >> 2 (the luma bytes of pixel pair x of two rows).
+VF_INLINE void halve_packed_row(const uint8_t *r0, const uint8_t *r1, uint8_t *o, ptrdiff_t from, ptrdiff_t w) {
+    for (ptrdiff_t x = from; x < w; x++) {
+        const uint8_t *a = r0 + 4 * x, *b = r1 + 4 * x;
+        o[x] = (uint8_t)((a[0] + a[2] + b[0] + b[2] + 2) >> 2);
+    }
+}
+
+static void vf_halve_packed422_portable(const uint8_t *luma, ptrdiff_t bpr, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
+    for (ptrdiff_t y = 0; y < h; y++) {
+        const uint8_t *r0 = luma + 2 * y * bpr;
+        halve_packed_row(r0, r0 + bpr, dst + y * dstStride, 0, w);
+    }
+}
+
+#if VF_X86
+#include <immintrin.h>
+
+/// 16 outputs per step: 64 bytes of each row, the chroma bytes masked off, the rows added in 16-bit
+/// lanes, the pairs by `vpmaddwd` with ones, then (sum + 2) >> 2 packed back to bytes (all integer:
+/// the same values as the portable rows). The vector part stops before the last output so that no
+/// load passes the last luma byte used (as the portable loop, which reads bytes 0 and 2 of a pair).
+VF_AVX2 static void vf_halve_packed422_avx2(const uint8_t *luma, ptrdiff_t bpr, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
+    const __m256i mask = _mm256_set1_epi16(0x00FF), ones = _mm256_set1_epi16(1), two = _mm256_set1_epi32(2);
+    const ptrdiff_t vectorEnd = w > 16 ? (w - 1) / 16 * 16 : 0;
+    for (ptrdiff_t y = 0; y < h; y++) {
+        const uint8_t *r0 = luma + 2 * y * bpr, *r1 = r0 + bpr;
+        uint8_t *o = dst + y * dstStride;
+        for (ptrdiff_t x = 0; x < vectorEnd; x += 16) {
+            const uint8_t *a = r0 + 4 * x, *b = r1 + 4 * x;
+            // The next two rows, one row pair of work ahead (integer addresses: a prefetch past
+            // the picture never faults).
+            __builtin_prefetch((const void *)((uintptr_t)a + 2 * (uintptr_t)bpr));
+            __builtin_prefetch((const void *)((uintptr_t)b + 2 * (uintptr_t)bpr));
+            __m256i s0 = _mm256_add_epi16(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)a), mask),
+                                          _mm256_and_si256(_mm256_loadu_si256((const __m256i *)b), mask));
+            __m256i s1 = _mm256_add_epi16(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + 32)), mask),
+                                          _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(b + 32)), mask));
+            // s0 holds pairs 0–7 as 16-bit lane pairs; madd gives 32-bit pair sums.
+            __m256i p0 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, ones), two), 2);
+            __m256i p1 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_madd_epi16(s1, ones), two), 2);
+            // packs interleave 128-bit halves: p0 lo, p1 lo, p0 hi, p1 hi → reorder to 0..15.
+            __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(p0, p1), 0xD8);
+            __m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+            _mm_storeu_si128((__m128i *)(o + x), b8);
+        }
+        halve_packed_row(r0, r1, o, vectorEnd, w);
+    }
+}
+#endif
+
+void vf_halve_packed422(const uint8_t *luma, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride) {
+#if VF_X86
+    if (vf_kernels_avx2_active()) { vf_halve_packed422_avx2(luma, bytesPerRow, width, height, dst, dstStride); return; }
+#endif
+    vf_halve_packed422_portable(luma, bytesPerRow, width, height, dst, dstStride);
+}
+
 // MARK: Sim camera renderer
 
 // Wrapping 32-bit arithmetic, as the Swift model (&+, &*) defines it.
@@ -493,6 +554,10 @@ VF_INLINE void vf_warp_vertical_body(const uint8_t *sbase, ptrdiff_t bpr, ptrdif
         }
         const uint8_t *r0 = sbase + (ptrdiff_t)iv * bpr, *r1 = r0 + bpr;
         ptrdiff_t n = end - u + 1;
+        // The next output row needs the source row after r1 (rows step by about 0.9): ask for it
+        // now, a row of work ahead, since the pass waits on memory more than it computes. (Address
+        // arithmetic in integers: the row may be past the picture, and a prefetch never faults.)
+        for (ptrdiff_t k = 0; k < n * s; k += 64) __builtin_prefetch((const void *)((uintptr_t)(r1 + u * s) + (uintptr_t)bpr + (uintptr_t)k));
         warp_blend(r0 + u * s, r1 + u * s, tmp + (u - first), n, (uint16_t)fv, st, s);
         fv = (int32_t)((uint32_t)fv + (uint32_t)n * (uint32_t)step);
         u = end + 1;
@@ -534,10 +599,65 @@ VF_INLINE void vf_warp_resample_body(const uint8_t *src, uint8_t *out, ptrdiff_t
     }
 }
 
-VF_DISPATCH(vf_warp_resample,
-            (const uint8_t *src, uint8_t *out, ptrdiff_t count, ptrdiff_t blocks, const int32_t *blockBase,
-             const int8_t *blockShift, const uint8_t *blockWeight, const int32_t *index, const int32_t *weight),
-            (src, out, count, blocks, blockBase, blockShift, blockWeight, index, weight))
+#if VF_X86
+/// The horizontal pass with byte shuffles: lane j of a block reads src[base + j − z] and the next
+/// byte, and j − z is 0...15 (z ≤ j: the source columns never fall behind the block's first one),
+/// so `vpshufb` picks both from the 16 bytes at base and at base + 1 — two loads and two shuffles
+/// where the portable build blends five loads by masks. Two blocks per 256-bit step. The same
+/// bytes and the same integer blend (a·(256 − w) + b·w + 128) >> 8 in 16-bit lanes: the same bits.
+VF_AVX2 static void vf_warp_resample_avx2(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
+                                          const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
+    const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
+    ptrdiff_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+        const uint8_t *p0 = src + bases[b], *p1 = src + bases[b + 1];
+        __m256i l = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+        __m256i r = _mm256_loadu2_m128i((const __m128i *)(p1 + 1), (const __m128i *)(p0 + 1));
+        __m256i off = _mm256_sub_epi8(ramp, _mm256_loadu_si256((const __m256i *)(shifts + b * 16)));
+        __m256i left = _mm256_shuffle_epi8(l, off), right = _mm256_shuffle_epi8(r, off);
+        __m256i w8 = _mm256_loadu_si256((const __m256i *)(weights + b * 16));
+        __m256i a0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(left)), a1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(left, 1));
+        __m256i b0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(right)), b1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(right, 1));
+        __m256i w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w8)), w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w8, 1));
+        __m256i v0 = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a0, _mm256_sub_epi16(full, w0)), _mm256_mullo_epi16(b0, w0)), round), 8);
+        __m256i v1 = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a1, _mm256_sub_epi16(full, w1)), _mm256_mullo_epi16(b1, w1)), round), 8);
+        _mm256_storeu_si256((__m256i *)(out + b * 16), _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1), 0xD8));
+    }
+    for (; b < blocks; b++) {
+        const uint8_t *p = src + bases[b];
+        __m128i off = _mm_sub_epi8(_mm256_castsi256_si128(ramp), _mm_loadu_si128((const __m128i *)(shifts + b * 16)));
+        __m128i left = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p), off);
+        __m128i right = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 1)), off);
+        __m256i a = _mm256_cvtepu8_epi16(left), c = _mm256_cvtepu8_epi16(right);
+        __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(weights + b * 16)));
+        __m256i v = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a, _mm256_sub_epi16(full, w)), _mm256_mullo_epi16(c, w)), round), 8);
+        _mm_storeu_si128((__m128i *)(out + b * 16), _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+    }
+    for (ptrdiff_t x = blocks * 16; x < n; x++) {
+        int32_t i = index[x];
+        int32_t a = src[i], c = src[i + 1];
+        out[x] = (uint8_t)(((a << 8) + (c - a) * weight[x] + 128) >> 8);
+    }
+}
+#endif
+
+static void vf_warp_resample_portable(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
+                                      const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
+    vf_warp_resample_body(src, out, n, blocks, bases, shifts, weights, index, weight);
+}
+
+void vf_warp_resample(const uint8_t *src, uint8_t *out, ptrdiff_t count, ptrdiff_t blocks, const int32_t *blockBase,
+                      const int8_t *blockShift, const uint8_t *blockWeight, const int32_t *index, const int32_t *weight) {
+#if VF_X86
+    if (vf_kernels_avx2_active()) {
+        vf_warp_resample_avx2(src, out, count, blocks, blockBase, blockShift, blockWeight, index, weight);
+        return;
+    }
+#endif
+    vf_warp_resample_portable(src, out, count, blocks, blockBase, blockShift, blockWeight, index, weight);
+}
 
 VF_INLINE void merge_pairs(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yo, int uo) {
     for (ptrdiff_t k = 0; k < pairs; k++) {
@@ -549,6 +669,10 @@ VF_INLINE void merge_pairs(const uint8_t *y, const uint8_t *u, const uint8_t *v,
 }
 
 VF_INLINE void vf_merge_packed422_body(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yOffset, int uOffset) {
+    // The warp writes a frame row by row into memory that is not in the cache: ask for the bytes
+    // after this row (the next row when rows are contiguous) for writing, a row of work ahead.
+    // (Integer addresses: past the buffer's end a prefetch never faults.)
+    for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)dst + (uintptr_t)(4 * pairs + k)), 1);
     if (yOffset == 0 && uOffset == 1) merge_pairs(y, u, v, dst, pairs, 0, 1);
     else if (yOffset == 1 && uOffset == 0) merge_pairs(y, u, v, dst, pairs, 1, 0);
     else merge_pairs(y, u, v, dst, pairs, yOffset, uOffset);

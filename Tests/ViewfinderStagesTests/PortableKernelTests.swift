@@ -186,6 +186,30 @@ struct PortableKernelTests {
         }
     }
 
+    @Test("the pyramid's first level from packed 4:2:2 against a plain reference", arguments: [PixelFormat.yuyv, .uyvy])
+    func halvePacked(_ pf: PixelFormat) throws {
+        // Widths around the 16-output vectors (and below one), odd heights; the output exactly
+        // as wide as the frame allows, so the last vector ends next to the row's end.
+        for (w, h) in [(1920, 9), (64, 6), (66, 5), (34, 4), (30, 3), (4, 2), (98, 7)] {
+            let f = noiseFrame(FrameFormat(pf, width: w, height: h), seed: UInt64(w * 13 + h))
+            let luma = try #require(LumaView(f))
+            var expected: [UInt8] = []
+            for y in 0..<(h / 2) {
+                for x in 0..<(w / 2) {
+                    func l(_ c: Int, _ r: Int) -> Int { Int(luma.pointer(x: c, y: r)[0]) }
+                    expected.append(UInt8((l(2 * x, 2 * y) + l(2 * x + 1, 2 * y) + l(2 * x, 2 * y + 1) + l(2 * x + 1, 2 * y + 1) + 2) >> 2))
+                }
+            }
+            let r = bothBuilds { () -> [UInt8] in
+                let out = GreyImage(width: w / 2, height: h / 2)
+                Pyramid.halve(luma, into: out)
+                return Array(UnsafeBufferPointer(start: out.pixels, count: out.width * out.height))
+            }
+            #expect(r.portable == expected, "\(pf) \(w)x\(h): portable")
+            #expect(r.best == expected, "\(pf) \(w)x\(h): best")
+        }
+    }
+
     @Test("Lucas–Kanade sums: both builds agree and match a plain reference", arguments: [1, 2, 3])
     func lucasKanade(stride s: Int) {
         let tw = 40, iw = 60 * s, bpr = iw + 5

@@ -43,6 +43,11 @@ int main(int argc, char **argv) {
         vf_merge_packed422(y, u, v, packed, (W - 1) / 2, order, 1 - order);
         printf("merge_packed422/%d %016llx\n", order, (unsigned long long)fnv(packed, (W - 1) / 2 * 4));
     }
+    for (int order = 0; order < 2; order++) {
+        // The pyramid's 1/2 level from packed 4:2:2 luma (luma at byte `order` of each pair).
+        vf_halve_packed422(img + order, S, (W - 1) / 2, H / 2, y, W);
+        printf("halve_packed422/%d %016llx\n", order, (unsigned long long)fnv(y, W * (H / 2)));
+    }
 
     static uint16_t src16[4 * W + 64], dst16[2 * W];
     for (size_t i = 0; i < sizeof src16 / 2; i++) src16[i] = (uint16_t)(next() & 0x3FFF);
@@ -100,6 +105,10 @@ int main(int argc, char **argv) {
     memset(out8, 0, sizeof out8);
     vf_warp_resample(img + S, out8, COUNT, BLOCKS, blockBase, blockShift, blockWeight, index_, weight);
     printf("warp_resample %016llx\n", (unsigned long long)fnv(out8, COUNT));
+    // An odd number of blocks: the AVX2 copy's single-block tail.
+    memset(out8, 0, sizeof out8);
+    vf_warp_resample(img + S, out8, COUNT - 16, BLOCKS - 1, blockBase, blockShift, blockWeight, index_, weight);
+    printf("warp_resample/odd %016llx\n", (unsigned long long)fnv(out8, COUNT - 16));
 
     float t3[3], m2[2];
     vf_lk_tensor(img + 2 * S + 2, S, 31, 29, t3);

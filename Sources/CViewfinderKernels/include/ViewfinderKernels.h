@@ -32,6 +32,12 @@ void vf_sobel_sums(const uint8_t *mid, ptrdiff_t bytesPerRow, ptrdiff_t pixelStr
 void vf_split_packed422(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height,
                         int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v);
 
+/// The pyramid's first level from packed 4:2:2 luma (`luma` the first luma byte, samples 2 bytes
+/// apart, rows `bytesPerRow` apart): `height` rows of `width` outputs, `dst` rows `dstStride` apart,
+/// dst(x, y) = (l(2x, 2y) + l(2x + 1, 2y) + l(2x, 2y + 1) + l(2x + 1, 2y + 1) + 2) >> 2. Reads rows
+/// 0 ..< 2·height and luma samples 0 ..< 2·width (no byte past the last luma sample used).
+void vf_halve_packed422(const uint8_t *luma, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride);
+
 // MARK: Sim camera renderer (one row at a time; see SimRenderer.swift for the model)
 
 /// dst[i] = src sampled at 16.16 position p0 + i·dp with Catmull-Rom cubic weights (12-bit fraction);
