@@ -1,5 +1,6 @@
 import numpy as np
-exec(open('meas.py').read().split('lens = [')[0])
+# Run from a folder holding s400.y4m … s550.y4m (see the README's autofocus section).
+exec(open(__file__.replace('af-window-experiment.py', 'af-window-experiment-meas.py')).read().split('lens = [')[0])
 def sob2(w):
     gx = (w[:-2, 2:] + 2*w[1:-1, 2:] + w[2:, 2:]) - (w[:-2, :-2] + 2*w[1:-1, :-2] + w[2:, :-2])
     gy = (w[2:, :-2] + 2*w[2:, 1:-1] + w[2:, 2:]) - (w[:-2, :-2] + 2*w[:-2, 1:-1] + w[:-2, 2:])
