@@ -1,23 +1,8 @@
 import Foundation
-import Synchronization
 import Testing
 import Viewfinder
 import ViewfinderSim
 @testable import ViewfinderSinks
-
-/// Remembers the checksum of every frame it is given, by sequence number: what the engine
-/// delivered, to compare the dump's replay with. Never falls behind.
-final class HashingWitness: FrameConsumer, @unchecked Sendable {
-    // @unchecked Sendable: only the mutex-guarded list is shared.
-    let consumerName = "witness"
-    private let seen = Mutex<[(sequence: UInt64, hash: UInt64)]>([])
-    var frames: [(sequence: UInt64, hash: UInt64)] { seen.withLock { $0 } }
-    func consume(_ frame: Frame) {
-        let h = XXHash64.hash(UnsafeRawBufferPointer(start: frame.data, count: frame.bytesUsed))
-        let s = frame.sequence
-        seen.withLock { $0.append((s, h)) }
-    }
-}
 
 /// Adaptive `auto` (issue 12): a dump behind a live camera stores the next frames uncompressed
 /// until it has caught up, so compression never makes it drop frames; a non-live source waits for

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Viewfinder
 @testable import ViewfinderSinks
 
@@ -154,5 +155,20 @@ func feed(_ consumer: any FrameConsumer, pool: FramePool, range: Range<Int>, int
         prepare?(f, i)
         consumer.consume(f)
         f.release()
+    }
+}
+
+/// Remembers the sequence number and checksum of every frame it is given: what the engine
+/// delivered, to compare a dump's contents with. Never falls behind (an output beside the ones
+/// under test).
+final class HashingWitness: FrameConsumer, @unchecked Sendable {
+    // @unchecked Sendable: only the mutex-guarded list is shared.
+    let consumerName = "witness"
+    private let seen = Mutex<[(sequence: UInt64, hash: UInt64)]>([])
+    var frames: [(sequence: UInt64, hash: UInt64)] { seen.withLock { $0 } }
+    func consume(_ frame: Frame) {
+        let h = XXHash64.hash(UnsafeRawBufferPointer(start: frame.data, count: frame.bytesUsed))
+        let s = frame.sequence
+        seen.withLock { $0.append((s, h)) }
     }
 }
