@@ -320,8 +320,9 @@ public final class CaptureEngine: @unchecked Sendable {
                     backlog.unmarkedDrops = 0
                     ch.send(copy)
                 } else if ch.count < direct[i] {
-                    // Not copyable (larger than the format's largest frame): sent as it is.
-                    backlog.unmarkedDrops = 0
+                    // Not copyable (larger than the format's largest frame, or every copy still
+                    // in use while the ring has room): sent as it is. The shared frame cannot carry
+                    // the drops before it, so the next copy does (they were once lost here).
                     ch.send(frame)
                 } else {
                     let seq = frame.sequence

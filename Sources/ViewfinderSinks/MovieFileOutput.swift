@@ -130,8 +130,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     public var ringCapacity: Int { 16 }
     /// How far the movie may fall behind a live camera (its disk stalling) before frames are
     /// dropped (counted as `DropReason.storageBacklog` in the session's drops, and in the
-    /// recording's ``MovieRecordingSummary/droppedFrames`` through the next frame's
-    /// `FrameMetadata.droppedBefore`): by default 2 s of the
+    /// recording's ``MovieRecordingSummary/droppedFrames``): by default 2 s of the
     /// stream in at most 512 MiB (see `BufferBudget`). The frames waiting are copies in the
     /// movie's own memory, never the camera's buffers; the sound waits in its own 5 s queue.
     /// Read when the session starts.
@@ -168,6 +167,8 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private var recording: Recording?
     private var lastFrameInterval: UInt64 = 0
     private var lastTimestamp: UInt64 = 0
+    private var lastSequence: UInt64 = 0
+    private var sawFrame = false
 
     private final class Recording {
         let writer: MovieWriter
@@ -176,6 +177,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         var frames = 0
         var preRollFrames = 0
         var dropped = 0
+        /// Drops of frames from this sequence number on are this recording's (the frame after the
+        /// last one the output had seen when the recording began).
+        var firstSequence: UInt64 = 0
         var firstTimestamp: UInt64?
         var lastTimestamp: UInt64 = 0
         /// Puts the audio on the video timeline (made at the first frame: its time is time zero).
@@ -277,6 +281,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         let expected = cfg.format.pixelFormat == .mjpeg ? cfg.format.maxByteCount : cfg.format.width * cfg.format.height
         pool = JPEGEncoderPool(threads: max(1, s.encoderThreads), quality: s.quality, subsampling: s.subsampling, expectedBytes: expected)
         if s.preRollSeconds > 0 { preRoll = PreRollBuffer(seconds: s.preRollSeconds, capacityBytes: s.preRollBytes) }
+        sawFrame = false
         let failed = lock.withLock { () -> (String, (any MovieRecordingDelegate)?, MovieRecordingError)? in
             configuration = cfg; running = true; ended = false
             guard let d = deferredStart else { return nil }
@@ -295,11 +300,23 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         }
     }
 
+    /// Told of every frame that did not reach the movie (the camera's gaps, a late stage, a full
+    /// ring, the storage budget), also of drops after the last frame, which no later frame's
+    /// `droppedBefore` could carry: the recording's ``MovieRecordingSummary/droppedFrames``.
+    public var wantsDropNotices: Bool { true }
+    public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {
+        guard let r = recording else { return }
+        let end = sequence &+ count
+        guard end > r.firstSequence else { return }
+        r.dropped += Int(end - max(sequence, r.firstSequence))
+    }
+
     public func consume(_ frame: Frame) {
         takeRequests()
         if frame.timestamp.nanoseconds > lastTimestamp && lastTimestamp > 0 { lastFrameInterval = frame.timestamp.nanoseconds - lastTimestamp }
         lastTimestamp = frame.timestamp.nanoseconds
-        if let r = recording, r.firstTimestamp != nil { r.dropped += Int(frame.metadata.droppedBefore) }
+        lastSequence = frame.sequence
+        sawFrame = true
         if let stopAt = stopRequestTime() {
             // Frames captured before the stop call still go in; anything later ends the recording.
             let t = frame.timestamp
@@ -335,6 +352,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
             // Frames still being encoded belong to the time before the trigger: into the pre-roll.
             if let pool { while let r = pool.next(wait: true) { deliver(r) } }
             recording = Recording(writer: w, delegate: d)
+            recording?.firstSequence = sawFrame ? lastSequence &+ 1 : 0
             // The pre-roll goes first, with its own timestamps.
             if let pr = preRoll, let r = recording {
                 var failed: (any Error)?

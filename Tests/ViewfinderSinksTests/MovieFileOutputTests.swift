@@ -34,6 +34,33 @@ import Viewfinder
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// The summary's dropped frames come from the engine's drop notices: drops between frames,
+    /// drops after the last frame (no later frame could carry them), and none from before the
+    /// recording began.
+    @Test func droppedFramesCountEveryNoticeOfTheRecording() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/drops.mov"
+        let output = MovieFileOutput()
+        #expect(output.wantsDropNotices)
+        let events = RecordingEvents()
+        let pool = FramePool(format: format, count: 4)
+        try output.start(configuration: config(format))
+        feed(output, pool: pool, range: 0..<3)                       // before the recording
+        output.didDrop(sequence: 3, count: 2, reason: .ringFull)     // before it too
+        try output.startRecording(to: path, delegate: events)
+        feed(output, pool: pool, range: 5..<10)                      // the recording begins at 5
+        output.didDrop(sequence: 10, count: 3, reason: .storageBacklog)
+        feed(output, pool: pool, range: 13..<20)
+        output.didDrop(sequence: 20, count: 4, reason: .storageBacklog) // after the last frame
+        output.finish(error: nil)
+        #expect(events.finished.count == 1)
+        let (_, summary, error) = events.finished[0]
+        #expect(error == nil)
+        #expect(summary.frames == 12)
+        #expect(summary.droppedFrames == 7)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
     @Test func maximumDurationEndsCleanly() throws {
         let dir = makeTempDirectory()
         let path = dir + "/maxdur.mov"
