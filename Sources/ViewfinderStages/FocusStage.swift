@@ -32,6 +32,9 @@ public struct FocusOptions: StageOptions {
     /// How the region's samples are weighted: a Hann taper (the default) keeps the camera's
     /// shake from moving the score; `box` weights them all alike.
     public var window: FocusWindow = .hann
+    /// Move the window with the picture under the camera's shake (integral projections against
+    /// the frame the scan began with), so that every lens position is scored on the same detail.
+    public var track: Bool = true
     /// Lens positions of the coarse scan across the whole range.
     public var coarseSteps: Int = 9
     /// Lens positions of the fine scan around the coarse peak.
@@ -54,6 +57,7 @@ public struct FocusOptions: StageOptions {
             .double("size", \.size, range: 0.05...1, unit: "fraction of width/height", "Window size around point"),
             .doubles("rect", \.rect, range: 0...1, unit: "normalised x/y/w/h", "Focus rectangle for region=rect"),
             .choice("measure", \.measure, "Measure that drives the lens (both are published)"),
+            .bool("track", \.track, "Move the focus window with the picture under the camera's shake, so the scan scores the same detail at every lens position"),
             .choice("window", \.window, "hann: weight the region by a Hann taper (shake at its border barely moves the score); box: all samples alike"),
             .int("coarse_steps", \.coarseSteps, range: 3...32, unit: "positions", "Lens positions in the coarse scan"),
             .int("fine_steps", \.fineSteps, range: 3...15, unit: "positions", "Lens positions in the fine scan"),
@@ -102,6 +106,8 @@ public final class FocusStage: Stage {
     /// The focus control's step (device units): positions are sent on its grid.
     private var lensStep = 1.0
     private var region = PixelRect(x: 0, y: 0, width: 1, height: 1)
+    /// Follows the picture's shift (``FocusOptions/track``).
+    private var tracker = FocusWindowTracker(radius: 0)
     /// The picture size `region` is for.
     private var regionWidth = 0, regionHeight = 0
     /// Scan targets, and whether a frame taken at each has come in (the scores themselves are in
@@ -155,6 +161,7 @@ public final class FocusStage: Stage {
         latency = context.controls?.controlLatencyFrames ?? 0
         frameCount = 0
         phase = .idle
+        tracker = FocusWindowTracker(radius: Self.trackingRadius(width: format.width))
         if let c = controls, let d = c.descriptor(.focusAbsolute) {
             lensMin = Double(d.minimum); lensMax = Double(max(d.maximum, d.minimum + 1))
             lensStep = Double(max(d.step, 1))
@@ -173,6 +180,9 @@ public final class FocusStage: Stage {
             phase = .locked
         }
     }
+
+    /// How far the window may follow the picture: 1/48 of the width each way (20 px at 960).
+    static func trackingRadius(width: Int) -> Int { max(2, width / 48) }
 
     /// Narrowest picture the focus measure works on (a reduced MJPEG decode at least this wide).
     public static let measuringWidth = 320
@@ -197,7 +207,10 @@ public final class FocusStage: Stage {
             region = focusRegion(width: px.width, height: px.height)
             regionWidth = px.width; regionHeight = px.height
         }
-        let stats = FocusMeasures.measure(LumaView(px.luma), region: region, window: options.window)
+        let luma = LumaView(px.luma)
+        if options.track && tracker.radius != Self.trackingRadius(width: px.width) { tracker = FocusWindowTracker(radius: Self.trackingRadius(width: px.width)) }
+        let measured = options.track ? tracker.track(luma, base: region) : region
+        let stats = FocusMeasures.measure(luma, region: measured, window: options.window)
         let m = stats.normalised
         frame.metadata.focus = m
         let s = score(m)
@@ -261,6 +274,8 @@ public final class FocusStage: Stage {
 
     private func startScan() {
         scanCount += 1
+        // The scan compares frames with the one it begins on.
+        tracker.reset()
         phase = .coarse
         framesInPhase = 0
         let n = options.coarseSteps

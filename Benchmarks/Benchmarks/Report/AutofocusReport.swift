@@ -5,7 +5,8 @@
 //
 //   cd Benchmarks && swift run -c release viewfinder-report --autofocus [--quick]
 //   (VF_AF_TRACE=1 prints each run's lens error per frame, =2 its scores too; VF_AF_PHOTOS=Storm,Dune
-//   runs only those photographs)
+//   runs only those photographs; VF_AF_WINDOW=box scores over the hard-edged window instead of the
+//   default Hann taper; VF_AF_TRACK=0 keeps the window still instead of following the shake)
 //
 // Per run: the final error (lens position minus the truth's in-focus position, % of the range),
 // and the time to lock: the first frame from which the lens stays within 2 % of the range to the
@@ -43,6 +44,8 @@ enum AutofocusReport {
         let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 960, height: 540, fps: 30, bufferCount: 8))
         var o = FocusOptions()
         o.mode = .auto
+        if let w = ProcessInfo.processInfo.environment["VF_AF_WINDOW"], let window = FocusWindow(rawValue: w) { o.window = window }
+        if ProcessInfo.processInfo.environment["VF_AF_TRACK"] == "0" { o.track = false }
         let trace = FocusTrace()
         var options = EngineOptions(frameLimit: UInt64(frames))
         options.stallTimeoutSeconds = 30
@@ -70,18 +73,21 @@ enum AutofocusReport {
         let frames = 40
         // VF_AF_PHOTOS=Storm,Garden keeps only the photographs whose names contain one of these.
         let only = ProcessInfo.processInfo.environment["VF_AF_PHOTOS"].map { $0.split(separator: ",").map(String.init) }
+        // VF_AF_SHAKE=3 and VF_AF_SEED=100 vary the hand-shake (px) and its random sequence.
+        let env = ProcessInfo.processInfo.environment
+        let shake = env["VF_AF_SHAKE"].flatMap(Double.init) ?? 2
         let photos = fetchEvaluationPhotos().filter { p in only.map { $0.contains { p.path.contains($0) } } ?? true }
-        print("\n== Autofocus on real photographs (\(photos.count) from two Debian packages), sim 960x540 YUYV, shake 2 px, 30 fps paced, focus:mode=auto, \(frames) frames per run")
+        print("\n== Autofocus on real photographs (\(photos.count) from two Debian packages), sim 960x540 YUYV, shake \(shake) px, 30 fps paced, focus:mode=auto, \(frames) frames per run")
         guard !photos.isEmpty else { print("  no photographs: not run"); return }
         let subjects: [Double] = quick ? [0.3, 2] : [0.3, 0.5, 2]
         var runs: [Run] = []
-        var seed = 10
+        var seed = env["VF_AF_SEED"].flatMap(Int.init) ?? 10
         for p in photos {
             var line = "  " + (URL(fileURLWithPath: p.path).lastPathComponent.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")).padding(toLength: 12, withPad: " ", startingAt: 0)
             for s in subjects {
                 for start in [0, 1000] {
                     seed += 1
-                    let r = try run(photo: p.path, subject: s, start: start, shake: 2, frames: frames, seed: seed)
+                    let r = try run(photo: p.path, subject: s, start: start, shake: shake, frames: frames, seed: seed)
                     runs.append(r)
                     line += String(format: " | %.1f m from %4d: %4.1f %% @%@", s, start, r.finalError, r.lockFrame.map { "\($0)" } ?? "—")
                 }
