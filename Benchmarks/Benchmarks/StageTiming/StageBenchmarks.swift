@@ -62,6 +62,12 @@ public enum StageBenchmarks {
         let af = FocusStage(options: FocusOptions())
         try? af.prepare(format: format, context: context)
         out.append(Result(name: "focus stage (30 % window, both measures)", milliseconds: median(iterations) { _ = af.process(frame) }))
+        var still = FocusOptions()
+        still.track = false
+        still.window = .box
+        let afStill = FocusStage(options: still)
+        try? afStill.prepare(format: format, context: context)
+        out.append(Result(name: "focus stage, window neither tracked nor tapered (track=false, window=box)", milliseconds: median(iterations) { _ = afStill.process(frame) }))
 
         // Motion estimation alone (two alternating frames shifted by (3, 2)), then the whole stage.
         let other = makeFrame(format, shiftX: 3, shiftY: 2)
