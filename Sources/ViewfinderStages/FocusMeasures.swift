@@ -52,7 +52,10 @@ public enum FocusMeasures {
     }
 
     /// Both measures of a region.
-    /// - Parameter window: how the samples of the region are weighted (``FocusWindow``).
+    /// - Parameters:
+    ///   - luma: the picture's luma.
+    ///   - region: the part measured (nil: the whole picture).
+    ///   - window: how the samples of the region are weighted (``FocusWindow``).
     public static func measure(_ luma: LumaView, region: PixelRect? = nil, window: FocusWindow = .box) -> Statistics {
         switch window {
         case .box:
