@@ -33,28 +33,33 @@ struct FocusTrackingTests {
         return f
     }
 
+    /// The tracker on `frame`, kept alive while its luma is read (a `LumaView` does not retain it).
+    func track(_ t: inout FocusWindowTracker, _ frame: Frame, _ base: PixelRect) throws -> PixelRect {
+        let luma = try #require(LumaView(frame))
+        return withExtendedLifetime(frame) { t.track(luma, base: base) }
+    }
+
     @Test("the tracker finds the picture's shift within its radius, with sensor noise, and re-anchors beyond it")
     func tracksShifts() throws {
         var t = FocusWindowTracker(radius: 8)
         let base = PixelRect(x: 112, y: 84, width: 96, height: 72)
         let ref = frame(dx: 0, dy: 0)
-        #expect(t.track(try #require(LumaView(ref)), base: base) == base)
+        #expect(try track(&t, ref, base) == base)
         for (dx, dy) in [(3, -2), (-5, 4), (0, 7), (-8 + 1, -6), (2, 0)] {
-            let f = frame(dx: dx, dy: dy, noise: 4, seed: dx * 31 + dy)
-            let w = t.track(try #require(LumaView(f)), base: base)
+            let w = try track(&t, frame(dx: dx, dy: dy, noise: 4, seed: dx * 31 + dy), base)
             #expect(t.offsetX == dx && t.offsetY == dy, "shift \(dx), \(dy): found \(t.offsetX), \(t.offsetY)")
             #expect(w == PixelRect(x: base.x + dx, y: base.y + dy, width: base.width, height: base.height))
         }
         // A pan beyond the search: measured where the window is at rest, from a new reference.
-        #expect(t.track(try #require(LumaView(frame(dx: 20, dy: 0))), base: base) == base)
+        #expect(try track(&t, frame(dx: 20, dy: 0), base) == base)
         #expect(t.reanchors == 1)
-        _ = t.track(try #require(LumaView(frame(dx: 23, dy: 1))), base: base)
+        _ = try track(&t, frame(dx: 23, dy: 1), base)
         #expect(t.offsetX == 3 && t.offsetY == 1)
         // Too small a window is not tracked.
         var s = FocusWindowTracker(radius: 8)
         let small = PixelRect(x: 100, y: 100, width: 40, height: 40)
-        _ = s.track(try #require(LumaView(ref)), base: small)
-        #expect(s.track(try #require(LumaView(frame(dx: 3, dy: 3))), base: small) == small)
+        _ = try track(&s, ref, small)
+        #expect(try track(&s, frame(dx: 3, dy: 3), small) == small)
     }
 
     @Test("the stage's score over a shaken picture of uneven detail: steady with tracking, swinging without")
