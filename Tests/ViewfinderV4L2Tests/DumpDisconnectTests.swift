@@ -41,7 +41,7 @@ import ViewfinderTestSupport
                     stopAfterMicroseconds: [0, 80_000, 250_000][i % 3])
     }
 
-    /// Runs `dump` as the CLI does (start, wait until the engine ends, stop) while another thread
+    /// Runs `dump` as the CLI does (start, wait until the fault ends the run, stop) while another thread
     /// fails the camera once `framesBefore` frames are written, then checks the file: it replays,
     /// it holds exactly the frames the output reported written, every checksum holds, the frames of
     /// the first run are all there in order (those written before the fault included), and the
@@ -78,7 +78,13 @@ import ViewfinderTestSupport
             }
         }
         injector.start()
-        session.waitUntilFinished()
+        // Wait for the fault to end the first run (the session reports it as its runtime error).
+        // Not `session.waitUntilFinished()`: when the camera comes back at once, the session may
+        // have started again before this thread asks for its engine, and that run only ends by
+        // the stop — under ASan on a loaded machine the test then waited forever on a dump that
+        // grew to 55 GB.
+        let deadline = Date().addingTimeInterval(30)
+        while errors.withLock({ $0.isEmpty }) && Date() < deadline { usleep(1_000) }
         if c.stopAfterMicroseconds > 0 { usleep(c.stopAfterMicroseconds) }
         session.stopRunning()
         session.deliverPendingEvents()
