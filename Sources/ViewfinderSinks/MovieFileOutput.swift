@@ -167,8 +167,8 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private var recording: Recording?
     private var lastFrameInterval: UInt64 = 0
     private var lastTimestamp: UInt64 = 0
-    private var lastSequence: UInt64 = 0
-    private var sawFrame = false
+    /// The last frame's sequence number (nil before the first frame of a run).
+    private var lastSequence: UInt64?
 
     private final class Recording {
         let writer: MovieWriter
@@ -281,7 +281,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         let expected = cfg.format.pixelFormat == .mjpeg ? cfg.format.maxByteCount : cfg.format.width * cfg.format.height
         pool = JPEGEncoderPool(threads: max(1, s.encoderThreads), quality: s.quality, subsampling: s.subsampling, expectedBytes: expected)
         if s.preRollSeconds > 0 { preRoll = PreRollBuffer(seconds: s.preRollSeconds, capacityBytes: s.preRollBytes) }
-        sawFrame = false
+        lastSequence = nil
         let failed = lock.withLock { () -> (String, (any MovieRecordingDelegate)?, MovieRecordingError)? in
             configuration = cfg; running = true; ended = false
             guard let d = deferredStart else { return nil }
@@ -316,7 +316,6 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         if frame.timestamp.nanoseconds > lastTimestamp && lastTimestamp > 0 { lastFrameInterval = frame.timestamp.nanoseconds - lastTimestamp }
         lastTimestamp = frame.timestamp.nanoseconds
         lastSequence = frame.sequence
-        sawFrame = true
         if let stopAt = stopRequestTime() {
             // Frames captured before the stop call still go in; anything later ends the recording.
             let t = frame.timestamp
@@ -352,7 +351,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
             // Frames still being encoded belong to the time before the trigger: into the pre-roll.
             if let pool { while let r = pool.next(wait: true) { deliver(r) } }
             recording = Recording(writer: w, delegate: d)
-            recording?.firstSequence = sawFrame ? lastSequence &+ 1 : 0
+            recording?.firstSequence = lastSequence.map { $0 &+ 1 } ?? 0
             // The pre-roll goes first, with its own timestamps.
             if let pr = preRoll, let r = recording {
                 var failed: (any Error)?

@@ -206,9 +206,9 @@ public final class FocusStage: Stage {
             // A reduced decoded view: the same region in its coordinates (computed once per size).
             region = focusRegion(width: px.width, height: px.height)
             regionWidth = px.width; regionHeight = px.height
+            tracker = FocusWindowTracker(radius: Self.trackingRadius(width: px.width))
         }
         let luma = LumaView(px.luma)
-        if options.track && tracker.radius != Self.trackingRadius(width: px.width) { tracker = FocusWindowTracker(radius: Self.trackingRadius(width: px.width)) }
         let measured = options.track ? tracker.track(luma, base: region) : region
         let stats = FocusMeasures.measure(luma, region: measured, window: options.window)
         let m = stats.normalised
