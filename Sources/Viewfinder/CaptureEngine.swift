@@ -5,6 +5,8 @@ import Logging
 ///
 /// Each consumer gets its own ring and thread: a slow one drops (live sources) or applies
 /// back-pressure (non-live sources) on its own path without stalling capture or the others.
+/// A consumer whose work per frame is short and never waits (a shared-memory ring's publish) may
+/// instead run on the stage thread (``consumesOnStageThread``): no ring, no thread hand-off.
 public protocol FrameConsumer: AnyObject, Sendable {
     var consumerName: String { get }
     /// Ring capacity toward this consumer (a power of two).
@@ -43,6 +45,18 @@ public protocol FrameConsumer: AnyObject, Sendable {
     /// output that can trade work for speed (a dump storing frames uncompressed) uses it to keep
     /// up. Never called on a non-live source, which waits for its consumers instead.
     func willConsume(framesWaiting: Int)
+    /// Whether the engine calls this consumer on the stage thread, as each frame leaves the stage
+    /// chain and before the other consumers get it, instead of on a thread of its own behind a
+    /// ring (default: false). It saves the thread hand-off — a wake-up, which on a busy or
+    /// virtual machine can take a millisecond — for consumers whose latency matters. The
+    /// consumer then has no ring: ``ringCapacity``, ``overflowPolicy``, ``discardsLateFrames``
+    /// and ``bufferBudget`` are not used, it never drops a frame of its own, and its time per
+    /// frame is the stage thread's (a slow one makes a live source drop before the stages,
+    /// counted there). Only for work that is short and never waits. Every call
+    /// (``start(configuration:)``, ``consume(_:)``, ``didDrop(sequence:count:reason:)``,
+    /// ``willConsume(framesWaiting:)``, ``finish(error:)``) is then on the stage thread;
+    /// ``willConsume(framesWaiting:)`` hears the frames queued before the stages.
+    var consumesOnStageThread: Bool { get }
 }
 
 extension FrameConsumer {
@@ -54,6 +68,7 @@ extension FrameConsumer {
     public var bufferBudget: BufferBudget? { nil }
     public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {}
     public func willConsume(framesWaiting: Int) {}
+    public var consumesOnStageThread: Bool { false }
     public func start(configuration: StreamConfiguration) throws {}
     public func finish(error: (any Error)?) {}
 }
@@ -197,6 +212,11 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Set once ``start()`` has made every channel (``ringOccupancy`` reads them after it).
     private let ringsReady = Atomic<Bool>(false)
     private let consumerChannels: [FrameChannel]
+    /// The consumers that run on threads of their own, by index (the others run on the stage
+    /// thread, in `stageConsumers`).
+    private let threadedConsumers: [Int]
+    /// The consumers that run on the stage thread (``FrameConsumer/consumesOnStageThread``).
+    private let stageConsumers: StageThreadConsumers?
     /// Per consumer with a ``FrameConsumer/bufferBudget`` on a live source: its own memory for
     /// the frames it is behind by beyond its ring.
     private let backlogs: [BacklogFrames?]
@@ -241,7 +261,7 @@ public final class CaptureEngine: @unchecked Sendable {
         self.sourceIsLive = live
         self.stageChannel = FrameChannel(name: "stages", capacity: options.stageRingCapacity, policy: live ? options.livePolicy : .wait, drops: statistics.drops)
         let backlogs: [BacklogFrames?] = consumers.map { c in
-            guard live, let budget = c.bufferBudget else { return nil }
+            guard live, !c.consumesOnStageThread, let budget = c.bufferBudget else { return nil }
             let n = budget.frames(frameBytes: configuration.format.maxByteCount, intervalNanoseconds: configuration.interval.nanoseconds)
             return n > 0 ? BacklogFrames(format: configuration.format, limit: n) : nil
         }
@@ -257,13 +277,19 @@ public final class CaptureEngine: @unchecked Sendable {
             return FrameChannel(name: c.consumerName, capacity: capacity, policy: .dropNewest, drops: s.drops)
         }
         let engineDrops = statistics.drops
-        self.dropNotices = zip(consumers, statistics.consumers).map { c, s in
+        let notices: [DropNotices?] = zip(consumers, statistics.consumers).map { c, s in
             guard c.wantsDropNotices else { return nil }
             let n = DropNotices()
             s.drops.addObserver(n)
             engineDrops.addObserver(n)
             return n
         }
+        self.dropNotices = notices
+        self.threadedConsumers = consumers.indices.filter { !consumers[$0].consumesOnStageThread }
+        let onStage = consumers.indices.filter { consumers[$0].consumesOnStageThread }
+        let consumerStatistics = statistics.consumers
+        self.stageConsumers = onStage.isEmpty ? nil
+            : StageThreadConsumers(onStage.map { (consumers[$0], consumerStatistics[$0], notices[$0]) }, live: live)
     }
 
     /// Frames a source must be able to have in flight so that a run with these stages and
@@ -275,7 +301,7 @@ public final class CaptureEngine: @unchecked Sendable {
     public static func buffersNeeded(stages: [any Stage], consumers: [any FrameConsumer], options: EngineOptions, limit: Int = 64,
                                      pixelFormat: PixelFormat? = nil) -> Int {
         let delay = stages.reduce(0) { $0 + $1.delayFrames }
-        let outputs = consumers.reduce(0) { $0 + $1.ringCapacity + 1 }
+        let outputs = consumers.reduce(0) { $0 + ($1.consumesOnStageThread ? 0 : $1.ringCapacity + 1) }
         let decode = pixelFormat.map { $0.hasYUVPlanes ? 0 : decodeRingCapacity + 1 } ?? 0
         return min(limit, options.stageRingCapacity + 1 + delay + outputs + decode + 2)
     }
@@ -300,14 +326,19 @@ public final class CaptureEngine: @unchecked Sendable {
         let stats = statistics
         let backlogs = self.backlogs
         let direct = consumers.map(\.ringCapacity)
+        let threaded = threadedConsumers
+        let onStage = stageConsumers
+        let stageRing = stageChannel
         try chain.prepare(format: configuration.format, context: context) { frame in
-            // Lent by the chain: each channel gets a reference of its own.
+            // Lent by the chain: consumers on the stage thread use it during their call, each
+            // channel gets a reference of its own.
             stats.countDelivered()
             stats.latency.record(nanoseconds: CaptureEngine.age(of: frame))
-            let n = channels.count
+            onStage?.consume(frame, waiting: stageRing.count)
+            let n = threaded.count
             if n == 0 { return }
             frame.retain(n)
-            for i in 0..<n {
+            for i in threaded {
                 let ch = channels[i]
                 guard let backlog = backlogs[i], ch.count >= direct[i] || backlog.unmarkedDrops > 0 else { ch.send(frame); continue }
                 // The consumer is a ring behind (its disk stalls): this frame waits in the
@@ -349,7 +380,8 @@ public final class CaptureEngine: @unchecked Sendable {
         statistics.markStart()
         try source.start()
 
-        for (i, c) in consumers.enumerated() {
+        for i in threadedConsumers {
+            let c = consumers[i]
             let ch = consumerChannels[i]
             let st = statistics.consumers[i]
             let notices = dropNotices[i]
@@ -358,7 +390,8 @@ public final class CaptureEngine: @unchecked Sendable {
                 self.consumerLoop(c, channel: ch, stats: st, notices: notices, configuration: cfg)
             })
         }
-        threads.append(EngineThread(name: "vf-stages") { [self] in self.stageLoop() })
+        let stageConfiguration = configuration
+        threads.append(EngineThread(name: "vf-stages") { [self] in self.stageLoop(configuration: stageConfiguration) })
         if let views = decodedViews, let input = decodeChannel {
             threads.append(EngineThread(name: "vf-decode") { [self] in self.decodeLoop(views, input: input) })
         }
@@ -521,7 +554,8 @@ public final class CaptureEngine: @unchecked Sendable {
         stageChannel.close()
     }
 
-    private func stageLoop() {
+    private func stageLoop(configuration: StreamConfiguration) {
+        stageConsumers?.start(configuration: configuration) { self.fail($0) }
         var n = 0
         loop: while true {
             switch stageChannel.receive(timeoutNanoseconds: 100_000_000) {
@@ -531,6 +565,7 @@ public final class CaptureEngine: @unchecked Sendable {
                 if n & 15 == 0 { statistics.publishStageTimes(chain) }
             case .timeout:
                 for ch in consumerChannels { ch.flush() }
+                stageConsumers?.tellDrops()
             case .closed:
                 break loop
             }
@@ -538,6 +573,10 @@ public final class CaptureEngine: @unchecked Sendable {
         chain.finish()
         statistics.publishStageTimes(chain)
         for ch in consumerChannels { ch.close() }
+        if let sc = stageConsumers {
+            sc.finish(error: runtimeError)
+            if consumersLeft.subtract(sc.count, ordering: .acquiringAndReleasing).newValue == 0 { allDone() }
+        }
         if consumers.isEmpty { allDone() }
     }
 
@@ -594,5 +633,59 @@ public final class CaptureEngine: @unchecked Sendable {
             doneLock.broadcast()
         }
         onFinish?()
+    }
+}
+
+/// The consumers that run on the stage thread (``FrameConsumer/consumesOnStageThread``), with
+/// their counts and drop notices. Confined to the stage thread.
+final class StageThreadConsumers: @unchecked Sendable {
+    // @unchecked Sendable: made on the engine's thread, then used by the stage thread only.
+    private let consumers: [any FrameConsumer]
+    private let statistics: [ConsumerStatistics]
+    private let notices: [DropNotices?]
+    /// Consumers whose ``FrameConsumer/start(configuration:)`` threw: their frames are dropped
+    /// (counted as ``DropReason/stage`` on their path), as for a consumer on its own thread.
+    private var failed: [Bool]
+    private let live: Bool
+    var count: Int { consumers.count }
+
+    init(_ entries: [(any FrameConsumer, ConsumerStatistics, DropNotices?)], live: Bool) {
+        consumers = entries.map(\.0)
+        statistics = entries.map(\.1)
+        notices = entries.map(\.2)
+        failed = Array(repeating: false, count: entries.count)
+        self.live = live
+    }
+
+    func start(configuration: StreamConfiguration, fail: (any Error) -> Void) {
+        for i in consumers.indices {
+            do { try consumers[i].start(configuration: configuration) } catch { failed[i] = true; fail(error) }
+        }
+    }
+
+    func tellDrops() {
+        for i in consumers.indices {
+            let c = consumers[i]
+            notices[i]?.drain { c.didDrop(sequence: $0.sequence, count: $0.count, reason: $0.reason) }
+        }
+    }
+
+    /// Gives each consumer the lent frame; `waiting` frames are queued before the stages.
+    func consume(_ frame: Frame, waiting: Int) {
+        for i in consumers.indices {
+            let s = statistics[i]
+            if failed[i] { s.drops.count(.stage, from: frame.sequence); continue }
+            let c = consumers[i]
+            s.latency.record(nanoseconds: CaptureEngine.age(of: frame))
+            notices[i]?.drain { c.didDrop(sequence: $0.sequence, count: $0.count, reason: $0.reason) }
+            if live { c.willConsume(framesWaiting: waiting) }
+            c.consume(frame)
+            s.countConsumed()
+        }
+    }
+
+    func finish(error: (any Error)?) {
+        tellDrops()
+        for c in consumers { c.finish(error: error) }
     }
 }
