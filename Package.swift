@@ -126,7 +126,7 @@ let package = Package(
         .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit"]),
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport"]),
         .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderStages", "ViewfinderSinks", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
-        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport", "CTurboJPEG", "CLZ4", "CFutex"]),
+        .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels"]),
         .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
         .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),

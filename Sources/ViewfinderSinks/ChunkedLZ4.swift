@@ -1,4 +1,5 @@
 import CLZ4
+import CViewfinderKernels
 import Viewfinder
 
 /// Compresses one frame as independent LZ4 blocks on a few threads (the caller's and helpers kept
@@ -58,11 +59,14 @@ final class ChunkedLZ4 {
     /// then V's: concatenated, exactly the planes (the version 3 planar record). With `probe`,
     /// chunks whose samples shrink by less than 10 % are stored as they are. Nothing is packed
     /// into one buffer: read the table with ``writeTable(into:)`` and the chunks with
-    /// ``piece(_:)``. Returns the chunk count.
+    /// ``piece(_:)``. Returns the chunk count. With `deltaPlanes`, each chunk is coded as delta
+    /// bit-planes (`vf_dbp_encode`: each byte less the byte above it, 16 at a time in as many bits
+    /// as the largest needs; the version 4 record) instead of LZ4, and stored as it is when that
+    /// does not make it smaller; the accelerations and `probe` are then not used.
     func compressPlanar422(_ packed: UnsafeRawPointer, width: Int, height: Int, order: YUVSplit.Packed422Order, planes: UnsafeMutableRawPointer,
-                           lumaAcceleration: Int32, chromaAcceleration: Int32, probe: Bool) -> Int {
+                           lumaAcceleration: Int32, chromaAcceleration: Int32, probe: Bool, deltaPlanes: Bool = false) -> Int {
         core.compressPlanar422(packed, width: width, height: height, order: order, planes: planes,
-                               lumaAcceleration: lumaAcceleration, chromaAcceleration: chromaAcceleration, probe: probe)
+                               lumaAcceleration: lumaAcceleration, chromaAcceleration: chromaAcceleration, probe: probe, deltaPlanes: deltaPlanes)
     }
 
     /// Compresses `count` bytes as one chunk per thread at `acceleration`, without packing them:
@@ -82,10 +86,16 @@ final class ChunkedLZ4 {
 
     /// Decodes a chunked payload into `destination` (`rawLength` bytes). Throws a description of
     /// what is wrong with a damaged payload.
-    static func decompress(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int) throws(ChunkError) {
+    ///
+    /// `deltaPlanesWidth`: the chunks are a planar 4:2:2 frame of this width in delta bit-planes
+    /// (version 4): Y's bands, then U's, then V's (a third of the chunks each), rows of `width`
+    /// and `width / 2` bytes.
+    static func decompress(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int,
+                           deltaPlanesWidth: Int? = nil) throws(ChunkError) {
         guard payload.count >= 4, let base = payload.baseAddress else { throw ChunkError("no chunk table") }
         let k = Int(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
         guard k >= 1, k <= 64, payload.count >= 4 + 8 * k else { throw ChunkError("chunk table of \(k) chunks does not fit") }
+        if let w = deltaPlanesWidth, w < 2 || k % 3 != 0 { throw ChunkError("\(k) chunks of width \(w) are not three planes") }
         var at = 4 + 8 * k, out = 0
         for i in 0..<k {
             let raw = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: 4 + 8 * i, as: UInt32.self)))
@@ -93,6 +103,12 @@ final class ChunkedLZ4 {
             guard stored <= raw, at + stored <= payload.count, out + raw <= rawLength else { throw ChunkError("chunk \(i) runs past the payload or the frame") }
             if stored == raw {
                 (destination + out).copyMemory(from: base + at, byteCount: raw)
+            } else if let w = deltaPlanesWidth {
+                let rowBytes = i < k / 3 ? w : w / 2
+                guard raw % rowBytes == 0 else { throw ChunkError("chunk \(i) of \(raw) bytes is not whole rows of \(rowBytes)") }
+                let r = vf_dbp_decode((base + at).assumingMemoryBound(to: UInt8.self), stored, rowBytes, raw / rowBytes,
+                                      (destination + out).assumingMemoryBound(to: UInt8.self))
+                guard r == 0 else { throw ChunkError("chunk \(i): delta bit-planes do not decode to \(raw) bytes") }
             } else {
                 let n = LZ4_decompress_safe((base + at).assumingMemoryBound(to: CChar.self), (destination + out).assumingMemoryBound(to: CChar.self), Int32(stored), Int32(raw))
                 guard n == Int32(raw) else { throw ChunkError("chunk \(i): LZ4 block decodes to \(n) bytes, expected \(raw)") }
@@ -132,6 +148,8 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     private var packed: UnsafeRawPointer?
     private var width = 0, height = 0, bands = 0
     private var order = YUVSplit.Packed422Order.yuyv
+    /// Planar job: chunks coded as delta bit-planes instead of LZ4.
+    private var deltaPlanes = false
 
     init(threads: Int, maximumChunks: Int) {
         self.threads = max(1, threads)
@@ -175,7 +193,7 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     /// Runs a job over `count` bytes at `source` as `k` chunks on all the threads; returns `k`.
     func runJob(_ source: UnsafeRawPointer, count: Int, chunks k: Int, accelerations acc: (Int) -> Int32, probe: Bool) -> Int {
         let k = min(max(1, k), maximumChunks)
-        bands = 0; packed = nil
+        bands = 0; packed = nil; deltaPlanes = false
         prepareRegions(chunks: k, largestChunk: (count + k - 1) / k)
         for i in 0..<k { accelerations[i] = max(1, acc(i)) }
         dispatch(source, count: count, chunks: k, probe: probe)
@@ -184,18 +202,20 @@ final class ChunkedLZ4Core: @unchecked Sendable {
 
     /// See `ChunkedLZ4.compressPlanar422`.
     func compressPlanar422(_ packed: UnsafeRawPointer, width: Int, height: Int, order: YUVSplit.Packed422Order, planes: UnsafeMutableRawPointer,
-                           lumaAcceleration: Int32, chromaAcceleration: Int32, probe: Bool) -> Int {
+                           lumaAcceleration: Int32, chromaAcceleration: Int32, probe: Bool, deltaPlanes: Bool) -> Int {
         let b = max(1, min(threads, maximumChunks / 3, height))
         let k = 3 * b
         self.packed = packed; self.width = width; self.height = height; self.order = order; bands = b
-        prepareRegions(chunks: k, largestChunk: (height + b - 1) / b * width)
+        self.deltaPlanes = deltaPlanes
+        let rows = (height + b - 1) / b
+        prepareRegions(chunks: k, largestChunk: rows * width, minimumBound: deltaPlanes ? vf_dbp_bound(width, rows) : 0)
         for i in 0..<k { accelerations[i] = max(1, i < b ? lumaAcceleration : chromaAcceleration) }
         dispatch(UnsafeRawPointer(planes), count: 2 * width * height, chunks: k, probe: probe)
         return k
     }
 
-    private func prepareRegions(chunks k: Int, largestChunk: Int) {
-        let bound = Int(LZ4_compressBound(Int32(largestChunk)))
+    private func prepareRegions(chunks k: Int, largestChunk: Int, minimumBound: Int = 0) {
+        let bound = max(Int(LZ4_compressBound(Int32(largestChunk))), minimumBound)
         if bound * k > regionSize {
             regions.deallocate()
             regionSize = bound * k
@@ -278,6 +298,14 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     private func compressChunk(_ i: Int) {
         guard let source else { return }
         let (start, length) = range(i)
+        if deltaPlanes && bands > 0 {
+            let rowBytes = i < bands ? width : width / 2
+            let n = vf_dbp_encode((source + start).assumingMemoryBound(to: UInt8.self), rowBytes, length / rowBytes,
+                                  (regions + i * chunkBound).assumingMemoryBound(to: UInt8.self))
+            // A chunk the code cannot shrink (full-range noise) is stored as it is.
+            storedLengths[i] = n < length ? n : length
+            return
+        }
         let dst = (regions + i * chunkBound).assumingMemoryBound(to: CChar.self)
         let a = accelerations[i]
         if probe && length >= 8 * Self.probeBytes {

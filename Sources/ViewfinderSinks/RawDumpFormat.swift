@@ -8,8 +8,8 @@ import Viewfinder
 /// ```text
 /// stream header
 ///   0  8  magic "VFDUMP\r\n"
-///   8  2  version (3; versions 1, without audio records, and 2, without planar records, are read
-///         the same way)
+///   8  2  version (4; versions 1, without audio records, 2, without planar records, and 3, whose
+///         planar records are LZ4 only, are read the same way)
 ///  10  2  flags (0)
 ///  12  4  JSON length L
 ///  16  L  JSON: {"pixelFormat","width","height","bytesPerRow","intervalNumerator",
@@ -26,6 +26,14 @@ import Viewfinder
 ///                bit 3 (version 3, with bit 2) the raw bytes are the packed 4:2:2 frame (YUYV or UYVY,
 ///                rows without padding) split into its Y plane, then U, then V (width/2 x height
 ///                each); the reader interleaves them back
+///                bit 4 (version 4, with bits 2 and 3) the chunks not stored as they are are delta
+///                bit-planes, not LZ4: k = 3 × bands, chunk i a band of whole rows of Y (i < k/3,
+///                rows of width bytes), U or V (width/2 bytes). Per row: each byte less the byte
+///                above it (the band's first row less 128), mod 256, zigzag-coded (d ≥ 0 → 2d,
+///                d < 0 → −2d − 1 of the signed byte); the row in blocks of 16 codes (the last
+///                padded with 0); first ceil(blocks / 2) bytes of widths (block 2j in the low
+///                nibble of byte j, 0…8: the bits of the block's largest code), then each block's
+///                width × 2 bytes: bit plane 0 first, bit i of plane p = bit p of code i (u16 LE)
 ///   6  2  reserved (0)
 ///   8  4  stored payload length S
 ///  12  4  raw payload length (the frame's bytesUsed)
@@ -63,10 +71,10 @@ public enum RawDumpFormat {
     public static let fileMagic: [UInt8] = Array("VFDUMP\r\n".utf8)
     public static let recordMagic: UInt32 = 0x4352_4656  // "VFRC" little-endian
     public static let trailerMagic: [UInt8] = Array("VFIDXEND".utf8)
-    public static let version: UInt16 = 3
-    /// Versions this build reads: 1 (frames only), 2 (frames and audio records) and 3 (frames
-    /// split into planes before compression).
-    public static let readableVersions: ClosedRange<Int> = 1...3
+    public static let version: UInt16 = 4
+    /// Versions this build reads: 1 (frames only), 2 (frames and audio records), 3 (frames
+    /// split into planes before LZ4) and 4 (planes in delta bit-planes).
+    public static let readableVersions: ClosedRange<Int> = 1...4
     public static let recordHeaderSize = 72
     public static let indexEntrySize = 32
     public static let trailerSize = 16
@@ -78,6 +86,7 @@ public enum RawDumpFormat {
     static let flagPixelsModified: UInt8 = 2
     static let flagChunked: UInt8 = 4
     static let flagPlanar422: UInt8 = 8
+    static let flagDeltaPlanes: UInt8 = 16
 
     /// The seed of a frame record's payload checksum: XXH64 of the header's first 64 bytes and the
     /// metadata, assembled in `scratch` (kept by the caller, so nothing is allocated per record).

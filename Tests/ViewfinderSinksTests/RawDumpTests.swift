@@ -163,9 +163,10 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         }
     }
 
-    /// `auto` splits packed 4:2:2 frames into planes (version 3): bit-exact back for YUYV and
-    /// UYVY whatever the thread count, flagged planar and chunked, noisy luma stored as it is while
-    /// smooth chroma shrinks; padded rows and small frames are not split and still read back.
+    /// `auto` splits packed 4:2:2 frames into planes coded as delta bit-planes (version 4):
+    /// bit-exact back for YUYV and UYVY whatever the thread count, flagged planar, chunked and
+    /// delta-coded, full-range noise in luma stored as it is while smooth chroma shrinks; padded
+    /// rows and small frames are not split and still read back.
     @Test(arguments: [(PixelFormat.yuyv, 1), (.yuyv, 2), (.uyvy, 3)])
     func autoSplitsPackedFramesIntoPlanesBitExact(_ pf: PixelFormat, _ threads: Int) throws {
         let dir = makeTempDirectory("planar-\(threads)")
@@ -196,7 +197,7 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try writer.close()
         #expect(writer.framesSplit == 4)
         let reader = try RawDumpReader(path: path)
-        #expect(reader.version == 3)
+        #expect(reader.version == 4)
         let back = Frame(capacity: fmt.maxByteCount, format: fmt)
         let data = try Data(contentsOf: URL(fileURLWithPath: path))
         for i in 0..<4 {
@@ -205,7 +206,7 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             let e = reader.entries[i]
             // Luma (half the bytes) is stored, chroma shrinks: between half and all of the frame.
             #expect(e.storedLength < e.rawLength && e.storedLength > e.rawLength / 2, "frame \(i): \(e.storedLength) of \(e.rawLength)")
-            #expect(data[Int(e.offset) + 5] & 12 == 12, "planar and chunked flags")
+            #expect(data[Int(e.offset) + 5] & 28 == 28, "planar, chunked and delta bit-plane flags")
         }
         // A damaged planar record is a typed error, never a crash.
         var bad = data
@@ -234,6 +235,92 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             try RawDumpReader(path: path).read(0, into: back)
             #expect(Array(back.bytes) == Array(f.bytes))
         }
+    }
+
+    /// Sensor noise on a photograph-like picture (a smooth gradient with edges plus noise of a few
+    /// levels in every byte): the delta bit-planes shrink the whole frame, luma included, where
+    /// LZ4 stores the luma as it is; back bit-exact.
+    @Test func noisyFramesShrinkInDeltaBitPlanesWhereLZ4CannotShrinkThem() throws {
+        let dir = makeTempDirectory("dbp-noise")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fmt = FrameFormat(.yuyv, width: 1280, height: 720)
+        let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+        var rng = UInt64(7)
+        let p = f.data.assumingMemoryBound(to: UInt8.self)
+        for y in 0..<fmt.height {
+            for x in 0..<(2 * fmt.width) {
+                rng = rng &* 6364136223846793005 &+ 1442695040888963407
+                let noise = Int(rng >> 61) - 4                      // -4…3
+                let base = x % 2 == 0 ? (x / 8 + y / 4 + (x > 1200 ? 60 : 0)) : 128 + (y / 16) - (x / 64)
+                p[y * fmt.bytesPerRow + x] = UInt8(clamping: base + noise)
+            }
+        }
+        f.bytesUsed = fmt.maxByteCount
+        var sizes: [RawDumpCompression: UInt64] = [:]
+        for c in [RawDumpCompression.auto, .lz4] {
+            let path = dir + "/\(c).vfdump"
+            let writer = try RawDumpWriter(path: path, format: fmt, compression: c)
+            try writer.append(f)
+            try writer.close()
+            let reader = try RawDumpReader(path: path, verify: true)
+            let back = Frame(capacity: fmt.maxByteCount, format: fmt)
+            try reader.read(0, into: back)
+            #expect(Array(back.bytes) == Array(f.bytes), "\(c)")
+            sizes[c] = UInt64(reader.entries[0].storedLength)
+        }
+        let raw = UInt64(fmt.maxByteCount)
+        // 3-bit noise and small steps: about 4 bits a byte against LZ4's nothing.
+        #expect(sizes[.auto]! < raw * 6 / 10, "auto \(sizes[.auto]!) of \(raw)")
+        #expect(sizes[.auto]! < sizes[.lz4]!)
+    }
+
+    /// Planar records of version 3 (LZ4 planes) still read: a dump written that way (the writer's
+    /// test switch), its version field set back to 3, reads back bit-exact; a version 3 dump
+    /// claiming delta bit-planes is a typed error.
+    @Test func version3PlanarRecordsStillRead() throws {
+        let dir = makeTempDirectory("v3-planar")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fmt = FrameFormat(.yuyv, width: 1280, height: 720)
+        let path = dir + "/v.vfdump"
+        let writer = try RawDumpWriter(path: path, format: fmt)
+        writer.planesInLZ4 = true
+        let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+        var written: [[UInt8]] = []
+        for i in 0..<2 {
+            fillFrame(f, index: i, noise: 2)
+            try writer.append(f)
+            written.append(Array(f.bytes))
+        }
+        try writer.close()
+        #expect(writer.framesSplit == 2)
+        var data = try Data(contentsOf: URL(fileURLWithPath: path))
+        func setVersion(_ v: UInt8) {
+            data[8] = v; data[9] = 0
+            let jsonLength = Int(data[12]) | Int(data[13]) << 8 | Int(data[14]) << 16 | Int(data[15]) << 24
+            let sum = data.withUnsafeBytes { XXHash64.hash(UnsafeRawBufferPointer(rebasing: $0[0..<(16 + jsonLength)])) }
+            withUnsafeBytes(of: sum.littleEndian) { for (k, b) in $0.enumerated() { data[16 + jsonLength + k] = b } }
+        }
+        setVersion(3)
+        let old = dir + "/old.vfdump"
+        try data.write(to: URL(fileURLWithPath: old))
+        let reader = try RawDumpReader(path: old)
+        #expect(reader.version == 3)
+        let back = Frame(capacity: fmt.maxByteCount, format: fmt)
+        for i in 0..<2 {
+            #expect(data[Int(reader.entries[i].offset) + 5] & 28 == 12, "LZ4 planes")
+            try reader.read(i, into: back)
+            #expect(Array(back.bytes) == written[i])
+        }
+        // A version 4 file's delta-coded record in a file that says version 3.
+        let w4 = dir + "/w4.vfdump"
+        let writer4 = try RawDumpWriter(path: w4, format: fmt)
+        try writer4.append(f)
+        try writer4.close()
+        data = try Data(contentsOf: URL(fileURLWithPath: w4))
+        setVersion(3)
+        try data.write(to: URL(fileURLWithPath: w4 + ".3"))
+        let r3 = try RawDumpReader(path: w4 + ".3")
+        #expect(throws: DumpError.self) { try r3.read(0, into: back) }
     }
 
     /// Dumps of versions 1 and 2 still read: a file written packed (`lz4`, the only layout those

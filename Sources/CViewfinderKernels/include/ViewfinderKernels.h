@@ -138,6 +138,16 @@ void vf_copy_streaming(void *dst, const void *src, size_t n);
 /// keeps for reuse (which the resident set includes) by it.
 long long vf_heap_in_use_bytes(void);
 
+/// Delta bit-planes (see deltaplanes.c): the most bytes `vf_dbp_encode` writes for a plane.
+size_t vf_dbp_bound(size_t rowBytes, size_t rows);
+/// Codes `rows` rows of `rowBytes` bytes (contiguous) into `dst` (at least `vf_dbp_bound` bytes);
+/// returns the bytes written.
+size_t vf_dbp_encode(const uint8_t *src, size_t rowBytes, size_t rows, uint8_t *dst);
+/// Decodes exactly `srcLength` bytes into `rows` rows of `rowBytes` bytes; 0, or -1 when the
+/// input is damaged (a width above 8, too short, or bytes left over). Never reads past `src +
+/// srcLength` or writes past the plane.
+int vf_dbp_decode(const uint8_t *src, size_t srcLength, size_t rowBytes, size_t rows, uint8_t *dst);
+
 #ifdef __cplusplus
 }
 #endif
