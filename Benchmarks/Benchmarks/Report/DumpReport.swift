@@ -134,7 +134,7 @@ func runDumpReport(quick: Bool) throws {
     let photo = photos.first
     print("== Raw dump to tmpfs, YUYV, frames held in memory (medians of \(runs) runs, min–max)")
     if photo == nil { print("  (no photograph: the real-picture rows are skipped)") }
-    print("   (auto, lz4 and none interleaved on the same frames; auto: packed 4:2:2 split into Y, U, V planes band by band and compressed as LZ4 chunks on \(min(4, ProcessInfo.processInfo.activeProcessorCount)) threads, luma at acceleration 64, chroma at 32; chunks a probe finds LZ4 would shrink by < 10 % are stored as they are)")
+    print("   (auto, lz4 and none interleaved on the same frames; auto: packed 4:2:2 split into Y, U, V planes band by band and coded as delta bit-planes (dump version 4) on \(min(4, ProcessInfo.processInfo.activeProcessorCount)) threads; bands the code cannot shrink are stored as they are)")
     for (w, h) in liveOnly ? [(1920, 1080)] : [(1920, 1080), (3840, 2160)] {
         let n = w > 2000 ? 8 : 24
         let total = quick ? (w > 2000 ? 60 : 150) : (w > 2000 ? 120 : 300)
