@@ -115,5 +115,13 @@ int main(int argc, char **argv) {
     printf("lk_tensor %.9g %.9g %.9g\n", t3[0], t3[1], t3[2]);
     vf_lk_mismatch(img + 2 * S + 2, S, img + 5 * S + 9, S, 1, 31, 29, 0.3125f, 0.71875f, m2);
     printf("lk_mismatch %.9g %.9g\n", m2[0], m2[1]);
+
+    // Delta bit-planes (dump version 4): the same bytes from the SSE2 and the portable code, for
+    // a width with a padded last block, and back bit-exact.
+    static uint8_t dbpIn[77 * 9], dbpBack[77 * 9], dbpOut[77 * 9 * 2 + 64];
+    for (int i = 0; i < 77 * 9; i++) dbpIn[i] = (uint8_t)(img[S + i] / 8 + (next() & 7));
+    size_t dbpN = vf_dbp_encode(dbpIn, 77, 9, dbpOut);
+    int dbpOK = vf_dbp_decode(dbpOut, dbpN, 77, 9, dbpBack) == 0 && memcmp(dbpIn, dbpBack, sizeof dbpIn) == 0;
+    printf("dbp_encode %zu %016llx %d\n", dbpN, (unsigned long long)fnv(dbpOut, dbpN), dbpOK);
     return 0;
 }
