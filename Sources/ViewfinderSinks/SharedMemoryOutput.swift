@@ -6,7 +6,7 @@ import Viewfinder
 /// without a copy on their side. See <doc:SharedMemoryRing> for the layout.
 ///
 /// The ring's writer never waits for readers. By default the output publishes on the engine's
-/// stage thread, as each frame leaves the stage chain (``FrameConsumer/consumesOnStageThread``):
+/// stage thread, as each frame leaves the stage chain (`FrameConsumer.consumesOnStageThread`):
 /// the publish is one copy of the frame (~0.25 ms at 1080p YUYV) and never waits, and no thread
 /// hand-off stands between the stages and the readers (on a 2-core VM that hand-off's wake-up was
 /// most of the latency's tail). With `onStageThread: false` it runs on a thread of its own behind
