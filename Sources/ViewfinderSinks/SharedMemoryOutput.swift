@@ -22,8 +22,7 @@ public final class SharedMemoryOutput: FrameConsumer, @unchecked Sendable {
     public var ringCapacity: Int { 4 }
     /// Whether frames are published on the stage thread (the default) or on a thread of the
     /// output's own.
-    public let publishesOnStageThread: Bool
-    public var consumesOnStageThread: Bool { publishesOnStageThread }
+    public let consumesOnStageThread: Bool
     private let logger: Logger
     private var writer: ShmRingWriter?
     private struct Published { var frames: UInt64 = 0; var mismatched: UInt64 = 0; var replacedStale: Int32?; var error: (any Error)? }
@@ -31,7 +30,7 @@ public final class SharedMemoryOutput: FrameConsumer, @unchecked Sendable {
 
     public init(name ringName: String, slots: Int = 8, consumerName: String = "shm", onStageThread: Bool = true,
                 logger: Logger = Logger(label: "viewfinder.shm")) {
-        self.publishesOnStageThread = onStageThread
+        self.consumesOnStageThread = onStageThread
         self.ringName = ringName
         self.slotCount = slots
         self.consumerName = consumerName
