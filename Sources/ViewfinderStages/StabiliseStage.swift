@@ -6,7 +6,7 @@ public struct StabiliseOptions: StageOptions {
     public var lookahead: Int = 15
     /// Time constant of the planned camera path, frames: motion slower than a period of about
     /// 2π × this follows the camera, faster motion is removed (as long as the crop allows).
-    public var smoothing: Double = 14
+    public var smoothing: Double = 30
     /// Fraction of the picture kept after the crop that hides the borders (zoom = 1/keep).
     public var keep: Double = 0.9
     /// Whether to correct rotation as well as translation.

@@ -27,7 +27,7 @@ enum TestMotion {
 
 /// Runs the planner as the stage does: frame t is planned when frames up to t + lookahead are
 /// known (fewer at the end), and shown as planned.
-func plannedPath(_ camera: [Double], lookahead: Int, margin: Double, timeConstant: Double = 14, jerk: Double = 0, predict: Int = 30, trend: Int = 24, terminal: Double = 0.05) -> [Double] {
+func plannedPath(_ camera: [Double], lookahead: Int, margin: Double, timeConstant: Double = 30, jerk: Double = 0, predict: Int = 30, trend: Int = 24, terminal: Double = 0.05) -> [Double] {
     var p = CameraPathPlanner(maxLookahead: lookahead, timeConstant: timeConstant, jerk: jerk, predictFrames: predict, trendFrames: trend, terminal: terminal)
     var out: [Double] = []
     for t in camera.indices {
@@ -121,12 +121,43 @@ struct PathPlannerTests {
         #expect(left[15]! <= left[0]! + 1, "\(m.name): look-ahead 15 \(left[15]!) % vs 0 \(left[0]!) %")
     }
 
+    /// The issue's own measure on the planner alone: the planned path minus its 15-frame moving
+    /// average, over the camera's (a pan's ramps count on both sides).
+    ///
+    /// A pan's own start and stop count as jitter here, so even a path that follows the intended
+    /// pan exactly leaves some (fast pan 4 px/frame with a 10-frame ramp: 21.5 %; a pan that starts
+    /// and stops: 21.1 %); a path that removes them must start turning before the pan does, which
+    /// look-ahead 15 allows only in part. So: shake, bounce and drift ≤ 8 % at look-ahead 15, and
+    /// every pan below what following the intended motion exactly would leave.
+    @Test("the issue's measure (path minus its 15-frame moving average): shake ≤ 8 %, pans below following the intention exactly", arguments: motions)
+    func issueMeasure(_ m: Motion) {
+        let c = m.camera
+        let camera = highFrequencyRMS(c)
+        let followingIntention = m.intendedIsJitter ? 100 : highFrequencyRMS(m.intended) / camera * 100
+        var line = m.name + String(format: ": following the intention exactly %.1f %%;", followingIntention)
+        var left: [Int: Double] = [:]
+        for lookahead in [0, 5, 15] {
+            let p = plannedPath(c, lookahead: lookahead, margin: m.margin)
+            left[lookahead] = highFrequencyRMS(p) / camera * 100
+            line += String(format: " look-ahead %d %.1f %%", lookahead, left[lookahead]!)
+            #expect(left[lookahead]! < 100, "\(m.name), look-ahead \(lookahead): worse than the camera")
+        }
+        print(line)
+        if followingIntention < 1 || m.intendedIsJitter {
+            #expect(left[15]! <= 8, "\(m.name): \(left[15]!) % left at look-ahead 15")
+        } else {
+            #expect(left[15]! < followingIntention, "\(m.name): \(left[15]!) % left at look-ahead 15, following the intention exactly leaves \(followingIntention) %")
+        }
+    }
+
     @Test("a steady pan is followed without lag: the plan's offset from the camera stays small once under way")
     func steadyPanNoLag() {
-        let c = TestMotion.pan(200, speed: 5, still: 0, ramp: 1)
+        // The pull toward the camera has a time constant of 30 frames (the stage's default
+        // `smoothing`): a pan that started from rest is caught up within about four of them.
+        let c = TestMotion.pan(240, speed: 5, still: 0, ramp: 1)
         for lookahead in [0, 15] {
             let p = plannedPath(c, lookahead: lookahead, margin: 32)
-            let lag = zip(p, c).dropFirst(60).map { abs($0 - $1) }.max()!
+            let lag = zip(p, c).dropFirst(120).map { abs($0 - $1) }.max()!
             #expect(lag < 1, "look-ahead \(lookahead): lag \(lag) px on a 5 px/frame pan")
         }
     }

@@ -43,6 +43,9 @@ func fetchEvaluationPhotos() -> [EvalPhoto] {
     let sets: [(String, String, [String])] = [
         ("lomiri-wallpapers-16.04", "x/usr/share/backgrounds", ["Bridge_by_Sander_Klootwijk.jpg", "aitzgorri_by_Aitzol_Berasategi.jpg", "Dragonfly_by_Bolly.jpg", "Wine_by_Jakkub_Mede.jpg"]),
         ("mate-backgrounds", "m/usr/share/backgrounds/mate/nature", ["Garden.jpg", "Dune.jpg", "Storm.jpg", "Wood.jpg"]),
+        // A third package, photographers of its own: boats at dusk, a pier in fog (low texture),
+        // a forest path, a kite in a blue sky (almost no texture).
+        ("plasma-workspace-wallpapers", "p/usr/share/wallpapers", ["EveningGlow/contents/images/2560x1600.jpg", "ColdRipple/contents/images/2560x1600.jpg", "Path/contents/images/2560x1600.jpg", "Kite/contents/images/2560x1600.jpg"]),
     ]
     var out: [EvalPhoto] = []
     for (package, sub, names) in sets {
@@ -53,7 +56,7 @@ func fetchEvaluationPhotos() -> [EvalPhoto] {
             if c != 0 { print("  \(package) not fetched (apt-get download failed: \(o.prefix(120)))") }
         }
         for (n, p) in zip(names, paths) where FileManager.default.fileExists(atPath: p) {
-            out.append(EvalPhoto(package: package, path: p, name: n.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")))
+            out.append(EvalPhoto(package: package, path: p, name: n.components(separatedBy: "/").first!.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")))
         }
     }
     return out
@@ -185,7 +188,8 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
 
 /// The estimator on one photograph and motion of the set, frame by frame against the truth.
 func diagnoseMotion(_ photo: String, motion: Int) throws {
-    guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag") else { print("not decoded"); return }
+    let cacheName = URL(fileURLWithPath: photo).path.replacingOccurrences(of: "/", with: "_")
+    guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag-\(cacheName)") else { print("not decoded"); return }
     let path = "/tmp/viewfinder-stab-motions/diag.y4m"
     let truth = try filmMotion(picture, CameraMotion.all[motion], frames: 60, seed: 1, to: path)
     let r = try Y4MReader(path: path)
@@ -242,8 +246,8 @@ func interFrameFidelity(_ seq: [RegImage]) -> Double {
 
 func runStabiliseMotions(quick: Bool) throws {
     print("\n== Stabilisation on an evaluation set of real photographs (two Debian packages), camera motions at 640x360, vs FFmpeg on the same input")
-    let peers = shell("ffmpeg -hide_banner -filters 2>/dev/null | grep -c vidstab").1.trimmingCharacters(in: .whitespacesAndNewlines) != "0"
-    if !peers { print("  ffmpeg with vidstab not found: peers not run") }
+    let hasVidstab = shell("ffmpeg -hide_banner -filters 2>/dev/null | grep -c vidstab").1.trimmingCharacters(in: .whitespacesAndNewlines) != "0"
+    if !hasVidstab { print("  ffmpeg with vidstab not found: peers not run") }
     var photos = fetchEvaluationPhotos()
     guard !photos.isEmpty else { print("  no photographs: not run"); return }
     // Two per package (one with --quick), alternating packages.
@@ -251,6 +255,14 @@ func runStabiliseMotions(quick: Bool) throws {
     var chosen: [EvalPhoto] = []
     for pkg in Set(photos.map(\.package)).sorted() { chosen += photos.filter { $0.package == pkg }.prefix(perPackage) }
     photos = chosen
+    // For iterating on one case: VF_STAB_PHOTOS=Bridge,Garden (any photograph of the set),
+    // VF_STAB_MOTIONS=3,5 (indices into CameraMotion.all), VF_STAB_PEERS=0 (ours only).
+    let env = ProcessInfo.processInfo.environment
+    if let names = env["VF_STAB_PHOTOS"]?.split(separator: ",").map(String.init) {
+        photos = fetchEvaluationPhotos().filter { names.contains($0.name) }
+    }
+    let motionFilter = env["VF_STAB_MOTIONS"].map { Set($0.split(separator: ",").compactMap { Int($0) }) }
+    let peers = hasVidstab && env["VF_STAB_PEERS"] != "0"
     let frames = quick ? 120 : 180
     let dir = "/tmp/viewfinder-stab-motions"
     _ = shell("mkdir -p \(dir)")
@@ -258,23 +270,32 @@ func runStabiliseMotions(quick: Bool) throws {
     // Per label: (motion index, jitter %, ITF dB, kept, border %)
     var results: [String: [(Int, Double, Double, Double, Double)]] = [:]
     var inputITF: [Int: [Double]] = [:]
+    // Per look-ahead: (motion index, jitter % from the filmed truth and the stage's corrections).
+    var truthJitter: [Int: [(Int, Double)]] = [:]
     var seed: UInt64 = 100
     for photo in photos {
         guard let picture = SourcePicture(photo: photo.path, cache: "\(dir)/\(photo.name)") else { print("  \(photo.name): not decoded"); continue }
         print("  \(photo.name) (\(photo.package))")
         for (mi, motion) in CameraMotion.all.enumerated() {
             seed += 1
+            if let motionFilter, !motionFilter.contains(mi) { continue }
             let input = "\(dir)/in.y4m"
-            try filmMotion(picture, motion, frames: frames, seed: seed, to: input)
+            let truth = try filmMotion(picture, motion, frames: frames, seed: seed, to: input)
             let inL = try readLumas(input)
             let mIn = measure(inL, input: inL)
             inputITF[mi, default: []].append(interFrameFidelity(inL))
             var outputs: [(String, String)] = []
+            var truthLine = ""
             for la in [0, 5, 15] {
                 let out = "\(dir)/ours-\(la).y4m"
                 var corr: [MotionEstimate] = []
                 _ = try runOurStabiliser(input: input, output: out, copyFrames: .never, lookahead: la, corrections: &corr)
                 outputs.append((labels[la == 0 ? 0 : (la == 5 ? 1 : 2)], out))
+                // Exact for our stage: the output shows the content at the filmed truth moved by
+                // the stage's correction, so its path needs no registration.
+                let tj = truthBasedJitter(truth, corr)
+                truthJitter[la, default: []].append((mi, tj))
+                truthLine += String(format: " L%d %.1f %%", la, tj)
             }
             if peers {
                 let ff = "ffmpeg -hide_banner -loglevel error -y -threads 1 -filter_threads 1 -i \(input)"
@@ -293,7 +314,7 @@ func runStabiliseMotions(quick: Bool) throws {
                 results[label, default: []].append((mi, jitter, itf, m.kept, m.borderFraction * 100))
                 line += String(format: " %@ %.1f %% %.1f dB;", label.components(separatedBy: ",").last!.trimmingCharacters(in: .whitespaces).components(separatedBy: " ").prefix(2).joined(separator: " "), jitter, itf)
             }
-            print(line)
+            print(line + " | ours from truth:" + truthLine)
         }
     }
     // Per motion, mean over the photographs; then worst and mean over the motions.
@@ -312,6 +333,24 @@ func runStabiliseMotions(quick: Bool) throws {
         }
         print(s)
     }
+    print("  ours from the filmed truth and the stage's own corrections (no registration), jitter left %, mean over the photographs:")
+    var th = "    " + "motion".padding(toLength: 40, withPad: " ", startingAt: 0)
+    for la in [0, 5, 15] { th += String(format: " | look-ahead %2d", la) }
+    print(th)
+    for (mi, motion) in CameraMotion.all.enumerated() {
+        var s = "    " + motion.name.padding(toLength: 40, withPad: " ", startingAt: 0)
+        for la in [0, 5, 15] {
+            let r = (truthJitter[la] ?? []).filter { $0.0 == mi }.map(\.1)
+            s += r.isEmpty ? " | n/a          " : String(format: " | %5.1f %% (max %5.1f)", r.reduce(0, +) / Double(r.count), r.max()!)
+        }
+        print(s)
+    }
+    for la in [0, 5, 15] {
+        let r = (truthJitter[la] ?? []).map(\.1)
+        guard !r.isEmpty else { continue }
+        let pan = (truthJitter[la] ?? []).filter { CameraMotion.all[$0.0].pans }.map(\.1)
+        print(String(format: "    look-ahead %2d: mean %.1f %%, worst %.1f %%; panning mean %.1f %%; sequences within 8 %%: %d of %d", la, r.reduce(0, +) / Double(r.count), r.max()!, pan.reduce(0, +) / Double(max(pan.count, 1)), r.filter { $0 <= 8 }.count, r.count))
+    }
     print("  over all sequences:")
     for l in labels {
         guard let r = results[l], !r.isEmpty else { continue }
@@ -323,4 +362,26 @@ func runStabiliseMotions(quick: Bool) throws {
                    still.map(\.1).reduce(0, +) / Double(max(still.count, 1)), still.map(\.1).max() ?? 0,
                    r.map(\.2).reduce(0, +) / k, r.map(\.3).reduce(0, +) / k * 100, r.map(\.3).min()! * 100, r.map(\.4).max()!))
     }
+}
+
+/// Jitter left by our stage from the filmed truth and its corrections: the output shows the content
+/// at R(ca)·T + c (T the content's true displacement, c and ca the stage's correction), the same
+/// composition the stage applies; jitter = that path minus its 15-frame moving average, RMS, over
+/// the truth's own (mean of the two axes' ratios' numerators and denominators, as `measure`).
+func truthBasedJitter(_ truth: (x: [Double], y: [Double], a: [Double]), _ corr: [MotionEstimate]) -> Double {
+    let n = min(truth.x.count, corr.count)
+    guard n > 20 else { return 0 }
+    var ox: [Double] = [], oy: [Double] = []
+    for t in 0..<n {
+        // The input's pose in the stage's terms: frame t shows the content turned by the camera's
+        // angle, so its displacement from frame 0 is R(a_t)·(T_t − T_0) (during a pan of hundreds
+        // of pixels the shake's rotation turns that displacement by pixels).
+        let dx = truth.x[t] - truth.x[0], dy = truth.y[t] - truth.y[0], a = truth.a[t]
+        let tx = cos(a) * dx - sin(a) * dy, ty = sin(a) * dx + cos(a) * dy
+        let c = corr[t], co = cos(c.angle), si = sin(c.angle)
+        ox.append(co * tx + si * ty + c.dx)
+        oy.append(-si * tx + co * ty + c.dy)
+    }
+    let input = highFrequencyRMS(Array(truth.x[0..<n])) + highFrequencyRMS(Array(truth.y[0..<n]))
+    return (highFrequencyRMS(ox) + highFrequencyRMS(oy)) / max(input, 1e-9) * 100
 }
