@@ -134,7 +134,7 @@ struct SourcePicture {
 /// Returns the content's true displacement per frame (x, y in pixels, angle in radians; the
 /// camera's pose negated).
 @discardableResult
-func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String) throws -> (x: [Double], y: [Double], a: [Double]) {
+func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String) throws -> (x: [Double], y: [Double], a: [Double], zoom: [Double]) {
     let ow = 640, oh = 360
     let fmt = FrameFormat(.i420, width: ow, height: oh)
     let w = try Y4MWriter(path: path, format: fmt, interval: FrameInterval(numerator: 1, denominator: 30))
@@ -155,12 +155,12 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
     frame.bytesUsed = fmt.maxByteCount
     let y = frame.data.assumingMemoryBound(to: UInt8.self)
     let u = y + fmt.plane(1).offset, v = y + fmt.plane(2).offset
-    var truth: (x: [Double], y: [Double], a: [Double]) = ([], [], [])
+    var truth: (x: [Double], y: [Double], a: [Double], zoom: [Double]) = ([], [], [], [])
     for t in 0..<frames {
         let pose = poses[t]
         let px = cx + pose.x + sx[t], py = cy + pose.y + sy[t], th = sa[t]
         let co = cos(th) / pose.zoom, si = sin(th) / pose.zoom
-        truth.x.append(-(pose.x + sx[t])); truth.y.append(-(pose.y + sy[t])); truth.a.append(-th)
+        truth.x.append(-(pose.x + sx[t])); truth.y.append(-(pose.y + sy[t])); truth.a.append(-th); truth.zoom.append(pose.zoom)
         // Output pixel (i, j) sees the picture at centre + R(θ)·(offset) / zoom.
         for j in 0..<oh {
             let oy = Double(j) - Double(oh - 1) / 2
@@ -264,7 +264,7 @@ func runStabiliseMotions(quick: Bool) throws {
     let motionFilter = env["VF_STAB_MOTIONS"].map { Set($0.split(separator: ",").compactMap { Int($0) }) }
     let peers = hasVidstab && env["VF_STAB_PEERS"] != "0"
     let frames = quick ? 120 : 180
-    let dir = "/tmp/viewfinder-stab-motions"
+    let dir = ProcessInfo.processInfo.environment["VF_STAB_DIR"] ?? "/tmp/viewfinder-stab-motions"
     _ = shell("mkdir -p \(dir)")
     let labels = ["ours, look-ahead 0", "ours, look-ahead 5", "ours, look-ahead 15", "vidstab (two passes, smoothing 15)", "deshake"]
     // Per label: (motion index, jitter %, ITF dB, kept, border %)
@@ -272,6 +272,7 @@ func runStabiliseMotions(quick: Bool) throws {
     var inputITF: [Int: [Double]] = [:]
     // Per look-ahead: (motion index, jitter % from the filmed truth and the stage's corrections).
     var truthJitter: [Int: [(Int, Double)]] = [:]
+    var intendedFloor: [Int: [Double]] = [:]
     var seed: UInt64 = 100
     for photo in photos {
         guard let picture = SourcePicture(photo: photo.path, cache: "\(dir)/\(photo.name)") else { print("  \(photo.name): not decoded"); continue }
@@ -314,7 +315,12 @@ func runStabiliseMotions(quick: Bool) throws {
                 results[label, default: []].append((mi, jitter, itf, m.kept, m.borderFraction * 100))
                 line += String(format: " %@ %.1f %% %.1f dB;", label.components(separatedBy: ",").last!.trimmingCharacters(in: .whitespaces).components(separatedBy: " ").prefix(2).joined(separator: " "), jitter, itf)
             }
-            print(line + " | ours from truth:" + truthLine)
+            // The floor of a stabiliser that shows exactly the intended motion: a pan's own start
+            // and stop count as jitter in this measure.
+            let ix = (0..<frames).map { motion.intended($0).x }, iy = (0..<frames).map { motion.intended($0).y }
+            let floor = (highFrequencyRMS(ix) + highFrequencyRMS(iy)) / max(highFrequencyRMS(truth.x) + highFrequencyRMS(truth.y), 1e-9) * 100
+            intendedFloor[mi, default: []].append(motion.name.hasPrefix("walking") ? 0 : floor)
+            print(line + " | ours from truth:" + truthLine + String(format: " | showing the intended motion exactly: %.1f %%", floor))
         }
     }
     // Per motion, mean over the photographs; then worst and mean over the motions.
@@ -336,6 +342,7 @@ func runStabiliseMotions(quick: Bool) throws {
     print("  ours from the filmed truth and the stage's own corrections (no registration), jitter left %, mean over the photographs:")
     var th = "    " + "motion".padding(toLength: 40, withPad: " ", startingAt: 0)
     for la in [0, 5, 15] { th += String(format: " | look-ahead %2d", la) }
+    th += " | the intended motion shown exactly"
     print(th)
     for (mi, motion) in CameraMotion.all.enumerated() {
         var s = "    " + motion.name.padding(toLength: 40, withPad: " ", startingAt: 0)
@@ -343,6 +350,7 @@ func runStabiliseMotions(quick: Bool) throws {
             let r = (truthJitter[la] ?? []).filter { $0.0 == mi }.map(\.1)
             s += r.isEmpty ? " | n/a          " : String(format: " | %5.1f %% (max %5.1f)", r.reduce(0, +) / Double(r.count), r.max()!)
         }
+        if let f = intendedFloor[mi], !f.isEmpty { s += String(format: " | %5.1f %%", f.reduce(0, +) / Double(f.count)) }
         print(s)
     }
     for la in [0, 5, 15] {
@@ -368,19 +376,26 @@ func runStabiliseMotions(quick: Bool) throws {
 /// at R(ca)·T + c (T the content's true displacement, c and ca the stage's correction), the same
 /// composition the stage applies; jitter = that path minus its 15-frame moving average, RMS, over
 /// the truth's own (mean of the two axes' ratios' numerators and denominators, as `measure`).
-func truthBasedJitter(_ truth: (x: [Double], y: [Double], a: [Double]), _ corr: [MotionEstimate]) -> Double {
+func truthBasedJitter(_ truth: (x: [Double], y: [Double], a: [Double], zoom: [Double]), _ corr: [MotionEstimate]) -> Double {
     let n = min(truth.x.count, corr.count)
     guard n > 20 else { return 0 }
     var ox: [Double] = [], oy: [Double] = []
+    // The input's path as a perfect estimator would give it to the stage: each frame's motion
+    // from the one before (content displacement about the centre: the camera's move turned by
+    // its angle and scaled by its zoom), composed as the stage composes them.
+    var px = 0.0, py = 0.0
     for t in 0..<n {
-        // The input's pose in the stage's terms: frame t shows the content turned by the camera's
-        // angle, so its displacement from frame 0 is R(a_t)·(T_t − T_0) (during a pan of hundreds
-        // of pixels the shake's rotation turns that displacement by pixels).
-        let dx = truth.x[t] - truth.x[0], dy = truth.y[t] - truth.y[0], a = truth.a[t]
-        let tx = cos(a) * dx - sin(a) * dy, ty = sin(a) * dx + cos(a) * dy
+        if t > 0 {
+            let a = truth.a[t], z = truth.zoom[t], da = a - truth.a[t - 1]
+            let dx = truth.x[t] - truth.x[t - 1], dy = truth.y[t] - truth.y[t - 1]
+            let mx = z * (cos(a) * dx - sin(a) * dy), my = z * (sin(a) * dx + cos(a) * dy)
+            // The stage's composition: p_t = Rs(angle)·p_{t−1} + d, angle = −Δa here.
+            let co = cos(-da), si = sin(-da)
+            (px, py) = (co * px + si * py + mx, -si * px + co * py + my)
+        }
         let c = corr[t], co = cos(c.angle), si = sin(c.angle)
-        ox.append(co * tx + si * ty + c.dx)
-        oy.append(-si * tx + co * ty + c.dy)
+        ox.append(co * px + si * py + c.dx)
+        oy.append(-si * px + co * py + c.dy)
     }
     let input = highFrequencyRMS(Array(truth.x[0..<n])) + highFrequencyRMS(Array(truth.y[0..<n]))
     return (highFrequencyRMS(ox) + highFrequencyRMS(oy)) / max(input, 1e-9) * 100
