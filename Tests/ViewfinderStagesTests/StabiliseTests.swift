@@ -72,17 +72,7 @@ struct StabiliseTests {
             return v + 35 * tanh((y - 290) / 2)
         }
         func frame(dx: Double, dy: Double, angle: Double, rng: inout TestRNG) -> Frame {
-            let fr = Frame(capacity: f.maxByteCount, format: f)
-            let cx = Double(f.width - 1) / 2, cy = Double(f.height - 1) / 2
-            let co = cos(-angle), si = sin(-angle)
-            var r = rng
-            fill(fr) { x, y in
-                let qx = Double(x) - cx - dx, qy = Double(y) - cy - dy
-                let v = scene(co * qx + si * qy + cx, -si * qx + co * qy + cy) + 1.5 * r.gaussian()
-                return UInt8(max(0, min(255, v.rounded())))
-            }
-            rng = r
-            return fr
+            renderedFrame(f, scene: scene, dx: dx, dy: dy, angle: angle, noise: 1.5, rng: &rng)
         }
         var rng = TestRNG(5)
         let a = frame(dx: 0, dy: 0, angle: 0, rng: &rng)
@@ -114,17 +104,7 @@ struct StabiliseTests {
             return v
         }
         func frame(dx: Double, dy: Double, angle: Double, rng: inout TestRNG) -> Frame {
-            let fr = Frame(capacity: f.maxByteCount, format: f)
-            let cx = Double(f.width - 1) / 2, cy = Double(f.height - 1) / 2
-            let co = cos(-angle), si = sin(-angle)
-            var r = rng
-            fill(fr) { x, y in
-                let qx = Double(x) - cx - dx, qy = Double(y) - cy - dy
-                let v = scene(co * qx + si * qy + cx, -si * qx + co * qy + cy) + 2 * r.gaussian()
-                return UInt8(max(0, min(255, v.rounded())))
-            }
-            rng = r
-            return fr
+            renderedFrame(f, scene: scene, dx: dx, dy: dy, angle: angle, noise: 2, rng: &rng)
         }
         var rng = TestRNG(11)
         let est = MotionEstimator(width: f.width, height: f.height)
@@ -375,4 +355,20 @@ struct DeadlineTests {
         fr.timestamp = Timestamp(nanoseconds: monotonicNanoseconds() - 5_000_000)
         #expect(s.process(fr) == .forward)
     }
+}
+
+/// A frame of `scene` (grey levels at picture coordinates) moved by (dx, dy) and turned by
+/// `angle` about the centre, with Gaussian sensor noise of `noise` levels.
+func renderedFrame(_ f: FrameFormat, scene: (Double, Double) -> Double, dx: Double, dy: Double, angle: Double, noise: Double, rng: inout TestRNG) -> Frame {
+    let fr = Frame(capacity: f.maxByteCount, format: f)
+    let cx = Double(f.width - 1) / 2, cy = Double(f.height - 1) / 2
+    let co = cos(-angle), si = sin(-angle)
+    var r = rng
+    fill(fr) { x, y in
+        let qx = Double(x) - cx - dx, qy = Double(y) - cy - dy
+        let v = scene(co * qx + si * qy + cx, -si * qx + co * qy + cy) + noise * r.gaussian()
+        return UInt8(max(0, min(255, v.rounded())))
+    }
+    rng = r
+    return fr
 }
