@@ -682,6 +682,92 @@ VF_DISPATCH(vf_merge_packed422,
             (const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yOffset, int uOffset),
             (y, u, v, dst, pairs, yOffset, uOffset))
 
+// MARK: Packed 4:2:2 warp row (vertical pass, split, horizontal resampling and merge in one call)
+
+VF_INLINE void warp_packed_tail(const uint8_t *py, const uint8_t *pu, const uint8_t *pv, const vf_warp_table *lt,
+                                const vf_warp_table *ct, uint8_t *out, ptrdiff_t fromPair, ptrdiff_t pairs, int yo, int uo) {
+    for (ptrdiff_t k = fromPair; k < pairs; k++) {
+        ptrdiff_t x0 = 2 * k, x1 = 2 * k + 1;
+        int32_t i0 = lt->index[x0], i1 = lt->index[x1], ic = ct->index[k];
+        int32_t a0 = py[i0], b0 = py[i0 + 1], a1 = py[i1], b1 = py[i1 + 1];
+        int32_t au = pu[ic], bu = pu[ic + 1], av = pv[ic], bv = pv[ic + 1];
+        int32_t wc = ct->weight[k];
+        out[4 * k + yo] = (uint8_t)(((a0 << 8) + (b0 - a0) * lt->weight[x0] + 128) >> 8);
+        out[4 * k + yo + 2] = (uint8_t)(((a1 << 8) + (b1 - a1) * lt->weight[x1] + 128) >> 8);
+        out[4 * k + uo] = (uint8_t)(((au << 8) + (bu - au) * wc + 128) >> 8);
+        out[4 * k + uo + 2] = (uint8_t)(((av << 8) + (bv - av) * wc + 128) >> 8);
+    }
+}
+
+static void warp_packed_row_portable(const vf_warp_packed_row *r) {
+    vf_warp_vertical_body(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp);
+    vf_split_packed422_body(r->tmp, 0, 2 * r->spanPairs, 1, r->yOffset, r->uOffset, r->planeY, r->planeU, r->planeV);
+    const uint8_t *py = r->planeY + r->whole, *pu = r->planeU + r->wholeC, *pv = r->planeV + r->wholeC;
+    vf_warp_resample_body(py, r->outY, 2 * r->pairs, r->luma.blocks, r->luma.blockBase, r->luma.blockShift, r->luma.blockWeight, r->luma.index, r->luma.weight);
+    vf_warp_resample_body(pu, r->outU, r->pairs, r->chroma.blocks, r->chroma.blockBase, r->chroma.blockShift, r->chroma.blockWeight, r->chroma.index, r->chroma.weight);
+    vf_warp_resample_body(pv, r->outV, r->pairs, r->chroma.blocks, r->chroma.blockBase, r->chroma.blockShift, r->chroma.blockWeight, r->chroma.index, r->chroma.weight);
+    vf_merge_packed422_body(r->outY, r->outU, r->outV, r->out, r->pairs, r->yOffset, r->uOffset);
+}
+
+#if VF_X86
+/// 16 outputs of one block (lane j reads p[j − z] and the next, as ``vf_warp_resample_avx2``), in 16-bit lanes.
+#define VF_RESAMPLE_BLOCK16(res, p, shifts, weights) do {                                                      \
+        __m128i off_ = _mm_sub_epi8(_mm256_castsi256_si128(ramp), _mm_loadu_si128((const __m128i *)(shifts)));   \
+        __m128i l_ = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p)), off_);                              \
+        __m128i r_ = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)((p) + 1)), off_);                        \
+        __m256i a_ = _mm256_cvtepu8_epi16(l_), c_ = _mm256_cvtepu8_epi16(r_);                                    \
+        __m256i w_ = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(weights)));                          \
+        __m256i v_ = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a_, _mm256_sub_epi16(full, w_)), \
+                                                                         _mm256_mullo_epi16(c_, w_)), round), 8); \
+        (res) = _mm_packus_epi16(_mm256_castsi256_si128(v_), _mm256_extracti128_si256(v_, 1));                    \
+    } while (0)
+
+/// Two luma blocks and one block each of U and V per step (32 pixels, 64 output bytes), resampled
+/// and interleaved in registers: the same integer blend as the portable passes, so the same bytes.
+VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
+    vf_warp_vertical_body(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp);
+    vf_split_packed422_body(r->tmp, 0, 2 * r->spanPairs, 1, r->yOffset, r->uOffset, r->planeY, r->planeU, r->planeV);
+    const uint8_t *py = r->planeY + r->whole, *pu = r->planeU + r->wholeC, *pv = r->planeV + r->wholeC;
+    const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
+    uint8_t *out = r->out;
+    const ptrdiff_t pairs = r->pairs;
+    for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)out + (uintptr_t)(4 * pairs + k)), 1);
+    ptrdiff_t steps = r->luma.blocks / 2 < r->chroma.blocks ? r->luma.blocks / 2 : r->chroma.blocks;
+    const int yFirst = r->yOffset == 0;
+    for (ptrdiff_t k = 0; k < steps; k++) {
+        __m128i y0, y1, u, v;
+        VF_RESAMPLE_BLOCK16(y0, py + r->luma.blockBase[2 * k], r->luma.blockShift + 32 * k, r->luma.blockWeight + 32 * k);
+        VF_RESAMPLE_BLOCK16(y1, py + r->luma.blockBase[2 * k + 1], r->luma.blockShift + 32 * k + 16, r->luma.blockWeight + 32 * k + 16);
+        VF_RESAMPLE_BLOCK16(u, pu + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
+        VF_RESAMPLE_BLOCK16(v, pv + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
+        __m128i uv0 = _mm_unpacklo_epi8(u, v), uv1 = _mm_unpackhi_epi8(u, v);
+        __m128i o0, o1, o2, o3;
+        if (yFirst) {
+            o0 = _mm_unpacklo_epi8(y0, uv0); o1 = _mm_unpackhi_epi8(y0, uv0);
+            o2 = _mm_unpacklo_epi8(y1, uv1); o3 = _mm_unpackhi_epi8(y1, uv1);
+        } else {
+            o0 = _mm_unpacklo_epi8(uv0, y0); o1 = _mm_unpackhi_epi8(uv0, y0);
+            o2 = _mm_unpacklo_epi8(uv1, y1); o3 = _mm_unpackhi_epi8(uv1, y1);
+        }
+        uint8_t *o = out + 64 * k;
+        _mm256_storeu_si256((__m256i *)o, _mm256_set_m128i(o1, o0));
+        _mm256_storeu_si256((__m256i *)(o + 32), _mm256_set_m128i(o3, o2));
+    }
+    if (r->yOffset == 0) warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 0, 1);
+    else warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 1, 0);
+}
+#undef VF_RESAMPLE_BLOCK16
+#endif
+
+void vf_warp_packed422_row(const vf_warp_packed_row *row) {
+#if VF_X86
+    if (vf_kernels_avx2_active()) { warp_packed_row_avx2(row); return; }
+#endif
+    warp_packed_row_portable(row);
+}
+
 // MARK: Lucas–Kanade (see MotionEstimator.swift)
 //
 // Float sums in eight lanes: sample k of a row goes to lane k mod 8, each lane adds in row order,

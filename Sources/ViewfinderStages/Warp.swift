@@ -161,6 +161,16 @@ public final class WarpWorkspace {
                          UnsafeRawPointer(blockWeight + k * blocks).assumingMemoryBound(to: UInt8.self),
                          index + k * maxWidth, weight + k * maxWidth)
     }
+
+    /// Phase k's tables for a row of n outputs, as ``resample(_:into:count:phase:)`` uses them.
+    @inline(__always)
+    func table(phase k: Int, count n: Int) -> vf_warp_table {
+        let full = n >= 16 && blocksUsable(phase: k) ? min(n / 16, blocks) : 0
+        return vf_warp_table(blockBase: UnsafePointer(blockBase + k * blocks),
+                             blockShift: UnsafeRawPointer(blockShift + k * blocks).assumingMemoryBound(to: Int8.self),
+                             blockWeight: UnsafeRawPointer(blockWeight + k * blocks).assumingMemoryBound(to: UInt8.self),
+                             index: UnsafePointer(index + k * maxWidth), weight: UnsafePointer(weight + k * maxWidth), blocks: full)
+    }
 }
 
 /// Bilinear warping of one channel of a frame (a plane, or the luma or a chroma component of a
@@ -280,19 +290,15 @@ public enum Warp {
                 }
                 continue
             }
-            verticalPass(sbase, bytesPerRow: bpr, columns: b0...b1, stride: 1, start: Int32((v0 * one).rounded()), step: step, into: tmp)
-            let out = dst + y &* bpr
-            // Luma column i of the row is tmp[2·(i − 2·firstPair) + lo8]; chroma pair j is
-            // tmp[4·(j − firstPair) + co8] (U) and +2 (V). Split them into planar rows, resample
-            // each, and interleave the results into the output row.
+            // Luma column i of the vertical pass's row is tmp[2·(i − 2·firstPair) + lo8]; chroma pair j
+            // is tmp[4·(j − firstPair) + co8] (U) and +2 (V). One call per row: the vertical pass, the
+            // split into planar rows, the resampling of each and the interleaving into the output row
+            // (`vf_warp_packed422_row`; its AVX2 build resamples and interleaves in registers).
             let rel = off - Double(2 * firstPair)
             let (whole, phase) = WarpWorkspace.split(rel)
             let offC = cm.b * Double(y) + cm.tx
             let relC = offC - Double(firstPair)
             let (wholeC, phaseC) = WarpWorkspace.split(relC)
-            let pairs = lastPair - firstPair + 1
-            let pY = ws.planes[0], pU = ws.planes[1], pV = ws.planes[2]
-            vf_split_packed422(tmp, 0, 2 * pairs, 1, Int32(lo8), Int32(co8), pY, pU, pV)
             guard wholeC >= 0, whole >= 0 else {
                 rowGeneral(Channel(base: source + lo8, width: w, height: h, bytesPerRow: bpr, pixelStride: 2), lumaDst, m, y, stride: 2)
                 for c in 0..<2 {
@@ -301,11 +307,15 @@ public enum Warp {
                 }
                 continue
             }
-            let oY = ws.outputs[0], oU = ws.outputs[1], oV = ws.outputs[2]
-            ws.resample(pY + whole, into: oY, count: w, phase: phase)
-            ws.resample(pU + wholeC, into: oU, count: cw, phase: phaseC)
-            ws.resample(pV + wholeC, into: oV, count: cw, phase: phaseC)
-            vf_merge_packed422(oY, oU, oV, out, cw, Int32(lo8), Int32(co8))
+            var row = vf_warp_packed_row(
+                source: sbase, bytesPerRow: bpr, first: b0, last: b1, start: Int32((v0 * one).rounded()), step: step,
+                tmp: tmp, spanPairs: lastPair - firstPair + 1,
+                planeY: ws.planes[0], planeU: ws.planes[1], planeV: ws.planes[2],
+                outY: ws.outputs[0], outU: ws.outputs[1], outV: ws.outputs[2],
+                whole: whole, wholeC: wholeC,
+                luma: ws.table(phase: phase, count: w), chroma: ws.table(phase: phaseC, count: cw),
+                out: dst + y &* bpr, pairs: cw, yOffset: Int32(lo8), uOffset: Int32(co8))
+            vf_warp_packed422_row(&row)
         }
     }
 

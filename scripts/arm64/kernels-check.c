@@ -109,6 +109,33 @@ int main(int argc, char **argv) {
     memset(out8, 0, sizeof out8);
     vf_warp_resample(img + S, out8, COUNT - 16, BLOCKS - 1, blockBase, blockShift, blockWeight, index_, weight);
     printf("warp_resample/odd %016llx\n", (unsigned long long)fnv(out8, COUNT - 16));
+    // A packed 4:2:2 row: vertical pass, split, resampling and interleaving in one call (both
+    // orders; luma block counts even and odd: the AVX2 copy's scalar tail).
+    {
+        enum { SPAN = 180, PAIRS = 164 };
+        static uint8_t prow[4 * SPAN + 128], pplanes[6][2 * SPAN + 128], packedOut[4 * PAIRS];
+        // Block tables that agree with index_/weight (as WarpWorkspace builds them: an output may
+        // come from either).
+        static int32_t pBase[BLOCKS];
+        static int8_t pShift[16 * BLOCKS];
+        static uint8_t pWeight[16 * BLOCKS];
+        for (int b = 0; b < BLOCKS; b++) {
+            pBase[b] = index_[16 * b];
+            for (int j = 0; j < 16; j++) { pShift[16 * b + j] = (int8_t)(j - (index_[16 * b + j] - pBase[b])); pWeight[16 * b + j] = (uint8_t)weight[16 * b + j]; }
+        }
+        for (int order = 0; order <= 1; order++) {
+            for (int lumaBlocks = BLOCKS; lumaBlocks >= BLOCKS - 1; lumaBlocks--) {
+                memset(packedOut, 0, sizeof packedOut);
+                vf_warp_table lt = { pBase, pShift, pWeight, index_, weight, lumaBlocks };
+                vf_warp_table ct = { pBase, pShift, pWeight, index_, weight, BLOCKS / 2 };
+                vf_warp_packed_row r = { img + 4 * S, S, 4, 4 + 4 * SPAN - 1, 2 << 16 | 0x3000, 0x00000123, prow + 64, SPAN,
+                                         pplanes[0] + 64, pplanes[1] + 64, pplanes[2] + 64, pplanes[3] + 64, pplanes[4] + 64, pplanes[5] + 64,
+                                         2, 1, lt, ct, packedOut, PAIRS, order, 1 - order };
+                vf_warp_packed422_row(&r);
+                printf("warp_packed422_row/%d/%d %016llx\n", order, lumaBlocks, (unsigned long long)fnv(packedOut, sizeof packedOut));
+            }
+        }
+    }
 
     float t3[3], m2[2];
     vf_lk_tensor(img + 2 * S + 2, S, 31, 29, t3);

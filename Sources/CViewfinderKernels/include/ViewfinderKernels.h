@@ -97,6 +97,43 @@ void vf_warp_resample(const uint8_t *src, uint8_t *out, ptrdiff_t count, ptrdiff
 /// Interleaves planar rows into packed 4:2:2 (`pairs` pixel pairs); offsets as ``vf_split_packed422``.
 void vf_merge_packed422(const uint8_t *y, const uint8_t *u, const uint8_t *v, uint8_t *dst, ptrdiff_t pairs, int yOffset, int uOffset);
 
+/// One horizontal resampling table (see ``vf_warp_resample``): `blocks` blocks of 16 outputs by the
+/// block tables, the other outputs by index/weight.
+typedef struct {
+    const int32_t *blockBase;
+    const int8_t *blockShift;
+    const uint8_t *blockWeight;
+    const int32_t *index;
+    const int32_t *weight;
+    ptrdiff_t blocks;
+} vf_warp_table;
+
+/// One output row of a packed 4:2:2 warp.
+typedef struct {
+    const uint8_t *source;  // the source frame
+    ptrdiff_t bytesPerRow;
+    ptrdiff_t first, last;  // bytes of the vertical pass (whole pixel pairs)
+    int32_t start, step;    // its source row (16.16) at `first` and per byte
+    uint8_t *tmp;           // the vertical pass's row
+    ptrdiff_t spanPairs;    // pixel pairs in it
+    uint8_t *planeY, *planeU, *planeV; // planar rows split from it
+    uint8_t *outY, *outU, *outV;       // planar outputs (portable build)
+    ptrdiff_t whole, wholeC; // first plane sample of the horizontal passes (luma, chroma)
+    vf_warp_table luma, chroma;
+    uint8_t *out;            // the output row
+    ptrdiff_t pairs;         // pixel pairs out
+    int yOffset, uOffset;    // 0, 1 for YUYV; 1, 0 for UYVY
+} vf_warp_packed_row;
+
+/// One output row of a packed 4:2:2 warp: ``vf_warp_vertical`` over bytes first...last into `tmp`,
+/// ``vf_split_packed422`` of `spanPairs` pairs, ``vf_warp_resample`` of luma (2·pairs outputs from
+/// planeY + whole) and of U and V (pairs outputs from planeU/V + wholeC), then
+/// ``vf_merge_packed422`` into `out`. The AVX2 build resamples and interleaves in registers (the
+/// same bytes). `luma.blocks` and `chroma.blocks` as for ``vf_warp_resample`` (0 when unusable); a
+/// table's block part must give the same sample and weight per output as its index/weight part
+/// (as `WarpWorkspace` builds them), since the builds may take an output from either.
+void vf_warp_packed422_row(const vf_warp_packed_row *row);
+
 // MARK: Lucas–Kanade (see MotionEstimator.swift)
 
 /// Structure tensor of an n × rows template (first sample `t`, rows `ts` apart, one sample of border
