@@ -605,6 +605,20 @@ VF_INLINE void vf_warp_resample_body(const uint8_t *src, uint8_t *out, ptrdiff_t
 /// so `vpshufb` picks both from the 16 bytes at base and at base + 1 — two loads and two shuffles
 /// where the portable build blends five loads by masks. Two blocks per 256-bit step. The same
 /// bytes and the same integer blend (a·(256 − w) + b·w + 128) >> 8 in 16-bit lanes: the same bits.
+/// One block of 16 outputs: lane j reads p[j − z] and the next byte (z from `shifts`), blended by
+/// `weights` in 16-bit lanes. Shared by the horizontal pass and the packed 4:2:2 row.
+VF_AVX2 static inline __m128i vf_resample_block16_avx2(const uint8_t *p, const int8_t *shifts, const uint8_t *weights) {
+    const __m128i ramp = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
+    __m128i off = _mm_sub_epi8(ramp, _mm_loadu_si128((const __m128i *)shifts));
+    __m128i left = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p), off);
+    __m128i right = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 1)), off);
+    __m256i a = _mm256_cvtepu8_epi16(left), c = _mm256_cvtepu8_epi16(right);
+    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)weights));
+    __m256i v = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a, _mm256_sub_epi16(full, w)), _mm256_mullo_epi16(c, w)), round), 8);
+    return _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+}
+
 VF_AVX2 static void vf_warp_resample_avx2(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
                                           const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
     const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
@@ -626,14 +640,7 @@ VF_AVX2 static void vf_warp_resample_avx2(const uint8_t *src, uint8_t *out, ptrd
         _mm256_storeu_si256((__m256i *)(out + b * 16), _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1), 0xD8));
     }
     for (; b < blocks; b++) {
-        const uint8_t *p = src + bases[b];
-        __m128i off = _mm_sub_epi8(_mm256_castsi256_si128(ramp), _mm_loadu_si128((const __m128i *)(shifts + b * 16)));
-        __m128i left = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p), off);
-        __m128i right = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 1)), off);
-        __m256i a = _mm256_cvtepu8_epi16(left), c = _mm256_cvtepu8_epi16(right);
-        __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(weights + b * 16)));
-        __m256i v = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a, _mm256_sub_epi16(full, w)), _mm256_mullo_epi16(c, w)), round), 8);
-        _mm_storeu_si128((__m128i *)(out + b * 16), _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+        _mm_storeu_si128((__m128i *)(out + b * 16), vf_resample_block16_avx2(src + bases[b], shifts + b * 16, weights + b * 16));
     }
     for (ptrdiff_t x = blocks * 16; x < n; x++) {
         int32_t i = index[x];
@@ -710,38 +717,22 @@ static void warp_packed_row_portable(const vf_warp_packed_row *r) {
 }
 
 #if VF_X86
-/// 16 outputs of one block (lane j reads p[j − z] and the next, as ``vf_warp_resample_avx2``), in 16-bit lanes.
-#define VF_RESAMPLE_BLOCK16(res, p, shifts, weights) do {                                                      \
-        __m128i off_ = _mm_sub_epi8(_mm256_castsi256_si128(ramp), _mm_loadu_si128((const __m128i *)(shifts)));   \
-        __m128i l_ = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p)), off_);                              \
-        __m128i r_ = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)((p) + 1)), off_);                        \
-        __m256i a_ = _mm256_cvtepu8_epi16(l_), c_ = _mm256_cvtepu8_epi16(r_);                                    \
-        __m256i w_ = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(weights)));                          \
-        __m256i v_ = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a_, _mm256_sub_epi16(full, w_)), \
-                                                                         _mm256_mullo_epi16(c_, w_)), round), 8); \
-        (res) = _mm_packus_epi16(_mm256_castsi256_si128(v_), _mm256_extracti128_si256(v_, 1));                    \
-    } while (0)
-
 /// Two luma blocks and one block each of U and V per step (32 pixels, 64 output bytes), resampled
 /// and interleaved in registers: the same integer blend as the portable passes, so the same bytes.
 VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
     vf_warp_vertical_body(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp);
     vf_split_packed422_body(r->tmp, 0, 2 * r->spanPairs, 1, r->yOffset, r->uOffset, r->planeY, r->planeU, r->planeV);
     const uint8_t *py = r->planeY + r->whole, *pu = r->planeU + r->wholeC, *pv = r->planeV + r->wholeC;
-    const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
     uint8_t *out = r->out;
     const ptrdiff_t pairs = r->pairs;
     for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)out + (uintptr_t)(4 * pairs + k)), 1);
     ptrdiff_t steps = r->luma.blocks / 2 < r->chroma.blocks ? r->luma.blocks / 2 : r->chroma.blocks;
     const int yFirst = r->yOffset == 0;
     for (ptrdiff_t k = 0; k < steps; k++) {
-        __m128i y0, y1, u, v;
-        VF_RESAMPLE_BLOCK16(y0, py + r->luma.blockBase[2 * k], r->luma.blockShift + 32 * k, r->luma.blockWeight + 32 * k);
-        VF_RESAMPLE_BLOCK16(y1, py + r->luma.blockBase[2 * k + 1], r->luma.blockShift + 32 * k + 16, r->luma.blockWeight + 32 * k + 16);
-        VF_RESAMPLE_BLOCK16(u, pu + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
-        VF_RESAMPLE_BLOCK16(v, pv + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
+        __m128i y0 = vf_resample_block16_avx2(py + r->luma.blockBase[2 * k], r->luma.blockShift + 32 * k, r->luma.blockWeight + 32 * k);
+        __m128i y1 = vf_resample_block16_avx2(py + r->luma.blockBase[2 * k + 1], r->luma.blockShift + 32 * k + 16, r->luma.blockWeight + 32 * k + 16);
+        __m128i u = vf_resample_block16_avx2(pu + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
+        __m128i v = vf_resample_block16_avx2(pv + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
         __m128i uv0 = _mm_unpacklo_epi8(u, v), uv1 = _mm_unpackhi_epi8(u, v);
         __m128i o0, o1, o2, o3;
         if (yFirst) {
@@ -758,7 +749,6 @@ VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
     if (r->yOffset == 0) warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 0, 1);
     else warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 1, 0);
 }
-#undef VF_RESAMPLE_BLOCK16
 #endif
 
 void vf_warp_packed422_row(const vf_warp_packed_row *row) {

@@ -155,11 +155,8 @@ public final class WarpWorkspace {
     /// (`vf_warp_resample` in CViewfinderKernels).
     @inline(__always)
     func resample(_ src: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>, count n: Int, phase k: Int) {
-        let full = n >= 16 && blocksUsable(phase: k) ? min(n / 16, blocks) : 0
-        vf_warp_resample(src, out, n, full, blockBase + k * blocks,
-                         UnsafeRawPointer(blockShift + k * blocks).assumingMemoryBound(to: Int8.self),
-                         UnsafeRawPointer(blockWeight + k * blocks).assumingMemoryBound(to: UInt8.self),
-                         index + k * maxWidth, weight + k * maxWidth)
+        let t = table(phase: k, count: n)
+        vf_warp_resample(src, out, n, t.blocks, t.blockBase, t.blockShift, t.blockWeight, t.index, t.weight)
     }
 
     /// Phase k's tables for a row of n outputs, as ``resample(_:into:count:phase:)`` uses them.
