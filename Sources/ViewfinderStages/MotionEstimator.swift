@@ -176,7 +176,7 @@ public final class MotionEstimator {
     }
 
     /// Forgets the previous frame (the next estimate is zero motion).
-    public func reset() { hasPrevious = false }
+    public func reset() { hasPrevious = false; lastMotion = (0, 0, 0, 0) }
 
     /// Motion from the previous frame given to this estimator to `luma` (content displacement:
     /// positive dx means the picture content moved right), about the picture centre.
@@ -410,14 +410,34 @@ public final class MotionEstimator {
         // Wood 0.63 → 0.06 px; other photographs unchanged (0.02–0.03 px).
         var denseUsed = 0
         if strong < 16 || width < halfSearchBelowWidth {
-            var g = fit ?? (tx: gx, ty: gy, theta: seed.theta, k: seed.k)
             let finest = width < halfSearchBelowWidth ? (prevFull != nil && curFull != nil ? -1 : 0) : 1
+            // One pixel per 4 × 4 cell; at full resolution per 8 × 8 (as many as at 1/2).
             for level in stride(from: 2, through: finest, by: -1) {
-                if let r = denseRefine(level: level, g, iterations: 6) { g = r.f; denseUsed = r.used }
+                selectDensePixels(level < 0 ? prevFull! : prev[level], minGradient2: level < 0 ? 2 * Self.denseMinGradient2 : Self.denseMinGradient2,
+                                  cell: level < 0 ? 2 * denseCell : denseCell, into: &densePoints[level + 1])
             }
-            if denseUsed > 0 {
-                fit = g
-                confidence = max(confidence, min(1, Double(denseUsed) / 300))
+            // Starts: the blocks' fit (or, without one, the searches' shift), the last frame's
+            // motion (a pan goes on) and no motion; each runs through every level, and the one
+            // with the lowest robust cost at the finest wins (compared at 1/4 or 1/2 the thin
+            // cables across lomiri's Bridge are too faint to tell them apart). Where the picture
+            // has almost no texture at 1/8 (a sky with thin cables) the searches can be 10–40 px
+            // off, and a start that far away converges to a wrong place whose cost shows it.
+            let blockStart: Similarity = fit ?? (tx: gx, ty: gy, theta: seed.theta, k: seed.k)
+            // With 16 or more blocks textured both ways their fit is sound: it alone is refined.
+            let starts: [Similarity] = strong >= 16 ? [blockStart] : [blockStart, lastMotion, (0, 0, 0, 0)]
+            var best: (f: Similarity, used: Int, cost: Double)?
+            for (i, start) in starts.enumerated() {
+                if i > 0, abs(start.tx - blockStart.tx) + abs(start.ty - blockStart.ty) < 1 { continue }
+                guard let r = denseCoarseToFine(from: start, coarsest: 2, finest: finest) else { continue }
+                // A later start must be clearly better (3 %): where the picture cannot tell
+                // the motion along its edges the costs tie, and the blocks' fit, then a pan
+                // going on, are the likelier motions.
+                if best == nil || r.cost < 0.97 * best!.cost { best = r }
+            }
+            if let best {
+                fit = best.f
+                denseUsed = best.used
+                confidence = max(confidence, min(1, Double(best.used) / 300))
             }
         }
         guard var f = fit else {
@@ -433,16 +453,30 @@ public final class MotionEstimator {
             f = g
             if step < 0.01 { break }
         }
+        lastMotion = f
         return MotionEstimate(dx: f.tx, dy: f.ty, angle: -f.theta, scale: 1 + f.k, confidence: confidence)
     }
 
-    // MARK: Dense refinement where blocks are few
+    // MARK: Dense refinement
 
-    /// Pixels of the previous frame's pyramid level chosen by ``selectDensePixels``: position
-    /// (level pixels), value and Sobel gradient, structure of arrays; `denseHistogram` counts the
-    /// last pass's absolute residuals (quarter grey levels) for the robust scale.
-    private var denseX: [Float] = [], denseY: [Float] = [], denseT: [Float] = [], denseGX: [Float] = [], denseGY: [Float] = []
+    typealias Similarity = (tx: Double, ty: Double, theta: Double, k: Double)
+
+    /// Pixels of the previous frame chosen on one level by ``selectDensePixels``: position (level
+    /// pixels), value and Sobel gradient, structure of arrays.
+    struct DensePoints {
+        var x: [Float] = [], y: [Float] = [], t: [Float] = [], gx: [Float] = [], gy: [Float] = []
+        var count: Int { x.count }
+        mutating func removeAll() {
+            x.removeAll(keepingCapacity: true); y.removeAll(keepingCapacity: true); t.removeAll(keepingCapacity: true)
+            gx.removeAll(keepingCapacity: true); gy.removeAll(keepingCapacity: true)
+        }
+    }
+    /// Per level, index level + 1 (full resolution, 1/2, 1/4, 1/8).
+    private var densePoints = [DensePoints](repeating: DensePoints(), count: 4)
+    /// Counts of the last pass's absolute residuals (quarter grey levels) for the robust scale.
     private var denseHistogram = [Int32](repeating: 0, count: 256)
+    /// The last frame's motion (a start for the next: a pan goes on).
+    private var lastMotion: Similarity = (0, 0, 0, 0)
 
     /// Cell side (level pixels) of the dense pixel choice: one pixel, the steepest, per cell.
     let denseCell = 4
@@ -451,107 +485,191 @@ public final class MotionEstimator {
     /// the steepest of a cell's 16 noise gradients stays under 3. At full resolution (noise σ ≈ 2)
     /// the threshold is doubled.
     static let denseMinGradient2: Float = 6
+    /// Rotation and scale change per frame beyond which a dense solution is not believed (about
+    /// 3.4° and 3 %; hand shake turns the camera well under 1° from frame to frame and a fast
+    /// zoom scales by under 1 %): a step there means the pixels matched the wrong places.
+    static let denseMaxRotation = 0.06
+    static let denseMaxScale = 0.03
 
-    /// The previous frame's steepest pixel in each `denseCell`² cell of `level` with a gradient
-    /// above ``denseMinGradient2``: on a picture with a few textured places (a kite and clouds in
-    /// a blue sky, soft storm clouds over a guard rail) these are every place the picture can be
-    /// aligned by, spread over its whole width, so rotation has the lever arm blocks clustered in
+    /// The previous frame's steepest pixel in each `cell`² cell of `a` with a squared gradient
+    /// above `minGradient2`: on a picture with a few textured places (a kite and clouds in a blue
+    /// sky, soft storm clouds over a guard rail) these are every place the picture can be aligned
+    /// by, spread over its whole width, so rotation has the lever arm that blocks clustered in
     /// one corner lack.
-    private func selectDensePixels(_ a: GreyImage, minGradient2: Float) {
-        denseX.removeAll(keepingCapacity: true); denseY.removeAll(keepingCapacity: true)
-        denseT.removeAll(keepingCapacity: true); denseGX.removeAll(keepingCapacity: true); denseGY.removeAll(keepingCapacity: true)
-        let w = a.width, h = a.height, m = 2, cell = denseCell
-        guard w > 2 * m + cell, h > 2 * m + cell else { return }
+    private func selectDensePixels(_ a: GreyImage, minGradient2: Float, cell: Int, into p: inout DensePoints) {
+        p.removeAll()
+        let w = a.width, h = a.height, m = 2
+        guard w > 2 * m + cell + 16, h > 2 * m + cell else { return }
+        let cellsX = (w - 2 * m) / cell
+        if denseMagnitude.count < w { denseMagnitude = [Int16](repeating: 0, count: w) }
+        if denseCellBest.count < cellsX {
+            denseCellBest = [Int16](repeating: 0, count: cellsX); denseCellAt = [Int32](repeating: 0, count: cellsX)
+        }
+        // The cell's steepest pixel by |gx| + |gy| of the Sobel sums (8 × the gradient), which
+        // 16 pixels at a time fit in 16-bit lanes; the threshold in the same units (the L1
+        // norm is at least the L2 norm).
+        let threshold = Int16(min(32000, (minGradient2.squareRoot() * 8).rounded(.up)))
         var y0 = m
         while y0 + cell <= h - m {
-            var x0 = m
-            while x0 + cell <= w - m {
-                var best = minGradient2, bx = -1, by = 0
-                var bgx: Float = 0, bgy: Float = 0
-                for y in y0..<(y0 + cell) {
-                    let r = a.pixels + y &* w
-                    for x in x0..<(x0 + cell) {
-                        let p = r + x
-                        let up = p - w, dn = p + w
-                        let gx = (Float(up[1]) - Float(up[-1]) + 2 * (Float(p[1]) - Float(p[-1])) + Float(dn[1]) - Float(dn[-1])) * 0.125
-                        let gy = (Float(dn[-1]) - Float(up[-1]) + 2 * (Float(dn[0]) - Float(up[0])) + Float(dn[1]) - Float(up[1])) * 0.125
-                        let g2 = gx * gx + gy * gy
-                        if g2 > best { best = g2; bx = x; by = y; bgx = gx; bgy = gy }
+            for c in 0..<cellsX { denseCellBest[c] = threshold }
+            for y in y0..<(y0 + cell) {
+                let c = UnsafeRawPointer(a.pixels + y &* w), up = c - w, dn = c + w
+                denseMagnitude.withUnsafeMutableBufferPointer { mag in
+                    var x = 1
+                    while x + 16 <= w - 1 {
+                        @inline(__always) func load(_ q: UnsafeRawPointer, _ o: Int) -> SIMD16<Int16> {
+                            SIMD16<Int16>(truncatingIfNeeded: q.loadUnaligned(fromByteOffset: o, as: SIMD16<UInt8>.self))
+                        }
+                        let ul = load(up, x &- 1), ur = load(up, x &+ 1), cl = load(c, x &- 1), cr = load(c, x &+ 1)
+                        let dl = load(dn, x &- 1), dr = load(dn, x &+ 1), u = load(up, x), d = load(dn, x)
+                        let gx = (ur &- ul) &+ 2 &* (cr &- cl) &+ (dr &- dl)
+                        let gy = (dl &- ul) &+ 2 &* (d &- u) &+ (dr &- ur)
+                        let ax = pointwiseMax(gx, 0 &- gx), ay = pointwiseMax(gy, 0 &- gy)
+                        UnsafeMutableRawPointer(mag.baseAddress! + x).storeBytes(of: ax &+ ay, as: SIMD16<Int16>.self)
+                        x &+= 16
+                    }
+                    let cp = c.assumingMemoryBound(to: UInt8.self), upp = up.assumingMemoryBound(to: UInt8.self), dnp = dn.assumingMemoryBound(to: UInt8.self)
+                    while x < w - 1 {
+                        let l = x &- 1, r = x &+ 1
+                        let gx = Int16(upp[r]) &- Int16(upp[l]) &+ 2 &* (Int16(cp[r]) &- Int16(cp[l])) &+ Int16(dnp[r]) &- Int16(dnp[l])
+                        let gy = Int16(dnp[l]) &- Int16(upp[l]) &+ 2 &* (Int16(dnp[x]) &- Int16(upp[x])) &+ Int16(dnp[r]) &- Int16(upp[r])
+                        mag[x] = abs(gx) &+ abs(gy)
+                        x &+= 1
+                    }
+                    for cx in 0..<cellsX {
+                        let x0 = m &+ cx &* cell
+                        var best = denseCellBest[cx], at = Int32(-1)
+                        for x in x0..<(x0 &+ cell) where mag[x] > best { best = mag[x]; at = Int32(x) }
+                        if at >= 0 { denseCellBest[cx] = best; denseCellAt[cx] = Int32(y) << 16 | at }
                     }
                 }
-                if bx >= 0 {
-                    denseX.append(Float(bx)); denseY.append(Float(by)); denseT.append(Float(a[bx, by]))
-                    denseGX.append(bgx); denseGY.append(bgy)
-                }
-                x0 += cell
+            }
+            for cx in 0..<cellsX where denseCellBest[cx] > threshold {
+                let bx = Int(denseCellAt[cx] & 0xFFFF), by = Int(denseCellAt[cx] >> 16)
+                let q = a.pixels + (by &* w &+ bx)
+                let up = q - w, dn = q + w
+                let gxTop: Float = Float(up[1]) - Float(up[-1]), gxMid: Float = Float(q[1]) - Float(q[-1]), gxBot: Float = Float(dn[1]) - Float(dn[-1])
+                let gyLeft: Float = Float(dn[-1]) - Float(up[-1]), gyMid: Float = Float(dn[0]) - Float(up[0]), gyRight: Float = Float(dn[1]) - Float(up[1])
+                let gx: Float = gxTop + 2 * gxMid + gxBot
+                let gy: Float = gyLeft + 2 * gyMid + gyRight
+                p.x.append(Float(bx)); p.y.append(Float(by)); p.t.append(Float(q[0]))
+                p.gx.append(gx * 0.125); p.gy.append(gy * 0.125)
             }
             y0 += cell
         }
     }
+    private var denseMagnitude: [Int16] = []
+    private var denseCellBest: [Int16] = []
+    private var denseCellAt: [Int32] = []
 
-    /// The similarity refined from `f0` by robust Gauss–Newton over the pixels ``selectDensePixels``
-    /// chose on the previous frame's `level` (0: 1/2, 1: 1/4, 2: 1/8), each sought in the current
-    /// frame's level at its displaced position (bilinear), the previous frame's gradient standing
-    /// in for the current one's (inverse compositional). Residuals beyond a Huber threshold
-    /// (1.345 × the residuals' robust spread, at least 2 levels) weigh less, so a moving object or
-    /// a picture edge coming into view pulls little. Returns the similarity and how many pixels
-    /// took part; nil when fewer than 24 pixels have texture, or the step is not pinned down.
-    private func denseRefine(level: Int, _ f0: (tx: Double, ty: Double, theta: Double, k: Double), iterations: Int) -> (f: (tx: Double, ty: Double, theta: Double, k: Double), used: Int)? {
-        let a = level < 0 ? prevFull! : prev[level], b = level < 0 ? curFull! : cur[level]
-        selectDensePixels(a, minGradient2: level < 0 ? 2 * Self.denseMinGradient2 : Self.denseMinGradient2)
-        let n = denseX.count
-        guard n >= 24 else { return nil }
+    /// One pass over `level`'s chosen pixels at similarity `f`: each is sought in the current
+    /// frame's level at its displaced position (bilinear). With `eq`, adds the robust (Huber at
+    /// `huber` grey levels) Gauss–Newton terms, the previous frame's gradient standing in for the
+    /// current one's (inverse compositional), and counts the absolute residuals in
+    /// `denseHistogram`. Returns the pixels used and their mean robust cost (Huber at 4 levels).
+    private func densePass(level: Int, _ f: Similarity, huber: Float, into eq: UnsafeMutablePointer<NormalEquations4>?) -> (used: Int, cost: Double) {
+        let b = level < 0 ? curFull! : cur[level]
         let s = Float(1 << (level + 1)), unit: Float = 1000
         let half = (s - 1) / 2, cx = Float(width) / 2, cy = Float(height) / 2
         let bw = b.width, maxU = Float(b.width - 1) - 0.001, maxV = Float(b.height - 1) - 0.001
+        let tx = Float(f.tx) / s, ty = Float(f.ty) / s, th = Float(f.theta), kk = Float(f.k)
+        var h00: Float = 0, h01: Float = 0, h02: Float = 0, h03: Float = 0, h11: Float = 0, h12: Float = 0, h13: Float = 0, h22: Float = 0, h23: Float = 0, h33: Float = 0
+        var g0: Float = 0, g1: Float = 0, g2: Float = 0, g3: Float = 0
+        var used = 0, cost = 0.0
+        if eq != nil { for k in 0..<256 { denseHistogram[k] = 0 } }
+        let p = densePoints[level + 1]
+        for i in 0..<p.count {
+            let x = p.x[i], y = p.y[i]
+            // Full-resolution position of the pixel's centre relative to the picture centre.
+            let px = x * s + half - cx, py = y * s + half - cy
+            let u = x + tx + (-th * py + kk * px) / s, v = y + ty + (th * px + kk * py) / s
+            guard u >= 0, v >= 0, u < maxU, v < maxV else { continue }
+            let iu = Int(u), iv = Int(v)
+            let fu = u - Float(iu), fv = v - Float(iv)
+            let q = b.pixels + (iv &* bw &+ iu)
+            let top = Float(q[0]) + (Float(q[1]) - Float(q[0])) * fu
+            let bot = Float(q[bw]) + (Float(q[bw &+ 1]) - Float(q[bw])) * fu
+            let r = top + (bot - top) * fv - p.t[i]
+            let ar = abs(r)
+            used += 1
+            cost += Double(ar <= 4 ? 0.5 * ar * ar : 4 * (ar - 2))
+            guard eq != nil else { continue }
+            denseHistogram[min(255, Int(ar * 4))] += 1
+            let wgt = ar <= huber ? 1 : huber / ar
+            let gx = p.gx[i] / s, gy = p.gy[i] / s
+            let pk = px / unit, qk = py / unit
+            let j0 = gx, j1 = gy, j2 = -gx * qk + gy * pk, j3 = gx * pk + gy * qk
+            let w0 = wgt * j0, w1 = wgt * j1, w2 = wgt * j2, w3 = wgt * j3
+            h00 += w0 * j0; h01 += w0 * j1; h02 += w0 * j2; h03 += w0 * j3
+            h11 += w1 * j1; h12 += w1 * j2; h13 += w1 * j3
+            h22 += w2 * j2; h23 += w2 * j3; h33 += w3 * j3
+            g0 -= w0 * r; g1 -= w1 * r; g2 -= w2 * r; g3 -= w3 * r
+        }
+        if let eq {
+            eq.pointee.h = [Double(h00), Double(h01), Double(h02), Double(h03), 0, Double(h11), Double(h12), Double(h13), 0, 0, Double(h22), Double(h23), 0, 0, 0, Double(h33)]
+            eq.pointee.g = [Double(g0), Double(g1), Double(g2), Double(g3)]
+        }
+        return (used, used > 0 ? cost / Double(used) : .infinity)
+    }
+
+    /// The similarity refined from `f0` by robust Gauss–Newton over the pixels chosen on the
+    /// previous frame's `level` (-1: full resolution, 0: 1/2, 1: 1/4, 2: 1/8). Residuals beyond
+    /// a Huber threshold (1.345 × the residuals' robust spread, at least 2 levels) weigh less, so
+    /// a moving object or a picture edge coming into view pulls little. Nil when fewer than 24
+    /// pixels have texture, the step is not pinned down, the solution turns or scales by more than
+    /// ``denseMaxRotation`` or ``denseMaxScale``, or it costs more than `f0` (the caller keeps
+    /// `f0`).
+    private func denseRefine(level: Int, _ f0: Similarity, iterations: Int) -> (f: Similarity, used: Int)? {
+        guard densePoints[level + 1].count >= 24 else { return nil }
+        let s = Double(1 << (level + 1))
         var f = f0
         var huber: Float = 8
         var used = 0
-        for _ in 0..<iterations {
-            var eq = NormalEquations4()
-            var h00 = 0.0, h01 = 0.0, h02 = 0.0, h03 = 0.0, h11 = 0.0, h12 = 0.0, h13 = 0.0, h22 = 0.0, h23 = 0.0, h33 = 0.0
-            var g0 = 0.0, g1 = 0.0, g2 = 0.0, g3 = 0.0
-            for k in 0..<256 { denseHistogram[k] = 0 }
-            used = 0
-            let tx = Float(f.tx) / s, ty = Float(f.ty) / s, th = Float(f.theta), kk = Float(f.k)
-            for i in 0..<n {
-                let x = denseX[i], y = denseY[i]
-                // Full-resolution position of the pixel's centre relative to the picture centre.
-                let px = x * s + half - cx, py = y * s + half - cy
-                let u = x + tx + (-th * py + kk * px) / s, v = y + ty + (th * px + kk * py) / s
-                guard u >= 0, v >= 0, u < maxU, v < maxV else { continue }
-                let iu = Int(u), iv = Int(v)
-                let fu = u - Float(iu), fv = v - Float(iv)
-                let p = b.pixels + (iv &* bw &+ iu)
-                let top = Float(p[0]) + (Float(p[1]) - Float(p[0])) * fu
-                let bot = Float(p[bw]) + (Float(p[bw &+ 1]) - Float(p[bw])) * fu
-                let r = top + (bot - top) * fv - denseT[i]
-                let ar = abs(r)
-                denseHistogram[min(255, Int(ar * 4))] += 1
-                let wgt = ar <= huber ? 1 : huber / ar
-                let gx = denseGX[i] / s, gy = denseGY[i] / s
-                let pk = px / unit, qk = py / unit
-                let j0 = Double(gx), j1 = Double(gy), j2 = Double(-gx * qk + gy * pk), j3 = Double(gx * pk + gy * qk)
-                let w = Double(wgt), wr = Double(wgt * r)
-                h00 += w * j0 * j0; h01 += w * j0 * j1; h02 += w * j0 * j2; h03 += w * j0 * j3
-                h11 += w * j1 * j1; h12 += w * j1 * j2; h13 += w * j1 * j3
-                h22 += w * j2 * j2; h23 += w * j2 * j3; h33 += w * j3 * j3
-                g0 -= wr * j0; g1 -= wr * j1; g2 -= wr * j2; g3 -= wr * j3
-                used += 1
-            }
-            guard used >= 24 else { return nil }
-            eq.h = [h00, h01, h02, h03, 0, h11, h12, h13, 0, 0, h22, h23, 0, 0, 0, h33]
-            eq.g = [g0, g1, g2, g3]
-            guard let d = eq.solve() else { return nil }
-            f = (f.tx + d[0], f.ty + d[1], f.theta + d[2] / Double(unit), f.k + d[3] / Double(unit))
-            guard f.tx.isFinite, f.ty.isFinite, f.theta.isFinite, f.k.isFinite else { return nil }
+        var eq = NormalEquations4()
+        var startCost = Double.infinity
+        for i in 0..<iterations {
+            let pass = withUnsafeMutablePointer(to: &eq) { densePass(level: level, f, huber: huber, into: $0) }
+            used = pass.used
+            if i == 0 { startCost = levelCost(level, pass) }
+            guard used >= 24, let d = eq.solve() else { return nil }
+            f = (f.tx + d[0], f.ty + d[1], f.theta + d[2] / 1000, f.k + d[3] / 1000)
+            guard f.tx.isFinite, f.ty.isFinite, f.theta.isFinite, f.k.isFinite,
+                  abs(f.theta) <= Self.denseMaxRotation, abs(f.k) <= Self.denseMaxScale else { return nil }
             // The robust spread from the median absolute residual.
             var seen: Int32 = 0, k = 0
             while k < 255 && seen + denseHistogram[k] < Int32(used / 2) { seen += denseHistogram[k]; k += 1 }
             huber = max(2, 1.345 * 1.4826 * (Float(k) + 0.5) / 4)
-            if abs(d[0]) + abs(d[1]) < 0.01 * Double(s) { break }
+            if abs(d[0]) + abs(d[1]) < 0.01 * s { break }
         }
+        // Gauss–Newton on few pixels can walk off to a worse place than it started from.
+        guard levelCost(level, f) < startCost else { return nil }
         return (f, used)
+    }
+
+    /// ``denseRefine`` from `start` through the levels from `coarsest` to `finest`, each level starting
+    /// where the coarser one ended. Returns the result, its pixel count and its mean robust cost
+    /// at `finest` (Huber at 4 grey levels, over all the level's chosen pixels); nil when no level
+    /// could be solved.
+    private func denseCoarseToFine(from start: Similarity, coarsest: Int, finest: Int) -> (f: Similarity, used: Int, cost: Double)? {
+        var g = start, used = 0
+        for level in stride(from: coarsest, through: finest, by: -1) {
+            if let r = denseRefine(level: level, g, iterations: 6) { g = r.f; used = r.used }
+        }
+        guard used > 0 else { return nil }
+        return (g, used, levelCost(finest, g))
+    }
+
+    /// The mean robust cost of `level`'s chosen pixels at `f` (Huber at 4 grey levels). Pixels
+    /// the similarity moves out of the picture count as a residual of 12 levels: a wrong solution
+    /// must not look good by pushing its worst pixels off the edge.
+    private func levelCost(_ level: Int, _ f: Similarity) -> Double {
+        levelCost(level, densePass(level: level, f, huber: 4, into: nil))
+    }
+
+    private func levelCost(_ level: Int, _ pass: (used: Int, cost: Double)) -> Double {
+        let n = densePoints[level + 1].count
+        guard pass.used > 0 else { return .infinity }
+        return (pass.cost * Double(pass.used) + Double(n - pass.used) * 4 * (12 - 2)) / Double(max(n, 1))
     }
 
     /// One Gauss–Newton step of the similarity over the saved full-resolution patches of the inlier

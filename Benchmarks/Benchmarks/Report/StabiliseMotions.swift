@@ -193,14 +193,19 @@ func diagnoseMotion(_ photo: String, motion: Int) throws {
     let cacheName = URL(fileURLWithPath: photo).path.replacingOccurrences(of: "/", with: "_")
     guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag-\(cacheName)") else { print("not decoded"); return }
     let path = "/tmp/viewfinder-stab-motions/diag.y4m"
-    let truth = try filmMotion(picture, CameraMotion.all[motion], frames: 60, seed: 1, to: path)
+    // VF_DIAG_FRAMES / VF_DIAG_SEED: a longer or another filming (the report's own runs use 120
+    // frames and seeds from 101 on, in order of photograph and motion).
+    let env = ProcessInfo.processInfo.environment
+    let truth = try filmMotion(picture, CameraMotion.all[motion], frames: Int(env["VF_DIAG_FRAMES"] ?? "") ?? 60, seed: UInt64(env["VF_DIAG_SEED"] ?? "") ?? 1, to: path)
     let r = try Y4MReader(path: path)
     let pool = r.makePool(count: 2)
     let est = MotionEstimator(width: 640, height: 360)
-    var t = 0, se = 0.0
+    var t = 0, se = 0.0, spent = Duration.zero
     while let lease = pool.lease() {
         guard try r.read(into: lease.frame), let l = LumaView(lease.frame) else { break }
+        let c0 = ContinuousClock.now
         let m = est.estimate(l)
+        spent += ContinuousClock.now - c0
         if t > 0 {
             let tx = truth.x[t] - truth.x[t - 1], ty = truth.y[t] - truth.y[t - 1], ta = truth.a[t] - truth.a[t - 1]
             se += (m.dx - tx) * (m.dx - tx) + (m.dy - ty) * (m.dy - ty)
@@ -208,7 +213,7 @@ func diagnoseMotion(_ photo: String, motion: Int) throws {
         }
         t += 1
     }
-    print(String(format: "RMS error per axis: %.3f px", (se / Double(2 * max(t - 1, 1))).squareRoot()))
+    print(String(format: "RMS error per axis: %.3f px; estimator %.3f ms per frame", (se / Double(2 * max(t - 1, 1))).squareRoot(), Double(spent.components.attoseconds) / 1e15 / Double(max(t, 1)) + Double(spent.components.seconds) * 1000 / Double(max(t, 1))))
 }
 
 /// A small seeded generator for the report (SplitMix64, Box–Muller).
