@@ -100,6 +100,10 @@ public enum Pyramid {
 /// where few blocks are textured both ways on larger ones. Everything is preallocated when the
 /// size is known.
 public final class MotionEstimator {
+    /// A similarity in full-resolution pixels about the picture centre: displacement
+    /// (tx − θ·y + k·x, ty + θ·x + k·y) at (x, y).
+    typealias Similarity = (tx: Double, ty: Double, theta: Double, k: Double)
+
     public let width: Int
     public let height: Int
     /// Pyramid levels of the previous and the current frame: 1/2, 1/4, 1/8.
@@ -405,12 +409,13 @@ public final class MotionEstimator {
         // a few places (a kite and clouds in a blue sky, soft clouds over a guard rail, cables
         // across a sky) the blocks cluster on them and rotation and the shift along edges are
         // guessed; all the picture's textured pixels pin them down. Error per frame at 640x360
-        // (`viewfinder-report --diagnose-motion`, still camera): Kite 1.47 → 0.08 px, Storm
-        // 0.77 → 0.11 px, Bridge 0.50 → 0.05 px; under 1° rotation shake Kite 4.05 → 0.10 px,
+        // (`viewfinder-report --diagnose-motion`, still camera): Kite 1.47 → 0.07 px, Storm
+        // 0.77 → 0.10 px, Bridge 0.50 → 0.10 px; under 1° rotation shake Kite 4.05 → 0.09 px,
         // Wood 0.63 → 0.06 px; other photographs unchanged (0.02–0.03 px).
         var denseUsed = 0
         if strong < 16 || width < halfSearchBelowWidth {
-            let finest = width < halfSearchBelowWidth ? (prevFull != nil && curFull != nil ? -1 : 0) : 1
+            // Under 1600 px wide both full-resolution frames are kept (``estimate``).
+            let finest = width < halfSearchBelowWidth ? -1 : 1
             // One pixel per 4 × 4 cell; at full resolution per 8 × 8 (as many as at 1/2).
             for level in stride(from: 2, through: finest, by: -1) {
                 selectDensePixels(level < 0 ? prevFull! : prev[level], minGradient2: level < 0 ? 2 * Self.denseMinGradient2 : Self.denseMinGradient2,
@@ -458,8 +463,6 @@ public final class MotionEstimator {
     }
 
     // MARK: Dense refinement
-
-    typealias Similarity = (tx: Double, ty: Double, theta: Double, k: Double)
 
     /// Pixels of the previous frame chosen on one level by ``selectDensePixels``: position (level
     /// pixels), value and Sobel gradient, structure of arrays.
@@ -675,7 +678,7 @@ public final class MotionEstimator {
     /// One Gauss–Newton step of the similarity over the saved full-resolution patches of the inlier
     /// blocks: previous-frame patch pixel X is sought in `luma` at X + d(X), d the similarity's
     /// displacement; the template's own gradients stand in for the frame's (inverse compositional).
-    private func refineJointly(_ luma: LumaView, _ f: (tx: Double, ty: Double, theta: Double, k: Double), cx: Double, cy: Double) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
+    private func refineJointly(_ luma: LumaView, _ f: Similarity, cx: Double, cy: Double) -> Similarity? {
         var eq = NormalEquations4()
         let side = patchSide, h = half0
         let s = luma.pixelStride, bpr = luma.bytesPerRow
@@ -708,7 +711,7 @@ public final class MotionEstimator {
     }
 
     /// A block's misfit along the direction its texture measures, pixels: sqrt(eᵀGe / λmax(G)).
-    private func residual(_ f: (tx: Double, ty: Double, theta: Double, k: Double), _ i: Int, _ c: (x: Int, y: Int), _ cx: Double, _ cy: Double) -> Double {
+    private func residual(_ f: Similarity, _ i: Int, _ c: (x: Int, y: Int), _ cx: Double, _ cy: Double) -> Double {
         let px = Double(c.x * 2) - cx, py = Double(c.y * 2) - cy
         let d = disp[i]
         let ex = f.tx - f.theta * py + f.k * px - d.dx
@@ -719,7 +722,7 @@ public final class MotionEstimator {
 
     /// Least squares for dx = tx − θ·py + k·px, dy = ty + θ·px + k·py over the blocks in use,
     /// each weighted by its 2×2 structure tensor. Nil when the blocks do not pin the motion down.
-    private func fitSimilarity(cx: Double, cy: Double) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
+    private func fitSimilarity(cx: Double, cy: Double) -> Similarity? {
         var N = InlineArray<16, Double>(repeating: 0), r = InlineArray<4, Double>(repeating: 0)
         var count = 0
         let unit = 1000.0 // positions in kilopixels keep the system balanced
@@ -807,7 +810,7 @@ public final class MotionEstimator {
     /// is about the seed's translation (`around` is then ignored) and each block's window is
     /// moved on by what the seed's rotation and scale move that block (rounded to this level's
     /// pixels), so the surfaces of a turned picture still meet at one shift: the translation.
-    private func summedSADMinimum(_ a: GreyImage, _ b: GreyImage, level: Int, around o: (x: Int, y: Int), range: Int, quarterFirst: Bool, limit: Int = .max, seed: (tx: Double, ty: Double, theta: Double, k: Double)? = nil) -> (dx: Int, dy: Int, fx: Double, fy: Double, blocks: Int) {
+    private func summedSADMinimum(_ a: GreyImage, _ b: GreyImage, level: Int, around o: (x: Int, y: Int), range: Int, quarterFirst: Bool, limit: Int = .max, seed: Similarity? = nil) -> (dx: Int, dy: Int, fx: Double, fy: Double, blocks: Int) {
         let fullCx = Double(width) / 2, fullCy = Double(height) / 2
         let unitPixels = Double(2 * level)
         // Seeded: the seed's translation in this level's pixels; each block adds what rotation
@@ -870,7 +873,7 @@ public final class MotionEstimator {
     /// Gauss–Newton over the textured blocks at 1/4 (13 × 13 windows, the tensors
     /// ``selectBlocks()`` measured). Without rotation and scale when the blocks cannot tell them
     /// apart. Nil when fewer than three blocks have texture and stay inside the picture.
-    private func jointSimilarity(_ f0: (tx: Double, ty: Double, theta: Double, k: Double), iterations: Int) -> (tx: Double, ty: Double, theta: Double, k: Double)? {
+    private func jointSimilarity(_ f0: Similarity, iterations: Int) -> Similarity? {
         let a = prev[1], b = cur[1], scale = 4.0, half = half2 / 2
         let w = a.width, n = 2 * half + 1
         let npx = Float(n * n)

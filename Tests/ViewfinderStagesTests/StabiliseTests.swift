@@ -103,24 +103,9 @@ struct StabiliseTests {
             }
             return v
         }
-        func frame(dx: Double, dy: Double, angle: Double, rng: inout TestRNG) -> Frame {
-            renderedFrame(f, scene: scene, dx: dx, dy: dy, angle: angle, noise: 2, rng: &rng)
-        }
-        var rng = TestRNG(11)
-        let est = MotionEstimator(width: f.width, height: f.height)
-        var pose = (x: 0.0, y: 0.0, a: 0.0)
-        // A LumaView does not keep its frame alive: each frame is held while it is read.
-        let first = frame(dx: 0, dy: 0, angle: 0, rng: &rng)
-        _ = est.estimate(try #require(LumaView(first)))
-        withExtendedLifetime(first) {}
+        let steps = [(3.85, 0.23, 0.0057), (-2.2, -3.0, 0.0066), (1.66, 3.23, -0.001), (-5.87, -0.25, 0.0056), (4.11, -1.37, -0.02), (-1.73, -8.59, 0.009)]
         var worst = 0.0
-        for (mx, my, ma) in [(3.85, 0.23, 0.0057), (-2.2, -3.0, 0.0066), (1.66, 3.23, -0.001), (-5.87, -0.25, 0.0056), (4.11, -1.37, -0.02), (-1.73, -8.59, 0.009)] {
-            // Each frame moved by (mx, my) and turned by ma from the one before (about the centre).
-            let co = cos(ma), si = sin(ma)
-            pose = (co * pose.x - si * pose.y + mx, si * pose.x + co * pose.y + my, pose.a + ma)
-            let next = frame(dx: pose.x, dy: pose.y, angle: pose.a, rng: &rng)
-            let m = est.estimate(try #require(LumaView(next)))
-            withExtendedLifetime(next) {}
+        for ((mx, my, _), m) in zip(steps, try estimateSteps(f, scene: scene, noise: 2, seed: 11, steps: steps)) {
             let e = max(abs(m.dx - mx), abs(m.dy - my))
             worst = max(worst, e)
             #expect(e < 0.3, "motion (\(mx), \(my)): estimated (\(m.dx), \(m.dy))")
@@ -148,22 +133,9 @@ struct StabiliseTests {
             if u > -14, w > -12, w < 14 - abs(u) * 0.9 { v = 200 - 60 * (((Int((u + 40) / 5)) & 1) == 0 ? 1 : 0) }
             return v
         }
-        func frame(dx: Double, dy: Double, angle: Double, rng: inout TestRNG) -> Frame {
-            renderedFrame(f, scene: scene, dx: dx, dy: dy, angle: angle, noise: 2, rng: &rng)
-        }
-        var rng = TestRNG(17)
-        let est = MotionEstimator(width: f.width, height: f.height)
-        var pose = (x: 0.0, y: 0.0, a: 0.0)
-        let first = frame(dx: 0, dy: 0, angle: 0, rng: &rng)
-        _ = est.estimate(try #require(LumaView(first)))
-        withExtendedLifetime(first) {}
+        let steps = [(3.85, 0.23, 0.0163), (-2.2, -3.0, 0.0188), (1.18, 1.08, -0.0334), (0.9, 0.42, 0.0252), (4.11, -1.37, -0.0299), (-1.73, -2.59, 0.0265)]
         var worst = 0.0, worstAngle = 0.0, squares = 0.0
-        for (mx, my, ma) in [(3.85, 0.23, 0.0163), (-2.2, -3.0, 0.0188), (1.18, 1.08, -0.0334), (0.9, 0.42, 0.0252), (4.11, -1.37, -0.0299), (-1.73, -2.59, 0.0265)] {
-            let co = cos(ma), si = sin(ma)
-            pose = (co * pose.x - si * pose.y + mx, si * pose.x + co * pose.y + my, pose.a + ma)
-            let next = frame(dx: pose.x, dy: pose.y, angle: pose.a, rng: &rng)
-            let m = est.estimate(try #require(LumaView(next)))
-            withExtendedLifetime(next) {}
+        for ((mx, my, ma), m) in zip(steps, try estimateSteps(f, scene: scene, noise: 2, seed: 17, steps: steps)) {
             let e = max(abs(m.dx - mx), abs(m.dy - my))
             worst = max(worst, e); worstAngle = max(worstAngle, abs(m.angle - ma))
             squares += (m.dx - mx) * (m.dx - mx) + (m.dy - my) * (m.dy - my)
@@ -406,6 +378,27 @@ struct DeadlineTests {
 
 /// A frame of `scene` (grey levels at picture coordinates) moved by (dx, dy) and turned by
 /// `angle` about the centre, with Gaussian sensor noise of `noise` levels.
+/// A rendered scene filmed step by step — each frame moved by (mx, my) and turned by ma from the
+/// one before, about the centre — and the estimator's motion for each step.
+func estimateSteps(_ f: FrameFormat, scene: (Double, Double) -> Double, noise: Double, seed: UInt64, steps: [(Double, Double, Double)]) throws -> [MotionEstimate] {
+    var rng = TestRNG(seed)
+    let est = MotionEstimator(width: f.width, height: f.height)
+    var pose = (x: 0.0, y: 0.0, a: 0.0)
+    // A LumaView does not keep its frame alive: each frame is held while it is read.
+    let first = renderedFrame(f, scene: scene, dx: 0, dy: 0, angle: 0, noise: noise, rng: &rng)
+    _ = est.estimate(try #require(LumaView(first)))
+    withExtendedLifetime(first) {}
+    var out: [MotionEstimate] = []
+    for (mx, my, ma) in steps {
+        let co = cos(ma), si = sin(ma)
+        pose = (co * pose.x - si * pose.y + mx, si * pose.x + co * pose.y + my, pose.a + ma)
+        let next = renderedFrame(f, scene: scene, dx: pose.x, dy: pose.y, angle: pose.a, noise: noise, rng: &rng)
+        out.append(est.estimate(try #require(LumaView(next))))
+        withExtendedLifetime(next) {}
+    }
+    return out
+}
+
 func renderedFrame(_ f: FrameFormat, scene: (Double, Double) -> Double, dx: Double, dy: Double, angle: Double, noise: Double, rng: inout TestRNG) -> Frame {
     let fr = Frame(capacity: f.maxByteCount, format: f)
     let cx = Double(f.width - 1) / 2, cy = Double(f.height - 1) / 2
