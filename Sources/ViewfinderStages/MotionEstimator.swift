@@ -96,7 +96,7 @@ public enum Pyramid {
 /// displacement at its centre; blocks without texture are skipped. A similarity
 /// (translation, rotation, scale) is fitted to the block displacements by least squares, outliers
 /// are rejected and the fit repeated. Then the similarity is refined over every textured pixel of
-/// the picture, coarse to fine (``denseRefine``): always on pictures under 1600 px wide, and
+/// the picture, coarse to fine (a dense step): always on pictures under 1600 px wide, and
 /// where few blocks are textured both ways on larger ones. Everything is preallocated when the
 /// size is known.
 public final class MotionEstimator {
