@@ -850,3 +850,37 @@ VF_DISPATCH(vf_lk_mismatch,
             (const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n,
              ptrdiff_t rows, float fx, float fy, float *out),
             (t, ts, img, bytesPerRow, pixelStride, n, rows, fx, fy, out))
+
+// MARK: Sum of absolute differences (see MotionEstimator.sad)
+
+/// Σ |a − b| over `rows` rows of the first `side` (≤ 16) bytes; 16 bytes of each row are read.
+VF_INLINE uint32_t vf_sad16_rows_body(const uint8_t *a, ptrdiff_t aStride, const uint8_t *b, ptrdiff_t bStride, ptrdiff_t rows, ptrdiff_t side) {
+    vf_u8x16 mask;
+    for (int i = 0; i < 16; i++) mask[i] = i < side ? 0xFF : 0;
+#if VF_X86
+    // psadbw (SSE2, so in both builds): the 16 differences summed in two 64-bit halves.
+    __m128i m;
+    memcpy(&m, &mask, 16);
+    __m128i acc = _mm_setzero_si128();
+    for (ptrdiff_t j = 0; j < rows; j++) {
+        __m128i va = _mm_and_si128(_mm_loadu_si128((const __m128i *)(a + j * aStride)), m);
+        __m128i vb = _mm_and_si128(_mm_loadu_si128((const __m128i *)(b + j * bStride)), m);
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(va, vb));
+    }
+    return (uint32_t)(_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
+#else
+    vf_u16x16 acc = {0};
+    for (ptrdiff_t j = 0; j < rows; j++) {
+        vf_u8x16 va = vf_load16(a + j * aStride) & mask, vb = vf_load16(b + j * bStride) & mask;
+        vf_u8x16 d = __builtin_elementwise_max(va, vb) - __builtin_elementwise_min(va, vb);
+        acc += __builtin_convertvector(d, vf_u16x16);
+    }
+    uint32_t t = 0;
+    for (int i = 0; i < 16; i++) t += acc[i];
+    return t;
+#endif
+}
+
+VF_DISPATCH_RETURNING(uint32_t, vf_sad16_rows,
+                      (const uint8_t *a, ptrdiff_t aStride, const uint8_t *b, ptrdiff_t bStride, ptrdiff_t rows, ptrdiff_t side),
+                      (a, aStride, b, bStride, rows, side))

@@ -132,6 +132,26 @@ struct PortableKernelTests {
         }
     }
 
+    @Test("the SAD of two blocks against a plain reference")
+    func sadReference() {
+        let stride = 40, rows = 20
+        let a = noiseBytes(stride * rows, seed: 21), b = noiseBytes(stride * rows, seed: 22)
+        for side in [1, 7, 13, 15, 16] {
+            for (ax, ay, bx, by) in [(0, 0, 0, 0), (3, 2, 5, 1), (20, 3, 17, 4)] {
+                var expected = 0
+                for j in 0..<side { for i in 0..<side { expected += abs(Int(a[(ay + j) * stride + ax + i]) - Int(b[(by + j) * stride + bx + i])) } }
+                let r = bothBuilds { () -> Int in
+                    a.withUnsafeBufferPointer { pa in
+                        b.withUnsafeBufferPointer { pb in
+                            Int(vf_sad16_rows(pa.baseAddress! + ay * stride + ax, stride, pb.baseAddress! + by * stride + bx, stride, side, side))
+                        }
+                    }
+                }
+                #expect(r.portable == expected && r.best == expected, "side \(side) at \(ax), \(ay) / \(bx), \(by)")
+            }
+        }
+    }
+
     @Test("the warp's vertical pass against a plain reference")
     func warpVerticalReference() {
         let bpr = 301, rows = 9

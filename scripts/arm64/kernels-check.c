@@ -142,6 +142,12 @@ int main(int argc, char **argv) {
     printf("lk_tensor %.9g %.9g %.9g\n", t3[0], t3[1], t3[2]);
     vf_lk_mismatch(img + 2 * S + 2, S, img + 5 * S + 9, S, 1, 31, 29, 0.3125f, 0.71875f, m2);
     printf("lk_mismatch %.9g %.9g\n", m2[0], m2[1]);
+    {
+        // SAD of blocks 1 to 16 wide, rows S apart, the second block offset by a row and a column.
+        unsigned long long sads = 0;
+        for (int side = 1; side <= 16; side++) sads = sads * 1000003ULL + vf_sad16_rows(img + S + 3, S, img + 2 * S + 4 + side, S, side, side);
+        printf("sad16_rows %llu %u\n", sads, vf_sad16_rows(img, S, img + 5 * S + 1, S, 13, 13));
+    }
 
     // Delta bit-planes (dump version 4): the same bytes from the SSE2 and the portable code, for
     // a width with a padded last block, and back bit-exact.

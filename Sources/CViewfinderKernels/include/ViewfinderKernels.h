@@ -38,6 +38,10 @@ void vf_split_packed422(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t wid
 /// 0 ..< 2·height and luma samples 0 ..< 2·width (no byte past the last luma sample used).
 void vf_halve_packed422(const uint8_t *luma, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride);
 
+/// Sum of absolute differences of two blocks: Σ |a − b| over `rows` rows of the first `side`
+/// (at most 16) samples; 16 bytes of each row are read. Rows `aStride` and `bStride` apart.
+uint32_t vf_sad16_rows(const uint8_t *a, ptrdiff_t aStride, const uint8_t *b, ptrdiff_t bStride, ptrdiff_t rows, ptrdiff_t side);
+
 // MARK: Sim camera renderer (one row at a time; see SimRenderer.swift for the model)
 
 /// dst[i] = src sampled at 16.16 position p0 + i·dp with Catmull-Rom cubic weights (12-bit fraction);
