@@ -786,6 +786,11 @@ typedef uint16_t vf_u16x8 __attribute__((vector_size(16)));
 VF_INLINE void vf_lk_tensor_body(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, float *out) {
     vf_f32x8 xx = {0}, xy = {0}, yy = {0};
     const ptrdiff_t full = n & ~(ptrdiff_t)7;
+    // The last columns past the last whole 8: one more vector over the last 8 columns, the lanes
+    // the loop already summed weighted 0 (loads stay inside the rows; the scalar loop only when
+    // n < 8).
+    vf_f32x8 tailMask = {0};
+    for (int l = 0; l < 8; l++) tailMask[l] = n - 8 + l >= full ? 1.0f : 0.0f;
     for (ptrdiff_t j = 0; j < rows; j++) {
         const uint8_t *r = t + j * ts;
         for (ptrdiff_t k = 0; k < full; k += 8) {
@@ -794,7 +799,13 @@ VF_INLINE void vf_lk_tensor_body(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, pt
             vf_f32x8 gx = (tr - tl) * 0.5f, gy = (td - tu) * 0.5f;
             xx += gx * gx; xy += gx * gy; yy += gy * gy;
         }
-        for (ptrdiff_t k = full; k < n; k++) {
+        if (n >= 8 && full < n) {
+            const ptrdiff_t k = n - 8;
+            vf_f32x8 tr, tl, td, tu;
+            LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1); LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
+            vf_f32x8 gx = (tr - tl) * 0.5f * tailMask, gy = (td - tu) * 0.5f * tailMask;
+            xx += gx * gx; xy += gx * gy; yy += gy * gy;
+        } else for (ptrdiff_t k = full; k < n; k++) {
             float gx = ((float)r[k + 1] - (float)r[k - 1]) * 0.5f;
             float gy = ((float)r[k + ts] - (float)r[k - ts]) * 0.5f;
             int l = (int)(k & 7);
@@ -810,6 +821,11 @@ VF_INLINE void lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, p
                            ptrdiff_t rows, float fx, float fy, float *out) {
     vf_f32x8 bx = {0}, by = {0};
     const ptrdiff_t full = n & ~(ptrdiff_t)7;
+    // The last columns past the last whole 8: one more vector over the last 8 columns, the lanes
+    // the loop already summed weighted 0 (loads stay inside the rows; the scalar loop only when
+    // n < 8).
+    vf_f32x8 tailMask = {0};
+    for (int l = 0; l < 8; l++) tailMask[l] = n - 8 + l >= full ? 1.0f : 0.0f;
     for (ptrdiff_t j = 0; j < rows; j++) {
         const uint8_t *r = t + j * ts, *p = img + j * bpr;
         for (ptrdiff_t k = 0; k < full; k += 8) {
@@ -824,7 +840,19 @@ VF_INLINE void lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, p
             vf_f32x8 e = tc - v;
             bx += gx * e; by += gy * e;
         }
-        for (ptrdiff_t k = full; k < n; k++) {
+        if (n >= 8 && full < n) {
+            const ptrdiff_t k = n - 8;
+            const uint8_t *q = p + k * s;
+            vf_f32x8 a, b, c, d, tc, tr, tl, td, tu;
+            LK_LOAD8(a, q, s); LK_LOAD8(b, q + s, s); LK_LOAD8(c, q + bpr, s); LK_LOAD8(d, q + bpr + s, s);
+            LK_LOAD8(tc, r + k, 1); LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1);
+            LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
+            vf_f32x8 top = a + (b - a) * fx;
+            vf_f32x8 v = top + ((c + (d - c) * fx) - top) * fy;
+            vf_f32x8 gx = (tr - tl) * 0.5f * tailMask, gy = (td - tu) * 0.5f * tailMask;
+            vf_f32x8 e = tc - v;
+            bx += gx * e; by += gy * e;
+        } else for (ptrdiff_t k = full; k < n; k++) {
             const uint8_t *q = p + k * s;
             float a = q[0], b = q[s], c = q[bpr], d = q[bpr + s];
             float top = a + (b - a) * fx;
@@ -838,6 +866,87 @@ VF_INLINE void lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, p
     }
     LK_LANES(out[0], bx); LK_LANES(out[1], by);
 }
+
+/// One block's contribution to a similarity's Gauss–Newton normal equations (see
+/// MotionEstimator.accumulateSimilarity): out[0...9] the upper triangle of JᵀJ row by row
+/// (h00 h01 h02 h03 h11 h12 h13 h22 h23 h33), out[10...13] Jᵀe, with J = ∇T · (1, 0 | 0, 1 |
+/// −py, px | px, py), px = px0 + k·step, py = py0 + j·step, e = T − the image sampled bilinearly.
+/// One 8-column step of ``lk_similarity`` at column `kk`, gradients weighted by `mm` (1 or the tail mask).
+#define LK_SIM_STEP(kk, mm) do {                                                                       \
+        const ptrdiff_t k_ = (kk);                                                                     \
+        const uint8_t *q = p + k_ * s;                                                                 \
+        vf_f32x8 a, b, c, d, tc, tr, tl, td, tu;                                                       \
+        LK_LOAD8(a, q, s); LK_LOAD8(b, q + s, s); LK_LOAD8(c, q + bpr, s); LK_LOAD8(d, q + bpr + s, s); \
+        LK_LOAD8(tc, r + k_, 1); LK_LOAD8(tr, r + k_ + 1, 1); LK_LOAD8(tl, r + k_ - 1, 1);             \
+        LK_LOAD8(td, r + k_ + ts, 1); LK_LOAD8(tu, r + k_ - ts, 1);                                    \
+        vf_f32x8 top = a + (b - a) * fx;                                                               \
+        vf_f32x8 v = top + ((c + (d - c) * fx) - top) * fy;                                            \
+        vf_f32x8 gx = (tr - tl) * 0.5f * (mm), gy = (td - tu) * 0.5f * (mm);                           \
+        vf_f32x8 e = tc - v;                                                                           \
+        vf_f32x8 px = px0 + ((float)k_ + ramp) * step;                                                 \
+        vf_f32x8 j2 = gy * px - gx * py, j3 = gx * px + gy * py;                                       \
+        h00 += gx * gx; h01 += gx * gy; h02 += gx * j2; h03 += gx * j3;                                \
+        h11 += gy * gy; h12 += gy * j2; h13 += gy * j3;                                                \
+        h22 += j2 * j2; h23 += j2 * j3; h33 += j3 * j3;                                                \
+        g0 += gx * e; g1 += gy * e; g2 += j2 * e; g3 += j3 * e;                                        \
+    } while (0)
+
+/// One block's contribution to a similarity's Gauss–Newton normal equations (see
+/// MotionEstimator.accumulateSimilarity): out[0...9] the upper triangle of JᵀJ row by row
+/// (h00 h01 h02 h03 h11 h12 h13 h22 h23 h33), out[10...13] Jᵀe, with J = ∇T · (1, 0 | 0, 1 |
+/// −py, px | px, py), px = px0 + k·step, py = py0 + j·step, e = T − the image sampled bilinearly.
+VF_INLINE void lk_similarity(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
+                             ptrdiff_t rows, float fx, float fy, float px0, float py0, float step, float *out) {
+    vf_f32x8 h00 = {0}, h01 = {0}, h02 = {0}, h03 = {0}, h11 = {0}, h12 = {0}, h13 = {0}, h22 = {0}, h23 = {0}, h33 = {0};
+    vf_f32x8 g0 = {0}, g1 = {0}, g2 = {0}, g3 = {0};
+    const vf_f32x8 ramp = {0, 1, 2, 3, 4, 5, 6, 7};
+    const ptrdiff_t full = n & ~(ptrdiff_t)7;
+    // The columns past the last whole 8: one more step over the last 8 columns, the lanes the
+    // loop already summed weighted 0 (loads stay inside the rows; the scalar loop only when n < 8).
+    vf_f32x8 tailMask = {0};
+    for (int l = 0; l < 8; l++) tailMask[l] = n - 8 + l >= full ? 1.0f : 0.0f;
+    for (ptrdiff_t j = 0; j < rows; j++) {
+        const uint8_t *r = t + j * ts, *p = img + j * bpr;
+        const float py = py0 + (float)j * step;
+        for (ptrdiff_t k = 0; k < full; k += 8) LK_SIM_STEP(k, 1.0f);
+        if (n >= 8 && full < n) {
+            LK_SIM_STEP(n - 8, tailMask);
+        } else {
+            for (ptrdiff_t k = full; k < n; k++) {
+                const uint8_t *q = p + k * s;
+                float a = q[0], b = q[s], c = q[bpr], d = q[bpr + s];
+                float top = a + (b - a) * fx;
+                float v = top + ((c + (d - c) * fx) - top) * fy;
+                float gx = ((float)r[k + 1] - (float)r[k - 1]) * 0.5f;
+                float gy = ((float)r[k + ts] - (float)r[k - ts]) * 0.5f;
+                float e = (float)r[k] - v;
+                float px = px0 + (float)k * step;
+                float j2 = gy * px - gx * py, j3 = gx * px + gy * py;
+                int l = (int)(k & 7);
+                h00[l] += gx * gx; h01[l] += gx * gy; h02[l] += gx * j2; h03[l] += gx * j3;
+                h11[l] += gy * gy; h12[l] += gy * j2; h13[l] += gy * j3;
+                h22[l] += j2 * j2; h23[l] += j2 * j3; h33[l] += j3 * j3;
+                g0[l] += gx * e; g1[l] += gy * e; g2[l] += j2 * e; g3[l] += j3 * e;
+            }
+        }
+    }
+    LK_LANES(out[0], h00); LK_LANES(out[1], h01); LK_LANES(out[2], h02); LK_LANES(out[3], h03);
+    LK_LANES(out[4], h11); LK_LANES(out[5], h12); LK_LANES(out[6], h13);
+    LK_LANES(out[7], h22); LK_LANES(out[8], h23); LK_LANES(out[9], h33);
+    LK_LANES(out[10], g0); LK_LANES(out[11], g1); LK_LANES(out[12], g2); LK_LANES(out[13], g3);
+}
+
+VF_INLINE void vf_lk_similarity_body(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
+                                     ptrdiff_t rows, float fx, float fy, float px0, float py0, float step, float *out) {
+    if (s == 1) lk_similarity(t, ts, img, bpr, 1, n, rows, fx, fy, px0, py0, step, out);
+    else if (s == 2) lk_similarity(t, ts, img, bpr, 2, n, rows, fx, fy, px0, py0, step, out);
+    else lk_similarity(t, ts, img, bpr, s, n, rows, fx, fy, px0, py0, step, out);
+}
+
+VF_DISPATCH(vf_lk_similarity,
+            (const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n,
+             ptrdiff_t rows, float fx, float fy, float px0, float py0, float step, float *out),
+            (t, ts, img, bytesPerRow, pixelStride, n, rows, fx, fy, px0, py0, step, out))
 
 VF_INLINE void vf_lk_mismatch_body(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
                                    ptrdiff_t rows, float fx, float fy, float *out) {

@@ -237,6 +237,9 @@ struct PortableKernelTests {
         for n in [13, 25, 33, 8, 5] {
             for (fx, fy) in [(Float(0.3), Float(0.71)), (0, 0), (0.999, 0.5)] {
                 var rx = 0.0, rxy = 0.0, ry = 0.0, rbx = 0.0, rby = 0.0
+                // The similarity's normal equations (upper triangle of JᵀJ, then Jᵀe).
+                var sim = [Double](repeating: 0, count: 14)
+                let px0 = -0.21, py0 = 0.13, step = 0.004
                 for j in 0..<n {
                     for k in 0..<n {
                         func t(_ dx: Int, _ dy: Int) -> Double { Double(template[(j + 1 + dy) * tw + k + 1 + dx]) }
@@ -245,22 +248,29 @@ struct PortableKernelTests {
                         let top = p(0, 0) + (p(1, 0) - p(0, 0)) * Double(fx), bot = p(0, 1) + (p(1, 1) - p(0, 1)) * Double(fx)
                         let e = t(0, 0) - (top + (bot - top) * Double(fy))
                         rx += gx * gx; rxy += gx * gy; ry += gy * gy; rbx += gx * e; rby += gy * e
+                        let px = px0 + Double(k) * step, py = py0 + Double(j) * step
+                        let jac = [gx, gy, gy * px - gx * py, gx * px + gy * py]
+                        var u = 0
+                        for a in 0..<4 { for b in a..<4 { sim[u] += jac[a] * jac[b]; u += 1 } }
+                        for a in 0..<4 { sim[10 + a] += jac[a] * e }
                     }
                 }
                 let r = bothBuilds { () -> [Float] in
-                    var out = [Float](repeating: 0, count: 5)
+                    var out = [Float](repeating: 0, count: 5 + 14)
                     template.withUnsafeBufferPointer { t in
                         image.withUnsafeBufferPointer { im in
                             out.withUnsafeMutableBufferPointer { o in
                                 vf_lk_tensor(t.baseAddress! + tw + 1, tw, n, n, o.baseAddress!)
                                 vf_lk_mismatch(t.baseAddress! + tw + 1, tw, im.baseAddress! + 2 * bpr + 3 * s, bpr, s, n, n, fx, fy, o.baseAddress! + 3)
+                                vf_lk_similarity(t.baseAddress! + tw + 1, tw, im.baseAddress! + 2 * bpr + 3 * s, bpr, s, n, n, fx, fy,
+                                                 Float(px0), Float(py0), Float(step), o.baseAddress! + 5)
                             }
                         }
                     }
                     return out
                 }
                 #expect(r.portable == r.best, "stride \(s), \(n)x\(n), fraction (\(fx), \(fy))")
-                for (got, want) in zip(r.best, [rx, rxy, ry, rbx, rby]) {
+                for (got, want) in zip(r.best, [rx, rxy, ry, rbx, rby] + sim) {
                     #expect(abs(Double(got) - want) <= 1e-5 * max(1, abs(rx) + abs(ry)) * 10, "stride \(s), \(n)x\(n): \(got) vs \(want)")
                 }
             }

@@ -142,6 +142,13 @@ int main(int argc, char **argv) {
     printf("lk_tensor %.9g %.9g %.9g\n", t3[0], t3[1], t3[2]);
     vf_lk_mismatch(img + 2 * S + 2, S, img + 5 * S + 9, S, 1, 31, 29, 0.3125f, 0.71875f, m2);
     printf("lk_mismatch %.9g %.9g\n", m2[0], m2[1]);
+    for (int sn = 5; sn <= 33; sn += 7) {
+        float h14[14];
+        vf_lk_similarity(img + 2 * S + 2, S, img + 5 * S + 9, S, 2, sn, sn, 0.3125f, 0.71875f, -0.21f, 0.13f, 0.004f, h14);
+        printf("lk_similarity/%d", sn);
+        for (int i = 0; i < 14; i++) printf(" %.9g", h14[i]);
+        printf("\n");
+    }
     {
         // SAD of blocks 1 to 16 wide, rows S apart, the second block offset by a row and a column.
         unsigned long long sads = 0;

@@ -150,6 +150,14 @@ void vf_lk_tensor(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, f
 void vf_lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n,
                     ptrdiff_t rows, float fx, float fy, float *out);
 
+/// One block's share of a similarity's Gauss–Newton normal equations (inverse compositional: the
+/// template's gradients): out[0...9] the upper triangle of JᵀJ (h00 h01 h02 h03 h11 h12 h13 h22
+/// h23 h33), out[10...13] Jᵀe, J = ∇T·(1, 0 | 0, 1 | −py, px | px, py), px = px0 + k·step, py =
+/// py0 + j·step, e = T − the image sampled bilinearly at (k + fx, j + fy) as in ``vf_lk_mismatch``.
+/// Sums in eight lanes in a fixed order (bit-identical between the builds).
+void vf_lk_similarity(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n,
+                      ptrdiff_t rows, float fx, float fy, float px0, float py0, float step, float *out);
+
 /// One row of YUV to packed RGB (full-range BT.601): luma sample x at `y[x * yStep]`, chroma for
 /// pixel x at `u[(x / 2) * cStep]` and `v[(x / 2) * cStep]` (4:2:x); `u`/`v` NULL for grey. Writes
 /// `channels` (3 or 4, alpha 255) bytes per pixel with red at `rIndex`, green at 1, blue at `bIndex`.
