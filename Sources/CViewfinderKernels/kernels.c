@@ -514,20 +514,46 @@ VF_INLINE vf_u8x16 vf_load16(const uint8_t *p) { vf_u8x16 v; memcpy(&v, p, 16); 
 
 /// One run of the vertical pass: t[i] = (r0[i·s]·(256 − w) + r1[i·s]·w + 128) >> 8 with
 /// w = (uint16)(f + i·st) >> 8, all in wrapping 16-bit arithmetic (exact: the sum is at most 65408).
+typedef uint8_t vf_u8x32 __attribute__((vector_size(32)));
+typedef uint16_t vf_u16x32 __attribute__((vector_size(64)));
+
 VF_INLINE void warp_blend(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) {
     ptrdiff_t i = 0;
-    if (s == 1) {
-        vf_u16x16 ramp = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    if (s == 1 && n >= 16) {
+        const vf_u16x16 ramp = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
         vf_u16x16 w = (uint16_t)f + ramp * st;
         const uint16_t step16 = (uint16_t)(st * 16);
+        // 32 columns a step (one pack and one store for both halves), then 16, then the last 16
+        // columns once more (overlapping: the columns written twice get the same bytes), so a
+        // run never ends in the scalar loop.
+        for (; i + 32 <= n; i += 32) {
+            vf_u16x16 a0 = __builtin_convertvector(vf_load16(r0 + i), vf_u16x16), b0 = __builtin_convertvector(vf_load16(r1 + i), vf_u16x16);
+            vf_u16x16 a1 = __builtin_convertvector(vf_load16(r0 + i + 16), vf_u16x16), b1 = __builtin_convertvector(vf_load16(r1 + i + 16), vf_u16x16);
+            vf_u16x16 w1 = w + step16;
+            vf_u16x16 v0 = ((a0 << 8) + (b0 - a0) * (w >> 8) + 128) >> 8;
+            vf_u16x16 v1 = ((a1 << 8) + (b1 - a1) * (w1 >> 8) + 128) >> 8;
+            vf_u8x32 o = __builtin_convertvector(__builtin_shufflevector(v0, v1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                                                         16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31), vf_u8x32);
+            memcpy(t + i, &o, 32);
+            w = w1 + step16;
+        }
         for (; i + 16 <= n; i += 16) {
             vf_u16x16 a = __builtin_convertvector(vf_load16(r0 + i), vf_u16x16);
             vf_u16x16 b = __builtin_convertvector(vf_load16(r1 + i), vf_u16x16);
-            vf_u16x16 wy = w >> 8;
-            vf_u16x16 v = ((a << 8) + (b - a) * wy + 128) >> 8;
+            vf_u16x16 v = ((a << 8) + (b - a) * (w >> 8) + 128) >> 8;
             vf_u8x16 o = __builtin_convertvector(v, vf_u8x16);
             memcpy(t + i, &o, 16);
             w += step16;
+        }
+        if (i < n) {
+            const ptrdiff_t j = n - 16;
+            vf_u16x16 wt = (uint16_t)(f + (uint16_t)j * st) + ramp * st;
+            vf_u16x16 a = __builtin_convertvector(vf_load16(r0 + j), vf_u16x16);
+            vf_u16x16 b = __builtin_convertvector(vf_load16(r1 + j), vf_u16x16);
+            vf_u16x16 v = ((a << 8) + (b - a) * (wt >> 8) + 128) >> 8;
+            vf_u8x16 o = __builtin_convertvector(v, vf_u8x16);
+            memcpy(t + j, &o, 16);
+            i = n;
         }
     }
     for (; i < n; i++) {
@@ -728,11 +754,16 @@ VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
     for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)out + (uintptr_t)(4 * pairs + k)), 1);
     ptrdiff_t steps = r->luma.blocks / 2 < r->chroma.blocks ? r->luma.blocks / 2 : r->chroma.blocks;
     const int yFirst = r->yOffset == 0;
+    // The tables in locals: read through `r` the compiler reloaded every pointer each step (the
+    // output row's stores might have changed them).
+    const int32_t *restrict lBase = r->luma.blockBase, *restrict cBase = r->chroma.blockBase;
+    const int8_t *restrict lShift = r->luma.blockShift, *restrict cShift = r->chroma.blockShift;
+    const uint8_t *restrict lWeight = r->luma.blockWeight, *restrict cWeight = r->chroma.blockWeight;
     for (ptrdiff_t k = 0; k < steps; k++) {
-        __m128i y0 = vf_resample_block16_avx2(py + r->luma.blockBase[2 * k], r->luma.blockShift + 32 * k, r->luma.blockWeight + 32 * k);
-        __m128i y1 = vf_resample_block16_avx2(py + r->luma.blockBase[2 * k + 1], r->luma.blockShift + 32 * k + 16, r->luma.blockWeight + 32 * k + 16);
-        __m128i u = vf_resample_block16_avx2(pu + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
-        __m128i v = vf_resample_block16_avx2(pv + r->chroma.blockBase[k], r->chroma.blockShift + 16 * k, r->chroma.blockWeight + 16 * k);
+        __m128i y0 = vf_resample_block16_avx2(py + lBase[2 * k], lShift + 32 * k, lWeight + 32 * k);
+        __m128i y1 = vf_resample_block16_avx2(py + lBase[2 * k + 1], lShift + 32 * k + 16, lWeight + 32 * k + 16);
+        __m128i u = vf_resample_block16_avx2(pu + cBase[k], cShift + 16 * k, cWeight + 16 * k);
+        __m128i v = vf_resample_block16_avx2(pv + cBase[k], cShift + 16 * k, cWeight + 16 * k);
         __m128i uv0 = _mm_unpacklo_epi8(u, v), uv1 = _mm_unpackhi_epi8(u, v);
         __m128i o0, o1, o2, o3;
         if (yFirst) {
