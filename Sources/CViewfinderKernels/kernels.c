@@ -1024,3 +1024,62 @@ VF_INLINE uint32_t vf_sad16_rows_body(const uint8_t *a, ptrdiff_t aStride, const
 VF_DISPATCH_RETURNING(uint32_t, vf_sad16_rows,
                       (const uint8_t *a, ptrdiff_t aStride, const uint8_t *b, ptrdiff_t bStride, ptrdiff_t rows, ptrdiff_t side),
                       (a, aStride, b, bStride, rows, side))
+
+// MARK: Pyramid of grey images, and copying samples out of a frame (see MotionEstimator.swift)
+
+/// dst(x, y) = (s(2x, 2y) + s(2x + 1, 2y) + s(2x, 2y + 1) + s(2x + 1, 2y + 1) + 2) >> 2 over
+/// `height` rows of `width` outputs, from planar 8-bit rows. 16 outputs a step (32 bytes of each
+/// row as 16-bit lanes, one pixel pair each), then the last 16 once more (overlapping), so only
+/// rows under 16 outputs take the scalar loop.
+VF_INLINE void halve_grey_row(const uint8_t *r0, const uint8_t *r1, uint8_t *o, ptrdiff_t w) {
+    ptrdiff_t x = 0;
+    if (w >= 16) {
+        for (;; x += 16) {
+            if (x + 16 > w) x = w - 16;
+            vf_u16x16 a, c;
+            memcpy(&a, r0 + 2 * x, 32);
+            memcpy(&c, r1 + 2 * x, 32);
+            vf_u16x16 sum = (a & 0xFF) + (a >> 8) + (c & 0xFF) + (c >> 8) + 2;
+            vf_u8x16 out = __builtin_convertvector(sum >> 2, vf_u8x16);
+            memcpy(o + x, &out, 16);
+            if (x + 16 >= w) break;
+        }
+        return;
+    }
+    for (; x < w; x++) o[x] = (uint8_t)((r0[2 * x] + r0[2 * x + 1] + r1[2 * x] + r1[2 * x + 1] + 2) >> 2);
+}
+
+VF_INLINE void vf_halve_grey_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
+    for (ptrdiff_t y = 0; y < h; y++) halve_grey_row(src + 2 * y * bpr, src + (2 * y + 1) * bpr, dst + y * dstStride, w);
+}
+
+VF_DISPATCH(vf_halve_grey, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride),
+            (src, bytesPerRow, width, height, dst, dstStride))
+
+/// dst[j·dstStride + k] = src[j·bytesPerRow + k·pixelStride] for `rows` rows of `width` samples.
+/// Stride 2 (packed 4:2:2 luma) 16 samples a step from 32 bytes, the row's last 16 once more
+/// (overlapping); it reads no byte past the row's last sample.
+VF_INLINE void vf_gather_samples_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride) {
+    for (ptrdiff_t j = 0; j < rows; j++) {
+        const uint8_t *r = src + j * bpr;
+        uint8_t *o = dst + j * dstStride;
+        if (s == 1) { memcpy(o, r, (size_t)width); continue; }
+        ptrdiff_t k = 0;
+        if (s == 2 && width >= 16) {
+            for (;; k += 16) {
+                if (k + 16 > width) k = width - 16;
+                // 31 bytes hold samples k ... k + 15; the 32nd byte would be past the last sample.
+                vf_u16x16 a = {0};
+                memcpy(&a, r + 2 * k, 31);
+                vf_u8x16 out = __builtin_convertvector(a & 0xFF, vf_u8x16);
+                memcpy(o + k, &out, 16);
+                if (k + 16 >= width) break;
+            }
+            continue;
+        }
+        for (; k < width; k++) o[k] = r[k * s];
+    }
+}
+
+VF_DISPATCH(vf_gather_samples, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride),
+            (src, bytesPerRow, pixelStride, width, rows, dst, dstStride))

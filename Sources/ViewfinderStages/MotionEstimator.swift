@@ -53,28 +53,12 @@ public enum Pyramid {
         }
     }
 
-    /// Planar luma: 16 bytes of each of two rows are eight 16-bit lanes holding a pixel pair each,
-    /// so a pair's sum is (lane & 0xFF) + (lane >> 8) — plain 128-bit vector operations, no
-    /// deinterleaving shuffle (which the baseline x86-64 vector unit lacks).
+    /// Planar luma (`vf_halve_grey` in CViewfinderKernels: 16 outputs a step from 32 bytes of each
+    /// row as 16-bit lanes holding a pixel pair each, so a pair's sum is (lane & 0xFF) + (lane >> 8)).
     static func halvePlanar(_ luma: LumaView, _ out: GreyImage) {
         let w = min(out.width, luma.width / 2), h = min(out.height, luma.height / 2)
-        let blocks = w / 8
-        for y in 0..<h {
-            let r0 = UnsafeRawPointer(luma.pointer(x: 0, y: 2 &* y))
-            let r1 = r0 + luma.bytesPerRow
-            let o = UnsafeMutableRawPointer(out.pixels + y &* out.width)
-            for b in 0..<blocks {
-                let a = r0.loadUnaligned(fromByteOffset: b &* 16, as: SIMD8<UInt16>.self)
-                let c = r1.loadUnaligned(fromByteOffset: b &* 16, as: SIMD8<UInt16>.self)
-                let sum = (a & 0xFF) &+ (a &>> 8) &+ (c & 0xFF) &+ (c &>> 8) &+ 2
-                o.storeBytes(of: SIMD8<UInt8>(truncatingIfNeeded: sum &>> 2), toByteOffset: b &* 8, as: SIMD8<UInt8>.self)
-            }
-            let p0 = r0.assumingMemoryBound(to: UInt8.self), p1 = r1.assumingMemoryBound(to: UInt8.self)
-            for x in (blocks &* 8)..<w {
-                let v = UInt16(p0[2 &* x]) &+ UInt16(p0[2 &* x &+ 1]) &+ UInt16(p1[2 &* x]) &+ UInt16(p1[2 &* x &+ 1]) &+ 2
-                o.storeBytes(of: UInt8(truncatingIfNeeded: v &>> 2), toByteOffset: x, as: UInt8.self)
-            }
-        }
+        guard w > 0, h > 0 else { return }
+        vf_halve_grey(luma.base, luma.bytesPerRow, w, h, out.pixels, out.width)
     }
 
     /// Halves a grey image.
@@ -189,11 +173,8 @@ public final class MotionEstimator {
         swap(&prevFull, &curFull)
         if width < halfSearchBelowWidth {
             if curFull == nil { curFull = GreyImage(width: width, height: height) }
-            let g = curFull!, w = min(width, luma.width), s = luma.pixelStride
-            for y in 0..<min(height, luma.height) {
-                let src = luma.pointer(x: 0, y: y), dst = g.pixels + y &* g.width
-                if s == 1 { dst.update(from: src, count: w) } else { for x in 0..<w { dst[x] = src[x &* s] } }
-            }
+            let g = curFull!
+            vf_gather_samples(luma.base, luma.bytesPerRow, luma.pixelStride, min(width, luma.width), min(height, luma.height), g.pixels, g.width)
         }
         Pyramid.halve(luma, into: cur[0])
         Pyramid.halve(cur[0], into: cur[1])
@@ -251,12 +232,7 @@ public final class MotionEstimator {
         for (i, c) in centres.enumerated() {
             let x = c.x * 2, y = c.y * 2
             guard x - r >= 0, y - r >= 0, x + r < luma.width, y + r < luma.height else { patchValid[i] = false; continue }
-            let dst = patches + i * side * side
-            for j in 0..<side {
-                let src = luma.pointer(x: x - r, y: y - r + j)
-                let row = dst + j * side
-                for k in 0..<side { row[k] = src[k &* luma.pixelStride] }
-            }
+            vf_gather_samples(luma.pointer(x: x - r, y: y - r), luma.bytesPerRow, luma.pixelStride, side, side, patches + i * side * side, side)
             patchValid[i] = true
         }
     }

@@ -152,6 +152,39 @@ struct PortableKernelTests {
         }
     }
 
+    @Test("the grey pyramid's halving and the strided sample copy against plain references")
+    func halveGreyAndGather() {
+        let bpr = 83, rows = 9
+        let src = noiseBytes(bpr * rows, seed: 31)
+        for w in [1, 15, 16, 17, 33, 41] {
+            var expected: [UInt8] = []
+            for y in 0..<4 { for x in 0..<w {
+                let a = Int(src[2 * y * bpr + 2 * x]) + Int(src[2 * y * bpr + 2 * x + 1]) + Int(src[(2 * y + 1) * bpr + 2 * x]) + Int(src[(2 * y + 1) * bpr + 2 * x + 1])
+                expected.append(UInt8((a + 2) >> 2))
+            } }
+            let r = bothBuilds { () -> [UInt8] in
+                var out = [UInt8](repeating: 0, count: 4 * w)
+                src.withUnsafeBufferPointer { p in out.withUnsafeMutableBufferPointer { vf_halve_grey(p.baseAddress!, bpr, w, 4, $0.baseAddress!, w) } }
+                return out
+            }
+            #expect(r.portable == expected && r.best == expected, "halve, \(w) wide")
+            for s in [1, 2, 3] where (w - 1) * s < bpr {
+                let n = rows - 1
+                var want: [UInt8] = []
+                for j in 0..<n { for k in 0..<w { want.append(src[j * bpr + k * s]) } }
+                // The source ends at the last sample (no byte after it may be read).
+                let last = (n - 1) * bpr + (w - 1) * s + 1
+                let exact = Array(src[0..<last])
+                let g = bothBuilds { () -> [UInt8] in
+                    var out = [UInt8](repeating: 0, count: n * w)
+                    exact.withUnsafeBufferPointer { p in out.withUnsafeMutableBufferPointer { vf_gather_samples(p.baseAddress!, bpr, s, w, n, $0.baseAddress!, w) } }
+                    return out
+                }
+                #expect(g.portable == want && g.best == want, "gather, \(w) samples \(s) apart")
+            }
+        }
+    }
+
     @Test("the warp's vertical pass against a plain reference")
     func warpVerticalReference() {
         let bpr = 301, rows = 9

@@ -142,6 +142,18 @@ int main(int argc, char **argv) {
     printf("lk_tensor %.9g %.9g %.9g\n", t3[0], t3[1], t3[2]);
     vf_lk_mismatch(img + 2 * S + 2, S, img + 5 * S + 9, S, 1, 31, 29, 0.3125f, 0.71875f, m2);
     printf("lk_mismatch %.9g %.9g\n", m2[0], m2[1]);
+    {
+        // The grey pyramid's halving and the strided sample copy, at widths around 16 outputs.
+        static uint8_t half[64 * 8], gathered[40 * 6];
+        for (int w = 5; w <= 37; w += 16) {
+            vf_halve_grey(img + 1, S, w, 7, half, 64);
+            printf("halve_grey/%d %016llx\n", w, (unsigned long long)fnv(half, sizeof half));
+            for (int st = 1; st <= 3; st++) {
+                vf_gather_samples(img + 3, S, st, w, 6, gathered, 40);
+                printf("gather_samples/%d/%d %016llx\n", w, st, (unsigned long long)fnv(gathered, sizeof gathered));
+            }
+        }
+    }
     for (int sn = 5; sn <= 33; sn += 7) {
         float h14[14];
         vf_lk_similarity(img + 2 * S + 2, S, img + 5 * S + 9, S, 2, sn, sn, 0.3125f, 0.71875f, -0.21f, 0.13f, 0.004f, h14);

@@ -42,6 +42,15 @@ void vf_halve_packed422(const uint8_t *luma, ptrdiff_t bytesPerRow, ptrdiff_t wi
 /// (at most 16) samples; 16 bytes of each row are read. Rows `aStride` and `bStride` apart.
 uint32_t vf_sad16_rows(const uint8_t *a, ptrdiff_t aStride, const uint8_t *b, ptrdiff_t bStride, ptrdiff_t rows, ptrdiff_t side);
 
+/// The pyramid's next level from planar 8-bit rows: `height` rows of `width` outputs, dst(x, y) =
+/// (s(2x, 2y) + s(2x + 1, 2y) + s(2x, 2y + 1) + s(2x + 1, 2y + 1) + 2) >> 2; reads rows 0 ..< 2·height
+/// and bytes 0 ..< 2·width of each.
+void vf_halve_grey(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride);
+
+/// Copies `rows` rows of `width` samples, `pixelStride` bytes apart in `src` (rows `bytesPerRow`
+/// apart), to contiguous bytes in `dst` (rows `dstStride` apart). Reads no byte past a row's last sample.
+void vf_gather_samples(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride);
+
 // MARK: Sim camera renderer (one row at a time; see SimRenderer.swift for the model)
 
 /// dst[i] = src sampled at 16.16 position p0 + i·dp with Catmull-Rom cubic weights (12-bit fraction);
