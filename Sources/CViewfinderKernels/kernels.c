@@ -1083,3 +1083,83 @@ VF_INLINE void vf_gather_samples_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff
 
 VF_DISPATCH(vf_gather_samples, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride),
             (src, bytesPerRow, pixelStride, width, rows, dst, dstStride))
+
+// MARK: The motion estimator's dense pass (see MotionEstimator.densePass)
+
+typedef int32_t vf_i32x8 __attribute__((vector_size(32)));
+typedef double vf_f64x8 __attribute__((vector_size(64)));
+
+/// Eight chosen pixels a step; point k goes to lane k mod 8 and the lanes are added 0 to 7 at the
+/// end (the same operations in both builds, so the same bits). Lanes outside the picture, or past
+/// the last point, are weighted 0 and counted nowhere.
+VF_INLINE void vf_dense_pass_body(const float *xs, const float *ys, const float *ts, const float *gxs, const float *gys, ptrdiff_t count,
+                                  const uint8_t *img, ptrdiff_t bw, float maxU, float maxV, float s, float half, float cx, float cy,
+                                  float tx, float ty, float th, float kk, float unit, float huber,
+                                  int32_t *histogram, float *sums, ptrdiff_t *usedOut, double *costOut) {
+    vf_f32x8 h00 = {0}, h01 = {0}, h02 = {0}, h03 = {0}, h11 = {0}, h12 = {0}, h13 = {0}, h22 = {0}, h23 = {0}, h33 = {0};
+    vf_f32x8 g0 = {0}, g1 = {0}, g2 = {0}, g3 = {0};
+    vf_f64x8 cost = {0};
+    ptrdiff_t used = 0;
+    const vf_i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (ptrdiff_t i = 0; i < count; i += 8) {
+        const ptrdiff_t n = count - i < 8 ? count - i : 8;
+        vf_f32x8 x = {0}, y = {0}, t = {0}, gxv = {0}, gyv = {0};
+        memcpy(&x, xs + i, (size_t)n * 4); memcpy(&y, ys + i, (size_t)n * 4); memcpy(&t, ts + i, (size_t)n * 4);
+        memcpy(&gxv, gxs + i, (size_t)n * 4); memcpy(&gyv, gys + i, (size_t)n * 4);
+        const vf_f32x8 px = x * s + half - cx, py = y * s + half - cy;
+        const vf_f32x8 u = x + tx + (-th * py + kk * px) / s, v = y + ty + (th * px + kk * py) / s;
+        const vf_i32x8 ok = (u >= 0) & (v >= 0) & (u < maxU) & (v < maxV) & (lane < (int32_t)n);
+        // Lanes outside the picture at (0, 0) before the conversion (no out-of-range float to int).
+        const vf_f32x8 uc = (vf_f32x8)((vf_i32x8)u & ok), vc = (vf_f32x8)((vf_i32x8)v & ok);
+        const vf_i32x8 iu = __builtin_convertvector(uc, vf_i32x8), iv = __builtin_convertvector(vc, vf_i32x8);
+        const vf_f32x8 fu = uc - __builtin_convertvector(iu, vf_f32x8), fv = vc - __builtin_convertvector(iv, vf_f32x8);
+        vf_f32x8 q00, q01, q10, q11;
+        for (int l = 0; l < 8; l++) {
+            const uint8_t *q = img + ((ptrdiff_t)iv[l] * bw + iu[l]);
+            q00[l] = q[0]; q01[l] = q[1]; q10[l] = q[bw]; q11[l] = q[bw + 1];
+        }
+        const vf_f32x8 top = q00 + (q01 - q00) * fu;
+        const vf_f32x8 bot = q10 + (q11 - q10) * fu;
+        const vf_f32x8 r = top + (bot - top) * fv - t;
+        const vf_f32x8 ar = (vf_f32x8)((vf_i32x8)r & 0x7FFFFFFF);
+        const vf_i32x8 small = ar <= 4;
+        const vf_f32x8 rho = (vf_f32x8)(((vf_i32x8)(0.5f * ar * ar) & small) | ((vf_i32x8)(4 * (ar - 2)) & ~small));
+        for (int l = 0; l < 8; l++) {
+            if (!ok[l]) continue;
+            used += 1;
+            cost[l] += (double)rho[l];
+            if (histogram) {
+                const float a4 = ar[l] * 4;
+                histogram[!(a4 < 255) ? 255 : (int)a4] += 1;
+            }
+        }
+        if (!histogram) continue;
+        const vf_i32x8 inside = ar <= huber;
+        const vf_f32x8 wgt = (vf_f32x8)((((vf_i32x8)(vf_f32x8){1, 1, 1, 1, 1, 1, 1, 1} & inside) | ((vf_i32x8)(huber / ar) & ~inside)) & ok);
+        const vf_f32x8 gx = gxv / s, gy = gyv / s;
+        const vf_f32x8 pk = px / unit, qk = py / unit;
+        const vf_f32x8 j0 = gx, j1 = gy, j2 = -gx * qk + gy * pk, j3 = gx * pk + gy * qk;
+        const vf_f32x8 w0 = wgt * j0, w1 = wgt * j1, w2 = wgt * j2, w3 = wgt * j3;
+        h00 += w0 * j0; h01 += w0 * j1; h02 += w0 * j2; h03 += w0 * j3;
+        h11 += w1 * j1; h12 += w1 * j2; h13 += w1 * j3;
+        h22 += w2 * j2; h23 += w2 * j3; h33 += w3 * j3;
+        g0 -= w0 * r; g1 -= w1 * r; g2 -= w2 * r; g3 -= w3 * r;
+    }
+    if (sums) {
+        LK_LANES(sums[0], h00); LK_LANES(sums[1], h01); LK_LANES(sums[2], h02); LK_LANES(sums[3], h03);
+        LK_LANES(sums[4], h11); LK_LANES(sums[5], h12); LK_LANES(sums[6], h13);
+        LK_LANES(sums[7], h22); LK_LANES(sums[8], h23); LK_LANES(sums[9], h33);
+        LK_LANES(sums[10], g0); LK_LANES(sums[11], g1); LK_LANES(sums[12], g2); LK_LANES(sums[13], g3);
+    }
+    double c = cost[0];
+    for (int l = 1; l < 8; l++) c += cost[l];
+    *usedOut = used;
+    *costOut = c;
+}
+
+VF_DISPATCH(vf_dense_pass,
+            (const float *xs, const float *ys, const float *ts, const float *gxs, const float *gys, ptrdiff_t count,
+             const uint8_t *img, ptrdiff_t bw, float maxU, float maxV, float s, float half, float cx, float cy,
+             float tx, float ty, float th, float kk, float unit, float huber,
+             int32_t *histogram, float *sums, ptrdiff_t *usedOut, double *costOut),
+            (xs, ys, ts, gxs, gys, count, img, bw, maxU, maxV, s, half, cx, cy, tx, ty, th, kk, unit, huber, histogram, sums, usedOut, costOut))

@@ -263,6 +263,64 @@ struct PortableKernelTests {
         }
     }
 
+    @Test("the motion estimator's dense pass: both builds agree and match a plain reference", arguments: [61, 8, 3, 0])
+    func densePass(count: Int) {
+        let w = 90, h = 50, bw = 97
+        let image = noiseBytes(bw * h, seed: 11)
+        var g = TestRNG(UInt64(count) + 5)
+        // Points of a 1/2 level (s = 2), some of them mapped outside the picture.
+        let xs = (0..<count).map { _ in Float(g.next() % 1000) / 1000 * Float(w + 6) - 3 }
+        let ys = (0..<count).map { _ in Float(g.next() % 1000) / 1000 * Float(h + 6) - 3 }
+        let ts = (0..<count).map { _ in Float(g.next() % 256) }
+        let gxs = (0..<count).map { _ in Float(Int(g.next() % 128) - 64) }
+        let gys = (0..<count).map { _ in Float(Int(g.next() % 128) - 64) }
+        let s: Float = 2, half: Float = 0.5, cx = Float(2 * w) / 2, cy = Float(2 * h) / 2
+        let tx: Float = 0.37, ty: Float = -0.61, th: Float = 0.013, kk: Float = -0.004, unit: Float = 100, huber: Float = 6
+        let maxU = Float(w - 1) - 0.001, maxV = Float(h - 1) - 0.001
+        // The plain reference, in doubles.
+        var hist = [Int32](repeating: 0, count: 256), sums = [Double](repeating: 0, count: 14)
+        var used = 0, cost = 0.0
+        for i in 0..<count {
+            let px = xs[i] * s + half - cx, py = ys[i] * s + half - cy
+            let u = xs[i] + tx + (-th * py + kk * px) / s, v = ys[i] + ty + (th * px + kk * py) / s
+            guard u >= 0, v >= 0, u < maxU, v < maxV else { continue }
+            let iu = Int(u), iv = Int(v), fu = Double(u) - Double(iu), fv = Double(v) - Double(iv)
+            func p(_ dx: Int, _ dy: Int) -> Double { Double(image[(iv + dy) * bw + iu + dx]) }
+            let top = p(0, 0) + (p(1, 0) - p(0, 0)) * fu, bot = p(0, 1) + (p(1, 1) - p(0, 1)) * fu
+            let r = top + (bot - top) * fv - Double(ts[i]), ar = abs(r)
+            used += 1
+            cost += ar <= 4 ? 0.5 * ar * ar : 4 * (ar - 2)
+            hist[min(255, Int(ar * 4))] += 1
+            let wgt = ar <= Double(huber) ? 1 : Double(huber) / ar
+            let gx = Double(gxs[i] / s), gy = Double(gys[i] / s), pk = Double(px / unit), qk = Double(py / unit)
+            let jac = [gx, gy, -gx * qk + gy * pk, gx * pk + gy * qk]
+            var k = 0
+            for a in 0..<4 { for b in a..<4 { sums[k] += wgt * jac[a] * jac[b]; k += 1 } }
+            for a in 0..<4 { sums[10 + a] -= wgt * jac[a] * r }
+        }
+        struct Out: Equatable { var hist: [Int32]; var sums: [Float]; var used: Int; var cost: Double; var usedBare: Int; var costBare: Double }
+        let r = bothBuilds { () -> Out in
+            var o = Out(hist: [Int32](repeating: 0, count: 256), sums: [Float](repeating: 0, count: 14), used: 0, cost: 0, usedBare: 0, costBare: 0)
+            image.withUnsafeBufferPointer { im in
+                vf_dense_pass(xs, ys, ts, gxs, gys, count, im.baseAddress, bw, maxU, maxV, s, half, cx, cy, tx, ty, th, kk, unit, huber,
+                              &o.hist, &o.sums, &o.used, &o.cost)
+                // Without a histogram: only the count and the cost.
+                vf_dense_pass(xs, ys, ts, gxs, gys, count, im.baseAddress, bw, maxU, maxV, s, half, cx, cy, tx, ty, th, kk, unit, huber,
+                              nil, nil, &o.usedBare, &o.costBare)
+            }
+            return o
+        }
+        #expect(r.portable == r.best)
+        #expect(r.best.used == used && r.best.usedBare == used)
+        #expect(r.best.hist == hist)
+        #expect(abs(r.best.cost - cost) <= 1e-4 * max(1, cost) && r.best.costBare == r.best.cost)
+        let scale = sums.map(abs).max() ?? 1
+        for (got, want) in zip(r.best.sums, sums) {
+            #expect(abs(Double(got) - want) <= 1e-5 * max(1, scale), "\(got) vs \(want)")
+        }
+        if count > 8 { #expect(used > 0 && used < count, "the points should fall both inside and outside") }
+    }
+
     @Test("Lucas–Kanade sums: both builds agree and match a plain reference", arguments: [1, 2, 3])
     func lucasKanade(stride s: Int) {
         let tw = 40, iw = 60 * s, bpr = iw + 5

@@ -143,6 +143,23 @@ int main(int argc, char **argv) {
     vf_lk_mismatch(img + 2 * S + 2, S, img + 5 * S + 9, S, 1, 31, 29, 0.3125f, 0.71875f, m2);
     printf("lk_mismatch %.9g %.9g\n", m2[0], m2[1]);
     {
+        // The dense pass: 61 points (a partial last step), some outside the picture.
+        static float dx[61], dy[61], dt[61], dgx[61], dgy[61];
+        for (int i = 0; i < 61; i++) {
+            dx[i] = (float)(next() % 300) / 3.0f - 5; dy[i] = (float)(next() % 200) / 5.0f - 2;
+            dt[i] = (float)(next() % 256); dgx[i] = (float)(next() % 64) - 32; dgy[i] = (float)(next() % 64) - 32;
+        }
+        int32_t hist[256] = {0};
+        float dsums[14];
+        ptrdiff_t dused; double dcost;
+        vf_dense_pass(dx, dy, dt, dgx, dgy, 61, img, S, 98.999f, 39.999f, 2, 0.5f, 100, 40, 1.25f, -0.75f, 0.01f, 0.002f, 1000, 6, hist, dsums, &dused, &dcost);
+        unsigned long long hs = 0;
+        for (int i = 0; i < 256; i++) hs = hs * 31 + (unsigned)hist[i];
+        printf("dense_pass %ld %.17g %llu", (long)dused, dcost, hs);
+        for (int i = 0; i < 14; i++) printf(" %.9g", dsums[i]);
+        printf("\n");
+    }
+    {
         // The grey pyramid's halving and the strided sample copy, at widths around 16 outputs.
         static uint8_t half[64 * 8], gathered[40 * 6];
         for (int w = 5; w <= 37; w += 16) {

@@ -51,6 +51,16 @@ void vf_halve_grey(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, p
 /// apart), to contiguous bytes in `dst` (rows `dstStride` apart). Reads no byte past a row's last sample.
 void vf_gather_samples(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride);
 
+/// The motion estimator's dense pass over `count` chosen pixels (positions, values and gradients
+/// of the previous frame's level) against `img` (rows `bw` apart) under a similarity; see
+/// MotionEstimator.densePass. With `histogram` (256 counts of |residual|·4, added to) the weighted
+/// normal equations go to `sums` (upper triangle of JᵀJ, then −Jᵀr: 14 floats); `used` and the
+/// summed robust cost always.
+void vf_dense_pass(const float *xs, const float *ys, const float *ts, const float *gxs, const float *gys, ptrdiff_t count,
+                   const uint8_t *img, ptrdiff_t bw, float maxU, float maxV, float s, float half, float cx, float cy,
+                   float tx, float ty, float th, float kk, float unit, float huber,
+                   int32_t *histogram, float *sums, ptrdiff_t *used, double *cost);
+
 // MARK: Sim camera renderer (one row at a time; see SimRenderer.swift for the model)
 
 /// dst[i] = src sampled at 16.16 position p0 + i·dp with Catmull-Rom cubic weights (12-bit fraction);
