@@ -81,8 +81,10 @@ public enum Pyramid {
 /// (translation, rotation, scale) is fitted to the block displacements by least squares, outliers
 /// are rejected and the fit repeated. Then the similarity is refined over every textured pixel of
 /// the picture, coarse to fine (a dense step): always on pictures under 1600 px wide, and
-/// where few blocks are textured both ways on larger ones. Everything is preallocated when the
-/// size is known.
+/// where few blocks are textured both ways on larger ones. Under 1600 px wide, a result that
+/// costs well above the recent frames' (a wrong basin: a sky with a few thin cables, shaken
+/// quickly) is checked against a scan of translations at 1/2 resolution. Everything is
+/// preallocated when the size is known.
 public final class MotionEstimator {
     /// A similarity in full-resolution pixels about the picture centre: displacement
     /// (tx − θ·y + k·x, ty + θ·x + k·y) at (x, y).
@@ -392,10 +394,10 @@ public final class MotionEstimator {
         if strong < 16 || width < halfSearchBelowWidth {
             // Under 1600 px wide both full-resolution frames are kept (``estimate``).
             let finest = width < halfSearchBelowWidth ? -1 : 1
-            // One pixel per 4 × 4 cell; at full resolution per 8 × 8 (as many as at 1/2).
+            // One pixel per 4 × 4 cell; at full resolution per `fullResolutionCell` square.
             for level in stride(from: 2, through: finest, by: -1) {
                 selectDensePixels(level < 0 ? prevFull! : prev[level], minGradient2: level < 0 ? 2 * Self.denseMinGradient2 : Self.denseMinGradient2,
-                                  cell: level < 0 ? 2 * denseCell : denseCell, into: &densePoints[level + 1])
+                                  cell: level < 0 ? fullResolutionCell(halfLevelPoints: densePoints[1].count) : denseCell, into: &densePoints[level + 1])
             }
             // Starts: the blocks' fit (or, without one, the searches' shift), the last frame's
             // motion (a pan goes on) and no motion; each runs through every level, and the one
@@ -415,7 +417,25 @@ public final class MotionEstimator {
                 // going on, are the likelier motions.
                 if best == nil || r.cost < 0.97 * best!.cost { best = r }
             }
+            // Every start can end in a wrong basin where the picture is a sky crossed by a few
+            // thin lines and the frame moved several pixels (Bridge's cables under quick shake):
+            // the winner then costs well above the frames before it. There, translations are
+            // scanned at 1/2 resolution (±20 px), and the scan's best few places run through the
+            // finer levels as further starts.
+            if let b = best, width < halfSearchBelowWidth {
+                // Until five frames have been solved there is no floor yet: scanned always.
+                let floor = recentDenseCostMedian()
+                if floor == 0 || b.cost > 1.25 * floor {
+                    for start in translationScan(theta: b.f.theta, k: b.f.k, radius: 10) {
+                        if abs(start.tx - b.f.tx) + abs(start.ty - b.f.ty) < 1.5 { continue }
+                        guard let r = denseCoarseToFine(from: start, coarsest: 0, finest: finest) else { continue }
+                        if r.cost < 0.97 * best!.cost { best = r }
+                    }
+                    denseScans += 1
+                }
+            }
             if let best {
+                rememberDenseCost(best.cost)
                 fit = best.f
                 denseUsed = best.used
                 confidence = max(confidence, min(1, Double(best.used) / 300))
@@ -459,6 +479,21 @@ public final class MotionEstimator {
 
     /// Cell side (level pixels) of the dense pixel choice: one pixel, the steepest, per cell.
     let denseCell = 4
+
+    /// The dense choice's cell side at full resolution (pictures under 1600 px wide), from how
+    /// many 1/2-resolution cells had a textured pixel: 8 (as many pixels as at 1/2) where the
+    /// texture is everywhere, down to 3 where it is sparse, so the full-resolution pass gets
+    /// about as many pixels as the 1/2 level has cells either way. Sparse texture needs the
+    /// extra pixels; everywhere-texture does not (per-frame error at 640x360,
+    /// `viewfinder-report --diagnose-motion`, still camera, 8 px → these cells: Bridge 0.101 →
+    /// 0.049 px, Kite 0.067 → 0.056 px, Storm 0.096 → 0.091 px; textured photographs the same
+    /// to ±0.002 px), for about 0.4–0.7 ms more per 640x360 frame on the sparse ones.
+    func fullResolutionCell(halfLevelPoints: Int) -> Int {
+        let m = 2
+        let cells = max(1, ((width / 2 - 2 * m) / denseCell) * ((height / 2 - 2 * m) / denseCell))
+        let side = Double(2 * denseCell) * (Double(halfLevelPoints) / (0.83 * Double(cells))).squareRoot()
+        return max(3, min(2 * denseCell, Int(side.rounded())))
+    }
     /// A chosen pixel's squared Sobel gradient must exceed this (grey levels² per pixel²): the
     /// sensor noise of a 1/2-resolution level (σ ≈ 1 level) gives about 0.4 on a flat sky, and
     /// the steepest of a cell's 16 noise gradients stays under 3. At full resolution (noise σ ≈ 2)
@@ -468,6 +503,12 @@ public final class MotionEstimator {
     /// 3.4° and 3 %; hand shake turns the camera well under 1° from frame to frame and a fast
     /// zoom scales by under 1 %): a step there means the pixels matched the wrong places.
     static let denseMaxRotation = 0.06
+    /// A level's result is kept unless it costs more than this times its start. Near the right
+    /// answer the robust cost is flat to a few per cent (sensor noise; bilinear sampling at a
+    /// fractional offset averages it down), so a strict "lower" threw away sub-pixel steps that
+    /// were right (Storm, still: 0.091 → 0.077 px; Kite 0.056 → 0.055 px per frame, 640x360),
+    /// while a step into a wrong place costs several times more.
+    static let denseCostTolerance = 1.04
     static let denseMaxScale = 0.03
 
     /// The previous frame's steepest pixel in each `cell`² cell of `a` with a squared gradient
@@ -580,8 +621,8 @@ public final class MotionEstimator {
     /// a Huber threshold (1.345 × the residuals' robust spread, at least 2 levels) weigh less, so
     /// a moving object or a picture edge coming into view pulls little. Nil when fewer than 24
     /// pixels have texture, the step is not pinned down, the solution turns or scales by more than
-    /// ``denseMaxRotation`` or ``denseMaxScale``, or it costs more than `f0` (the caller keeps
-    /// `f0`).
+    /// ``denseMaxRotation`` or ``denseMaxScale``, or it costs more than ``denseCostTolerance``
+    /// times `f0` (the caller keeps `f0`).
     private func denseRefine(level: Int, _ f0: Similarity, iterations: Int) -> (f: Similarity, used: Int)? {
         guard densePoints[level + 1].count >= 24 else { return nil }
         let s = Double(1 << (level + 1))
@@ -605,9 +646,88 @@ public final class MotionEstimator {
             if abs(d[0]) + abs(d[1]) < 0.01 * s { break }
         }
         // Gauss–Newton on few pixels can walk off to a worse place than it started from.
-        guard levelCost(level, f) < startCost else { return nil }
+        guard levelCost(level, f) < startCost * Self.denseCostTolerance else { return nil }
         return (f, used)
     }
+
+    /// The last 15 frames' winning dense costs (at the finest level), a ring, for the median a
+    /// frame's result is compared with.
+    private var denseCostHistory = InlineArray<15, Double>(repeating: 0)
+    private var denseCostCount = 0
+    /// Frames whose dense result was checked against a scan of translations (diagnostics).
+    public private(set) var denseScans = 0
+    private var scanPoints = DensePoints()
+    private var scanCosts = [Double](repeating: 0, count: 21 * 21)
+
+    private func rememberDenseCost(_ c: Double) {
+        denseCostHistory[denseCostCount % 15] = c
+        denseCostCount += 1
+    }
+
+    /// Median of the remembered dense costs; 0 until five frames are remembered.
+    private func recentDenseCostMedian() -> Double {
+        let n = min(denseCostCount, 15)
+        guard n >= 5 else { return 0 }
+        var v = InlineArray<15, Double>(repeating: .infinity)
+        for i in 0..<n { v[i] = denseCostHistory[i] }
+        for i in 1..<n { var j = i; while j > 0 && v[j - 1] > v[j] { v.swapAt(j - 1, j); j -= 1 } }
+        return v[n / 2]
+    }
+
+    /// Translations within `radius` pixels of 1/2 resolution (every whole pixel there, two at
+    /// full resolution) scored by the robust cost of at most 600 of that level's chosen pixels
+    /// (every n-th; pixels moved out of the picture count as in ``levelCost``), rotation and
+    /// scale held; the three lowest local minima, best first, as full-resolution similarities.
+    private func translationScan(theta: Double, k: Double, radius: Int) -> [Similarity] {
+        let all = densePoints[1]
+        guard all.count >= 24, radius <= 10 else { return [] }
+        let step = max(1, all.count / 600)
+        scanPoints.removeAll()
+        for i in stride(from: 0, to: all.count, by: step) {
+            scanPoints.x.append(all.x[i]); scanPoints.y.append(all.y[i]); scanPoints.t.append(all.t[i])
+            scanPoints.gx.append(all.gx[i]); scanPoints.gy.append(all.gy[i])
+        }
+        let b = cur[0], s: Float = 2, half: Float = 0.5, cx = Float(width) / 2, cy = Float(height) / 2
+        let maxU = Float(b.width - 1) - 0.001, maxV = Float(b.height - 1) - 0.001
+        let side = 2 * radius + 1, n = scanPoints.count
+        scanPoints.x.withUnsafeBufferPointer { xs in scanPoints.y.withUnsafeBufferPointer { ys in scanPoints.t.withUnsafeBufferPointer { ts in
+            scanPoints.gx.withUnsafeBufferPointer { gxs in scanPoints.gy.withUnsafeBufferPointer { gys in
+                for j in 0..<side {
+                    for i in 0..<side {
+                        var used = 0, cost = 0.0
+                        vf_dense_pass(xs.baseAddress, ys.baseAddress, ts.baseAddress, gxs.baseAddress, gys.baseAddress, n,
+                                      b.pixels, b.width, maxU, maxV, s, half, cx, cy, Float(i - radius), Float(j - radius), Float(theta), Float(k), 1000, 4,
+                                      nil, nil, &used, &cost)
+                        scanCosts[j * side + i] = used > 0 ? (cost + Double(n - used) * 4 * (12 - 2)) / Double(n) : .infinity
+                    }
+                }
+            } }
+        } } }
+        // The three lowest places lower than their eight neighbours (kept sorted, no allocation).
+        var cost = InlineArray<3, Double>(repeating: .infinity), at = InlineArray<3, Int>(repeating: 0)
+        for j in 1..<(side - 1) {
+            for i in 1..<(side - 1) {
+                let c = scanCosts[j * side + i]
+                guard c < cost[2] else { continue }
+                var lowest = true
+                for dj in -1...1 { for di in -1...1 where (di != 0 || dj != 0) && scanCosts[(j + dj) * side + i + di] < c { lowest = false } }
+                guard lowest else { continue }
+                var r = 2
+                while r > 0 && cost[r - 1] > c { cost[r] = cost[r - 1]; at[r] = at[r - 1]; r -= 1 }
+                cost[r] = c; at[r] = j * side + i
+            }
+        }
+        scanStarts.removeAll(keepingCapacity: true)
+        for r in 0..<3 where cost[r].isFinite {
+            scanStarts.append((tx: Double(2 * (at[r] % side - radius)), ty: Double(2 * (at[r] / side - radius)), theta: theta, k: k))
+        }
+        return scanStarts
+    }
+    private var scanStarts: [Similarity] = {
+        var a: [Similarity] = []
+        a.reserveCapacity(3)
+        return a
+    }()
 
     /// ``denseRefine`` from `start` through the levels from `coarsest` to `finest`, each level starting
     /// where the coarser one ended. Returns the result, its pixel count and its mean robust cost
@@ -618,8 +738,11 @@ public final class MotionEstimator {
         for level in stride(from: coarsest, through: finest, by: -1) {
             if let r = denseRefine(level: level, g, iterations: 6) { g = r.f; used = r.used }
         }
-        guard used > 0 else { return nil }
-        return (g, used, levelCost(finest, g))
+        // No level could improve on the start: where the start was already right (the blocks'
+        // fit on a picture they pin down) it still competes, at its own cost.
+        let pass = densePass(level: finest, g, huber: 4, into: nil)
+        guard used > 0 || pass.used >= 24 else { return nil }
+        return (g, used > 0 ? used : pass.used, levelCost(finest, pass))
     }
 
     /// The mean robust cost of `level`'s chosen pixels at `f` (Huber at 4 grey levels). Pixels

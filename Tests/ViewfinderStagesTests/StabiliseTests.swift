@@ -118,8 +118,10 @@ struct StabiliseTests {
     /// fit took about half the rotation before the dense step (4 px per frame off at 640x360
     /// under 1° shake; 0.10 px with it, `viewfinder-report --diagnose-motion`). This rendered
     /// scene is kinder to the blocks: without the dense step worst 0.45 px, RMS 0.24 px; with
-    /// it worst 0.40 px, RMS 0.17 px.
-    @Test("few textured places far apart, with rotation shake: every estimate within 0.42 px, RMS under 0.2 px")
+    /// it worst 0.40 px, RMS 0.17 px; since the dense step's finer full-resolution cells and its
+    /// 4 % cost tolerance (better on the photographs: Kite 0.067 → 0.055 px) worst 0.45 px, RMS
+    /// 0.18 px.
+    @Test("few textured places far apart, with rotation shake: every estimate within 0.47 px, RMS under 0.2 px")
     func sparseTextureRotation() throws {
         let f = FrameFormat(.yuyv, width: 640, height: 360)
         func scene(_ x: Double, _ y: Double) -> Double {
@@ -139,12 +141,50 @@ struct StabiliseTests {
             let e = max(abs(m.dx - mx), abs(m.dy - my))
             worst = max(worst, e); worstAngle = max(worstAngle, abs(m.angle - ma))
             squares += (m.dx - mx) * (m.dx - mx) + (m.dy - my) * (m.dy - my)
-            #expect(e < 0.42, "motion (\(mx), \(my), \(ma)): estimated (\(m.dx), \(m.dy), \(m.angle))")
+            #expect(e < 0.47, "motion (\(mx), \(my), \(ma)): estimated (\(m.dx), \(m.dy), \(m.angle))")
             #expect(abs(m.angle - ma) < 0.0006, "turn \(ma): estimated \(m.angle)")
             #expect(m.confidence >= StabiliseOptions().minConfidence, "confidence \(m.confidence)")
         }
         #expect((squares / 12).squareRoot() < 0.2, "RMS \((squares / 12).squareRoot()) px")
         print(String(format: "sparse texture: worst error %.3f px, %.5f rad, RMS %.3f px", worst, worstAngle, (squares / 12).squareRoot()))
+    }
+
+    /// A sky crossed by three thin steep cables in one corner and the corner of a striped deck
+    /// in another — after the views of lomiri's Bridge photograph a pan reaches — shaken quickly
+    /// (steps of up to 9 px). Every start the estimator refines from (the blocks' fit, the last
+    /// motion, none) can end in a wrong basin several pixels away; the scan of translations at
+    /// 1/2 resolution finds the right one again (here without it one step is 7.8 px off; Bridge,
+    /// pan 4 px/frame, 120 frames, seed 7: 0.83 → 0.22 px RMS, `viewfinder-report
+    /// --diagnose-motion`). What is left is the picture's own ambiguity, not a wrong basin: with
+    /// only a corner of texture, rotation and translation are nearly interchangeable (up to about
+    /// 2.1 px here).
+    @Test("a few thin cables and a deck's corner in a sky, shaken quickly: no estimate in a wrong basin (all within 3 px)")
+    func cablesInSky() throws {
+        let f = FrameFormat(.grey, width: 640, height: 360)
+        func scene(_ x: Double, _ y: Double) -> Double {
+            // A smooth sky, lighter toward the bottom.
+            var v = 120 + 0.12 * y - 0.03 * x
+            // Three dark cables close together, steep (about 60° from horizontal), crossing the
+            // top-right corner.
+            let d = (x - 560) * 0.87 - y * 0.5
+            for c in [0.0, 9.0, 17.0] {
+                let u = d - c
+                v -= 60 * exp(-u * u / (2 * 0.8 * 0.8))
+            }
+            // The corner of a white deck at the bottom right.
+            if x > 520, y > 300 - 0.3 * (x - 520) { v = 225 - 0.1 * (x - 520) - ((Int(x / 7) + Int(y / 5)) % 3 == 0 ? 25 : 0) }
+            return v
+        }
+        let steps = [(5.1, -4.7, 0.0055), (4.4, 2.1, -0.002), (-4.2, 0.4, -0.0047), (-2.4, -2.0, 0.0016), (6.8, 3.1, 0.003),
+                     (0.1, 4.1, 0.0095), (-8.8, 1.1, 0.0018), (-6.4, 4.0, -0.0061), (7.7, 2.7, -0.0017), (-1.8, -0.5, -0.0031),
+                     (8.9, -3.6, 0.007), (-6.7, 5.2, -0.0013)]
+        var worst = 0.0
+        for ((mx, my, _), m) in zip(steps, try estimateSteps(f, scene: scene, noise: 2, seed: 23, steps: steps)) {
+            let e = max(abs(m.dx - mx), abs(m.dy - my))
+            worst = max(worst, e)
+            #expect(e < 3, "motion (\(mx), \(my)): estimated (\(m.dx), \(m.dy))")
+        }
+        print(String(format: "cables in a sky: worst error %.3f px", worst))
     }
 
     @Test("a flat picture gives no motion with zero confidence, not garbage")
