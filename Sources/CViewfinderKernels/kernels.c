@@ -814,28 +814,35 @@ typedef uint16_t vf_u16x8 __attribute__((vector_size(16)));
 /// The lanes added 0 to 7.
 #define LK_LANES(out, v) do { float t_ = (v)[0]; for (int i_ = 1; i_ < 8; i_++) t_ += (v)[i_]; (out) = t_; } while (0)
 
+/// The Lucas–Kanade kernels' row ends: the columns past the last whole 8 (`full`) are summed by
+/// one more step over the row's last 8 columns, n − 8 ... n − 1, whose lanes the loop already
+/// summed are weighted 0 by this mask (loads stay inside the rows; the scalar loop only when n < 8).
+/// (Written through a pointer: a 32-byte vector returned by value changes the ABI in the
+/// portable build.)
+VF_INLINE void lk_tail_mask(vf_f32x8 *m, ptrdiff_t n, ptrdiff_t full) {
+    for (int l = 0; l < 8; l++) (*m)[l] = n - 8 + l >= full ? 1.0f : 0.0f;
+}
+
+/// One 8-column step of the structure tensor at column `kk`, gradients weighted by `mm` (1 or the
+/// tail mask).
+#define LK_TENSOR_STEP(kk, mm) do {                                                                   \
+        const ptrdiff_t k_ = (kk);                                                                     \
+        vf_f32x8 tr, tl, td, tu;                                                                       \
+        LK_LOAD8(tr, r + k_ + 1, 1); LK_LOAD8(tl, r + k_ - 1, 1); LK_LOAD8(td, r + k_ + ts, 1); LK_LOAD8(tu, r + k_ - ts, 1); \
+        vf_f32x8 gx = (tr - tl) * 0.5f * (mm), gy = (td - tu) * 0.5f * (mm);                           \
+        xx += gx * gx; xy += gx * gy; yy += gy * gy;                                                   \
+    } while (0)
+
 VF_INLINE void vf_lk_tensor_body(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, float *out) {
     vf_f32x8 xx = {0}, xy = {0}, yy = {0};
     const ptrdiff_t full = n & ~(ptrdiff_t)7;
-    // The last columns past the last whole 8: one more vector over the last 8 columns, the lanes
-    // the loop already summed weighted 0 (loads stay inside the rows; the scalar loop only when
-    // n < 8).
-    vf_f32x8 tailMask = {0};
-    for (int l = 0; l < 8; l++) tailMask[l] = n - 8 + l >= full ? 1.0f : 0.0f;
+    vf_f32x8 tailMask;
+    lk_tail_mask(&tailMask, n, full);
     for (ptrdiff_t j = 0; j < rows; j++) {
         const uint8_t *r = t + j * ts;
-        for (ptrdiff_t k = 0; k < full; k += 8) {
-            vf_f32x8 tr, tl, td, tu;
-            LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1); LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
-            vf_f32x8 gx = (tr - tl) * 0.5f, gy = (td - tu) * 0.5f;
-            xx += gx * gx; xy += gx * gy; yy += gy * gy;
-        }
+        for (ptrdiff_t k = 0; k < full; k += 8) LK_TENSOR_STEP(k, 1.0f);
         if (n >= 8 && full < n) {
-            const ptrdiff_t k = n - 8;
-            vf_f32x8 tr, tl, td, tu;
-            LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1); LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
-            vf_f32x8 gx = (tr - tl) * 0.5f * tailMask, gy = (td - tu) * 0.5f * tailMask;
-            xx += gx * gx; xy += gx * gy; yy += gy * gy;
+            LK_TENSOR_STEP(n - 8, tailMask);
         } else for (ptrdiff_t k = full; k < n; k++) {
             float gx = ((float)r[k + 1] - (float)r[k - 1]) * 0.5f;
             float gy = ((float)r[k + ts] - (float)r[k - ts]) * 0.5f;
@@ -848,41 +855,35 @@ VF_INLINE void vf_lk_tensor_body(const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, pt
 
 VF_DISPATCH(vf_lk_tensor, (const uint8_t *t, ptrdiff_t ts, ptrdiff_t n, ptrdiff_t rows, float *out), (t, ts, n, rows, out))
 
+/// The template's value and gradients and the image sampled bilinearly at (k + fx, j + fy), eight
+/// columns from `kk`, gradients weighted by `mm` (1 or the tail mask); declares tc, gx, gy and e.
+/// Shared by the mismatch and the similarity steps.
+#define LK_SAMPLE8(kk, mm)                                                                             \
+        const ptrdiff_t k_ = (kk);                                                                     \
+        const uint8_t *q = p + k_ * s;                                                                 \
+        vf_f32x8 a, b, c, d, tc, tr, tl, td, tu;                                                       \
+        LK_LOAD8(a, q, s); LK_LOAD8(b, q + s, s); LK_LOAD8(c, q + bpr, s); LK_LOAD8(d, q + bpr + s, s); \
+        LK_LOAD8(tc, r + k_, 1); LK_LOAD8(tr, r + k_ + 1, 1); LK_LOAD8(tl, r + k_ - 1, 1);             \
+        LK_LOAD8(td, r + k_ + ts, 1); LK_LOAD8(tu, r + k_ - ts, 1);                                    \
+        vf_f32x8 top = a + (b - a) * fx;                                                               \
+        vf_f32x8 v = top + ((c + (d - c) * fx) - top) * fy;                                            \
+        vf_f32x8 gx = (tr - tl) * 0.5f * (mm), gy = (td - tu) * 0.5f * (mm);                           \
+        vf_f32x8 e = tc - v
+
+/// One 8-column step of the mismatch at column `kk`, gradients weighted by `mm`.
+#define LK_MISMATCH_STEP(kk, mm) do { LK_SAMPLE8(kk, mm); bx += gx * e; by += gy * e; } while (0)
+
 VF_INLINE void lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
                            ptrdiff_t rows, float fx, float fy, float *out) {
     vf_f32x8 bx = {0}, by = {0};
     const ptrdiff_t full = n & ~(ptrdiff_t)7;
-    // The last columns past the last whole 8: one more vector over the last 8 columns, the lanes
-    // the loop already summed weighted 0 (loads stay inside the rows; the scalar loop only when
-    // n < 8).
-    vf_f32x8 tailMask = {0};
-    for (int l = 0; l < 8; l++) tailMask[l] = n - 8 + l >= full ? 1.0f : 0.0f;
+    vf_f32x8 tailMask;
+    lk_tail_mask(&tailMask, n, full);
     for (ptrdiff_t j = 0; j < rows; j++) {
         const uint8_t *r = t + j * ts, *p = img + j * bpr;
-        for (ptrdiff_t k = 0; k < full; k += 8) {
-            const uint8_t *q = p + k * s;
-            vf_f32x8 a, b, c, d, tc, tr, tl, td, tu;
-            LK_LOAD8(a, q, s); LK_LOAD8(b, q + s, s); LK_LOAD8(c, q + bpr, s); LK_LOAD8(d, q + bpr + s, s);
-            LK_LOAD8(tc, r + k, 1); LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1);
-            LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
-            vf_f32x8 top = a + (b - a) * fx;
-            vf_f32x8 v = top + ((c + (d - c) * fx) - top) * fy;
-            vf_f32x8 gx = (tr - tl) * 0.5f, gy = (td - tu) * 0.5f;
-            vf_f32x8 e = tc - v;
-            bx += gx * e; by += gy * e;
-        }
+        for (ptrdiff_t k = 0; k < full; k += 8) LK_MISMATCH_STEP(k, 1.0f);
         if (n >= 8 && full < n) {
-            const ptrdiff_t k = n - 8;
-            const uint8_t *q = p + k * s;
-            vf_f32x8 a, b, c, d, tc, tr, tl, td, tu;
-            LK_LOAD8(a, q, s); LK_LOAD8(b, q + s, s); LK_LOAD8(c, q + bpr, s); LK_LOAD8(d, q + bpr + s, s);
-            LK_LOAD8(tc, r + k, 1); LK_LOAD8(tr, r + k + 1, 1); LK_LOAD8(tl, r + k - 1, 1);
-            LK_LOAD8(td, r + k + ts, 1); LK_LOAD8(tu, r + k - ts, 1);
-            vf_f32x8 top = a + (b - a) * fx;
-            vf_f32x8 v = top + ((c + (d - c) * fx) - top) * fy;
-            vf_f32x8 gx = (tr - tl) * 0.5f * tailMask, gy = (td - tu) * 0.5f * tailMask;
-            vf_f32x8 e = tc - v;
-            bx += gx * e; by += gy * e;
+            LK_MISMATCH_STEP(n - 8, tailMask);
         } else for (ptrdiff_t k = full; k < n; k++) {
             const uint8_t *q = p + k * s;
             float a = q[0], b = q[s], c = q[bpr], d = q[bpr + s];
@@ -898,22 +899,9 @@ VF_INLINE void lk_mismatch(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, p
     LK_LANES(out[0], bx); LK_LANES(out[1], by);
 }
 
-/// One block's contribution to a similarity's Gauss–Newton normal equations (see
-/// MotionEstimator.accumulateSimilarity): out[0...9] the upper triangle of JᵀJ row by row
-/// (h00 h01 h02 h03 h11 h12 h13 h22 h23 h33), out[10...13] Jᵀe, with J = ∇T · (1, 0 | 0, 1 |
-/// −py, px | px, py), px = px0 + k·step, py = py0 + j·step, e = T − the image sampled bilinearly.
 /// One 8-column step of ``lk_similarity`` at column `kk`, gradients weighted by `mm` (1 or the tail mask).
 #define LK_SIM_STEP(kk, mm) do {                                                                       \
-        const ptrdiff_t k_ = (kk);                                                                     \
-        const uint8_t *q = p + k_ * s;                                                                 \
-        vf_f32x8 a, b, c, d, tc, tr, tl, td, tu;                                                       \
-        LK_LOAD8(a, q, s); LK_LOAD8(b, q + s, s); LK_LOAD8(c, q + bpr, s); LK_LOAD8(d, q + bpr + s, s); \
-        LK_LOAD8(tc, r + k_, 1); LK_LOAD8(tr, r + k_ + 1, 1); LK_LOAD8(tl, r + k_ - 1, 1);             \
-        LK_LOAD8(td, r + k_ + ts, 1); LK_LOAD8(tu, r + k_ - ts, 1);                                    \
-        vf_f32x8 top = a + (b - a) * fx;                                                               \
-        vf_f32x8 v = top + ((c + (d - c) * fx) - top) * fy;                                            \
-        vf_f32x8 gx = (tr - tl) * 0.5f * (mm), gy = (td - tu) * 0.5f * (mm);                           \
-        vf_f32x8 e = tc - v;                                                                           \
+        LK_SAMPLE8(kk, mm);                                                                            \
         vf_f32x8 px = px0 + ((float)k_ + ramp) * step;                                                 \
         vf_f32x8 j2 = gy * px - gx * py, j3 = gx * px + gy * py;                                       \
         h00 += gx * gx; h01 += gx * gy; h02 += gx * j2; h03 += gx * j3;                                \
@@ -932,10 +920,8 @@ VF_INLINE void lk_similarity(const uint8_t *t, ptrdiff_t ts, const uint8_t *img,
     vf_f32x8 g0 = {0}, g1 = {0}, g2 = {0}, g3 = {0};
     const vf_f32x8 ramp = {0, 1, 2, 3, 4, 5, 6, 7};
     const ptrdiff_t full = n & ~(ptrdiff_t)7;
-    // The columns past the last whole 8: one more step over the last 8 columns, the lanes the
-    // loop already summed weighted 0 (loads stay inside the rows; the scalar loop only when n < 8).
-    vf_f32x8 tailMask = {0};
-    for (int l = 0; l < 8; l++) tailMask[l] = n - 8 + l >= full ? 1.0f : 0.0f;
+    vf_f32x8 tailMask;
+    lk_tail_mask(&tailMask, n, full);
     for (ptrdiff_t j = 0; j < rows; j++) {
         const uint8_t *r = t + j * ts, *p = img + j * bpr;
         const float py = py0 + (float)j * step;

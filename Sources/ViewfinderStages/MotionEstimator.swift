@@ -431,7 +431,6 @@ public final class MotionEstimator {
                         guard let r = denseCoarseToFine(from: start, coarsest: 0, finest: finest) else { continue }
                         if r.cost < 0.97 * best!.cost { best = r }
                     }
-                    denseScans += 1
                 }
             }
             if let best {
@@ -589,31 +588,48 @@ public final class MotionEstimator {
     /// `denseHistogram`. Returns the pixels used and their mean robust cost (Huber at 4 levels).
     private func densePass(level: Int, _ f: Similarity, huber: Float, into eq: UnsafeMutablePointer<NormalEquations4>?) -> (used: Int, cost: Double) {
         let b = level < 0 ? curFull! : cur[level]
-        let s = Float(1 << (level + 1)), unit: Float = 1000
-        let half = (s - 1) / 2, cx = Float(width) / 2, cy = Float(height) / 2
-        let bw = b.width, maxU = Float(b.width - 1) - 0.001, maxV = Float(b.height - 1) - 0.001
-        let tx = Float(f.tx) / s, ty = Float(f.ty) / s, th = Float(f.theta), kk = Float(f.k)
+        let s = Float(1 << (level + 1))
         if eq != nil { for k in 0..<256 { denseHistogram[k] = 0 } }
-        // In C (`vf_dense_pass`): eight pixels a step, the sums kept per lane and added at the end.
-        let p = densePoints[level + 1]
         var used = 0, cost = 0.0
         var o = InlineArray<14, Float>(repeating: 0)
-        p.x.withUnsafeBufferPointer { xs in p.y.withUnsafeBufferPointer { ys in p.t.withUnsafeBufferPointer { ts in
-            p.gx.withUnsafeBufferPointer { gxs in p.gy.withUnsafeBufferPointer { gys in
-                denseHistogram.withUnsafeMutableBufferPointer { hist in
-                    withUnsafeMutablePointer(to: &o) { op in
-                        vf_dense_pass(xs.baseAddress, ys.baseAddress, ts.baseAddress, gxs.baseAddress, gys.baseAddress, p.count,
-                                      b.pixels, bw, maxU, maxV, s, half, cx, cy, tx, ty, th, kk, unit, huber,
-                                      eq != nil ? hist.baseAddress : nil, UnsafeMutableRawPointer(op).assumingMemoryBound(to: Float.self), &used, &cost)
-                    }
-                }
-            } }
-        } } }
+        withUnsafeMutablePointer(to: &o) { op in
+            (used, cost) = densePassSums(densePoints[level + 1], in: b, scale: s, tx: Float(f.tx) / s, ty: Float(f.ty) / s, theta: Float(f.theta), k: Float(f.k),
+                                         huber: huber, sums: eq != nil ? UnsafeMutableRawPointer(op).assumingMemoryBound(to: Float.self) : nil)
+        }
         if let eq {
             eq.pointee.h = [Double(o[0]), Double(o[1]), Double(o[2]), Double(o[3]), 0, Double(o[4]), Double(o[5]), Double(o[6]), 0, 0, Double(o[7]), Double(o[8]), 0, 0, 0, Double(o[9])]
             eq.pointee.g = [Double(o[10]), Double(o[11]), Double(o[12]), Double(o[13])]
         }
         return (used, used > 0 ? cost / Double(used) : .infinity)
+    }
+
+    /// `vf_dense_pass` over the chosen pixels `p` of a level `scale` times smaller than the
+    /// picture, sought in `b` (that level of the current frame) at the similarity (tx, ty in level
+    /// pixels). With `sums`, the normal equations go there and the absolute residuals to
+    /// `denseHistogram` (added to). Returns the pixels used and their summed robust cost.
+    private func densePassSums(_ p: DensePoints, in b: GreyImage, scale s: Float, tx: Float, ty: Float, theta: Float, k: Float,
+                               huber: Float, sums: UnsafeMutablePointer<Float>?) -> (used: Int, cost: Double) {
+        let half = (s - 1) / 2, cx = Float(width) / 2, cy = Float(height) / 2
+        let maxU = Float(b.width - 1) - 0.001, maxV = Float(b.height - 1) - 0.001
+        var used = 0, cost = 0.0
+        p.x.withUnsafeBufferPointer { xs in p.y.withUnsafeBufferPointer { ys in p.t.withUnsafeBufferPointer { ts in
+            p.gx.withUnsafeBufferPointer { gxs in p.gy.withUnsafeBufferPointer { gys in
+                denseHistogram.withUnsafeMutableBufferPointer { hist in
+                    vf_dense_pass(xs.baseAddress, ys.baseAddress, ts.baseAddress, gxs.baseAddress, gys.baseAddress, p.count,
+                                  b.pixels, b.width, maxU, maxV, s, half, cx, cy, tx, ty, theta, k, 1000, huber,
+                                  sums != nil ? hist.baseAddress : nil, sums, &used, &cost)
+                }
+            } }
+        } } }
+        return (used, cost)
+    }
+
+    /// The mean robust cost over `count` chosen pixels when `used` of them, in the picture, summed
+    /// `sum`: each pixel the similarity moves out of the picture counts as a residual of 12 levels
+    /// (a wrong solution must not look good by pushing its worst pixels off the edge).
+    static func penalisedCost(sum: Double, used: Int, count n: Int) -> Double {
+        guard used > 0 else { return .infinity }
+        return (sum + Double(n - used) * 4 * (12 - 2)) / Double(max(n, 1))
     }
 
     /// The similarity refined from `f0` by robust Gauss–Newton over the pixels chosen on the
@@ -654,8 +670,6 @@ public final class MotionEstimator {
     /// frame's result is compared with.
     private var denseCostHistory = InlineArray<15, Double>(repeating: 0)
     private var denseCostCount = 0
-    /// Frames whose dense result was checked against a scan of translations (diagnostics).
-    public private(set) var denseScans = 0
     private var scanPoints = DensePoints()
     private var scanCosts = [Double](repeating: 0, count: 21 * 21)
 
@@ -676,8 +690,9 @@ public final class MotionEstimator {
 
     /// Translations within `radius` pixels of 1/2 resolution (every whole pixel there, two at
     /// full resolution) scored by the robust cost of at most 600 of that level's chosen pixels
-    /// (every n-th; pixels moved out of the picture count as in ``levelCost``), rotation and
-    /// scale held; the three lowest local minima, best first, as full-resolution similarities.
+    /// (every n-th; pixels moved out of the picture count as in ``penalisedCost(sum:used:count:)``),
+    /// rotation and scale held; the three lowest local minima, best first, as full-resolution
+    /// similarities.
     private func translationScan(theta: Double, k: Double, radius: Int) -> [Similarity] {
         let all = densePoints[1]
         guard all.count >= 24, radius <= 10 else { return [] }
@@ -687,22 +702,14 @@ public final class MotionEstimator {
             scanPoints.x.append(all.x[i]); scanPoints.y.append(all.y[i]); scanPoints.t.append(all.t[i])
             scanPoints.gx.append(all.gx[i]); scanPoints.gy.append(all.gy[i])
         }
-        let b = cur[0], s: Float = 2, half: Float = 0.5, cx = Float(width) / 2, cy = Float(height) / 2
-        let maxU = Float(b.width - 1) - 0.001, maxV = Float(b.height - 1) - 0.001
         let side = 2 * radius + 1, n = scanPoints.count
-        scanPoints.x.withUnsafeBufferPointer { xs in scanPoints.y.withUnsafeBufferPointer { ys in scanPoints.t.withUnsafeBufferPointer { ts in
-            scanPoints.gx.withUnsafeBufferPointer { gxs in scanPoints.gy.withUnsafeBufferPointer { gys in
-                for j in 0..<side {
-                    for i in 0..<side {
-                        var used = 0, cost = 0.0
-                        vf_dense_pass(xs.baseAddress, ys.baseAddress, ts.baseAddress, gxs.baseAddress, gys.baseAddress, n,
-                                      b.pixels, b.width, maxU, maxV, s, half, cx, cy, Float(i - radius), Float(j - radius), Float(theta), Float(k), 1000, 4,
-                                      nil, nil, &used, &cost)
-                        scanCosts[j * side + i] = used > 0 ? (cost + Double(n - used) * 4 * (12 - 2)) / Double(n) : .infinity
-                    }
-                }
-            } }
-        } } }
+        for j in 0..<side {
+            for i in 0..<side {
+                let pass = densePassSums(scanPoints, in: cur[0], scale: 2, tx: Float(i - radius), ty: Float(j - radius), theta: Float(theta), k: Float(k),
+                                         huber: 4, sums: nil)
+                scanCosts[j * side + i] = Self.penalisedCost(sum: pass.cost, used: pass.used, count: n)
+            }
+        }
         // The three lowest places lower than their eight neighbours (kept sorted, no allocation).
         var cost = InlineArray<3, Double>(repeating: .infinity), at = InlineArray<3, Int>(repeating: 0)
         for j in 1..<(side - 1) {
@@ -753,9 +760,7 @@ public final class MotionEstimator {
     }
 
     private func levelCost(_ level: Int, _ pass: (used: Int, cost: Double)) -> Double {
-        let n = densePoints[level + 1].count
-        guard pass.used > 0 else { return .infinity }
-        return (pass.cost * Double(pass.used) + Double(n - pass.used) * 4 * (12 - 2)) / Double(max(n, 1))
+        Self.penalisedCost(sum: pass.cost * Double(pass.used), used: pass.used, count: densePoints[level + 1].count)
     }
 
     /// One Gauss–Newton step of the similarity over the saved full-resolution patches of the inlier
