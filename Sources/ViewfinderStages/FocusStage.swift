@@ -39,6 +39,16 @@ public struct FocusOptions: StageOptions {
     public var coarseSteps: Int = 9
     /// Lens positions of the fine scan around the coarse peak.
     public var fineSteps: Int = 5
+    /// Positions added at the end of the fine scan, either side of the peak fitted to the frames
+    /// in so far (half a fine step away). They take the frames the lens would otherwise spend at
+    /// the last fine position waiting for its frame, so they cost at most a frame or two.
+    public var refineSteps: Int = 2
+    /// While the coarse sweep's last frames are on their way, visit either side of the best peak
+    /// seen so far instead of waiting at the sweep's end; while the fine pass's are, wait at the
+    /// peak fitted so far.
+    public var speculate: Bool = true
+    /// Fit the final peak again over the fine positions around the first fit's vertex.
+    public var localFit: Bool = true
     /// Relative change of the focus score that counts as a scene change (continuous mode).
     public var changeThreshold: Double = 0.35
     /// Consecutive frames beyond the threshold before a re-scan.
@@ -61,6 +71,9 @@ public struct FocusOptions: StageOptions {
             .choice("window", \.window, "hann: weight the region by a Hann taper (shake at its border barely moves the score); box: all samples alike"),
             .int("coarse_steps", \.coarseSteps, range: 3...32, unit: "positions", "Lens positions in the coarse scan"),
             .int("fine_steps", \.fineSteps, range: 3...15, unit: "positions", "Lens positions in the fine scan"),
+            .bool("speculate", \.speculate, "While the coarse sweep's last frames are on their way, visit either side of the best peak so far"),
+            .bool("local_fit", \.localFit, "Fit the peak again over the fine positions around the first fit (narrow peaks on a plateau)"),
+            .int("refine_steps", \.refineSteps, range: 0...8, unit: "positions", "Positions either side of the fitted peak at the end of the fine scan"),
             .double("change_threshold", \.changeThreshold, range: 0.05...0.95, unit: "fraction", "Relative score change that counts as a scene change"),
             .int("patience", \.patience, range: 1...120, unit: "frames", "Frames beyond the threshold before a re-scan"),
             .int("min_interval", \.minInterval, range: 0...10_000, unit: "frames", "Frames after a scan before another may start"),
@@ -84,6 +97,12 @@ public struct FocusOptions: StageOptions {
 /// earlier). Coarse scan over the range, fine scan around the coarse peak, then the lens goes to
 /// the peak of a Gaussian (a parabola on the log score) fitted by least squares to every frame
 /// measured near it.
+///
+/// The lens control lags a few frames, and the frames a pass would spend waiting for its last
+/// position's frame are used: while the coarse sweep's are in flight the lens visits either side of
+/// the best peak so far (``FocusOptions/speculate``); the fine pass ends with positions either side
+/// of the peak fitted so far (``FocusOptions/refineSteps``) and then waits at that peak; the final
+/// peak is fitted again over the fine positions around the first fit (``FocusOptions/localFit``).
 ///
 /// Noisy scores (a soft or low-contrast subject, sky, shake) are handled by using every frame:
 /// frames taken at the same lens position are averaged (not maxed: a maximum picks the noise), the
@@ -124,6 +143,13 @@ public final class FocusStage: Stage {
     /// Most frames one scan keeps.
     static let sampleCapacity = 128
     private var nextTarget = 0
+    /// Refine positions added to the current fine pass.
+    private var refined = 0
+    /// Positions sent while the coarse sweep's last frames are on their way (alternating sides).
+    private var speculative = 0
+    /// The fine pass's spacing (device units).
+    private var fineSpacing = 0.0
+    private var coarseStep: Double { (lensMax - lensMin) / Double(max(options.coarseSteps - 1, 1)) }
     private var commanded = 0.0
     /// Lens commands by frame count, for frames without lens metadata.
     private var history: [Double] = Array(repeating: 0, count: 64)
@@ -224,15 +250,36 @@ public final class FocusStage: Stage {
         switch phase {
         case .coarse, .fine:
             record(lens: lens, score: s)
-            if nextTarget < targets.count {
-                move(to: targets[nextTarget]); nextTarget += 1
-            } else {
-                move(to: commanded)
-            }
             // The lens visits the targets in order: once the frame at the last one is in, the
             // sweep is complete (a target passed without a frame of its own is not waited for).
+            // The next pass's first position is sent on this same frame.
             if seen[seen.count - 1] || framesInPhase > targets.count + latency + 6 {
                 finishPass()
+            }
+            if phase == .coarse || phase == .fine {
+                if nextTarget == targets.count, phase == .fine, refined < options.refineSteps {
+                    // Either side of the peak the frames so far give, alternately.
+                    let side = refined % 2 == 0 ? -1.0 : 1.0
+                    let p = finePeak()
+                    targets.append(snap(p + side * 0.5 * fineSpacing)); seen.append(false)
+                    refined += 1
+                }
+                if nextTarget < targets.count {
+                    move(to: targets[nextTarget]); nextTarget += 1
+                } else if phase == .coarse && options.speculate {
+                    // The coarse sweep's last frames are still on their way: rather than wait at
+                    // its end, the lens visits either side of the best peak seen so far (their
+                    // frames join the fine pass's fit wherever the peak turns out to be near).
+                    let side = speculative % 2 == 0 ? -1.0 : 1.0
+                    move(to: peak(radius: 1.01 * coarseStep).position + side * 0.3 * coarseStep)
+                    speculative += 1
+                } else if phase == .fine && options.speculate {
+                    // The fine pass's last frames are on their way: wait where the peak is likely
+                    // to be, so the lens has less far to go when the final fit is in.
+                    move(to: finePeak())
+                } else {
+                    move(to: commanded)
+                }
             }
             frame.metadata.focusState = .scanning
         case .moving:
@@ -292,11 +339,14 @@ public final class FocusStage: Stage {
         }
         if !fromLow { targets.reverse() }
         nextTarget = 0
+        speculative = 0
         move(to: targets[0]); nextTarget = 1
     }
 
     private func record(lens: Double, score: Double) {
-        for i in targets.indices where abs(targets[i] - lens) <= 0.5 { seen[i] = true }
+        // Only targets already sent: a frame at the same position before that (a speculative
+        // frame, a target clamped to the range's end) does not complete the pass.
+        for i in 0..<nextTarget where abs(targets[i] - lens) <= 0.5 { seen[i] = true }
         guard score.isFinite, samplePositions.count < Self.sampleCapacity else { return }
         samplePositions.append(lens)
         sampleScores.append(score)
@@ -308,8 +358,9 @@ public final class FocusStage: Stage {
     /// vertex, kept inside the span those groups cover, is the peak. Each group weighs its frame
     /// count times its score relative to the best, squared: near the peak the Gaussian holds, far
     /// down its flanks (where a sharp subject's score is at the noise floor) it does not. With
-    /// fewer than three groups, or no maximum in the fit, the best position itself.
-    private func peak(radius: Double) -> (position: Double, best: Double) {
+    /// fewer than three groups, or no maximum in the fit, the best position itself. `centre`, when
+    /// given, is where the fit is centred instead (and what it returns when it fails).
+    private func peak(radius: Double, around centre: Double? = nil) -> (position: Double, best: Double) {
         // Group by position, sorted, into reserved storage: no allocation on the stage thread.
         sortedPositions.removeAll(keepingCapacity: true)
         sortedScores.removeAll(keepingCapacity: true)
@@ -332,34 +383,44 @@ public final class FocusStage: Stage {
         for g in sortedScores.indices { sortedScores[g] /= Double(sortedCounts[g]) }
         var best = 0
         for g in sortedScores.indices where sortedScores[g] > sortedScores[best] { best = g }
-        let x0 = sortedPositions[best]
+        let x0 = centre ?? sortedPositions[best]
         // Least squares of log score = a + b·u + c·u² (u = (x − x0) / radius).
         var s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, t0 = 0.0, t1 = 0.0, t2 = 0.0
         var lo = x0, hi = x0, groups = 0
         for g in sortedPositions.indices where abs(sortedPositions[g] - x0) <= radius {
-            let r = sortedScores[g] / max(sortedScores[best], 1e-300)
+            let r = sortedScores[g] / max(sortedScores[best], 1e-300)  // ≤ 1
             let u = (sortedPositions[g] - x0) / radius, w = Double(sortedCounts[g]) * r * r
             let y = log(max(sortedScores[g], 1e-12))
             s0 += w; s1 += w * u; s2 += w * u * u; s3 += w * u * u * u; s4 += w * u * u * u * u
             t0 += w * y; t1 += w * u * y; t2 += w * u * u * y
             lo = min(lo, sortedPositions[g]); hi = max(hi, sortedPositions[g]); groups += 1
         }
-        guard groups >= 3 else { return (x0, x0) }
+        guard groups >= 3 else { return (x0, sortedPositions[best]) }
         // Normal equations [s0 s1 s2; s1 s2 s3; s2 s3 s4]·(a, b, c) = (t0, t1, t2), by Cramer's rule.
         func det(_ a: Double, _ b: Double, _ c: Double, _ d: Double, _ e: Double, _ f: Double, _ g: Double, _ h: Double, _ i: Double) -> Double {
             a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
         }
         let d = det(s0, s1, s2, s1, s2, s3, s2, s3, s4)
-        guard abs(d) > 1e-12 else { return (x0, x0) }
+        guard abs(d) > 1e-12 else { return (x0, sortedPositions[best]) }
         let b = det(s0, t0, s2, s1, t1, s3, s2, t2, s4) / d
         let c = det(s0, s1, t0, s1, s2, t1, s2, s3, t2) / d
-        guard c < 0 else { return (x0, x0) }
+        guard c < 0 else { return (x0, sortedPositions[best]) }
         let vertex = x0 + radius * (-b / (2 * c))
-        return (min(hi, max(lo, vertex)), x0)
+        return (min(hi, max(lo, vertex)), sortedPositions[best])
+    }
+
+    /// The peak once the fine pass has frames: the fit over a coarse step either side of the
+    /// best position, then again over a step and a half of the fine spacing around that fit's
+    /// vertex. A soft subject's score can be a narrow peak on a broad plateau (Storm's clouds:
+    /// 3 % down 30 units away, then flat); a parabola through the plateau's frames puts its
+    /// vertex toward whichever flank has more of them, the local fit follows the peak itself.
+    private func finePeak() -> Double {
+        let wide = peak(radius: 1.01 * coarseStep).position
+        guard options.localFit, fineSpacing > 0 else { return wide }
+        return peak(radius: 1.5 * fineSpacing, around: wide).position
     }
 
     private func finishPass() {
-        let coarseStep = (lensMax - lensMin) / Double(max(options.coarseSteps - 1, 1))
         framesInPhase = 0
         if phase == .coarse {
             // Fine scan around the coarse peak (a fit through the best position and its
@@ -378,18 +439,23 @@ public final class FocusStage: Stage {
             targets.removeAll(keepingCapacity: true)
             seen.removeAll(keepingCapacity: true)
             for i in 0..<n {
-                let t = min(lensMax, max(lensMin, centre - half + 2 * half * Double(i) / Double(n - 1)))
-                targets.append(snap(t))
-                seen.append(false)
+                // Positions clamped to the range's end or snapped together are visited once.
+                let t = snap(min(lensMax, max(lensMin, centre - half + 2 * half * Double(i) / Double(n - 1))))
+                if targets.last.map({ abs($0 - t) > 0.5 }) ?? true {
+                    targets.append(t)
+                    seen.append(false)
+                }
             }
-            if abs(targets[n - 1] - commanded) < abs(targets[0] - commanded) { targets.reverse() }
+            if abs(targets[targets.count - 1] - commanded) < abs(targets[0] - commanded) { targets.reverse() }
             phase = .fine
             nextTarget = 0
+            refined = 0
+            fineSpacing = 2 * half / Double(n - 1)
         } else {
             // Every frame of the scan within a coarse step of the best position: the fine
             // positions and the coarse neighbours (weighted by score, so a sharp subject's peak is
             // fitted by its fine positions, a soft subject's broad one by both).
-            finalTarget = snap(peak(radius: 1.01 * coarseStep).position)
+            finalTarget = snap(finePeak())
             phase = .moving
             move(to: finalTarget)
         }

@@ -188,11 +188,46 @@ func runFocusLoop(options: FocusOptions, start: Int64, inFocus: (Int) -> Double,
     return (lens, states, stage)
 }
 
+/// The focus loop on a picture whose score is a narrow peak on a plateau: coarse detail (the
+/// texture blurred by 2 px, going to 5 px 500 units from focus) plus the finest detail weighted
+/// by a Gaussian of the defocus (30 units), sensor noise 1 level.
+func runPlateauFocusLoop(options: FocusOptions, start: Int64, inFocus: Double, seed: UInt64) throws -> [Double] {
+    let controls = FakeControls(latency: 3, focus: start)
+    let w = 160, h = 120
+    let f = FrameFormat(.grey, width: w, height: h)
+    let stage = FocusStage(options: options)
+    try stage.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, controlRequests: controls.requests, isLive: false))
+    let frame = Frame(capacity: f.maxByteCount, format: f)
+    let texture = TestTexture(width: w + 8, height: h + 8, seed: 40 + seed)
+    var coarse = texture.values, soft = texture.values
+    boxBlur(&coarse, texture.width, texture.height, 2)
+    boxBlur(&soft, texture.width, texture.height, 5)
+    let detail = zip(texture.values, coarse).map { $0 - $1 }
+    var rng = TestRNG(seed)
+    var lens: [Double] = []
+    for _ in 0..<30 {
+        let p = Double(controls.nextFrame()["focus_absolute"]!)
+        let d = (p - inFocus) / 30
+        let weight = Float(0.15 * exp(-d * d)), far = Float(min(((p - inFocus) / 500) * ((p - inFocus) / 500), 1))
+        frame.reset()
+        fill(frame) { x, y in
+            let i = (y + 4) * texture.width + x + 4
+            let v = 255 * min((coarse[i] + far * (soft[i] - coarse[i]) + weight * detail[i]) * 0.18, 1).squareRoot() + Float(rng.gaussian())
+            return UInt8(max(0, min(255, v.rounded())))
+        }
+        frame.metadata.lensPosition = p
+        _ = stage.process(frame)
+        lens.append(p)
+    }
+    return lens
+}
+
 @Suite("Autofocus")
 struct FocusTests {
     let texture = TestTexture(width: 100, height: 80, seed: 21)
 
-    @Test("auto: lens within 2 % of the range in 25 frames from any start", arguments: [(Int64(0), 613.0), (Int64(1000), 177.0), (Int64(500), 905.0), (Int64(300), 300.0)])
+    @Test("auto: lens within 2 % of the range in 25 frames from any start", arguments: [(Int64(0), 613.0), (Int64(1000), 177.0), (Int64(500), 905.0), (Int64(300), 300.0),
+                                                                                      (Int64(0), 30.0), (Int64(1000), 30.0), (Int64(0), 990.0), (Int64(1000), 990.0)])
     func converges(start: Int64, target: Double) throws {
         var o = FocusOptions()
         o.mode = .auto
@@ -202,6 +237,23 @@ struct FocusTests {
         }
         #expect(r.states[29] == .locked)
         #expect(r.states[0] == .scanning)
+    }
+
+    /// A soft subject whose score is a narrow peak on a broad plateau, shaped like the Storm
+    /// photograph's (4.7 % down 30 units from focus, 7.8 % at 60, 10 % at 100, half the score
+    /// 400 away), with 1.7 % of frame-to-frame noise: the refine positions, the speculative frames
+    /// and the local fit must still bring the lens within 2 % in 25 frames. (This synthetic
+    /// score's noise is independent per frame; the scan without those parts does as well on it.
+    /// Their gain shows on the photograph, whose score drifts with the shake:
+    /// `viewfinder-report --autofocus`, README.)
+    @Test("auto: a narrow peak on a plateau (a soft subject) within 2 % in 25 frames", arguments: [(Int64(0), 613.0), (Int64(1000), 613.0), (Int64(0), 177.0), (Int64(1000), 177.0), (Int64(0), 420.0), (Int64(1000), 420.0)])
+    func narrowPeak(start: Int64, target: Double) throws {
+        for seed in [3, 4] as [UInt64] {
+            let lens = try runPlateauFocusLoop(options: { var o = FocusOptions(); o.mode = .auto; return o }(), start: start, inFocus: target, seed: seed)
+            for t in 25..<30 {
+                #expect(abs(lens[t] - target) <= 20, "seed \(seed), frame \(t): lens \(lens[t]) vs \(target)")
+            }
+        }
     }
 
     @Test("continuous: no re-scan on a static scene, one re-scan after the subject moves")
