@@ -147,6 +147,8 @@ public final class FocusStage: Stage {
     private var refined = 0
     /// Positions sent while the coarse sweep's last frames are on their way (alternating sides).
     private var speculative = 0
+    /// Frames since the pass's last target was sent.
+    private var waited = 0
     /// The fine pass's spacing (device units).
     private var fineSpacing = 0.0
     private var coarseStep: Double { (lensMax - lensMin) / Double(max(options.coarseSteps - 1, 1)) }
@@ -253,7 +255,10 @@ public final class FocusStage: Stage {
             // The lens visits the targets in order: once the frame at the last one is in, the
             // sweep is complete (a target passed without a frame of its own is not waited for).
             // The next pass's first position is sent on this same frame.
-            if seen[seen.count - 1] || framesInPhase > targets.count + latency + 6 {
+            // A frame slip can lose the frame at the last position while the lens has moved on
+            // (a speculative or waiting position): then the pass ends at most two frames after
+            // that frame was due.
+            if seen[seen.count - 1] || waited > latency + 1 || framesInPhase > targets.count + latency + 6 {
                 finishPass()
             }
             if phase == .coarse || phase == .fine {
@@ -264,6 +269,7 @@ public final class FocusStage: Stage {
                     targets.append(snap(p + side * 0.5 * fineSpacing)); seen.append(false)
                     refined += 1
                 }
+                waited = nextTarget < targets.count ? 0 : waited + 1
                 if nextTarget < targets.count {
                     move(to: targets[nextTarget]); nextTarget += 1
                 } else if phase == .coarse && options.speculate {
@@ -340,6 +346,7 @@ public final class FocusStage: Stage {
         if !fromLow { targets.reverse() }
         nextTarget = 0
         speculative = 0
+        waited = 0
         move(to: targets[0]); nextTarget = 1
     }
 
@@ -422,6 +429,7 @@ public final class FocusStage: Stage {
 
     private func finishPass() {
         framesInPhase = 0
+        waited = 0
         if phase == .coarse {
             // Fine scan around the coarse peak (a fit through the best position and its
             // neighbours either side), nearest end first.

@@ -166,8 +166,8 @@ struct ExposureTests {
 }
 
 /// Runs the focus stage against ``FakeControls``: the picture is blurred by |lens − inFocus| / 40.
-func runFocusLoop(options: FocusOptions, start: Int64, inFocus: (Int) -> Double, frames: Int, texture: TestTexture) throws -> (lens: [Double], states: [ControlLoopState?], stage: FocusStage) {
-    let controls = FakeControls(latency: 2, focus: start)
+func runFocusLoop(options: FocusOptions, start: Int64, inFocus: (Int) -> Double, frames: Int, texture: TestTexture, latency: Int = 2, lost: Int? = nil) throws -> (lens: [Double], states: [ControlLoopState?], stage: FocusStage) {
+    let controls = FakeControls(latency: latency, focus: start)
     let f = FrameFormat(.grey, width: 80, height: 60)
     let stage = FocusStage(options: options)
     try stage.prepare(format: f, context: StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: controls, controlRequests: controls.requests, isLive: false))
@@ -181,9 +181,10 @@ func runFocusLoop(options: FocusOptions, start: Int64, inFocus: (Int) -> Double,
         let blur = Int((abs(p - inFocus(i)) / 40).rounded())
         render(texture, into: frame, blur: min(blur, 12), noise: 1, rng: &rng)
         frame.metadata.lensPosition = p
-        _ = stage.process(frame)
+        // A frame the camera lost: the lens moved on, the stage never saw it.
+        if i != lost { _ = stage.process(frame) }
         lens.append(p); states.append(frame.metadata.focusState)
-        #expect(frame.metadata.focus != nil)
+        #expect(i == lost || frame.metadata.focus != nil)
     }
     return (lens, states, stage)
 }
@@ -252,6 +253,28 @@ struct FocusTests {
             let lens = try runPlateauFocusLoop(options: { var o = FocusOptions(); o.mode = .auto; return o }(), start: start, inFocus: target, seed: seed)
             for t in 25..<30 {
                 #expect(abs(lens[t] - target) <= 20, "seed \(seed), frame \(t): lens \(lens[t]) vs \(target)")
+            }
+        }
+    }
+
+    /// The camera loses one frame somewhere in the scan (each frame in turn): the scan must not
+    /// wait for it. After the last position of a pass the lens moves on (speculative and waiting
+    /// positions), so a lost frame there is never replaced; the pass ends two frames after it was
+    /// due instead of at its time-out (which left the lens 3.9 % off at frame 25 and 16 % off at
+    /// frame 28 when the coarse sweep's last frame, 10, was lost). A lost frame costs up to two
+    /// frames (the lens still refining near the peak at frame 25, its last move of a few units as
+    /// late as frame 28), and a lost coarse
+    /// frame leaves the peak less well known (up to 2.5 % off on this picture, whose blur changes
+    /// in steps of 40 units).
+    @Test("auto: a frame lost anywhere in the scan: within 2.5 % from frame 25, settled from 27", arguments: [Int64(0), 1000])
+    func lostFrame(start: Int64) throws {
+        var o = FocusOptions()
+        o.mode = .auto
+        for lost in 1..<24 {
+            let r = try runFocusLoop(options: o, start: start, inFocus: { _ in 613 }, frames: 30, texture: texture, latency: 3, lost: lost)
+            for t in 25..<30 {
+                #expect(abs(r.lens[t] - 613) <= 25, "frame \(lost) lost; frame \(t): lens \(r.lens[t])")
+                #expect(t < 27 || abs(r.lens[t] - r.lens[29]) <= 5, "frame \(lost) lost: the lens still moving at frame \(t)")
             }
         }
     }
