@@ -7,7 +7,8 @@
 //   (VF_AF_TRACE=1 prints each run's lens error per frame, =2 its scores too; VF_AF_PHOTOS=Storm,Dune
 //   runs only those photographs; VF_AF_WINDOW=box scores over the hard-edged window instead of the
 //   default Hann taper; VF_AF_TRACK=0 keeps the window still instead of following the shake;
-//   VF_AF_FINE=7 sets the fine scan's positions, VF_AF_REFINE=0 the refine positions after it)
+//   VF_AF_FINE=7 sets the fine scan's positions, VF_AF_REFINE=0 the refine positions after it;
+//   VF_AF_SPECULATE=0 and VF_AF_LOCAL=0 switch off the speculative frames and the local fit)
 //
 // Per run: the final error (lens position minus the truth's in-focus position, % of the range),
 // and the time to lock: the first frame from which the lens stays within 2 % of the range to the
