@@ -758,9 +758,15 @@ public final class RawDumpReader {
             return (b[4], LE.get(p, 16, UInt32.self), LE.get(p, 20, UInt32.self), LE.get(p, 24, UInt32.self), LE.get(p, 28, UInt32.self),
                     LE.get(p, 32, UInt64.self), LE.get(p, 40, UInt64.self), b[48], b[49], LE.get(p, 56, UInt64.self))
         }
-        guard type == RawDumpFormat.RecordType.audio.rawValue, let sf = RawDumpFormat.audioFormat(code), rate > 0, channels > 0,
-              Int(frames) * sf.bytesPerSample * Int(channels) == payload.count else {
+        guard type == RawDumpFormat.RecordType.audio.rawValue, let sf = RawDumpFormat.audioFormat(code), rate > 0, channels > 0 else {
             throw DumpError.corruptRecord(path: path, offset: a.offset, reason: "not a valid audio record")
+        }
+        // frames and channels are 32-bit fields of a possibly damaged record: their product can
+        // overflow (FuzzDump found it), so it is checked.
+        let (perFrame, o1) = sf.bytesPerSample.multipliedReportingOverflow(by: Int(channels))
+        let (bytes, o2) = perFrame.multipliedReportingOverflow(by: Int(frames))
+        guard !o1, !o2, bytes == payload.count else {
+            throw DumpError.corruptRecord(path: path, offset: a.offset, reason: "audio record of \(frames) frames × \(channels) channels does not match its \(payload.count) bytes")
         }
         samples.append(contentsOf: payload)
         return DumpAudioPeriod(format: AudioStreamFormat(sampleFormat: sf, sampleRate: Int(rate), channels: Int(channels)), frames: Int(frames),

@@ -54,6 +54,42 @@ import Viewfinder
         #expect(try RawDumpReader.pread(fd, &buf, 0, "/dev/null") == 0)
     }
 
+    /// FuzzDump, crash-9348feb0 (Fuzz/Corpus/FuzzDump/regression-audio-size-overflow): an audio
+    /// record whose frame and channel counts (32-bit fields) multiply past `Int.max` trapped in
+    /// `readAudio`'s size check. Here a real sound record is damaged that way, its checksum made
+    /// right again so the check behind it is reached.
+    @Test func audioRecordWhoseSizeOverflowsIsACorruptRecord() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("vf-fuzz-audio-\(getpid()).vfdump").path
+        defer { unlink(path) }
+        let format = FrameFormat(.grey, width: 8, height: 4)
+        let writer = try RawDumpWriter(path: path, format: format, interval: FrameInterval(numerator: 1, denominator: 30),
+                                       device: "sim", overwrite: true, preallocate: false, compressionThreads: 1)
+        let frame = Frame(capacity: format.maxByteCount, format: format)
+        frame.bytesUsed = format.maxByteCount
+        try writer.append(frame)
+        let samples = [Int16](repeating: 7, count: 2 * 160)
+        try samples.withUnsafeBytes { raw in
+            try writer.appendAudio(AudioBuffer(data: raw, format: AudioStreamFormat(sampleFormat: .s16, sampleRate: 48000, channels: 2),
+                                               period: AudioPeriod(frames: 160, timestamp: Timestamp(nanoseconds: 0, clock: .monotonic), position: 0, discontinuity: false),
+                                               measuredRate: 48000))
+        }
+        try writer.close()
+        let offset = try Int(RawDumpReader(path: path).audioEntries[0].offset)
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        for i in 24..<32 { bytes[offset + i] = 0xFF }  // channels and frames: 2^32 − 1 each
+        let stored = bytes[offset + 8..<offset + 12].enumerated().reduce(0) { $0 | Int($1.element) << (8 * $1.offset) }
+        let payloadStart = offset + RawDumpFormat.recordHeaderSize
+        var scratch: [UInt8] = []
+        let seed = bytes.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress! + offset, metadata: [], scratch: &scratch) }
+        let sum = bytes.withUnsafeBytes { XXHash64.hash(UnsafeRawBufferPointer(rebasing: $0[payloadStart..<payloadStart + stored]), seed: seed) }
+        for i in 0..<8 { bytes[offset + 64 + i] = UInt8(truncatingIfNeeded: sum >> (8 * i)) }
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let reader = try RawDumpReader(path: path)
+        var out: [UInt8] = []
+        #expect(throws: DumpError.self) { try reader.readAudio(0, into: &out) }
+        #expect(out.isEmpty)
+    }
+
     @Test func exifWithAnOffsetPastItsSegmentIsCorruptData() throws {
         let jpeg = Self.exifOffsetPastSegment
         #expect(throws: SinkError.self) { try jpeg.withUnsafeBytes { try JPEGMarkers.readExif($0) } }
