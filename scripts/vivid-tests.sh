@@ -242,7 +242,10 @@ CLI=()
 [ -x "$BIN/viewfinder" ] && CLI=(-f "$BIN/viewfinder")
 # amixer sets snd-aloop's "PCM Rate Shift 100000" for the drifting-clock sound test.
 command -v amixer >/dev/null && CLI+=(-f "$(command -v amixer)":/usr/bin/amixer)
-"$ROOT/scripts/vivid-vm.sh" --timeout "${VIVID_TIMEOUT:-900}" -f "$XCTEST" "${CLI[@]}" \
+# The guest's root file system is in its RAM: the 150 MB test bundle (twice while the initramfs is
+# unpacked) plus the sound tests' movies left 1 GiB so short that amixer died of SIGBUS ("Bus
+# error", 25 Nov, both runs) before the drifting-clock test; 2 GiB (VIVID_MEM) runs it clean.
+"$ROOT/scripts/vivid-vm.sh" --timeout "${VIVID_TIMEOUT:-900}" --mem "${VIVID_MEM:-2048}" -f "$XCTEST" "${CLI[@]}" \
     --env VIEWFINDER_SOUND_SYNC="${VIEWFINDER_SOUND_SYNC:-1}" --env VIEWFINDER_VIVID_FAULTS="${VIEWFINDER_VIVID_FAULTS:-1}" --env VIEWFINDER_SOUND_SECONDS="${VIEWFINDER_SOUND_SECONDS:-60}" \
     "$@" "$W/run-vivid-tests"
 RC=$?
