@@ -5,7 +5,11 @@ The photographs are the two sets of `Tests/ViewfinderStagesTests/WhiteBalanceTes
 (photographs only, drawings and renders left out), fetched with `apt-get download` into /tmp:
   training: lomiri-wallpapers-16.04 (14), lomiri-wallpapers-20.04 (Kleiber), mate-backgrounds
             (its 12 nature photographs) -- what estimators may be developed and fitted on;
-  held-out: plasma-workspace-wallpapers (11) -- only for the final figure.
+  held-out: plasma-workspace-wallpapers (11) -- only for the final figure;
+  others:   16 photographs of other sources and kinds (also never used for fitting): OpenCV's
+            samples (Debian's opencv-doc: a street, an aloe, fruit, a mandrill, an office block, a
+            football player, an orange, a squirrel, a butterfly, a palace, a plant) and
+            scikit-image's (the PyPI wheel: astronaut, cat, coffee, rocket, motorcycle).
 
 The sim camera is reproduced as `SimScene.fromImage` and `SimRenderer` do it (no sensor noise):
 a photograph's chroma per luma in its own sRGB encoding (cu = 0.564 (B - Y) 255 / max(Y, 8),
@@ -25,7 +29,8 @@ Estimators:
               3 random lights 2500..10000 K per photograph)
   generative  the training set's mean scene histogram, blurred, as a log-likelihood
 
-Usage: scripts/wb_eval.py [current|classic|learned|generative|all] [-v]   (numpy and OpenCV)
+Usage: scripts/wb_eval.py [current|classic|learned|generative|all] [-v] [--others]   (numpy and OpenCV;
+--others adds the third set)
 Seeded: the same figures on every run.
 """
 import os, subprocess, sys
@@ -62,6 +67,27 @@ def paths(sources):
                            % (root, root, pkg, pkg), shell=True)
         out += [p for p in ps if os.path.exists(p)]
     return out
+
+
+OPENCV = ["data/%s.jpg" % n for n in ["leuvenA", "aloeL", "fruits", "baboon", "building", "messi5", "orange",
+                                     "squirrel_cls", "butterfly", "home"]] + ["alphamat/input_images/plant.jpg"]
+SKIMAGE = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png"]
+
+
+def other_paths():
+    """The third set: OpenCV's sample photographs (opencv-doc) and scikit-image's (its wheel's data)."""
+    root = ROOT.format("opencv-doc")
+    ps = ["%s/x/usr/share/doc/opencv-doc/examples/%s" % (root, f) for f in OPENCV]
+    if not all(os.path.exists(p) for p in ps):
+        subprocess.run("mkdir -p %s && cd %s && apt-get download opencv-doc >/dev/null 2>&1 && dpkg -x opencv-doc_*.deb x"
+                       % (root, root), shell=True)
+    sk = ROOT.format("scikit-image")
+    ks = ["%s/skimage/data/%s" % (sk, f) for f in SKIMAGE]
+    if not all(os.path.exists(p) for p in ks):
+        # The wheel is a zip: only its data folder is taken, nothing is installed.
+        subprocess.run("mkdir -p %s && cd %s && python3 -m pip download --no-deps --only-binary=:all: scikit-image -d wheel -q && "
+                       "unzip -o -q wheel/scikit_image-*.whl 'skimage/data/*'" % (sk, sk), shell=True)
+    return [p for p in ps + ks if os.path.exists(p)]
 
 
 def short(p):
@@ -325,22 +351,27 @@ def main():
     what = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "all"
     verbose = "-v" in sys.argv
     tr, ho = paths(TRAIN), paths(HELD)
+    ot = other_paths() if "--others" in sys.argv else []
     if not tr or not ho:
         sys.exit("wb_eval: the photographs could not be fetched (apt-get download)")
     if what in ("current", "all"):
         evaluate(tr, current, "current, training", verbose)
         evaluate(ho, current, "current, held-out", verbose)
+        if ot: evaluate(ot, current, "current, other sources", verbose)
     if what in ("classic", "all"):
         classic(tr, "classic cues, training")
         classic(ho, "classic cues, held-out")
+        if ot: classic(ot, "classic cues, other sources")
     if what in ("learned", "all"):
         F = fit(*augmented(tr, np.random.default_rng(1)))
         evaluate(tr, filter_estimator(F), "learned, training", verbose)
         evaluate(ho, filter_estimator(F), "learned, held-out", verbose)
+        if ot: evaluate(ot, filter_estimator(F), "learned, other sources", verbose)
     if what in ("generative", "all"):
         F = generative(tr, np.random.default_rng(2))
         evaluate(tr, filter_estimator(F), "generative, training", verbose)
         evaluate(ho, filter_estimator(F), "generative, held-out", verbose)
+        if ot: evaluate(ot, filter_estimator(F), "generative, other sources", verbose)
 
 
 if __name__ == "__main__":

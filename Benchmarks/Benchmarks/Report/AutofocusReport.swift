@@ -8,7 +8,8 @@
 //   runs only those photographs; VF_AF_WINDOW=box scores over the hard-edged window instead of the
 //   default Hann taper; VF_AF_TRACK=0 keeps the window still instead of following the shake;
 //   VF_AF_FINE=7 sets the fine scan's positions, VF_AF_REFINE=0 the refine positions after it;
-//   VF_AF_SPECULATE=0 and VF_AF_LOCAL=0 switch off the speculative frames and the local fit)
+//   VF_AF_SPECULATE=0 and VF_AF_LOCAL=0 switch off the speculative frames and the local fit;
+//   VF_PHOTO_SET=others runs on the second set of OtherPhotos.swift)
 //
 // Per run: the final error (lens position minus the truth's in-focus position, % of the range),
 // and the time to lock: the first frame from which the lens stays within 2 % of the range to the
@@ -41,7 +42,7 @@ enum AutofocusReport {
     struct Run { var photo: String; var subject: Double; var start: Int; var finalError: Double; var lockFrame: Int?; var maxError: Double }
 
     /// One run; errors in % of the lens range (1000 units).
-    static func run(photo: String, subject: Double, start: Int, shake: Double, frames: Int, seed: Int) throws -> Run {
+    static func run(photo: String, name: String, subject: Double, start: Int, shake: Double, frames: Int, seed: Int) throws -> Run {
         let cam = try SimCamera(deviceString: "sim:paced=true,fps=30,scene=\(photo),subject=\(subject),focus=\(start),shake=\(shake),seed=\(seed)")
         let cfg = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 960, height: 540, fps: 30, bufferCount: 8))
         var o = FocusOptions()
@@ -60,7 +61,7 @@ enum AutofocusReport {
         engine.waitUntilFinished()
         let e = trace.errors.map { abs($0) / 10 }
         if ProcessInfo.processInfo.environment["VF_AF_TRACE"] != nil {
-            print("    trace \(URL(fileURLWithPath: photo).lastPathComponent) \(subject) m from \(start): " + zip(trace.errors, trace.states).map { String(format: "%+.0f%@", $0.0, $0.1 == .scanning ? "s" : "") }.joined(separator: " "))
+            print("    trace \(name) \(subject) m from \(start): " + zip(trace.errors, trace.states).map { String(format: "%+.0f%@", $0.0, $0.1 == .scanning ? "s" : "") }.joined(separator: " "))
             if ProcessInfo.processInfo.environment["VF_AF_TRACE"] == "2" {
                 // Each frame's score relative to the run's highest.
                 let top = trace.scores.filter(\.isFinite).max() ?? 1
@@ -71,7 +72,7 @@ enum AutofocusReport {
         for i in stride(from: e.count - 1, through: 0, by: -1) {
             if e[i] <= 2 { lock = i } else { break }
         }
-        return Run(photo: URL(fileURLWithPath: photo).lastPathComponent.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: ""),
+        return Run(photo: name,
                    subject: subject, start: start, finalError: e.last ?? .nan, lockFrame: lock, maxError: e.suffix(5).max() ?? .nan)
     }
 
@@ -82,18 +83,18 @@ enum AutofocusReport {
         // VF_AF_SHAKE=3 and VF_AF_SEED=100 vary the hand-shake (px) and its random sequence.
         let env = ProcessInfo.processInfo.environment
         let shake = env["VF_AF_SHAKE"].flatMap(Double.init) ?? 2
-        let photos = fetchEvaluationPhotos().filter { p in only.map { $0.contains { p.path.contains($0) } } ?? true }
-        print("\n== Autofocus on real photographs (\(photos.count) from two Debian packages), sim 960x540 YUYV, shake \(shake) px, 30 fps paced, focus:mode=auto, \(frames) frames per run")
+        let photos = reportPhotos().filter { p in only.map { $0.contains { p.path.contains($0) } } ?? true }
+        print("\n== Autofocus on real photographs (\(photos.count): \(Set(photos.map(\.package)).sorted().joined(separator: ", "))), sim 960x540 YUYV, shake \(shake) px, 30 fps paced, focus:mode=auto, \(frames) frames per run")
         guard !photos.isEmpty else { print("  no photographs: not run"); return }
         let subjects: [Double] = quick ? [0.3, 2] : [0.3, 0.5, 2]
         var runs: [Run] = []
         var seed = env["VF_AF_SEED"].flatMap(Int.init) ?? 10
         for p in photos {
-            var line = "  " + (URL(fileURLWithPath: p.path).lastPathComponent.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")).padding(toLength: 12, withPad: " ", startingAt: 0)
+            var line = "  " + p.name.padding(toLength: 12, withPad: " ", startingAt: 0)
             for s in subjects {
                 for start in [0, 1000] {
                     seed += 1
-                    let r = try run(photo: p.path, subject: s, start: start, shake: shake, frames: frames, seed: seed)
+                    let r = try run(photo: p.path, name: p.name, subject: s, start: start, shake: shake, frames: frames, seed: seed)
                     runs.append(r)
                     line += String(format: " | %.1f m from %4d: %4.1f %% @%@", s, start, r.finalError, r.lockFrame.map { "\($0)" } ?? "—")
                 }

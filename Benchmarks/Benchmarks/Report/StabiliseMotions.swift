@@ -252,10 +252,10 @@ func interFrameFidelity(_ seq: [RegImage]) -> Double {
 }
 
 func runStabiliseMotions(quick: Bool) throws {
-    print("\n== Stabilisation on an evaluation set of real photographs (two Debian packages), camera motions at 640x360, vs FFmpeg on the same input")
     let hasVidstab = shell("ffmpeg -hide_banner -filters 2>/dev/null | grep -c vidstab").1.trimmingCharacters(in: .whitespacesAndNewlines) != "0"
     if !hasVidstab { print("  ffmpeg with vidstab not found: peers not run") }
-    var photos = fetchEvaluationPhotos()
+    var photos = reportPhotos()
+    print("\n== Stabilisation on an evaluation set of real photographs (\(Set(photos.map(\.package)).sorted().joined(separator: ", "))), camera motions at 640x360, vs FFmpeg on the same input")
     guard !photos.isEmpty else { print("  no photographs: not run"); return }
     // Two per package (one with --quick), alternating packages.
     let perPackage = quick ? 1 : 2
@@ -266,7 +266,7 @@ func runStabiliseMotions(quick: Bool) throws {
     // VF_STAB_MOTIONS=3,5 (indices into CameraMotion.all), VF_STAB_PEERS=0 (ours only).
     let env = ProcessInfo.processInfo.environment
     if let names = env["VF_STAB_PHOTOS"]?.split(separator: ",").map(String.init) {
-        photos = fetchEvaluationPhotos().filter { names.contains($0.name) }
+        photos = reportPhotos().filter { names.contains($0.name) }
     }
     let motionFilter = env["VF_STAB_MOTIONS"].map { Set($0.split(separator: ",").compactMap { Int($0) }) }
     let peers = hasVidstab && env["VF_STAB_PEERS"] != "0"
