@@ -9,6 +9,7 @@
 //   default Hann taper; VF_AF_TRACK=0 keeps the window still instead of following the shake;
 //   VF_AF_FINE=7 sets the fine scan's positions, VF_AF_REFINE=0 the refine positions after it;
 //   VF_AF_SPECULATE=0 and VF_AF_LOCAL=0 switch off the speculative frames and the local fit;
+//   VF_AF_MEASURE=laplacian drives the scan by the Laplacian's variance instead of the Tenengrad;
 //   VF_PHOTO_SET=others runs on the second set of OtherPhotos.swift)
 //
 // Per run: the final error (lens position minus the truth's in-focus position, % of the range),
@@ -53,6 +54,7 @@ enum AutofocusReport {
         if let n = ProcessInfo.processInfo.environment["VF_AF_REFINE"].flatMap(Int.init) { o.refineSteps = n }
         if ProcessInfo.processInfo.environment["VF_AF_SPECULATE"] == "0" { o.speculate = false }
         if ProcessInfo.processInfo.environment["VF_AF_LOCAL"] == "0" { o.localFit = false }
+        if let m = ProcessInfo.processInfo.environment["VF_AF_MEASURE"], let kind = FocusMeasureKind(rawValue: m) { o.measure = kind }
         let trace = FocusTrace()
         var options = EngineOptions(frameLimit: UInt64(frames))
         options.stallTimeoutSeconds = 30

@@ -264,6 +264,8 @@ func runOurStabiliser(input: String, output: String, copyFrames: StabiliseOption
     var o = StabiliseOptions()
     o.lookahead = lookahead
     o.copyFrames = copyFrames
+    // VF_STAB_KEEP=0.86: the part of the picture kept (the stage's `keep`; 0.9 by default).
+    if let k = ProcessInfo.processInfo.environment["VF_STAB_KEEP"].flatMap(Double.init) { o.keep = k }
     let st = StabiliseStage(options: o)
     // The stage in a chain of its own, as the engine runs it: frames that come out are kept as
     // sample buffers and written after the timed part.
