@@ -32,7 +32,7 @@ public struct StabiliseOptions: StageOptions {
 
     public static var fields: [OptionField<StabiliseOptions>] {
         [
-            .int("lookahead", \.lookahead, range: 0...30, unit: "frames", "Look-ahead of the path smoothing; the stage delays frames by this much (timestamps stay with their frames)"),
+            .int("lookahead", \.lookahead, range: 0...60, unit: "frames", "Look-ahead of the path smoothing; the stage delays frames by this much (timestamps stay with their frames). 15 for live use; 40-45 when a delay of 1.5 s is acceptable (recording) takes fast pans' starts and stops as smoothly as a path that knew the future"),
             .double("smoothing", \.smoothing, range: 1...120, unit: "frames", "Time constant of the planned camera path: motion slower than a period of about 2π times this is followed, faster motion removed while the crop allows (the crop window is a hard limit of the plan)"),
             .double("keep", \.keep, range: 0.85...1, unit: "fraction", "Part of the picture kept by the crop/zoom that hides the borders (0.85 keeps 85 %)"),
             .bool("rotation", \.rotation, "Correct rotation as well as translation"),
@@ -174,7 +174,7 @@ public final class StabiliseStage: Stage {
         }
         frameNumber += 1
         if count == Self.capacity {
-            // Cannot happen with lookahead <= 30; pass the frame on rather than overflow.
+            // Cannot happen with lookahead <= 60 (capacity 256); pass the frame on rather than overflow.
             return .forward
         }
         var frame = frame

@@ -150,6 +150,27 @@ struct PathPlannerTests {
         }
     }
 
+    /// At look-ahead 15 a fast pan's start is seen only 15 frames ahead, and whether it goes on is
+    /// not (`scripts/stabilise_planner_whatif.py`: given the camera beyond the look-ahead, the same
+    /// planner leaves 7 % on these pans). With 45 frames of look-ahead (a 1.5 s delay, for
+    /// recording) it knows: on this one-axis measure over 300 frames the fast pan falls from
+    /// 15.6 to 3.2 % and the pan that starts and stops from 17.5 to 8.9 % (it is shown below 8 % on
+    /// both axes, as the report measures, in the README); no motion gets worse than at 15.
+    @Test("look-ahead 45: the fast pans' jitter halved, no motion worse than at 15", arguments: motions)
+    func longLookahead(_ m: Motion) {
+        let c = m.camera
+        let camera = highFrequencyRMS(c)
+        let p15 = plannedPath(c, lookahead: 15, margin: m.margin), p45 = plannedPath(c, lookahead: 45, margin: m.margin)
+        let left15 = highFrequencyRMS(p15) / camera * 100, left45 = highFrequencyRMS(p45) / camera * 100
+        let worst = zip(p45, c).map { abs($0 - $1) }.max()!
+        print(m.name + String(format: ": look-ahead 15 %.1f %%, 45 %.1f %% (largest correction %.1f of %.0f px)", left15, left45, worst, m.margin))
+        #expect(worst <= m.margin + 1e-6, "\(m.name): correction \(worst) beyond the margin \(m.margin)")
+        #expect(left45 <= left15 + 0.5, "\(m.name): look-ahead 45 leaves \(left45) %, 15 leaves \(left15) %")
+        if m.name.contains("4 px/frame") || m.name.contains("starts and stops") {
+            #expect(left45 <= 0.6 * left15, "\(m.name): \(left45) % left at look-ahead 45, \(left15) % at 15")
+        }
+    }
+
     @Test("a steady pan is followed without lag: the plan's offset from the camera stays small once under way")
     func steadyPanNoLag() {
         // The pull toward the camera has a time constant of 30 frames (the stage's default

@@ -14,6 +14,8 @@ struct StabiliseMotionTests {
         var intended: @Sendable (Int) -> (Double, Double)
         var lowTexture = false
         var limit: Double
+        /// The stage's look-ahead.
+        var lookahead = 15
         var testDescription: String { name }
     }
 
@@ -22,6 +24,11 @@ struct StabiliseMotionTests {
         Case(name: "tilt 0.6 px/frame", intended: { i in (0, TestMotion.pan(i + 1, speed: 0.6, still: 10, ramp: 15).last!) }, limit: 10),
         Case(name: "walking bounce 1.8 Hz, 2 px", intended: { i in (0, 2 * sin(2 * Double.pi * 1.8 * Double(i) / 30)) }, limit: 10),
         Case(name: "low texture (sky, cables, horizon) while panning 0.5 px/frame", intended: { i in (TestMotion.pan(i + 1, speed: 0.5, still: 10, ramp: 15).last!, 0) }, lowTexture: true, limit: 12),
+        // A fast pan (2 px/frame at 320x240 is 4 px/frame at 640x360) starting after 20 frames:
+        // at look-ahead 15 its start leaves 13.2 %; 45 frames see the pan go on, and the path
+        // eases into it (4.0 %), as a plan that knew the future would.
+        Case(name: "fast pan 2 px/frame, look-ahead 15", intended: { i in (TestMotion.pan(i + 1, speed: 2, still: 20, ramp: 10).last!, 0) }, limit: 16),
+        Case(name: "fast pan 2 px/frame, look-ahead 45 (frames held for 1.5 s)", intended: { i in (TestMotion.pan(i + 1, speed: 2, still: 20, ramp: 10).last!, 0) }, limit: 8, lookahead: 45),
     ]
 
     /// A sky with three thin cables and a soft horizon (the low-texture scene of the estimator's test).
@@ -61,7 +68,7 @@ struct StabiliseMotionTests {
             frames.append(fr)
         }
         var o = StabiliseOptions()
-        o.lookahead = 15
+        o.lookahead = c.lookahead
         let stage = StabiliseStage(options: o)
         try stage.prepare(format: f, context: StageContext(format: f))
         let out = runHolding(stage, frames)

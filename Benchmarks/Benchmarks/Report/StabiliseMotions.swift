@@ -273,7 +273,10 @@ func runStabiliseMotions(quick: Bool) throws {
     let frames = quick ? 120 : 180
     let dir = env["VF_STAB_DIR"] ?? "/tmp/viewfinder-stab-motions"
     _ = shell("mkdir -p \(dir)")
-    let labels = ["ours, look-ahead 0", "ours, look-ahead 5", "ours, look-ahead 15", "vidstab (two passes, smoothing 15)", "deshake"]
+    // VF_STAB_LOOKAHEADS=0,5,15,45: the stage's look-aheads run (the three by default).
+    let lookaheads = env["VF_STAB_LOOKAHEADS"].map { $0.split(separator: ",").compactMap { Int($0) } } ?? [0, 5, 15]
+    let labels = lookaheads.map { "ours, look-ahead \($0)" } + ["vidstab (two passes, smoothing 15)", "deshake"]
+    let peerLabel = labels.count - 2
     // Per label: (motion index, jitter %, ITF dB, kept, border %)
     var results: [String: [(Int, Double, Double, Double, Double)]] = [:]
     var inputITF: [Int: [Double]] = [:]
@@ -294,11 +297,11 @@ func runStabiliseMotions(quick: Bool) throws {
             inputITF[mi, default: []].append(interFrameFidelity(inL))
             var outputs: [(String, String)] = []
             var truthLine = ""
-            for la in [0, 5, 15] {
+            for (li, la) in lookaheads.enumerated() {
                 let out = "\(dir)/ours-\(la).y4m"
                 var corr: [MotionEstimate] = []
                 _ = try runOurStabiliser(input: input, output: out, copyFrames: .never, lookahead: la, corrections: &corr)
-                outputs.append((labels[la == 0 ? 0 : (la == 5 ? 1 : 2)], out))
+                outputs.append((labels[li], out))
                 // Exact for our stage: the output shows the content at the filmed truth moved by
                 // the stage's correction, so its path needs no registration.
                 let tj = truthBasedJitter(truth, corr)
@@ -309,9 +312,9 @@ func runStabiliseMotions(quick: Bool) throws {
                 let ff = "ffmpeg -hide_banner -loglevel error -y -threads 1 -filter_threads 1 -i \(input)"
                 let (c1, _) = shell("\(ff) -vf vidstabdetect=shakiness=5:accuracy=15:result=\(dir)/t.trf -f null -")
                 let (c2, _) = shell("\(ff) -vf vidstabtransform=input=\(dir)/t.trf:smoothing=15:optzoom=1:crop=black -f yuv4mpegpipe \(dir)/vidstab.y4m")
-                if c1 == 0 && c2 == 0 { outputs.append((labels[3], "\(dir)/vidstab.y4m")) }
+                if c1 == 0 && c2 == 0 { outputs.append((labels[peerLabel], "\(dir)/vidstab.y4m")) }
                 let (c3, _) = shell("\(ff) -vf deshake -f yuv4mpegpipe \(dir)/deshake.y4m")
-                if c3 == 0 { outputs.append((labels[4], "\(dir)/deshake.y4m")) }
+                if c3 == 0 { outputs.append((labels[peerLabel + 1], "\(dir)/deshake.y4m")) }
             }
             var line = String(format: "    %@: input %.2f px, ITF %.1f dB |", motion.name, mIn.translation, inputITF[mi]!.last!)
             for (label, path) in outputs {
@@ -349,19 +352,19 @@ func runStabiliseMotions(quick: Bool) throws {
     }
     print("  ours from the filmed truth and the stage's own corrections (no registration), jitter left %, mean over the photographs:")
     var th = "    " + "motion".padding(toLength: 40, withPad: " ", startingAt: 0)
-    for la in [0, 5, 15] { th += String(format: " | look-ahead %2d", la) }
+    for la in lookaheads { th += String(format: " | look-ahead %2d", la) }
     th += " | the intended motion shown exactly"
     print(th)
     for (mi, motion) in CameraMotion.all.enumerated() {
         var s = "    " + motion.name.padding(toLength: 40, withPad: " ", startingAt: 0)
-        for la in [0, 5, 15] {
+        for la in lookaheads {
             let r = (truthJitter[la] ?? []).filter { $0.0 == mi }.map(\.1)
             s += r.isEmpty ? " | n/a          " : String(format: " | %5.1f %% (max %5.1f)", r.reduce(0, +) / Double(r.count), r.max()!)
         }
         if let f = intendedFloor[mi], !f.isEmpty { s += String(format: " | %5.1f %%", f.reduce(0, +) / Double(f.count)) }
         print(s)
     }
-    for la in [0, 5, 15] {
+    for la in lookaheads {
         let r = (truthJitter[la] ?? []).map(\.1)
         guard !r.isEmpty else { continue }
         let pan = (truthJitter[la] ?? []).filter { CameraMotion.all[$0.0].pans }.map(\.1)
