@@ -31,28 +31,8 @@ Needs NumPy and SciPy (`pip install numpy scipy`); not part of CI; about a minut
 import numpy as np
 from scipy.optimize import lsq_linear
 
-FRAMES = 120
-WINDOW = 7
-
-
-def pan(speed, still=20, ramp=10, hold=10_000):
-    x, acc = np.zeros(FRAMES), 0.0
-    for t in range(FRAMES):
-        u = t - still
-        if u >= 0:
-            if u < ramp:
-                acc += speed * u / ramp
-            elif u < ramp + hold:
-                acc += speed
-            else:
-                acc += speed * max(0.0, 1 - (u - ramp - hold) / ramp)
-        x[t] = acc
-    return x
-
-
-def high_frequency_rms(x):
-    r = [x[t] - x[t - WINDOW:t + WINDOW + 1].mean() for t in range(WINDOW, len(x) - WINDOW)]
-    return float(np.sqrt(np.mean(np.square(r))))
+# The report's motions and measure, as the bound script has them (same folder).
+from stabilise_path_bound import FRAMES, high_frequency_rms, pan
 
 
 def ar(rng, a, sigma):
@@ -79,9 +59,8 @@ def plan(cam, margin, lookahead=15, tc=30.0, htc=60.0, predict=30, trend_frames=
     for t in range(T):
         known = min(lookahead + 1, T - t)
         hi = t + known - 1
-        base, slope = trend(cam, max(0, hi - trend_frames + 1), hi)
-        if predictor == "velocity":
-            base, slope = trend(cam, max(0, hi - velocity_frames + 1), hi)
+        fitted = velocity_frames if predictor == "velocity" else trend_frames
+        base, slope = trend(cam, max(0, hi - fitted + 1), hi)
         lo_i = max(0, hi - intent_frames + 1)
         _, islope = trend(cam, lo_i, hi)
         r2 = (abs(islope) * (hi - lo_i) / margin) ** 2

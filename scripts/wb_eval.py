@@ -76,18 +76,14 @@ SKIMAGE = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcyc
 
 def other_paths():
     """The third set: OpenCV's sample photographs (opencv-doc) and scikit-image's (its wheel's data)."""
-    root = ROOT.format("opencv-doc")
-    ps = ["%s/x/usr/share/doc/opencv-doc/examples/%s" % (root, f) for f in OPENCV]
-    if not all(os.path.exists(p) for p in ps):
-        subprocess.run("mkdir -p %s && cd %s && apt-get download opencv-doc >/dev/null 2>&1 && dpkg -x opencv-doc_*.deb x"
-                       % (root, root), shell=True)
+    ps = paths({"opencv-doc": ["doc/opencv-doc/examples/" + f for f in OPENCV]})
     sk = ROOT.format("scikit-image")
     ks = ["%s/skimage/data/%s" % (sk, f) for f in SKIMAGE]
     if not all(os.path.exists(p) for p in ks):
         # The wheel is a zip: only its data folder is taken, nothing is installed.
         subprocess.run("mkdir -p %s && cd %s && python3 -m pip download --no-deps --only-binary=:all: scikit-image -d wheel -q && "
                        "unzip -o -q wheel/scikit_image-*.whl 'skimage/data/*'" % (sk, sk), shell=True)
-    return [p for p in ps + ks if os.path.exists(p)]
+    return ps + [p for p in ks if os.path.exists(p)]
 
 
 def short(p):

@@ -13,12 +13,10 @@ import Foundation
 
 func fetchOtherSourcePhotos() -> [EvalPhoto] {
     let dir = "/tmp/viewfinder-photos"
-    let ocv = "o/usr/share/doc/opencv-doc/examples"
     let opencv = ["data/leuvenA.jpg", "data/aloeL.jpg", "data/fruits.jpg", "data/baboon.jpg", "data/building.jpg", "data/messi5.jpg",
                   "data/orange.jpg", "data/squirrel_cls.jpg", "data/butterfly.jpg", "data/home.jpg", "alphamat/input_images/plant.jpg"]
-    if !opencv.allSatisfy({ FileManager.default.fileExists(atPath: "\(dir)/\(ocv)/\($0)") }) {
-        let (c, o) = shell("mkdir -p \(dir) && cd \(dir) && apt-get download opencv-doc >/dev/null 2>&1 && dpkg -x opencv-doc_*.deb o")
-        if c != 0 { print("  opencv-doc not fetched (apt-get download failed: \(o.prefix(120)))") }
+    var out = debianPhotos(package: "opencv-doc", under: "o/usr/share/doc/opencv-doc/examples", names: opencv) {
+        URL(fileURLWithPath: $0).deletingPathExtension().lastPathComponent
     }
     let skimage = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png"]
     let sk = "s/skimage/data"
@@ -27,13 +25,6 @@ func fetchOtherSourcePhotos() -> [EvalPhoto] {
         let (c, o) = shell("mkdir -p \(dir)/s && cd \(dir)/s && python3 -m pip download --no-deps --only-binary=:all: scikit-image -d wheel -q 2>&1 && "
                            + "/usr/bin/python3 -c \"import zipfile,glob; z=zipfile.ZipFile(sorted(glob.glob('wheel/scikit_image-*.whl'))[-1]); [z.extract(n) for n in z.namelist() if n.startswith('skimage/data/')]\"")
         if c != 0 { print("  scikit-image not fetched (pip download failed: \(o.prefix(160)))") }
-    }
-    var out: [EvalPhoto] = []
-    for n in opencv {
-        let p = "\(dir)/\(ocv)/\(n)"
-        if FileManager.default.fileExists(atPath: p) {
-            out.append(EvalPhoto(package: "opencv-doc", path: p, name: URL(fileURLWithPath: n).deletingPathExtension().lastPathComponent))
-        }
     }
     for n in skimage {
         var p = "\(dir)/\(sk)/\(n)"

@@ -220,16 +220,13 @@ func measure(_ seq: [RegImage], input: [RegImage]) -> JitterReport {
 
 /// Fetches the photographs (Debian's lomiri-wallpapers-16.04) into a cache folder; nil if apt can't.
 func fetchPhotos() -> [String]? {
-    let dir = "/tmp/viewfinder-photos"
     let names = ["Bridge_by_Sander_Klootwijk.jpg", "aitzgorri_by_Aitzol_Berasategi.jpg", "Dragonfly_by_Bolly.jpg"]
-    let paths = names.map { "\(dir)/x/usr/share/backgrounds/\($0)" }
-    if paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) { return paths }
-    let (c, out) = shell("mkdir -p \(dir) && cd \(dir) && apt-get download lomiri-wallpapers-16.04 >/dev/null 2>&1 && dpkg -x lomiri-wallpapers-16.04_*.deb x")
-    guard c == 0, paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) else {
-        print("  photographs not fetched (apt-get download lomiri-wallpapers-16.04 failed: \(out.prefix(120)))")
+    let photos = debianPhotos(package: "lomiri-wallpapers-16.04", under: "x/usr/share/backgrounds", names: names) { $0 }
+    guard photos.count == names.count else {
+        print("  photographs not fetched (lomiri-wallpapers-16.04: \(photos.count) of \(names.count) found)")
         return nil
     }
-    return paths
+    return photos.map(\.path)
 }
 
 /// Films `photo` with the sim camera's hand-shake into a 1080p I420 Y4M; returns the true shake.

@@ -39,7 +39,6 @@ struct EvalPhoto {
 /// Fetches the evaluation photographs from both packages (cached); the ones that could not be
 /// fetched are left out with a note.
 func fetchEvaluationPhotos() -> [EvalPhoto] {
-    let dir = "/tmp/viewfinder-photos"
     let sets: [(String, String, [String])] = [
         ("lomiri-wallpapers-16.04", "x/usr/share/backgrounds", ["Bridge_by_Sander_Klootwijk.jpg", "aitzgorri_by_Aitzol_Berasategi.jpg", "Dragonfly_by_Bolly.jpg", "Wine_by_Jakkub_Mede.jpg"]),
         ("mate-backgrounds", "m/usr/share/backgrounds/mate/nature", ["Garden.jpg", "Dune.jpg", "Storm.jpg", "Wood.jpg"]),
@@ -47,19 +46,26 @@ func fetchEvaluationPhotos() -> [EvalPhoto] {
         // a forest path, a kite in a blue sky (almost no texture).
         ("plasma-workspace-wallpapers", "p/usr/share/wallpapers", ["EveningGlow/contents/images/2560x1600.jpg", "ColdRipple/contents/images/2560x1600.jpg", "Path/contents/images/2560x1600.jpg", "Kite/contents/images/2560x1600.jpg"]),
     ]
-    var out: [EvalPhoto] = []
-    for (package, sub, names) in sets {
-        let folder = sub.components(separatedBy: "/").first!
-        let paths = names.map { "\(dir)/\(sub)/\($0)" }
-        if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
-            let (c, o) = shell("mkdir -p \(dir) && cd \(dir) && apt-get download \(package) >/dev/null 2>&1 && dpkg -x \(package)_*.deb \(folder)")
-            if c != 0 { print("  \(package) not fetched (apt-get download failed: \(o.prefix(120)))") }
-        }
-        for (n, p) in zip(names, paths) where FileManager.default.fileExists(atPath: p) {
-            out.append(EvalPhoto(package: package, path: p, name: n.components(separatedBy: "/").first!.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")))
+    return sets.flatMap { package, sub, names in
+        debianPhotos(package: package, under: sub, names: names) {
+            $0.components(separatedBy: "/").first!.components(separatedBy: "_by_").first!.replacingOccurrences(of: ".jpg", with: "")
         }
     }
-    return out
+}
+
+/// The files `names` of a Debian package, at `sub` below /tmp/viewfinder-photos once extracted
+/// (the package is extracted into `sub`'s first component), fetched with `apt-get download` when
+/// any is missing; the ones still missing are left out, with a note when the download failed.
+/// `name` gives each photograph's short name from its entry in `names`.
+func debianPhotos(package: String, under sub: String, names: [String], name: (String) -> String) -> [EvalPhoto] {
+    let dir = "/tmp/viewfinder-photos"
+    let folder = sub.components(separatedBy: "/").first!
+    let paths = names.map { "\(dir)/\(sub)/\($0)" }
+    if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
+        let (c, o) = shell("mkdir -p \(dir) && cd \(dir) && apt-get download \(package) >/dev/null 2>&1 && dpkg -x \(package)_*.deb \(folder)")
+        if c != 0 { print("  \(package) not fetched (apt-get download failed: \(o.prefix(120)))") }
+    }
+    return zip(names, paths).filter { FileManager.default.fileExists(atPath: $0.1) }.map { EvalPhoto(package: package, path: $0.1, name: name($0.0)) }
 }
 
 /// A camera motion of the evaluation set.
@@ -254,7 +260,8 @@ func interFrameFidelity(_ seq: [RegImage]) -> Double {
 func runStabiliseMotions(quick: Bool) throws {
     let hasVidstab = shell("ffmpeg -hide_banner -filters 2>/dev/null | grep -c vidstab").1.trimmingCharacters(in: .whitespacesAndNewlines) != "0"
     if !hasVidstab { print("  ffmpeg with vidstab not found: peers not run") }
-    var photos = reportPhotos()
+    let allPhotos = reportPhotos()
+    var photos = allPhotos
     print("\n== Stabilisation on an evaluation set of real photographs (\(Set(photos.map(\.package)).sorted().joined(separator: ", "))), camera motions at 640x360, vs FFmpeg on the same input")
     guard !photos.isEmpty else { print("  no photographs: not run"); return }
     // Two per package (one with --quick), alternating packages.
@@ -266,7 +273,7 @@ func runStabiliseMotions(quick: Bool) throws {
     // VF_STAB_MOTIONS=3,5 (indices into CameraMotion.all), VF_STAB_PEERS=0 (ours only).
     let env = ProcessInfo.processInfo.environment
     if let names = env["VF_STAB_PHOTOS"]?.split(separator: ",").map(String.init) {
-        photos = reportPhotos().filter { names.contains($0.name) }
+        photos = allPhotos.filter { names.contains($0.name) }
     }
     let motionFilter = env["VF_STAB_MOTIONS"].map { Set($0.split(separator: ",").compactMap { Int($0) }) }
     let peers = hasVidstab && env["VF_STAB_PEERS"] != "0"
