@@ -9,9 +9,9 @@
 #
 #   bash scripts/soak.sh [--seconds N] [--segment S] [--warmup W] [--rss-bound-mb M] [--no-build] [--debug]
 #
-# Pass: every segment's checks hold; the resident memory's trend after the warm-up (median of
-# the last third of the samples against the median of the first third) stays within M MB
-# (default 16); descriptors and threads sampled while a
+# Pass: every segment's checks hold; the frame mappings do not change while a session runs and the
+# trend after the warm-up of the resident memory outside them (median of the last third of the
+# samples against the median of the first third) stays within M MB (default 16); descriptors and threads sampled while a
 # session runs never change. Samples go to .build/soak/samples.csv. Defaults: 120 s in one 120 s
 # session, 45 s warm-up (the CI run).
 set -euo pipefail

@@ -12,10 +12,11 @@
 //   viewfinder-soak [--seconds N] [--segment S] [--warmup W] [--rss-bound-mb M] [--dir DIR] [--csv FILE]
 //
 // Pass (exit 0): every segment's checks hold; after the warm-up (the first W seconds: pools,
-// TurboJPEG handles, the allocator's arenas filling) the resident memory's trend — the median of
-// the last third of the samples against the median of the first third — stays within M MB
-// (default 16 MB: four 1080p YUYV frames; frames in flight swing the resident set around a flat
-// level, a leak moves the level); descriptors and threads (without libdispatch's self-managed
+// TurboJPEG handles, the allocator's arenas filling) the frame mappings do not change and the
+// trend of the resident memory outside them — the median of the last third of the samples against
+// the median of the first third — stays within M MB (default 16 MB: four 1080p YUYV frames; frames
+// in flight swing the resident set around a flat level, a leak moves the level; pool frames touched
+// for the first time add steps up to the pools' size, printed apart); descriptors and threads (without libdispatch's self-managed
 // workers) sampled while a
 // session runs never change.
 import CViewfinderKernels
@@ -77,6 +78,14 @@ func fail(_ message: String) -> Never {
 struct Sample {
     var t: Double
     var rssKB: Int
+    /// The resident set split: anonymous pages (heap, frame mappings, stacks) and file pages.
+    var anonKB: Int, fileKB: Int
+    /// The heap in use (mallinfo2), the frame mappings (virtual: what the pools hold) and how much
+    /// of them is resident (`mincore`).
+    var heapKB: Int, framesKB: Int, framesResidentKB: Int
+    /// The resident set outside the frames' own mappings: where a leak of anything but whole
+    /// frames shows (the heap, stacks, descriptors' buffers, the libraries' caches).
+    var otherKB: Int { rssKB - framesResidentKB }
     var fds: Int
     var threads: Int
     var segment: Int
@@ -85,12 +94,15 @@ struct Sample {
 
 /// Resident memory (VmRSS), open descriptors, and threads other than libdispatch's workers (named
 /// `…qos…`: the dispatch pool grows and shrinks them by itself; Foundation's `Process` uses it).
-func procSample() -> (rssKB: Int, threads: Int, fds: Int) {
-    var rss = 0
+func procSample() -> (rssKB: Int, anonKB: Int, fileKB: Int, threads: Int, fds: Int) {
+    var rss = 0, anon = 0, file = 0
     if let s = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) {
         for line in s.split(separator: "\n") {
             let parts = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-            if line.hasPrefix("VmRSS:"), parts.count >= 2 { rss = Int(parts[1]) ?? 0 }
+            guard parts.count >= 2 else { continue }
+            if line.hasPrefix("VmRSS:") { rss = Int(parts[1]) ?? 0 }
+            if line.hasPrefix("RssAnon:") { anon = Int(parts[1]) ?? 0 }
+            if line.hasPrefix("RssFile:") { file = Int(parts[1]) ?? 0 }
         }
     }
     let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
@@ -100,7 +112,7 @@ func procSample() -> (rssKB: Int, threads: Int, fds: Int) {
     }.count
     // The directory listing itself opens one descriptor; it is counted in every sample alike.
     let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
-    return (rss, threads, fds)
+    return (rss, anon, file, threads, fds)
 }
 
 final class Sampler: @unchecked Sendable {
@@ -120,9 +132,11 @@ final class Sampler: @unchecked Sendable {
     func begin() {
         let t = Thread { [self] in
             while true {
-                let (rss, threads, fds) = procSample()
+                let (rss, anon, file, threads, fds) = procSample()
+                let heap = Int(vf_heap_in_use_bytes() / 1024), frames = Frame.mappedFrameBytes / 1024
+                let framesResident = Frame.residentFrameBytes() / 1024
                 let done = lock.withLock { () -> Bool in
-                    samples.append(Sample(t: Date().timeIntervalSince(start), rssKB: rss, fds: fds, threads: threads, segment: segment, inSteadyState: steady && Date() < steadyUntil))
+                    samples.append(Sample(t: Date().timeIntervalSince(start), rssKB: rss, anonKB: anon, fileKB: file, heapKB: heap, framesKB: frames, framesResidentKB: framesResident, fds: fds, threads: threads, segment: segment, inSteadyState: steady && Date() < steadyUntil))
                     return stop
                 }
                 if done { return }
@@ -315,36 +329,62 @@ while sampler.elapsed < o.seconds - 1 {
 }
 let samples = sampler.finish()
 if let path = o.csv {
-    var text = "t,rss_kb,fds,threads,segment,steady\n"
-    for s in samples { text += String(format: "%.1f,%d,%d,%d,%d,%d\n", s.t, s.rssKB, s.fds, s.threads, s.segment, s.inSteadyState ? 1 : 0) }
-    try? text.write(toFile: path, atomically: true, encoding: .utf8)
+    var text = "t,rss_kb,anon_kb,file_kb,heap_kb,frames_kb,frames_resident_kb,fds,threads,segment,steady\n"
+    for s in samples {
+        text += "\(String(format: "%.1f", s.t)),\(s.rssKB),\(s.anonKB),\(s.fileKB),\(s.heapKB),\(s.framesKB),\(s.framesResidentKB),\(s.fds),\(s.threads),\(s.segment),\(s.inSteadyState ? 1 : 0)\n"
+    }
+    if !FileManager.default.createFile(atPath: path, contents: Data(text.utf8)) {
+        print("soak: could not write the samples to \(path)")
+    }
 }
 // Memory: the trend after the warm-up, not its peak. Frames in flight between the movie, the
 // dump and the data output swing the resident set in a band of several 4 MB frames around a flat
-// level; a leak moves the level itself. So the growth is the median of the last third of the
+// level; a leak moves the level itself. So a growth is the median of the last third of the
 // samples after the warm-up against the median of the first third, and the band is printed beside it.
 // Only samples taken while a session runs count (the steady window): after the last session the
 // verification (ffprobe, replay) and the freed pools pull the level down, and a trend that ended
 // there read -81 MB and could hide a leak of that size.
+//
+// The verdict is on what a leak would move, split in two (measured 26 Nov: the resident set rose in
+// 8 MB steps at 38 s and 70 s while the heap in use and the frame mappings stayed flat — pool
+// frames touched for the first time by a deeper backlog than before, which CI took for a 31.9 MB
+// leak): (1) the frame mappings themselves (every frame of 256 KiB or more is its own mapping, so a
+// leaked or newly allocated frame grows them) must not grow while a session runs; (2) the resident
+// set outside those mappings (heap, stacks, the libraries' caches) has the 16 MB trend bound. How
+// much of the pools is resident is printed: it may rise up to the pools' size, never past it.
 let afterWarmup = samples.filter { $0.t >= o.warmup && $0.inSteadyState }
 let steady = samples.filter { $0.inSteadyState }
-func medianKB(_ xs: ArraySlice<Sample>) -> Double {
-    let v = xs.map(\.rssKB).sorted()
+func median(_ xs: ArraySlice<Sample>, _ kb: (Sample) -> Int) -> Double {
+    let v = xs.map(kb).sorted()
     return v.count % 2 == 1 ? Double(v[v.count / 2]) : Double(v[v.count / 2 - 1] + v[v.count / 2]) / 2
 }
 if afterWarmup.count >= 6 {
     let third = afterWarmup.count / 3
-    let early = medianKB(afterWarmup.prefix(third)), late = medianKB(afterWarmup.suffix(third))
-    let peak = afterWarmup.map(\.rssKB).max()!, low = afterWarmup.map(\.rssKB).min()!
-    let growth = (late - early) / 1024
-    print(String(format: "rss: median %.1f MB over %.0f-%.0f s, %.1f MB over %.0f-%.0f s: growth %.1f MB (bound %.1f MB); band %.1f-%.1f MB after the %.0f s warm-up",
-                 early / 1024, afterWarmup[0].t, afterWarmup[third - 1].t, late / 1024, afterWarmup[afterWarmup.count - third].t, afterWarmup.last!.t,
-                 growth, o.rssBoundMB, Double(low) / 1024, Double(peak) / 1024, o.warmup))
+    let first = afterWarmup.prefix(third), last = afterWarmup.suffix(third)
+    func trend(_ name: String, _ kb: (Sample) -> Int) -> Double {
+        let early = median(first, kb), late = median(last, kb)
+        let values = afterWarmup.map(kb)
+        print(String(format: "%@: median %.1f MB over %.0f-%.0f s, %.1f MB over %.0f-%.0f s: growth %.1f MB; band %.1f-%.1f MB",
+                     name, early / 1024, first.first!.t, first.last!.t, late / 1024, last.first!.t, last.last!.t,
+                     (late - early) / 1024, Double(values.min()!) / 1024, Double(values.max()!) / 1024))
+        return (late - early) / 1024
+    }
+    _ = trend("rss (all)", \.rssKB)
+    let framesResident = trend("frame pools resident", \.framesResidentKB)
+    let other = trend("rss outside the frame pools", \.otherKB)
+    let mapped = Set(afterWarmup.map(\.framesKB)).sorted()
+    print(String(format: "frame pools mapped: %@ MB after the %.0f s warm-up (resident growth %.1f MB is first touches, bounded by this)",
+                 mapped.map { String(format: "%.1f", Double($0) / 1024) }.joined(separator: ", "), o.warmup, framesResident))
     // Over several sessions the level of the resident set follows each session's rate (frames
     // in flight) and what glibc keeps in its arenas, so across sessions the verdict is on the
-    // memory in use between them; within a single session it is on the resident set's trend.
-    if segment == 1 && growth > o.rssBoundMB {
-        problems.append(String(format: "resident memory grew %.1f MB from the first to the last third after the warm-up (bound %.1f MB)", growth, o.rssBoundMB))
+    // memory in use between them; within a single session it is on the trends above.
+    if segment == 1 {
+        if other > o.rssBoundMB {
+            problems.append(String(format: "resident memory outside the frame pools grew %.1f MB from the first to the last third after the warm-up (bound %.1f MB)", other, o.rssBoundMB))
+        }
+        if mapped.count > 1 {
+            problems.append("frame mappings changed while the session ran: \(mapped.map { "\($0 / 1024) MB" })")
+        }
     }
 } else {
     problems.append("\(afterWarmup.count) samples after the warm-up of \(o.warmup) s (6 needed): run longer")

@@ -122,6 +122,25 @@ private final class DoubleReturner: Stage {
         held = nil
     }
 
+    @Test func aPoolFramesPagesBecomeResidentOnlyWhenFilledAndAreCountedWithTheMappings() throws {
+        // What the soak separates from a leak: a large frame is its own mapping, resident only
+        // once written, and counted in the mapped and resident totals until it is freed.
+        let big = FrameFormat(.grey, width: 1024, height: 1024)   // 1 MiB: over the mapping threshold
+        let pool = FramePool(format: big, count: 2)
+        let f = try #require(pool.acquire())
+        defer { f.release() }
+        #expect(f.residentMappedBytes == 0)
+        for i in stride(from: 0, to: 512 * 1024, by: 4096) { f.bytes[i] = 1 }
+        // At least what was written (a transparent huge page may bring in more), never past the frame.
+        #expect(f.residentMappedBytes >= 512 * 1024 && f.residentMappedBytes <= f.capacity)
+        #expect(Frame.mappedFrameBytes >= 2 * 1024 * 1024)
+        #expect(Frame.residentFrameBytes() >= 512 * 1024)
+        // Small frames live on the heap: no mapping to count.
+        let small = try #require(FramePool(format: format, count: 1).acquire())
+        #expect(small.residentMappedBytes == 0)
+        small.release()
+    }
+
     @Test func aLeaseGivesItsFrameBackExactlyOnceWhenItEnds() throws {
         let pool = FramePool(format: format, count: 2)
         do {
