@@ -421,15 +421,25 @@ public final class MotionEstimator {
             // thin lines and the frame moved several pixels (Bridge's cables under quick shake):
             // the winner then costs well above the frames before it. There, translations are
             // scanned at 1/2 resolution (±20 px), and the scan's best few places run through the
-            // finer levels as further starts.
+            // finer levels as further starts. The scan holds rotation and scale: at the wrong
+            // winner's, and — when that is a turn or a zoom of its own — at none as well. A wrong
+            // basin often has a wrong scale or turn too (Bridge, a 4 px/frame pan: a 2.4 % zoom
+            // in one frame), and at it the right translation is no minimum of the scan
+            // (`viewfinder-report --diagnose-motion`: frames 11 and 29 ended 5.4 and 2.0 px off
+            // with costs 2.5 and 1.8 times the truth's).
             if let b = best, width < halfSearchBelowWidth {
                 // Until five frames have been solved there is no floor yet: scanned always.
                 let floor = recentDenseCostMedian()
                 if floor == 0 || b.cost > 1.25 * floor {
-                    for start in translationScan(theta: b.f.theta, k: b.f.k, radius: 10) {
-                        if abs(start.tx - b.f.tx) + abs(start.ty - b.f.ty) < 1.5 { continue }
-                        guard let r = denseCoarseToFine(from: start, coarsest: 0, finest: finest) else { continue }
-                        if r.cost < 0.97 * best!.cost { best = r }
+                    // Rotation and scale moving the picture's corners less than a pixel are none.
+                    let turnsOrZooms = (abs(b.f.theta) + abs(b.f.k)) * Double(max(width, height)) / 2 > 1
+                    for pass in 0..<(turnsOrZooms ? 2 : 1) {
+                        let theta = pass == 0 ? b.f.theta : 0, k = pass == 0 ? b.f.k : 0
+                        for start in translationScan(theta: theta, k: k, radius: 10) {
+                            if pass == 0 && abs(start.tx - b.f.tx) + abs(start.ty - b.f.ty) < 1.5 { continue }
+                            guard let r = denseCoarseToFine(from: start, coarsest: 0, finest: finest) else { continue }
+                            if r.cost < 0.97 * best!.cost { best = r }
+                        }
                     }
                 }
             }
