@@ -1,5 +1,5 @@
 import numpy as np
-# Run from a folder holding s400.y4m … s550.y4m (see the README's autofocus section).
+# Run from a folder holding s400.y4m … s550.y4m (see docs/stabilisation-autofocus-log.md, autofocus).
 exec(open(__file__.replace('af-window-experiment.py', 'af-window-experiment-meas.py')).read().split('lens = [')[0])
 def sob2(w):
     gx = (w[:-2, 2:] + 2*w[1:-1, 2:] + w[2:, 2:]) - (w[:-2, :-2] + 2*w[1:-1, :-2] + w[2:, :-2])

@@ -246,7 +246,7 @@ struct FocusTests {
     /// and the local fit must still bring the lens within 2 % in 25 frames. (This synthetic
     /// score's noise is independent per frame; the scan without those parts does as well on it.
     /// Their gain shows on the photograph, whose score drifts with the shake:
-    /// `viewfinder-report --autofocus`, README.)
+    /// `viewfinder-report --autofocus`, docs/stabilisation-autofocus-log.md.)
     @Test("auto: a narrow peak on a plateau (a soft subject) within 2 % in 25 frames", arguments: [(Int64(0), 613.0), (Int64(1000), 613.0), (Int64(0), 177.0), (Int64(1000), 177.0), (Int64(0), 420.0), (Int64(1000), 420.0)])
     func narrowPeak(start: Int64, target: Double) throws {
         for seed in [3, 4] as [UInt64] {

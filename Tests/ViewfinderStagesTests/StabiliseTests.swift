@@ -91,7 +91,7 @@ struct StabiliseTests {
     /// Cables a pixel thin on a smooth sky, crossing at several angles (as lomiri's Bridge shows
     /// at 640x360: at 1/4 resolution they are a fraction of a pixel wide), moved by shake-sized
     /// steps with rotation. (Where every cable in view is parallel, the motion along them is not
-    /// in the picture at all: no estimator can measure it — see the README's Bridge figures.)
+    /// in the picture at all: no estimator can measure it — see Bridge's figures in docs/stabilisation-autofocus-log.md.)
     @Test("thin cables on a smooth sky, shifts of several pixels with rotation: every estimate within 0.3 px")
     func thinCables() throws {
         let f = FrameFormat(.grey, width: 640, height: 360)
