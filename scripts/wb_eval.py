@@ -184,13 +184,16 @@ def evaluate(ps, estimator, label, verbose=False):
 
 # MARK: the stage's estimator
 
-def current(frame, balance, min_k=2000, max_k=12000, off_locus=0.05, step=4):
-    """WhiteBalanceEstimator.measure as the stage has it; the light, K (None: nothing measurable)."""
-    BIN, NBINS, ORIG, BANDS, CAP = 0.001, 700, -0.35, 8, 0.01
+def current(frame, balance, min_k=2000, max_k=12000, off_locus=0.05, step=4, cap=0.01, gexp=2, yexp=1):
+    """WhiteBalanceEstimator.measure as the stage has it; the light, K (None: nothing measurable).
+    cap (a luma band's share of the vote), gexp and yexp (the powers of the edge and brightness
+    weights) are the stage's constants, parameters here only for the sweep in
+    Benchmarks/results/wb-parameter-sweep-2026-11-26.py."""
+    BIN, NBINS, ORIG, BANDS, CAP = 0.001, 700, -0.35, 8, cap
     s = samples(frame, step)
     g, Y, p, q = s["g"] - 6, s["Y"], s["p"], s["q"]
     keep = g > 0
-    w = g.astype(float) ** 2 * Y
+    w = np.maximum(g, 0).astype(float) ** gexp * Y.astype(float) ** yexp
     total = w[keep].sum()
     lo = KAPPA * (1e6 / balance - 1e6 / min_k) - 0.01
     hi = KAPPA * (1e6 / balance - 1e6 / max_k) + 0.01
