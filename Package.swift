@@ -18,11 +18,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         // `swift package generate-documentation` (scripts/build-docs.sh); no target depends on it.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
-        // The browser preview (`viewfinder preview`, target ViewfinderPreview) and its tests only
-        // (async-http-client: the tests' streaming client): ViewfinderKit never builds them.
+        // The browser preview (`viewfinder preview`, target ViewfinderPreview) only: ViewfinderKit
+        // never builds it. Its tests talk HTTP through a small client of their own
+        // (Tests/ViewfinderPreviewTests/LoopbackHTTPClient.swift), not AsyncHTTPClient, whose TLS
+        // stack (BoringSSL) cost every CI build minutes.
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
-        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
-        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
@@ -132,9 +132,6 @@ let package = Package(
         .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
         .testTarget(name: "ViewfinderPreviewTests", dependencies: [
             "ViewfinderPreview", "ViewfinderKit", "CTurboJPEG",
-            .product(name: "AsyncHTTPClient", package: "async-http-client"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
         ]),
         .testTarget(name: "ViewfinderBenchTests", dependencies: ["ViewfinderBench", "ViewfinderKit"]),
     ]

@@ -1,8 +1,5 @@
-import AsyncHTTPClient
 import CTurboJPEG
 import Foundation
-import NIOCore
-import NIOHTTP1
 import Testing
 import Viewfinder
 @testable import ViewfinderKit
@@ -83,22 +80,23 @@ func within<T: Sendable>(_ seconds: Double, _ what: String, _ body: @escaping @S
     }
 }
 
-func request(_ url: String, method: HTTPMethod = .GET, token: String? = nil, json: String? = nil, contentType: String = "application/json") -> HTTPClientRequest {
-    var r = HTTPClientRequest(url: url)
-    r.method = method
-    if let token { r.headers.add(name: "Authorization", value: "Bearer \(token)") }
+enum Method: String { case GET, POST }
+
+func request(_ url: String, method: Method = .GET, token: String? = nil, json: String? = nil, contentType: String = "application/json") -> LoopbackHTTP.Request {
+    var r = LoopbackHTTP.Request(url: url, method: method.rawValue)
+    if let token { r.headers.append((name: "Authorization", value: "Bearer \(token)")) }
     if let json {
-        r.headers.add(name: "Content-Type", value: contentType)
-        r.body = .bytes(ByteBuffer(string: json))
+        r.headers.append((name: "Content-Type", value: contentType))
+        r.body = Array(json.utf8)
     }
     return r
 }
 
 /// Status and body of a short request.
-func fetch(_ r: HTTPClientRequest) async throws -> (status: UInt, body: String) {
-    let response = try await HTTPClient.shared.execute(r, timeout: .seconds(10))
-    let body = try await response.body.collect(upTo: 1 << 20)
-    return (response.status.code, String(buffer: body))
+func fetch(_ r: LoopbackHTTP.Request) async throws -> (status: UInt, body: String) {
+    let response = try await LoopbackHTTP.execute(r, timeout: 10)
+    let body = try await response.collect(upTo: 1 << 20)
+    return (response.status, String(decoding: body, as: UTF8.self))
 }
 
 func jsonObject(_ s: String) throws -> [String: Any] {
@@ -157,15 +155,15 @@ func decodeJPEG(_ jpeg: [UInt8]) throws -> (width: Int, height: Int, luma: [UInt
 func readPictures(_ run: RunningPreview, count: Int, token: String? = nil) async throws -> (contentType: String, pictures: [(jpeg: [UInt8], sequence: UInt64)]) {
     let url = run.url("/stream") + (token.map { "?token=\($0)" } ?? "")
     return try await within(20, "\(count) pictures from /stream") {
-        let response = try await HTTPClient.shared.execute(request(url), timeout: .seconds(10))
-        guard response.status == .ok else { throw TestFailure("/stream answered \(response.status)") }
+        let response = try await LoopbackHTTP.execute(request(url), timeout: 10)
+        guard response.status == 200 else { throw TestFailure("/stream answered \(response.status)") }
         var reader = MultipartReader()
         var pictures: [(jpeg: [UInt8], sequence: UInt64)] = []
         for try await chunk in response.body {
-            pictures += try reader.add(Array(chunk.readableBytesView))
+            pictures += try reader.add(chunk)
             if pictures.count >= count { break }
         }
-        return (response.headers.first(name: "content-type") ?? "", Array(pictures.prefix(count)))
+        return (response.header("content-type") ?? "", Array(pictures.prefix(count)))
     }
 }
 
@@ -238,11 +236,11 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         try await run.start()
         let url = run.url("/events")
         let texts: [String] = try await within(20, "statistics over /events") {
-            let response = try await HTTPClient.shared.execute(request(url), timeout: .seconds(10))
-            guard response.headers.first(name: "content-type") == "text/event-stream" else { throw TestFailure("content type \(response.headers)") }
+            let response = try await LoopbackHTTP.execute(request(url), timeout: 10)
+            guard response.header("content-type") == "text/event-stream" else { throw TestFailure("content type \(response.headers)") }
             var text = "", out: [String] = []
             for try await chunk in response.body {
-                text += String(buffer: chunk)
+                text += String(decoding: chunk, as: UTF8.self)
                 while let r = text.range(of: "\n\n") {
                     let event = String(text[..<r.lowerBound]); text.removeSubrange(..<r.upperBound)
                     if let line = event.split(separator: "\n").first(where: { $0.hasPrefix("data: ") }) { out.append(String(line.dropFirst(6))) }
