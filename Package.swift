@@ -22,7 +22,9 @@ let package = Package(
         // never builds it. Its tests talk HTTP through a small client of their own
         // (Tests/ViewfinderPreviewTests/LoopbackHTTPClient.swift), not AsyncHTTPClient, whose TLS
         // stack (BoringSSL) cost every CI build minutes.
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // Trait ConfigurationSupport off (swift-configuration is not used here; one module less to
+        // build), FullFoundation on as by default.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: ["FullFoundation"]),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
