@@ -100,7 +100,7 @@ import ViewfinderKit
         // in order: the right channel counts, the left is the tone that goes with each count.
         let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
         #expect(first < 4800)
-        let n0 = Int(samples[2 * first + 1]) + 32768
+        let n0 = try #require(ALSAFixture.frameNumber(at: first, in: samples), "the track from its first sound on is not the input's frames")
         var wrong = 0
         for k in first..<(samples.count / 2) {
             let n = n0 + (k - first)

@@ -38,6 +38,22 @@ enum ALSAFixture {
         return dir
     }()
 
+    /// The frame number of the fixture's frame at `k` in `samples` (interleaved stereo S16), or nil
+    /// if the frames from `k` on are not the fixture's. The right channel counts modulo 65536 only
+    /// (1.37 s), so a recording that starts later into the file (a camera slow to start: the
+    /// movie drops the sound before its first frame) needs the lap: the left channel's tone follows
+    /// the frame number itself, and the next 9600 frames (a burst and a pause) must match it.
+    static func frameNumber(at k: Int, in samples: [Int16]) -> Int? {
+        guard 2 * k + 1 < samples.count else { return nil }
+        let base = Int(samples[2 * k + 1]) + 32768
+        let check = min(9600, samples.count / 2 - k)
+        for lap in 0...(rate * seconds / 65536) {
+            let n = base + 65536 * lap
+            if (0..<check).allSatisfy({ samples[2 * (k + $0)] == left(n + $0) && samples[2 * (k + $0) + 1] == right(n + $0) }) { return n }
+        }
+        return nil
+    }
+
     /// Points ALSA at the fixture (idempotent).
     static func install() {
         setenv("ALSA_CONFIG_PATH", "/usr/share/alsa/alsa.conf:" + directory + "/asound.conf", 1)
