@@ -10,7 +10,7 @@ public final class DropCounters: Sendable {
     private let driverGap = Atomic<UInt64>(0)
     private let storageBacklog = Atomic<UInt64>(0)
     private let observed = Atomic<Bool>(false)
-    private let observers = Mutex<[DropNotices]>([])
+    private let observers = LockedBox<[DropNotices]>([])
 
     public init() {}
 
@@ -77,13 +77,13 @@ package final class DropNotices: Sendable {
         var entries: [Entry]
         var head = 0, count = 0, lost: UInt64 = 0
     }
-    private let ring: Mutex<Ring>
+    private let ring: LockedBox<Ring>
     private let pending = Atomic<Int>(0)
     package let capacity: Int
 
     package init(capacity: Int = 256) {
         self.capacity = capacity
-        ring = Mutex(Ring(entries: Array(repeating: Entry(sequence: 0, count: 0, reason: .late), count: capacity)))
+        ring = LockedBox(Ring(entries: Array(repeating: Entry(sequence: 0, count: 0, reason: .late), count: capacity)))
     }
 
     package func post(sequence: UInt64, count: UInt64, reason: DropReason) {

@@ -78,7 +78,7 @@ public final class Frame: @unchecked Sendable {
     private static let mappedTotal = Atomic<Int>(0)
     /// Every live frame mapping (address → length), for ``residentFrameBytes()``. Touched only when
     /// a frame of a pool is made or freed (a session's start and end), never per frame.
-    private static let mappings = Mutex<[UInt: Int]>([:])
+    private static let mappings = LockedBox<[UInt: Int]>([:])
     /// Bytes of frame memory mapped now, across every pool (what the heap figures do not show).
     package static var mappedFrameBytes: Int { mappedTotal.load(ordering: .relaxed) }
     /// Bytes of frame mappings that are resident now (`mincore`). A pool's frames are touched

@@ -53,7 +53,7 @@ public final class FrameRecorder: FrameConsumer, CaptureOutput, Sendable {
         var overflow = 0
         var stepper: ControlStepper?
     }
-    private let state: Mutex<State>
+    private let state: LockedBox<State>
     private let capacity: Int
 
     /// A recorder for up to `capacity` frames; with `stepper`, a control run (it needs pixels).
@@ -64,7 +64,7 @@ public final class FrameRecorder: FrameConsumer, CaptureOutput, Sendable {
         var s = State()
         s.samples.reserveCapacity(self.capacity)
         s.stepper = stepper
-        state = Mutex(s)
+        state = LockedBox(s)
     }
 
     public func consume(_ frame: Frame) {

@@ -69,7 +69,7 @@ public struct SimControlValues: Sendable, Equatable {
 /// `set` made after frame k was delivered takes effect on frame k + `latency` (the next frame to be
 /// rendered if that one has already started). Before streaming starts, a `set` applies at once.
 ///
-/// Thread-safe: the stage thread sets while the capture thread renders; all state is in a `Mutex`.
+/// Thread-safe: the stage thread sets while the capture thread renders; all state is in a `LockedBox`.
 public final class SimControls: DeviceControlling {
     public let controlLatencyFrames: Int
     private let deviceName: String
@@ -85,7 +85,7 @@ public final class SimControls: DeviceControlling {
         /// Sequence of the last frame handed out, or nil before the first.
         var lastDelivered: UInt64? = nil
     }
-    private let state: Mutex<State>
+    private let state: LockedBox<State>
 
     static let cid: [String: UInt32] = [
         "auto_exposure": 0x009a_0901, "exposure_time_absolute": 0x009a_0902, "focus_absolute": 0x009a_090a,
@@ -125,7 +125,7 @@ public final class SimControls: DeviceControlling {
         s.requested = defaults
         s.applied = defaults
         s.pending.reserveCapacity(64)
-        state = Mutex(s)
+        state = LockedBox(s)
     }
 
     /// The descriptors with their `inactive` flags, for each combination of the three automatic

@@ -11,7 +11,7 @@ import Viewfinder
 /// back. Off (one relaxed atomic load per call) unless a test sets it.
 package enum StorageStalls {
     private static let active = Atomic<Bool>(false)
-    private static let stalls = Mutex<[(directory: String, until: UInt64)]>([])
+    private static let stalls = LockedBox<[(directory: String, until: UInt64)]>([])
 
     /// Writes to files under `directory` block until `monotonicNanoseconds() >= until`.
     package static func stall(directory: String, until: UInt64) {

@@ -46,9 +46,12 @@ import ViewfinderKit
             // microphone gave and covers the first frame.
             #expect(reader.audioEntries.first?.position == 0)
             if let a = reader.audioEntries.first, let f = reader.entries.first { #expect(a.timestampNanoseconds <= f.timestampNanoseconds) }
-            // The sound spans the video's time: its stamps are on the frames' clock.
+            // The sound spans the video's time: its stamps are on the frames' clock. The sound kept
+            // from before the first frame is as long as the camera took to start after the
+            // microphone (1.04 s once under TSan), so the bound is loose; another clock (realtime,
+            // boot time after a suspend) would be years or minutes off.
             if let a = reader.audioEntries.first, let f = reader.entries.first {
-                #expect(abs(Double(a.timestampNanoseconds) - Double(f.timestampNanoseconds)) < 1e9)
+                #expect(abs(Double(a.timestampNanoseconds) - Double(f.timestampNanoseconds)) < 5e9)
             }
         }
     }

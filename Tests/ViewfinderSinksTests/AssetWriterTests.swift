@@ -90,7 +90,7 @@ import Viewfinder
         try writer.add(video)
         try writer.startWriting()
         writer.startSession(atSourceTime: Timestamp(nanoseconds: 5_000_000_000, clock: .monotonic))
-        let next = Mutex(0)
+        let next = LockedBox(0)
         let done = DispatchSemaphore(value: 0)
         let source = (0..<20).map { frame($0, format: nv12) }
         video.requestMediaDataWhenReady(on: DispatchQueue(label: "feed")) {

@@ -164,7 +164,7 @@ func feed(_ consumer: any FrameConsumer, pool: FramePool, range: Range<Int>, int
 final class HashingWitness: FrameConsumer, @unchecked Sendable {
     // @unchecked Sendable: only the mutex-guarded list is shared.
     let consumerName = "witness"
-    private let seen = Mutex<[(sequence: UInt64, hash: UInt64)]>([])
+    private let seen = LockedBox<[(sequence: UInt64, hash: UInt64)]>([])
     var frames: [(sequence: UInt64, hash: UInt64)] { seen.withLock { $0 } }
     func consume(_ frame: Frame) {
         let h = XXHash64.hash(UnsafeRawBufferPointer(start: frame.data, count: frame.bytesUsed))

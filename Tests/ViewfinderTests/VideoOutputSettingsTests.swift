@@ -233,8 +233,8 @@ final class GappyJPEGSource: CaptureSource, @unchecked Sendable {
 
 /// Records what a video data output delivers and drops.
 final class RecordingDelegate: VideoDataOutputDelegate, @unchecked Sendable {
-    let got = Mutex<[(UInt64, FrameFormat, [UInt8])]>([])
-    let dropped = Mutex<[(UInt64, DropReason)]>([])
+    let got = LockedBox<[(UInt64, FrameFormat, [UInt8])]>([])
+    let dropped = LockedBox<[(UInt64, DropReason)]>([])
     let delayNs: UInt64
     init(delayNs: UInt64 = 0) { self.delayNs = delayNs }
     func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
@@ -334,8 +334,8 @@ final class RecordingDelegate: VideoDataOutputDelegate, @unchecked Sendable {
     }
 
     final class Hoarder: VideoDataOutputDelegate, @unchecked Sendable {
-        let kept = Mutex<[SampleBuffer]>([])
-        let drops = Mutex<[DropReason]>([])
+        let kept = LockedBox<[SampleBuffer]>([])
+        let drops = LockedBox<[DropReason]>([])
         let delayMicroseconds: UInt32
         init(delayMicroseconds: UInt32 = 0) { self.delayMicroseconds = delayMicroseconds }
         func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
