@@ -35,4 +35,13 @@ public final class EngineThread: @unchecked Sendable {
         joined = true
         pthread_join(handle, nil)
     }
+
+    /// For a thread nobody will join (it ends by itself after handing over, or it is abandoned
+    /// where joining could deadlock): its resources go when it ends. Called, like `join()`, by
+    /// the one owner of the thread, instead of `join()`; the thread itself may call it.
+    public func detach() {
+        guard !joined else { return }
+        joined = true
+        pthread_detach(handle)
+    }
 }

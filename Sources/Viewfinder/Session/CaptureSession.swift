@@ -259,7 +259,10 @@ public final class CaptureSession: @unchecked Sendable {
         try transition.withLock {
             try lock.withLock {
                 if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
-                _ = cancelWatcher()
+                // Not joined here: its thread may be waiting for `transition` to resume the
+                // session (it will see the cancel and return). Unjoined, it would be a thread
+                // leak (ThreadSanitizer's report on the whole suite, 26 Nov).
+                cancelWatcher()?.detach()
                 try startEngine()
             }
         }
@@ -428,12 +431,15 @@ public final class CaptureSession: @unchecked Sendable {
 
     private func resumeAfterInterruption(run: Int) {
         transition.withLock {
-            let current = watcher.withLock { w -> Bool in
-                guard run == runID.load(ordering: .sequentiallyConsistent), let x = w, !x.isCancelled else { return false }
+            let current = watcher.withLock { w -> InterruptionWatcher? in
+                guard run == runID.load(ordering: .sequentiallyConsistent), let x = w, !x.isCancelled else { return nil }
                 w = nil
-                return true
+                return x
             }
-            guard current else { return }
+            // On the watcher's own thread, which ends after this; nobody else holds the watcher
+            // now, so nobody would join it.
+            guard let finished = current else { return }
+            finished.detach()
             hub.post(.interruptionEnded)
             if let old = lock.withLock({ detachEngine() }) { finish(old) }
             do { try lock.withLock { try startEngine() } } catch {

@@ -33,4 +33,8 @@ final class InterruptionWatcher: Sendable {
 
     /// Waits for the watcher's thread to end (never call it from that thread).
     func join() { thread.withLock { $0 }?.join() }
+
+    /// Lets the watcher's thread end on its own, unjoined (from that thread after it resumed the
+    /// session, or where joining under the session's locks could deadlock).
+    func detach() { thread.withLock { $0 }?.detach() }
 }
