@@ -1,4 +1,3 @@
-import Synchronization
 import ViewfinderKit
 
 /// What the bench reads from one frame's pictures to see a control take effect.

@@ -1,5 +1,4 @@
 import Viewfinder
-import Synchronization
 
 /// The control values one frame is rendered with (device units, as V4L2 names them).
 public struct SimControlValues: Sendable, Equatable {

@@ -164,7 +164,7 @@ enum LoopbackHTTP {
 
         mutating func line() throws -> String {
             while true {
-                if let i = LoopbackHTTP.find([13, 10], in: pending) {
+                if let i = find([13, 10], in: pending) {
                     let s = String(decoding: pending[0..<i], as: UTF8.self)
                     pending.removeSubrange(0..<(i + 2))
                     return s
@@ -225,13 +225,5 @@ enum LoopbackHTTP {
                 guard try fill() else { return }
             }
         }
-    }
-
-    static func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
-        guard hay.count >= needle.count else { return nil }
-        for i in 0...(hay.count - needle.count) where hay[i] == needle[0] {
-            if Array(hay[i..<(i + needle.count)]) == needle { return i }
-        }
-        return nil
     }
 }

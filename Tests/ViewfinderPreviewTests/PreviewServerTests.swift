@@ -130,12 +130,13 @@ struct MultipartReader {
         }
         return out
     }
+}
 
-    func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
-        guard hay.count >= needle.count else { return nil }
-        for i in 0...(hay.count - needle.count) where hay[i] == needle[0] && Array(hay[i..<(i + needle.count)]) == needle { return i }
-        return nil
-    }
+/// Where `needle` first occurs in `hay` (the multipart reader's and the HTTP client's delimiters).
+func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
+    guard hay.count >= needle.count else { return nil }
+    for i in 0...(hay.count - needle.count) where hay[i] == needle[0] && Array(hay[i..<(i + needle.count)]) == needle { return i }
+    return nil
 }
 
 /// Decodes a JPEG to greyscale with TurboJPEG; throws if it does not decode.

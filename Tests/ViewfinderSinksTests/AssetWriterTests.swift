@@ -1,6 +1,5 @@
 import Foundation
 import Testing
-import Synchronization
 import Viewfinder
 @testable import ViewfinderSinks
 

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Viewfinder
 @testable import ViewfinderSinks
 

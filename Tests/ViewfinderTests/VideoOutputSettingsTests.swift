@@ -1,6 +1,5 @@
 import Testing
 import Foundation
-import Synchronization
 @testable import Viewfinder
 
 /// A frame of `format` filled with reproducible noise.
