@@ -8,10 +8,18 @@ import Foundation
 /// The engine runs a fixed, small set of long-lived threads (capture, stages, one per sink), so a
 /// thread per role is right here; nothing is spawned per frame.
 public final class EngineThread: @unchecked Sendable {
-    // @unchecked Sendable: `handle` is written once in init before any other thread sees `self`,
-    // and `joined` is only touched by the thread that calls `join()`.
+    // @unchecked Sendable: `handle` is written once in init before any other thread sees `self`;
+    // `ending` is only touched under `endLock`.
     private var handle = pthread_t()
-    private var joined = false
+    private enum Ending { case none, joining, ended }
+    /// Whether someone joins (or joined, or detached) the thread. A second caller of `join()`
+    /// waits for the first one's `pthread_join` instead of joining a reaped thread: a session's
+    /// `waitUntilFinished()` and a `stopRunning()` on another thread both join the engine's
+    /// threads, and a second `pthread_join` of one thread is undefined — glibc waited forever on
+    /// the reaped thread's id (`viewfinder run --output -` whose reader closed the pipe hung 1 run
+    /// in 40, and a CI run with it, 26 Nov).
+    private var ending = Ending.none
+    private let endLock = ConditionLock()
     public let name: String
 
     private final class Box { let body: () -> Void; let name: String; init(_ n: String, _ b: @escaping () -> Void) { name = n; body = b } }
@@ -29,19 +37,35 @@ public final class EngineThread: @unchecked Sendable {
         precondition(rc == 0, "pthread_create failed: \(rc)")
     }
 
-    /// Waits for the thread to end. Safe to call more than once from one thread.
+    /// Waits for the thread to end. Safe to call any number of times, from any threads at once:
+    /// every caller returns once the thread has ended (after a ``detach()``, at once). Never from
+    /// the thread itself.
     public func join() {
-        guard !joined else { return }
-        joined = true
-        pthread_join(handle, nil)
+        endLock.lock()
+        switch ending {
+        case .ended:
+            endLock.unlock()
+        case .joining:
+            while ending != .ended { endLock.wait() }
+            endLock.unlock()
+        case .none:
+            ending = .joining
+            endLock.unlock()
+            pthread_join(handle, nil)
+            endLock.withLock { ending = .ended }
+            endLock.broadcast()
+        }
     }
 
     /// For a thread nobody will join (it ends by itself after handing over, or it is abandoned
-    /// where joining could deadlock): its resources go when it ends. Called, like `join()`, by
-    /// the one owner of the thread, instead of `join()`; the thread itself may call it.
+    /// where joining could deadlock): its resources go when it ends. Instead of `join()`; the
+    /// thread itself may call it. Never blocks; a no-op once a join began or the thread was
+    /// detached (the joiner reaps it).
     public func detach() {
-        guard !joined else { return }
-        joined = true
-        pthread_detach(handle)
+        endLock.withLock {
+            guard ending == .none else { return }
+            pthread_detach(handle)
+            ending = .ended
+        }
     }
 }

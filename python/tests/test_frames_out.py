@@ -192,9 +192,16 @@ class PipeTests(unittest.TestCase):
                       "--output-format", "raw"])
         proc.stdout.read(3 * 320 * 240 * 2)
         proc.stdout.close()
-        err = proc.stderr.read().decode()
-        proc.stderr.close()
-        proc.wait(timeout=30)
+        proc.stdout = None
+        # Bounded: a CLI that does not end after the reader left must fail the test, not hang CI
+        # (it hung for 80 minutes once: two threads joined the engine's threads, 26 Nov).
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            self.fail("the CLI was still running 60 s after the reader closed the pipe: " + err.decode()[-2000:])
+        err = err.decode()
         self.assertEqual(proc.returncode, 0, err)          # no SIGPIPE death
         s = summary(proc, err[err.index("{"):])
         p = s["pipe"]
