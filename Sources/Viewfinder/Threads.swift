@@ -38,8 +38,9 @@ public final class EngineThread: @unchecked Sendable {
     }
 
     /// Waits for the thread to end. Safe to call any number of times, from any threads at once:
-    /// every caller returns once the thread has ended (after a ``detach()``, at once). Never from
-    /// the thread itself.
+    /// every caller returns once the thread has ended (after a ``detach()``, at once). From the
+    /// thread itself (a stop requested from inside the run) it cannot wait: the thread is
+    /// detached instead, so its resources still go when it ends, and the call returns.
     public func join() {
         endLock.lock()
         switch ending {
@@ -51,7 +52,7 @@ public final class EngineThread: @unchecked Sendable {
         case .none:
             ending = .joining
             endLock.unlock()
-            pthread_join(handle, nil)
+            if pthread_join(handle, nil) == EDEADLK { pthread_detach(handle) }
             endLock.withLock { ending = .ended }
             endLock.broadcast()
         }
