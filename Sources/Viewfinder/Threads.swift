@@ -52,7 +52,9 @@ public final class EngineThread: @unchecked Sendable {
         case .none:
             ending = .joining
             endLock.unlock()
-            if pthread_join(handle, nil) == EDEADLK { pthread_detach(handle) }
+            // From the thread itself: detached, not joined (a self-join is an error for glibc,
+            // and ThreadSanitizer's interceptor forgets the thread on it).
+            if pthread_equal(pthread_self(), handle) != 0 { pthread_detach(handle) } else { pthread_join(handle, nil) }
             endLock.withLock { ending = .ended }
             endLock.broadcast()
         }
