@@ -50,7 +50,7 @@ bounded 5 /usr/bin/python3 scripts/browser_preview_test.py .build/debug/viewfind
 step "public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit"
 VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 
-step "ring, channel, engine and sound tests under the thread sanitizer"
+step "ring, channel, engine, thread-join, session and sound tests under the thread sanitizer"
 flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
 TSAN_OPTIONS="halt_on_error=1" bounded 20 swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests|ThreadJoinTests|SessionTests|SessionLifetimeTests|SessionInterruptionTests|SessionEventTests|SessionIntegrationTests|StageThreadConsumerTests|ViewfinderAudioTests|DecodedViewEngineTests|largeFramesCompressInChunks|pipeCarriesDecodedPlanes"
 # The two session tests that record sim video with file sound into a movie and into a dump were
