@@ -73,9 +73,17 @@ struct ControlPathTests {
         #expect(!writers.contains("vf-stages"))
         #expect(writers.filter { $0 == "vf-capture" }.count == Int(engine.controlRequests?.applied ?? 0))
         #expect((engine.controlRequests?.applied ?? 0) > 5)
-        // The stage thread's time per frame stays far below one control write.
-        let worst = entries.map(\.stageNs).max() ?? 0
-        #expect(worst < 25_000_000, "slowest frame spent \(Double(worst) / 1e6) ms in the stages")
+        // No write is paid for on the stage thread. Had the stages made the writes, every applied
+        // write would have put one frame at or above the write's own length; a frame may still be
+        // descheduled that long on a loaded machine (CI's unit step runs beside other builds), so
+        // the test counts such frames against the writes instead of bounding the slowest frame —
+        // a wall-clock bound failed at 32 ms with no delay at all (stop 32's CI log).
+        if delayMilliseconds > 0 {
+            let writeNs = UInt64(delayMilliseconds) * 1_000_000
+            let slow = entries.filter { $0.stageNs >= writeNs }.count
+            let applied = Int(engine.controlRequests?.applied ?? 0)
+            #expect(slow * 2 < applied, "\(slow) of \(entries.count) frames spent a whole write (\(delayMilliseconds) ms) in the stages; \(applied) writes applied")
+        }
         // Each frame's metadata carries the values the sim really exposed it with.
         for (i, e) in entries.enumerated() {
             let t = try #require(e.truth)
