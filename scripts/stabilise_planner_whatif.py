@@ -22,6 +22,12 @@ Rows:
   ... + future camera      the frames beyond the look-ahead are the camera's real ones (no
                            prediction): what a perfect predictor of the camera would give
   ... + future intent      they are the intended motion without the shake
+  ... + velocity oracle    beyond the look-ahead, the intended motion (no shake) at the window's
+                           last frame continued at its velocity there: the best any predictor
+                           that sees only the known frames could do on these motions (a pan's
+                           speed is known once its ramp is in the window)
+  15, objective: the measure   `plan_measure`: the report's measure itself is minimised (plus a
+                           little acceleration), alone and with the oracle
   ... predictor X          other predictors and intent windows that use only the known frames
 
 Needs NumPy and SciPy (`pip install numpy scipy`); not part of CI; about a minute.
@@ -53,7 +59,7 @@ def trend(cam, lo, hi):
 
 
 def plan(cam, margin, lookahead=15, tc=30.0, htc=60.0, predict=30, trend_frames=24, terminal=0.05,
-         intent_frames=60, predictor="line", velocity_frames=6, future=None):
+         intent_frames=60, predictor="line", velocity_frames=6, future=None, oracle=None):
     """The path shown on every frame of `cam`, planned causally as the stage does."""
     T, shown = len(cam), []
     for t in range(T):
@@ -66,6 +72,11 @@ def plan(cam, margin, lookahead=15, tc=30.0, htc=60.0, predict=30, trend_frames=
         r2 = (abs(islope) * (hi - lo_i) / margin) ** 2
         intent = r2 * r2 / (1 + r2 * r2)
         slope *= intent
+        if oracle is not None:
+            # The best any predictor from the known frames could do: the intended motion (no
+            # shake) at the window's last frame, continued at its velocity there.
+            base, slope = oracle[hi], (oracle[hi] - oracle[hi - 1] if hi > 0 else 0.0)
+            intent = 1.0 if slope != 0 else intent
         fid = intent / tc ** 4 + (1 - intent) / htc ** 4
         term = intent * terminal
         n = known + predict
@@ -99,6 +110,55 @@ def plan(cam, margin, lookahead=15, tc=30.0, htc=60.0, predict=30, trend_frames=
     return np.array(shown)
 
 
+def plan_measure(cam, margin, lookahead=15, predict=30, smooth=10.0, pull=1e-4, trend_frames=24,
+                 intent_frames=60, future=None, oracle=None, **_):
+    """The same causal loop with the report's measure itself as the objective: each planned frame's
+    distance from its 15-frame centred moving average (the 14 frames shown last included), plus
+    `smooth` times the squared second differences and a weak pull to the predicted camera."""
+    W = 7
+    T, shown = len(cam), []
+    for t in range(T):
+        known = min(lookahead + 1, T - t)
+        hi = t + known - 1
+        base, slope = trend(cam, max(0, hi - trend_frames + 1), hi)
+        lo_i = max(0, hi - intent_frames + 1)
+        _, islope = trend(cam, lo_i, hi)
+        r2 = (abs(islope) * (hi - lo_i) / margin) ** 2
+        slope *= r2 * r2 / (1 + r2 * r2)
+        if oracle is not None:
+            base, slope = oracle[hi], (oracle[hi] - oracle[hi - 1] if hi > 0 else 0.0)
+        n = known + predict
+        cen = np.array([cam[t + k] if k < known else
+                        (future[min(t + k, T - 1)] if future is not None else base + slope * (k - known + 1))
+                        for k in range(n)])
+        h = shown[-2 * W:]
+        rows, rhs = [], []
+
+        def add(coefs, w):
+            row, const = np.zeros(n), 0.0
+            for idx, cf in coefs:
+                if idx < len(h):
+                    const += cf * h[idx]
+                else:
+                    row[idx - len(h)] += cf
+            if row.any():
+                rows.append(w * row)
+                rhs.append(-w * const)
+
+        for c in range(W, len(h) + n - W):
+            add([(c, 1.0)] + [(j, -1 / (2 * W + 1)) for j in range(c - W, c + W + 1)], 1.0)
+        for c in range(max(0, len(h) - 2), len(h) + n - 2):
+            add([(c, 1.0), (c + 1, -2.0), (c + 2, 1.0)], np.sqrt(smooth))
+        for k in range(n):
+            row = np.zeros(n)
+            row[k] = np.sqrt(pull)
+            rows.append(row)
+            rhs.append(np.sqrt(pull) * cen[k])
+        res = lsq_linear(np.array(rows), np.array(rhs), bounds=(cen - margin, cen + margin + 1e-9), method="bvls", tol=1e-10)
+        shown.append(res.x[0])
+    return np.array(shown)
+
+
 def motions():
     t, z = np.arange(FRAMES), np.zeros(FRAMES)
     return {
@@ -113,19 +173,22 @@ def motions():
     }
 
 
-def evaluate(future=None, **kw):
+def evaluate(future=None, planner=None, **kw):
+    planner = planner or plan
     out = {}
     for name, (ix, iy, a, sigma) in motions().items():
         vals = []
         for seed in (1, 2, 3):
             rng = np.random.default_rng(1000 + seed)
             cx, cy = ix + ar(rng, a, sigma), iy + ar(rng, a, sigma)
-            fx = fy = None
+            fx = fy = ox = oy = None
             if future == "camera":
                 fx, fy = cx, cy
             elif future == "intent":
                 fx, fy = ix, iy
-            px, py = plan(cx, 28.0, future=fx, **kw), plan(cy, 16.0, future=fy, **kw)
+            elif future == "oracle":
+                ox, oy = ix, iy
+            px, py = planner(cx, 28.0, future=fx, oracle=ox, **kw), planner(cy, 16.0, future=fy, oracle=oy, **kw)
             vals.append((high_frequency_rms(px) + high_frequency_rms(py)) / (high_frequency_rms(cx) + high_frequency_rms(cy)) * 100)
         out[name] = np.mean(vals)
     return out
@@ -135,6 +198,9 @@ def main():
     rows = [("look-ahead 15 (the stage)", {}),
             ("look-ahead 15 + future camera", {"future": "camera"}),
             ("look-ahead 15 + future intent", {"future": "intent"}),
+            ("look-ahead 15 + velocity oracle", {"future": "oracle"}),
+            ("15, objective: the measure", {"planner": plan_measure}),
+            ("15, the measure + velocity oracle", {"planner": plan_measure, "future": "oracle"}),
             ("look-ahead 20", {"lookahead": 20}),
             ("look-ahead 25", {"lookahead": 25}),
             ("look-ahead 30", {"lookahead": 30}),
