@@ -58,49 +58,69 @@ def trend(cam, lo, hi):
     return c[0], c[1]
 
 
+def course(cam, t, margin, lookahead, predict, fitted, intent_frames, future, oracle):
+    """What frame `t` plans towards: the camera over the look-ahead, then the predicted course
+    (the line fitted to the last `fitted` known frames, its slope times the intent; or `future`'s
+    frames; or the oracle's). Returns (course, intent, slope)."""
+    T = len(cam)
+    known = min(lookahead + 1, T - t)
+    hi = t + known - 1
+    base, slope = trend(cam, max(0, hi - fitted + 1), hi)
+    lo_i = max(0, hi - intent_frames + 1)
+    _, islope = trend(cam, lo_i, hi)
+    r2 = (abs(islope) * (hi - lo_i) / margin) ** 2
+    intent = r2 * r2 / (1 + r2 * r2)
+    slope *= intent
+    if oracle is not None:
+        # The best any predictor from the known frames could do: the intended motion (no
+        # shake) at the window's last frame, continued at its velocity there.
+        base, slope = oracle[hi], (oracle[hi] - oracle[hi - 1] if hi > 0 else 0.0)
+        intent = 1.0 if slope != 0 else intent
+    cen = np.array([cam[t + k] if k < known else
+                    (future[min(t + k, T - 1)] if future is not None else base + slope * (k - known + 1))
+                    for k in range(known + predict)])
+    return cen, intent, slope
+
+
+def add_row(rows, rhs, h, n, coefs, w):
+    """One least-squares row over the shown history `h` followed by the n planned frames:
+    (index, coefficient) pairs, the history's part moved to the right-hand side; skipped when it
+    touches no planned frame."""
+    row, const = np.zeros(n), 0.0
+    for idx, cf in coefs:
+        if idx < len(h):
+            const += cf * h[idx]
+        else:
+            row[idx - len(h)] += cf
+    if row.any():
+        rows.append(w * row)
+        rhs.append(-w * const)
+
+
+def add_pull(rows, rhs, cen, weight):
+    """Rows pulling each planned frame to the course with `weight` (squared)."""
+    w = np.sqrt(weight)
+    for k in range(len(cen)):
+        row = np.zeros(len(cen))
+        row[k] = w
+        rows.append(row)
+        rhs.append(w * cen[k])
+
+
 def plan(cam, margin, lookahead=15, tc=30.0, htc=60.0, predict=30, trend_frames=24, terminal=0.05,
          intent_frames=60, predictor="line", velocity_frames=6, future=None, oracle=None):
     """The path shown on every frame of `cam`, planned causally as the stage does."""
-    T, shown = len(cam), []
-    for t in range(T):
-        known = min(lookahead + 1, T - t)
-        hi = t + known - 1
-        fitted = velocity_frames if predictor == "velocity" else trend_frames
-        base, slope = trend(cam, max(0, hi - fitted + 1), hi)
-        lo_i = max(0, hi - intent_frames + 1)
-        _, islope = trend(cam, lo_i, hi)
-        r2 = (abs(islope) * (hi - lo_i) / margin) ** 2
-        intent = r2 * r2 / (1 + r2 * r2)
-        slope *= intent
-        if oracle is not None:
-            # The best any predictor from the known frames could do: the intended motion (no
-            # shake) at the window's last frame, continued at its velocity there.
-            base, slope = oracle[hi], (oracle[hi] - oracle[hi - 1] if hi > 0 else 0.0)
-            intent = 1.0 if slope != 0 else intent
+    shown = []
+    fitted = velocity_frames if predictor == "velocity" else trend_frames
+    for t in range(len(cam)):
+        cen, intent, slope = course(cam, t, margin, lookahead, predict, fitted, intent_frames, future, oracle)
         fid = intent / tc ** 4 + (1 - intent) / htc ** 4
         term = intent * terminal
-        n = known + predict
-        cen = np.array([cam[t + k] if k < known else
-                        (future[min(t + k, T - 1)] if future is not None else base + slope * (k - known + 1))
-                        for k in range(n)])
+        n = len(cen)
         rows, rhs, h = [], [], shown[-3:]
-        for end in range(2, len(h) + n):
-            row, const = np.zeros(n), 0.0
-            for a, cf in enumerate((1, -2, 1)):
-                idx = end - 2 + a
-                if idx < len(h):
-                    const += cf * h[idx]
-                else:
-                    row[idx - len(h)] += cf
-            if row.any():
-                rows.append(row)
-                rhs.append(-const)
-        sf = np.sqrt(fid)
-        for k in range(n):
-            row = np.zeros(n)
-            row[k] = sf
-            rows.append(row)
-            rhs.append(sf * cen[k])
+        for c in range(len(h) + n - 2):
+            add_row(rows, rhs, h, n, [(c, 1.0), (c + 1, -2.0), (c + 2, 1.0)], 1.0)
+        add_pull(rows, rhs, cen, fid)
         if term > 0:
             st = np.sqrt(term)
             row = np.zeros(n); row[n - 1] = st; rows.append(row); rhs.append(st * cen[n - 1])
@@ -116,44 +136,16 @@ def plan_measure(cam, margin, lookahead=15, predict=30, smooth=10.0, pull=1e-4, 
     distance from its 15-frame centred moving average (the 14 frames shown last included), plus
     `smooth` times the squared second differences and a weak pull to the predicted camera."""
     W = 7
-    T, shown = len(cam), []
-    for t in range(T):
-        known = min(lookahead + 1, T - t)
-        hi = t + known - 1
-        base, slope = trend(cam, max(0, hi - trend_frames + 1), hi)
-        lo_i = max(0, hi - intent_frames + 1)
-        _, islope = trend(cam, lo_i, hi)
-        r2 = (abs(islope) * (hi - lo_i) / margin) ** 2
-        slope *= r2 * r2 / (1 + r2 * r2)
-        if oracle is not None:
-            base, slope = oracle[hi], (oracle[hi] - oracle[hi - 1] if hi > 0 else 0.0)
-        n = known + predict
-        cen = np.array([cam[t + k] if k < known else
-                        (future[min(t + k, T - 1)] if future is not None else base + slope * (k - known + 1))
-                        for k in range(n)])
-        h = shown[-2 * W:]
-        rows, rhs = [], []
-
-        def add(coefs, w):
-            row, const = np.zeros(n), 0.0
-            for idx, cf in coefs:
-                if idx < len(h):
-                    const += cf * h[idx]
-                else:
-                    row[idx - len(h)] += cf
-            if row.any():
-                rows.append(w * row)
-                rhs.append(-w * const)
-
+    shown = []
+    for t in range(len(cam)):
+        cen, _, _ = course(cam, t, margin, lookahead, predict, trend_frames, intent_frames, future, oracle)
+        n = len(cen)
+        rows, rhs, h = [], [], shown[-2 * W:]
         for c in range(W, len(h) + n - W):
-            add([(c, 1.0)] + [(j, -1 / (2 * W + 1)) for j in range(c - W, c + W + 1)], 1.0)
+            add_row(rows, rhs, h, n, [(c, 1.0)] + [(j, -1 / (2 * W + 1)) for j in range(c - W, c + W + 1)], 1.0)
         for c in range(max(0, len(h) - 2), len(h) + n - 2):
-            add([(c, 1.0), (c + 1, -2.0), (c + 2, 1.0)], np.sqrt(smooth))
-        for k in range(n):
-            row = np.zeros(n)
-            row[k] = np.sqrt(pull)
-            rows.append(row)
-            rhs.append(np.sqrt(pull) * cen[k])
+            add_row(rows, rhs, h, n, [(c, 1.0), (c + 1, -2.0), (c + 2, 1.0)], np.sqrt(smooth))
+        add_pull(rows, rhs, cen, pull)
         res = lsq_linear(np.array(rows), np.array(rhs), bounds=(cen - margin, cen + margin + 1e-9), method="bvls", tol=1e-10)
         shown.append(res.x[0])
     return np.array(shown)
