@@ -231,10 +231,64 @@ VF_INLINE void vf_split_packed422_body(const uint8_t *src, ptrdiff_t bpr, ptrdif
     else split_rows(src, bpr, width, height, 1, 0, y, u, v);
 }
 
-VF_DISPATCH(vf_split_packed422,
-            (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height,
-             int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v),
-            (src, bytesPerRow, width, height, yOffset, uOffset, y, u, v))
+#if VF_X86
+#include <immintrin.h>
+/// The split with byte shuffles, 32 pixels (64 bytes) a step: within each 16-byte lane `vpshufb`
+/// gathers the lane's 8 luma, 4 U and 4 V bytes into dwords [Y Y U V]; a dword permute puts both
+/// lanes' luma in the low half and [U U V V] in the high half; two 128-bit permutes and a qword
+/// permute make 32 luma, 16 U and 16 V bytes. The pairs past the last whole 32 by the scalar loop.
+/// Only bytes are moved, so the result is the portable one's.
+VF_AVX2 static void split_rows_avx2(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t width, ptrdiff_t height,
+                                    int yo, int uo, uint8_t *y, uint8_t *u, uint8_t *v) {
+    const ptrdiff_t pairs = width / 2;
+    const __m256i pick = _mm256_setr_epi8(
+        yo, 2 + yo, 4 + yo, 6 + yo, 8 + yo, 10 + yo, 12 + yo, 14 + yo, uo, 4 + uo, 8 + uo, 12 + uo, 2 + uo, 6 + uo, 10 + uo, 14 + uo,
+        yo, 2 + yo, 4 + yo, 6 + yo, 8 + yo, 10 + yo, 12 + yo, 14 + yo, uo, 4 + uo, 8 + uo, 12 + uo, 2 + uo, 6 + uo, 10 + uo, 14 + uo);
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 4, 5, 2, 6, 3, 7);
+    const int chroma = u && v;
+    for (ptrdiff_t row = 0; row < height; row++) {
+        const uint8_t *s = src + row * bpr;
+        uint8_t *yd = y + row * width;
+        uint8_t *ud = chroma ? u + row * pairs : NULL, *vd = chroma ? v + row * pairs : NULL;
+        ptrdiff_t k = 0; // pixel pairs done
+        for (; k + 16 <= pairs; k += 16) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(s + 4 * k));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(s + 4 * k + 32));
+            a = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(a, pick), lanes); // [Y 16 | U 8, V 8]
+            b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(b, pick), lanes);
+            _mm256_storeu_si256((__m256i *)(yd + 2 * k), _mm256_permute2x128_si256(a, b, 0x20));
+            if (chroma) {
+                __m256i c = _mm256_permute4x64_epi64(_mm256_permute2x128_si256(a, b, 0x31), 0xD8); // [U 16 | V 16]
+                _mm_storeu_si128((__m128i *)(ud + k), _mm256_castsi256_si128(c));
+                _mm_storeu_si128((__m128i *)(vd + k), _mm256_extracti128_si256(c, 1));
+            }
+        }
+        for (; k < pairs; k++) {
+            const uint8_t *p = s + 4 * k;
+            yd[2 * k] = p[yo];
+            yd[2 * k + 1] = p[2 + yo];
+            if (chroma) { ud[k] = p[uo]; vd[k] = p[uo + 2]; }
+        }
+        if (!chroma && (width & 1)) yd[width - 1] = s[2 * (width - 1) + yo];
+    }
+}
+#endif
+
+static void vf_split_packed422_portable(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height,
+                                        int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v) {
+    vf_split_packed422_body(src, bytesPerRow, width, height, yOffset, uOffset, y, u, v);
+}
+
+void vf_split_packed422(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height,
+                        int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v) {
+#if VF_X86
+    if (vf_kernels_avx2_active()) {
+        split_rows_avx2(src, bytesPerRow, width, height, yOffset == 0 && uOffset == 1 ? 0 : 1, yOffset == 0 && uOffset == 1 ? 1 : 0, y, u, v);
+        return;
+    }
+#endif
+    vf_split_packed422_portable(src, bytesPerRow, width, height, yOffset, uOffset, y, u, v);
+}
 
 // MARK: Pyramid
 
@@ -632,7 +686,8 @@ VF_INLINE void vf_warp_resample_body(const uint8_t *src, uint8_t *out, ptrdiff_t
 /// where the portable build blends five loads by masks. Two blocks per 256-bit step. The same
 /// bytes and the same integer blend (a·(256 − w) + b·w + 128) >> 8 in 16-bit lanes: the same bits.
 /// One block of 16 outputs: lane j reads p[j − z] and the next byte (z from `shifts`), blended by
-/// `weights` in 16-bit lanes. Shared by the horizontal pass and the packed 4:2:2 row.
+/// `weights` in 16-bit lanes: the horizontal pass's odd last block (pairs of blocks go through
+/// ``vf_resample_pair_avx2``).
 VF_AVX2 static inline __m128i vf_resample_block16_avx2(const uint8_t *p, const int8_t *shifts, const uint8_t *weights) {
     const __m128i ramp = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
@@ -645,6 +700,30 @@ VF_AVX2 static inline __m128i vf_resample_block16_avx2(const uint8_t *p, const i
     return _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
 }
 
+/// Two blocks of 16 outputs in one 256-bit step: the low lane from p0 (shifts s0, weights w0), the
+/// high lane from p1 (s1, w1). Bytes widened by unpacking with zero inside each lane (bytes 0–7 and
+/// 8–15 of both blocks), blended as (a·256 + (b − a)·w + 128) >> 8 — one multiply; exact in
+/// wrapping 16-bit lanes, the true value being at most 65408 — and packed back in lane order, so
+/// each lane holds its block's 16 results with no cross-lane step. The same bits as
+/// ``vf_resample_block16_avx2``.
+VF_AVX2 static inline __m256i vf_resample_pair_avx2(const uint8_t *p0, const uint8_t *p1, const int8_t *s0, const int8_t *s1,
+                                                   const uint8_t *w0, const uint8_t *w1) {
+    const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i zero = _mm256_setzero_si256(), round = _mm256_set1_epi16(128);
+    __m256i l = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+    __m256i r = _mm256_loadu2_m128i((const __m128i *)(p1 + 1), (const __m128i *)(p0 + 1));
+    __m256i off = _mm256_sub_epi8(ramp, _mm256_loadu2_m128i((const __m128i *)s1, (const __m128i *)s0));
+    __m256i w8 = _mm256_loadu2_m128i((const __m128i *)w1, (const __m128i *)w0);
+    __m256i left = _mm256_shuffle_epi8(l, off), right = _mm256_shuffle_epi8(r, off);
+    __m256i aLo = _mm256_unpacklo_epi8(left, zero), aHi = _mm256_unpackhi_epi8(left, zero);
+    __m256i bLo = _mm256_unpacklo_epi8(right, zero), bHi = _mm256_unpackhi_epi8(right, zero);
+    __m256i wLo = _mm256_unpacklo_epi8(w8, zero), wHi = _mm256_unpackhi_epi8(w8, zero);
+    __m256i vLo = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_slli_epi16(aLo, 8), _mm256_mullo_epi16(_mm256_sub_epi16(bLo, aLo), wLo)), round), 8);
+    __m256i vHi = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_slli_epi16(aHi, 8), _mm256_mullo_epi16(_mm256_sub_epi16(bHi, aHi), wHi)), round), 8);
+    return _mm256_packus_epi16(vLo, vHi);
+}
+
 VF_AVX2 static void vf_warp_resample_avx2(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
                                           const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
     const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
@@ -652,18 +731,9 @@ VF_AVX2 static void vf_warp_resample_avx2(const uint8_t *src, uint8_t *out, ptrd
     const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
     ptrdiff_t b = 0;
     for (; b + 2 <= blocks; b += 2) {
-        const uint8_t *p0 = src + bases[b], *p1 = src + bases[b + 1];
-        __m256i l = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
-        __m256i r = _mm256_loadu2_m128i((const __m128i *)(p1 + 1), (const __m128i *)(p0 + 1));
-        __m256i off = _mm256_sub_epi8(ramp, _mm256_loadu_si256((const __m256i *)(shifts + b * 16)));
-        __m256i left = _mm256_shuffle_epi8(l, off), right = _mm256_shuffle_epi8(r, off);
-        __m256i w8 = _mm256_loadu_si256((const __m256i *)(weights + b * 16));
-        __m256i a0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(left)), a1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(left, 1));
-        __m256i b0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(right)), b1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(right, 1));
-        __m256i w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w8)), w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w8, 1));
-        __m256i v0 = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a0, _mm256_sub_epi16(full, w0)), _mm256_mullo_epi16(b0, w0)), round), 8);
-        __m256i v1 = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a1, _mm256_sub_epi16(full, w1)), _mm256_mullo_epi16(b1, w1)), round), 8);
-        _mm256_storeu_si256((__m256i *)(out + b * 16), _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1), 0xD8));
+        __m256i o = vf_resample_pair_avx2(src + bases[b], src + bases[b + 1], shifts + b * 16, shifts + b * 16 + 16,
+                                          weights + b * 16, weights + b * 16 + 16);
+        _mm256_storeu_si256((__m256i *)(out + b * 16), o);
     }
     for (; b < blocks; b++) {
         _mm_storeu_si128((__m128i *)(out + b * 16), vf_resample_block16_avx2(src + bases[b], shifts + b * 16, weights + b * 16));
@@ -747,23 +817,25 @@ static void warp_packed_row_portable(const vf_warp_packed_row *r) {
 /// and interleaved in registers: the same integer blend as the portable passes, so the same bytes.
 VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
     vf_warp_vertical_body(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp);
-    vf_split_packed422_body(r->tmp, 0, 2 * r->spanPairs, 1, r->yOffset, r->uOffset, r->planeY, r->planeU, r->planeV);
+    const int yFirst = r->yOffset == 0;
+    split_rows_avx2(r->tmp, 0, 2 * r->spanPairs, 1, yFirst ? 0 : 1, yFirst ? 1 : 0, r->planeY, r->planeU, r->planeV);
     const uint8_t *py = r->planeY + r->whole, *pu = r->planeU + r->wholeC, *pv = r->planeV + r->wholeC;
     uint8_t *out = r->out;
     const ptrdiff_t pairs = r->pairs;
     for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)out + (uintptr_t)(4 * pairs + k)), 1);
     ptrdiff_t steps = r->luma.blocks / 2 < r->chroma.blocks ? r->luma.blocks / 2 : r->chroma.blocks;
-    const int yFirst = r->yOffset == 0;
     // The tables in locals: read through `r` the compiler reloaded every pointer each step (the
     // output row's stores might have changed them).
     const int32_t *restrict lBase = r->luma.blockBase, *restrict cBase = r->chroma.blockBase;
     const int8_t *restrict lShift = r->luma.blockShift, *restrict cShift = r->chroma.blockShift;
     const uint8_t *restrict lWeight = r->luma.blockWeight, *restrict cWeight = r->chroma.blockWeight;
     for (ptrdiff_t k = 0; k < steps; k++) {
-        __m128i y0 = vf_resample_block16_avx2(py + lBase[2 * k], lShift + 32 * k, lWeight + 32 * k);
-        __m128i y1 = vf_resample_block16_avx2(py + lBase[2 * k + 1], lShift + 32 * k + 16, lWeight + 32 * k + 16);
-        __m128i u = vf_resample_block16_avx2(pu + cBase[k], cShift + 16 * k, cWeight + 16 * k);
-        __m128i v = vf_resample_block16_avx2(pv + cBase[k], cShift + 16 * k, cWeight + 16 * k);
+        __m256i yy = vf_resample_pair_avx2(py + lBase[2 * k], py + lBase[2 * k + 1], lShift + 32 * k, lShift + 32 * k + 16,
+                                           lWeight + 32 * k, lWeight + 32 * k + 16);
+        __m256i uv = vf_resample_pair_avx2(pu + cBase[k], pv + cBase[k], cShift + 16 * k, cShift + 16 * k,
+                                           cWeight + 16 * k, cWeight + 16 * k);
+        __m128i y0 = _mm256_castsi256_si128(yy), y1 = _mm256_extracti128_si256(yy, 1);
+        __m128i u = _mm256_castsi256_si128(uv), v = _mm256_extracti128_si256(uv, 1);
         __m128i uv0 = _mm_unpacklo_epi8(u, v), uv1 = _mm_unpackhi_epi8(u, v);
         __m128i o0, o1, o2, o3;
         if (yFirst) {
