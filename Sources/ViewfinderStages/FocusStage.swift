@@ -29,6 +29,11 @@ public struct FocusOptions: StageOptions {
     /// Normalised rectangle x/y/w/h for `region=rect`.
     public var rect: [Double] = [0.25, 0.25, 0.5, 0.5]
     public var measure: FocusMeasureKind = .tenengrad
+    /// 2: measure a half-resolution copy of the region (binomially pre-filtered), so the score
+    /// works around a quarter of the picture's Nyquist frequency, where the picture moving by a
+    /// fraction of a pixel (a shaking camera) barely changes it; 1: the full-resolution region.
+    /// A region under 98×66 pixels is measured at full resolution either way.
+    public var scale: Int = 2
     /// How the region's samples are weighted: a Hann taper (the default) keeps the camera's
     /// shake from moving the score; `box` weights them all alike.
     public var window: FocusWindow = .hann
@@ -67,6 +72,7 @@ public struct FocusOptions: StageOptions {
             .double("size", \.size, range: 0.05...1, unit: "fraction of width/height", "Window size around point"),
             .doubles("rect", \.rect, range: 0...1, unit: "normalised x/y/w/h", "Focus rectangle for region=rect"),
             .choice("measure", \.measure, "Measure that drives the lens (both are published)"),
+            .int("scale", \.scale, range: 1...2, "2: measure a half-resolution copy of the region (the score barely moves when the picture shifts by a fraction of a pixel); 1: the full-resolution region"),
             .bool("track", \.track, "Move the focus window with the picture under the camera's shake, so the scan scores the same detail at every lens position"),
             .choice("window", \.window, "hann: weight the region by a Hann taper (shake at its border barely moves the score); box: all samples alike"),
             .int("coarse_steps", \.coarseSteps, range: 3...32, unit: "positions", "Lens positions in the coarse scan"),
@@ -166,6 +172,10 @@ public final class FocusStage: Stage {
     public private(set) var scanCount = 0
     public private(set) var controlErrors = 0
     private let targetKey = MetadataKey("af.lens_target")
+    /// The half-resolution copy of the measured region (``FocusOptions/scale`` 2), sized in
+    /// `prepare` for the whole picture: no allocation on the stage thread.
+    private var halfBuffer = UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
+    private var halfCapacity = 0
 
     public init(options: FocusOptions) {
         self.options = options
@@ -178,12 +188,20 @@ public final class FocusStage: Stage {
         sortedCounts.reserveCapacity(Self.sampleCapacity)
     }
 
+    deinit { halfBuffer.deallocate() }
+
     public func prepare(format: FrameFormat, context: StageContext) throws {
         // A focus score compares frames with each other: a reduced MJPEG decode serves as long as
         // it keeps the detail the lens brings in and out (measured: `SimClosedLoopTests`).
         try context.needStatistics(Self.name, minimumWidth: Self.measuringWidth)
         region = focusRegion(width: format.width, height: format.height)
         regionWidth = format.width; regionHeight = format.height
+        let need = (format.width / 2 + 1) * (format.height / 2 + 1)
+        if options.scale == 2, need > halfCapacity {
+            halfBuffer.deallocate()
+            halfBuffer = .allocate(capacity: need)
+            halfCapacity = need
+        }
         controls = context.controls
         requests = context.controlRequests
         latency = context.controls?.controlLatencyFrames ?? 0
@@ -238,7 +256,12 @@ public final class FocusStage: Stage {
         }
         let luma = LumaView(px.luma)
         let measured = options.track ? tracker.track(luma, base: region) : region
-        let stats = FocusMeasures.measure(luma, region: measured, window: options.window)
+        let stats: FocusMeasures.Statistics
+        if options.scale == 2, let half = FocusMeasures.halfResolution(luma, region: measured, into: halfBuffer, capacity: halfCapacity) {
+            stats = FocusMeasures.measure(half, region: nil, window: options.window)
+        } else {
+            stats = FocusMeasures.measure(luma, region: measured, window: options.window)
+        }
         let m = stats.normalised
         frame.metadata.focus = m
         let s = score(m)
