@@ -10,6 +10,7 @@
 //   VF_AF_FINE=7 sets the fine scan's positions, VF_AF_REFINE=0 the refine positions after it;
 //   VF_AF_SPECULATE=0 and VF_AF_LOCAL=0 switch off the speculative frames and the local fit;
 //   VF_AF_MEASURE=laplacian drives the scan by the Laplacian's variance instead of the Tenengrad;
+//   VF_AF_SCALE=1 measures the full-resolution region instead of its half-resolution copy;
 //   VF_PHOTO_SET=others runs on the second set of OtherPhotos.swift)
 //
 // Per run: the final error (lens position minus the truth's in-focus position, % of the range),
@@ -55,6 +56,7 @@ enum AutofocusReport {
         if ProcessInfo.processInfo.environment["VF_AF_SPECULATE"] == "0" { o.speculate = false }
         if ProcessInfo.processInfo.environment["VF_AF_LOCAL"] == "0" { o.localFit = false }
         if let m = ProcessInfo.processInfo.environment["VF_AF_MEASURE"], let kind = FocusMeasureKind(rawValue: m) { o.measure = kind }
+        if let v = ProcessInfo.processInfo.environment["VF_AF_SCALE"], let n = Int(v) { o.scale = n }
         let trace = FocusTrace()
         var options = EngineOptions(frameLimit: UInt64(frames))
         options.stallTimeoutSeconds = 30
@@ -67,7 +69,7 @@ enum AutofocusReport {
             if ProcessInfo.processInfo.environment["VF_AF_TRACE"] == "2" {
                 // Each frame's score relative to the run's highest.
                 let top = trace.scores.filter(\.isFinite).max() ?? 1
-                print("      score % of best: " + trace.scores.map { String(format: "%.0f", 100 * $0 / top) }.joined(separator: " "))
+                print("      score % of best: " + trace.scores.map { String(format: "%.1f", 100 * $0 / top) }.joined(separator: " "))
             }
         }
         var lock: Int? = nil
