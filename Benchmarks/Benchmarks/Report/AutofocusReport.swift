@@ -57,6 +57,7 @@ enum AutofocusReport {
         if ProcessInfo.processInfo.environment["VF_AF_LOCAL"] == "0" { o.localFit = false }
         if let m = ProcessInfo.processInfo.environment["VF_AF_MEASURE"], let kind = FocusMeasureKind(rawValue: m) { o.measure = kind }
         if let v = ProcessInfo.processInfo.environment["VF_AF_SCALE"], let n = Int(v) { o.scale = n }
+        if let v = ProcessInfo.processInfo.environment["VF_AF_SIZE"], let x = Double(v) { o.size = x }
         let trace = FocusTrace()
         var options = EngineOptions(frameLimit: UInt64(frames))
         options.stallTimeoutSeconds = 30
