@@ -237,9 +237,11 @@ VF_INLINE void vf_split_packed422_body(const uint8_t *src, ptrdiff_t bpr, ptrdif
 /// gathers the lane's 8 luma, 4 U and 4 V bytes into dwords [Y Y U V]; a dword permute puts both
 /// lanes' luma in the low half and [U U V V] in the high half; two 128-bit permutes and a qword
 /// permute make 32 luma, 16 U and 16 V bytes. The pairs past the last whole 32 by the scalar loop.
-/// Only bytes are moved, so the result is the portable one's.
+/// Only bytes are moved, so the result is the portable one's (offsets read as it reads them: YUYV
+/// for (0, 1), UYVY otherwise).
 VF_AVX2 static void split_rows_avx2(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t width, ptrdiff_t height,
-                                    int yo, int uo, uint8_t *y, uint8_t *u, uint8_t *v) {
+                                    int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v) {
+    const int yo = yOffset == 0 && uOffset == 1 ? 0 : 1, uo = 1 - yo;
     const ptrdiff_t pairs = width / 2;
     const __m256i pick = _mm256_setr_epi8(
         yo, 2 + yo, 4 + yo, 6 + yo, 8 + yo, 10 + yo, 12 + yo, 14 + yo, uo, 4 + uo, 8 + uo, 12 + uo, 2 + uo, 6 + uo, 10 + uo, 14 + uo,
@@ -283,7 +285,7 @@ void vf_split_packed422(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t wid
                         int yOffset, int uOffset, uint8_t *y, uint8_t *u, uint8_t *v) {
 #if VF_X86
     if (vf_kernels_avx2_active()) {
-        split_rows_avx2(src, bytesPerRow, width, height, yOffset == 0 && uOffset == 1 ? 0 : 1, yOffset == 0 && uOffset == 1 ? 1 : 0, y, u, v);
+        split_rows_avx2(src, bytesPerRow, width, height, yOffset, uOffset, y, u, v);
         return;
     }
 #endif
@@ -726,9 +728,6 @@ VF_AVX2 static inline __m256i vf_resample_pair_avx2(const uint8_t *p0, const uin
 
 VF_AVX2 static void vf_warp_resample_avx2(const uint8_t *src, uint8_t *out, ptrdiff_t n, ptrdiff_t blocks, const int32_t *bases,
                                           const int8_t *shifts, const uint8_t *weights, const int32_t *index, const int32_t *weight) {
-    const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
     ptrdiff_t b = 0;
     for (; b + 2 <= blocks; b += 2) {
         __m256i o = vf_resample_pair_avx2(src + bases[b], src + bases[b + 1], shifts + b * 16, shifts + b * 16 + 16,
@@ -817,13 +816,13 @@ static void warp_packed_row_portable(const vf_warp_packed_row *r) {
 /// and interleaved in registers: the same integer blend as the portable passes, so the same bytes.
 VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
     vf_warp_vertical_body(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp);
-    const int yFirst = r->yOffset == 0;
-    split_rows_avx2(r->tmp, 0, 2 * r->spanPairs, 1, yFirst ? 0 : 1, yFirst ? 1 : 0, r->planeY, r->planeU, r->planeV);
+    split_rows_avx2(r->tmp, 0, 2 * r->spanPairs, 1, r->yOffset, r->uOffset, r->planeY, r->planeU, r->planeV);
     const uint8_t *py = r->planeY + r->whole, *pu = r->planeU + r->wholeC, *pv = r->planeV + r->wholeC;
     uint8_t *out = r->out;
     const ptrdiff_t pairs = r->pairs;
     for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)out + (uintptr_t)(4 * pairs + k)), 1);
     ptrdiff_t steps = r->luma.blocks / 2 < r->chroma.blocks ? r->luma.blocks / 2 : r->chroma.blocks;
+    const int yFirst = r->yOffset == 0;
     // The tables in locals: read through `r` the compiler reloaded every pointer each step (the
     // output row's stores might have changed them).
     const int32_t *restrict lBase = r->luma.blockBase, *restrict cBase = r->chroma.blockBase;
