@@ -1220,3 +1220,73 @@ VF_DISPATCH(vf_dense_pass,
              float tx, float ty, float th, float kk, float unit, float huber,
              int32_t *histogram, float *sums, ptrdiff_t *usedOut, double *costOut),
             (xs, ys, ts, gxs, gys, count, img, bw, maxU, maxV, s, half, cx, cy, tx, ty, th, kk, unit, huber, histogram, sums, usedOut, costOut))
+
+// MARK: The focus stage's half-resolution copy and its window tracker's projections
+
+/// Vertical [1 2 1] sums of up to `VF_HALF_BLOCK` + 2 samples a step into a row of 16-bit sums,
+/// then the horizontal [1 2 1] at every second one: the same sums, in the same order of
+/// additions, as the direct 3×3 formula (integers: no rounding difference).
+enum { VF_HALF_BLOCK = 512 };
+
+VF_INLINE void half_binomial_rows(const uint8_t *c0, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
+    uint16_t v[2 * VF_HALF_BLOCK + 2];
+    for (ptrdiff_t j = 0; j < h; j++) {
+        const uint8_t *c = c0 + 2 * j * bpr, *u = c - bpr, *d = c + bpr;
+        uint8_t *out = dst + j * dstStride;
+        for (ptrdiff_t start = 0; start < w; start += VF_HALF_BLOCK) {
+            ptrdiff_t len = w - start < VF_HALF_BLOCK ? w - start : VF_HALF_BLOCK;
+            // v[k] is the vertical sum at source column 2·start − 1 + k, k = 0 ... 2·len.
+            ptrdiff_t first = (2 * start - 1) * s;
+            for (ptrdiff_t k = 0; k <= 2 * len; k++) {
+                ptrdiff_t o = first + k * s;
+                v[k] = (uint16_t)(u[o] + 2 * c[o] + d[o]);
+            }
+            for (ptrdiff_t i = 0; i < len; i++)
+                out[start + i] = (uint8_t)((v[2 * i] + 2 * v[2 * i + 1] + v[2 * i + 2] + 8) >> 4);
+        }
+    }
+}
+
+VF_INLINE void vf_half_binomial_body(const uint8_t *c, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
+    if (s == 1) half_binomial_rows(c, bpr, 1, w, h, dst, dstStride);
+    else if (s == 2) half_binomial_rows(c, bpr, 2, w, h, dst, dstStride);
+    else half_binomial_rows(c, bpr, s, w, h, dst, dstStride);
+}
+
+VF_DISPATCH(vf_half_binomial, (const uint8_t *centre, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride),
+            (centre, bytesPerRow, pixelStride, width, height, dst, dstStride))
+
+VF_INLINE void column_sums_rows(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows, int32_t *sums) {
+    for (ptrdiff_t i = 0; i < n; i++) sums[i] = 0;
+    for (ptrdiff_t y = 0; y < rows; y++) {
+        const uint8_t *p = src + y * bpr;
+        for (ptrdiff_t i = 0; i < n; i++) sums[i] += p[i * s];
+    }
+}
+
+VF_INLINE void vf_column_sums_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows, int32_t *sums) {
+    if (s == 1) column_sums_rows(src, bpr, 1, n, rows, sums);
+    else if (s == 2) column_sums_rows(src, bpr, 2, n, rows, sums);
+    else column_sums_rows(src, bpr, s, n, rows, sums);
+}
+
+VF_DISPATCH(vf_column_sums, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows, int32_t *sums),
+            (src, bytesPerRow, pixelStride, n, rows, sums))
+
+VF_INLINE void row_sums_rows(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows, int32_t *sums) {
+    for (ptrdiff_t y = 0; y < rows; y++) {
+        const uint8_t *p = src + y * bpr;
+        int32_t t = 0;
+        for (ptrdiff_t i = 0; i < n; i++) t += p[i * s];
+        sums[y] = t;
+    }
+}
+
+VF_INLINE void vf_row_sums_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows, int32_t *sums) {
+    if (s == 1) row_sums_rows(src, bpr, 1, n, rows, sums);
+    else if (s == 2) row_sums_rows(src, bpr, 2, n, rows, sums);
+    else row_sums_rows(src, bpr, s, n, rows, sums);
+}
+
+VF_DISPATCH(vf_row_sums, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows, int32_t *sums),
+            (src, bytesPerRow, pixelStride, n, rows, sums))

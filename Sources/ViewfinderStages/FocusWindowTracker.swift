@@ -1,3 +1,4 @@
+import CViewfinderKernels
 /// Keeps the focus window on the same part of the scene while the camera shakes.
 ///
 /// A hand-held camera moves the picture by a few pixels from frame to frame. Where the texture in
@@ -73,25 +74,14 @@ struct FocusWindowTracker {
     /// different pixels, which on fine detail is a different profile.)
     private mutating func project(_ luma: LumaView, base: PixelRect, rx: Int, ry: Int) {
         let nc = base.width + 2 * rx, nr = base.height + 2 * ry
-        if colSums.count != nc { colSums = Array(repeating: 0, count: nc) } else { for i in 0..<nc { colSums[i] = 0 } }
+        if colSums.count != nc { colSums = Array(repeating: 0, count: nc) }
         if rowSums.count != nr { rowSums = Array(repeating: 0, count: nr) }
-        let stride = luma.pixelStride
+        // C kernels (`vf_column_sums`, `vf_row_sums`): constant-stride loops the compiler vectorises.
         colSums.withUnsafeMutableBufferPointer { c in
-            var y = base.y
-            while y < base.y + base.height {
-                let p = luma.pointer(x: base.x - rx, y: y)
-                for i in 0..<nc { c[i] &+= Int32(p[i &* stride]) }
-                y += 1
-            }
+            vf_column_sums(luma.pointer(x: base.x - rx, y: base.y), luma.bytesPerRow, luma.pixelStride, nc, base.height, c.baseAddress!)
         }
         rowSums.withUnsafeMutableBufferPointer { r in
-            for j in 0..<nr {
-                let p = luma.pointer(x: base.x, y: base.y - ry + j)
-                var s: Int32 = 0
-                var i = 0
-                while i < base.width { s &+= Int32(p[i &* stride]); i += 1 }
-                r[j] = s
-            }
+            vf_row_sums(luma.pointer(x: base.x, y: base.y - ry), luma.bytesPerRow, luma.pixelStride, base.width, nr, r.baseAddress!)
         }
         Self.normalise(colSums, into: &cols)
         Self.normalise(rowSums, into: &rows)

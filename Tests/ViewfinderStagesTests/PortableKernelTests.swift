@@ -77,6 +77,45 @@ struct PortableKernelTests {
         #expect(r.portable.mean == Double(px) / n)
     }
 
+    @Test("the focus stage's half-resolution copy and the window tracker's projections against plain references", arguments: [PixelFormat.grey, .yuyv, .nv12])
+    func focusCopyAndProjections(_ pf: PixelFormat) throws {
+        // Widths around the vectors and the copy's 512-output blocks; regions off the origin.
+        for (w, h) in [(2102, 9), (120, 70), (38, 5)] {
+            let f = noiseFrame(FrameFormat(pf, width: w, height: h), seed: UInt64(w &* 17 &+ h))
+            let l = try #require(LumaView(f))
+            func p(_ x: Int, _ y: Int) -> Int { Int(l.pointer(x: x, y: y).pointee) }
+            // The copy: outputs centred on (1 + 2i, 1 + 2j) of a region at (1, 1).
+            let ow = (w - 4) / 2, oh = (h - 3) / 2
+            var expected = [UInt8](repeating: 0, count: ow * oh)
+            for j in 0..<oh {
+                for i in 0..<ow {
+                    let x = 2 + 2 * i, y = 2 + 2 * j
+                    func row(_ y: Int) -> Int { p(x - 1, y) + 2 * p(x, y) + p(x + 1, y) }
+                    expected[j * ow + i] = UInt8((row(y - 1) + 2 * row(y) + row(y + 1) + 8) >> 4)
+                }
+            }
+            let copies = bothBuilds { () -> [UInt8] in
+                var out = [UInt8](repeating: 0, count: ow * oh)
+                out.withUnsafeMutableBufferPointer { vf_half_binomial(l.pointer(x: 2, y: 2), l.bytesPerRow, l.pixelStride, ow, oh, $0.baseAddress!, ow) }
+                return out
+            }
+            #expect(copies.portable == expected, "\(pf) \(w)x\(h): copy, portable")
+            #expect(copies.best == expected, "\(pf) \(w)x\(h): copy, best")
+            // Projections of the columns 1 ..< w − 1 over rows 1 ..< h − 1, and of those rows.
+            let n = w - 2, rows = h - 2
+            let cols = (0..<n).map { i in (0..<rows).reduce(0) { $0 + p(1 + i, 1 + $1) } }
+            let rowTotals = (0..<rows).map { j in (0..<n).reduce(0) { $0 + p(1 + $1, 1 + j) } }
+            let sums = bothBuilds { () -> ([Int32], [Int32]) in
+                var c = [Int32](repeating: -1, count: n), r = [Int32](repeating: -1, count: rows)
+                c.withUnsafeMutableBufferPointer { vf_column_sums(l.pointer(x: 1, y: 1), l.bytesPerRow, l.pixelStride, n, rows, $0.baseAddress!) }
+                r.withUnsafeMutableBufferPointer { vf_row_sums(l.pointer(x: 1, y: 1), l.bytesPerRow, l.pixelStride, n, rows, $0.baseAddress!) }
+                return (c, r)
+            }
+            #expect(sums.portable.0.map(Int.init) == cols && sums.best.0.map(Int.init) == cols, "\(pf) \(w)x\(h): column sums")
+            #expect(sums.portable.1.map(Int.init) == rowTotals && sums.best.1.map(Int.init) == rowTotals, "\(pf) \(w)x\(h): row sums")
+        }
+    }
+
     @Test("the sim camera's renderer", arguments: [PixelFormat.yuyv, .uyvy, .nv12, .i420, .grey])
     func simRender(_ pf: PixelFormat) throws {
         for defocus in [0.0, 60, 400] {

@@ -35,6 +35,17 @@ int main(int argc, char **argv) {
         printf("sobel_sums/%d %llu %llu\n", stride, (unsigned long long)sq, (unsigned long long)px);
     }
 
+    for (int stride = 1; stride <= 2; stride++) {
+        // The focus stage's half-resolution copy and the window tracker's projections.
+        static uint8_t half[W * H];
+        static int32_t cols[W], rows[H];
+        vf_half_binomial(mid, S, stride, (W - 6) / 2, (H - 4) / 2, half, W / 2);
+        printf("half_binomial/%d %016llx\n", stride, (unsigned long long)fnv(half, (size_t)(W / 2) * ((H - 4) / 2)));
+        vf_column_sums(mid, S, stride, W - 4, H - 2, cols);
+        vf_row_sums(mid, S, stride, W - 4, H - 2, rows);
+        printf("projections/%d %016llx %016llx\n", stride, (unsigned long long)fnv(cols, sizeof cols), (unsigned long long)fnv(rows, sizeof rows));
+    }
+
     static uint8_t y[W * H], u[W * H], v[W * H], packed[S * H];
     for (int order = 0; order < 2; order++) {
         vf_split_packed422(img, S, W - 1, H, order, 1 - order, y, u, v);

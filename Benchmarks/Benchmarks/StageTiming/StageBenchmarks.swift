@@ -61,7 +61,19 @@ public enum StageBenchmarks {
         out.append(Result(name: "exposure stage (centre-weighted, 4x4 subsample)", milliseconds: median(iterations) { _ = ae.process(frame) }))
         let af = FocusStage(options: FocusOptions())
         try? af.prepare(format: format, context: context)
-        out.append(Result(name: "focus stage (30 % window, both measures)", milliseconds: median(iterations) { _ = af.process(frame) }))
+        out.append(Result(name: "focus stage (default window \(Int(FocusOptions().size * 100)) %, both measures)", milliseconds: median(iterations) { _ = af.process(frame) }))
+        for size in [0.3, 0.5] where size != FocusOptions().size {
+            var o = FocusOptions()
+            o.size = size
+            let other = FocusStage(options: o)
+            try? other.prepare(format: format, context: context)
+            out.append(Result(name: "focus stage (\(Int(size * 100)) % window)", milliseconds: median(iterations) { _ = other.process(frame) }))
+        }
+        var fullResolution = FocusOptions()
+        fullResolution.scale = 1
+        let afFull = FocusStage(options: fullResolution)
+        try? afFull.prepare(format: format, context: context)
+        out.append(Result(name: "focus stage (default window, full resolution: scale=1)", milliseconds: median(iterations) { _ = afFull.process(frame) }))
         var still = FocusOptions()
         still.track = false
         still.window = .box

@@ -27,6 +27,20 @@ void vf_laplacian_sums(const uint8_t *mid, ptrdiff_t bytesPerRow, ptrdiff_t pixe
 void vf_sobel_sums(const uint8_t *mid, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows,
                    uint64_t *sumSquares, uint64_t *sumPixels);
 
+/// The focus stage's half-resolution copy: `height` rows of `width` outputs, output (i, j) the
+/// [1 2 1]⊗[1 2 1] sum around the sample at column 2i, row 2j from `centre` (samples `pixelStride`
+/// apart, rows `bytesPerRow` apart), plus 8, shifted right by 4. Reads one sample and one row either
+/// side of those. Rows of `dst` are `dstStride` apart.
+void vf_half_binomial(const uint8_t *centre, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t height,
+                      uint8_t *dst, ptrdiff_t dstStride);
+
+/// Column sums: `sums[i]` = Σ over `rows` rows of sample i (of `n`, `pixelStride` apart; rows
+/// `bytesPerRow` apart). At most 2^23 rows (32-bit sums of 8-bit samples).
+void vf_column_sums(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows, int32_t *sums);
+
+/// Row sums: `sums[y]` = Σ of the `n` samples of row y (`pixelStride` apart), `rows` rows.
+void vf_row_sums(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows, int32_t *sums);
+
 /// Splits `height` rows of packed 4:2:2 (`width` even) into Y (width per row) and, when `u` and `v`
 /// are not NULL, U and V planes (width/2 per row). `yOffset` 0 and `uOffset` 1 for YUYV, 1 and 0 for UYVY.
 void vf_split_packed422(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height,
