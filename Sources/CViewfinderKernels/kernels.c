@@ -1224,8 +1224,8 @@ VF_DISPATCH(vf_dense_pass,
 // MARK: The focus stage's half-resolution copy and its window tracker's projections
 
 /// Vertical [1 2 1] sums of up to `VF_HALF_BLOCK` + 2 samples a step into a row of 16-bit sums,
-/// then the horizontal [1 2 1] at every second one: the same sums, in the same order of
-/// additions, as the direct 3×3 formula (integers: no rounding difference).
+/// then the horizontal [1 2 1] at every second one: the same integer sum as the direct 3×3
+/// formula, so the same bytes.
 enum { VF_HALF_BLOCK = 512 };
 
 VF_INLINE void half_binomial_rows(const uint8_t *c0, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {

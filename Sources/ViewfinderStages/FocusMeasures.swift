@@ -74,8 +74,8 @@ public enum FocusMeasures {
     /// an even-offset source sample (the binomial pre-filter leaves 2 % of the energy at 3/4 of
     /// the Nyquist frequency to alias, a 2×2 box 15 %), written into `into` (capacity at least
     /// ⌈w/2⌉·⌈h/2⌉ for the region's interior). Returns the half-resolution view, nil when the
-    /// region is too small (a C kernel, `vf_half_binomial`). A measure on it works in the band around a quarter of the full
-    /// picture's Nyquist frequency: a half-pixel shift of the picture resampled by Catmull-Rom (a
+    /// region is too small (the C kernel `vf_half_binomial` does the copy). A measure on it works
+    /// in the band around a quarter of the full picture's Nyquist frequency: a half-pixel shift of the picture resampled by Catmull-Rom (a
     /// shaking camera in the sim) changes its Tenengrad by 2 % where the full-resolution one
     /// changes by 13 %, while a 3×3 blur (the lens) still drops it by 35 % (`FocusScaleTests`).
     /// A region whose copy would be smaller than ``halfMinimum`` (48×32) is not copied (nil): its
