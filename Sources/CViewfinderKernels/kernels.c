@@ -8,6 +8,16 @@
 
 #define VF_INLINE static inline __attribute__((always_inline))
 
+/// Runs `call` with `VF_S` standing for the stride `s`: a literal 1 or 2 for the common layouts
+/// (planar and packed 4:2:2 luma), so the inlined loop has a constant stride the compiler
+/// vectorises, else `s` itself.
+#define VF_CONSTANT_STRIDE(s, call)                              \
+    do {                                                         \
+        if ((s) == 1) { const ptrdiff_t VF_S = 1; call; }        \
+        else if ((s) == 2) { const ptrdiff_t VF_S = 2; call; }   \
+        else { const ptrdiff_t VF_S = (s); call; }               \
+    } while (0)
+
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
 #define VF_X86 1
 #define VF_AVX2 __attribute__((target("avx2")))
@@ -94,10 +104,7 @@ VF_INLINE void laplacian_rows(const uint8_t *mid0, ptrdiff_t bpr, ptrdiff_t s, p
 
 VF_INLINE void vf_laplacian_sums_body(const uint8_t *mid, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
                                       int64_t *sum, uint64_t *sumSq, uint64_t *sumPix) {
-    // Constant strides let the compiler vectorise the common layouts.
-    if (s == 1) laplacian_rows(mid, bpr, 1, n, rows, sum, sumSq, sumPix);
-    else if (s == 2) laplacian_rows(mid, bpr, 2, n, rows, sum, sumSq, sumPix);
-    else laplacian_rows(mid, bpr, s, n, rows, sum, sumSq, sumPix);
+    VF_CONSTANT_STRIDE(s, laplacian_rows(mid, bpr, VF_S, n, rows, sum, sumSq, sumPix));
 }
 
 VF_DISPATCH(vf_laplacian_sums,
@@ -130,9 +137,7 @@ VF_INLINE void sobel_rows(const uint8_t *mid0, ptrdiff_t bpr, ptrdiff_t s, ptrdi
 
 VF_INLINE void vf_sobel_sums_body(const uint8_t *mid, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
                                   uint64_t *sumSq, uint64_t *sumPix) {
-    if (s == 1) sobel_rows(mid, bpr, 1, n, rows, sumSq, sumPix);
-    else if (s == 2) sobel_rows(mid, bpr, 2, n, rows, sumSq, sumPix);
-    else sobel_rows(mid, bpr, s, n, rows, sumSq, sumPix);
+    VF_CONSTANT_STRIDE(s, sobel_rows(mid, bpr, VF_S, n, rows, sumSq, sumPix));
 }
 
 #if VF_X86
@@ -1026,9 +1031,7 @@ VF_INLINE void lk_similarity(const uint8_t *t, ptrdiff_t ts, const uint8_t *img,
 
 VF_INLINE void vf_lk_similarity_body(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
                                      ptrdiff_t rows, float fx, float fy, float px0, float py0, float step, float *out) {
-    if (s == 1) lk_similarity(t, ts, img, bpr, 1, n, rows, fx, fy, px0, py0, step, out);
-    else if (s == 2) lk_similarity(t, ts, img, bpr, 2, n, rows, fx, fy, px0, py0, step, out);
-    else lk_similarity(t, ts, img, bpr, s, n, rows, fx, fy, px0, py0, step, out);
+    VF_CONSTANT_STRIDE(s, lk_similarity(t, ts, img, bpr, VF_S, n, rows, fx, fy, px0, py0, step, out));
 }
 
 VF_DISPATCH(vf_lk_similarity,
@@ -1038,9 +1041,7 @@ VF_DISPATCH(vf_lk_similarity,
 
 VF_INLINE void vf_lk_mismatch_body(const uint8_t *t, ptrdiff_t ts, const uint8_t *img, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n,
                                    ptrdiff_t rows, float fx, float fy, float *out) {
-    if (s == 1) lk_mismatch(t, ts, img, bpr, 1, n, rows, fx, fy, out);
-    else if (s == 2) lk_mismatch(t, ts, img, bpr, 2, n, rows, fx, fy, out);
-    else lk_mismatch(t, ts, img, bpr, s, n, rows, fx, fy, out);
+    VF_CONSTANT_STRIDE(s, lk_mismatch(t, ts, img, bpr, VF_S, n, rows, fx, fy, out));
 }
 
 VF_DISPATCH(vf_lk_mismatch,
@@ -1248,9 +1249,7 @@ VF_INLINE void half_binomial_rows(const uint8_t *c0, ptrdiff_t bpr, ptrdiff_t s,
 }
 
 VF_INLINE void vf_half_binomial_body(const uint8_t *c, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t w, ptrdiff_t h, uint8_t *dst, ptrdiff_t dstStride) {
-    if (s == 1) half_binomial_rows(c, bpr, 1, w, h, dst, dstStride);
-    else if (s == 2) half_binomial_rows(c, bpr, 2, w, h, dst, dstStride);
-    else half_binomial_rows(c, bpr, s, w, h, dst, dstStride);
+    VF_CONSTANT_STRIDE(s, half_binomial_rows(c, bpr, VF_S, w, h, dst, dstStride));
 }
 
 VF_DISPATCH(vf_half_binomial, (const uint8_t *centre, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride),
@@ -1265,9 +1264,7 @@ VF_INLINE void column_sums_rows(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, 
 }
 
 VF_INLINE void vf_column_sums_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows, int32_t *sums) {
-    if (s == 1) column_sums_rows(src, bpr, 1, n, rows, sums);
-    else if (s == 2) column_sums_rows(src, bpr, 2, n, rows, sums);
-    else column_sums_rows(src, bpr, s, n, rows, sums);
+    VF_CONSTANT_STRIDE(s, column_sums_rows(src, bpr, VF_S, n, rows, sums));
 }
 
 VF_DISPATCH(vf_column_sums, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows, int32_t *sums),
@@ -1283,9 +1280,7 @@ VF_INLINE void row_sums_rows(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptr
 }
 
 VF_INLINE void vf_row_sums_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows, int32_t *sums) {
-    if (s == 1) row_sums_rows(src, bpr, 1, n, rows, sums);
-    else if (s == 2) row_sums_rows(src, bpr, 2, n, rows, sums);
-    else row_sums_rows(src, bpr, s, n, rows, sums);
+    VF_CONSTANT_STRIDE(s, row_sums_rows(src, bpr, VF_S, n, rows, sums));
 }
 
 VF_DISPATCH(vf_row_sums, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t n, ptrdiff_t rows, int32_t *sums),

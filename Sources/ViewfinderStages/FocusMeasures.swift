@@ -75,9 +75,9 @@ public enum FocusMeasures {
     /// the Nyquist frequency to alias, a 2×2 box 15 %), written into `into` (capacity at least
     /// ⌈w/2⌉·⌈h/2⌉ for the region's interior). Returns the half-resolution view, nil when the
     /// region is too small (the C kernel `vf_half_binomial` does the copy). A measure on it works
-    /// in the band around a quarter of the full picture's Nyquist frequency: a half-pixel shift of the picture resampled by Catmull-Rom (a
-    /// shaking camera in the sim) changes its Tenengrad by 2 % where the full-resolution one
-    /// changes by 13 %, while a 3×3 blur (the lens) still drops it by 35 % (`FocusScaleTests`).
+    /// in the band around a quarter of the full picture's Nyquist frequency: a half-pixel shift of
+    /// the picture resampled by Catmull-Rom (a shaking camera in the sim) changes its Tenengrad by
+    /// 2 % where the full-resolution one changes by 13 %, while a 3×3 blur (the lens) still drops it by 35 % (`FocusScaleTests`).
     /// A region whose copy would be smaller than ``halfMinimum`` (48×32) is not copied (nil): its
     /// few samples would make the score noisier than the shift does.
     static func halfResolution(_ luma: LumaView, region: PixelRect?, into buffer: UnsafeMutablePointer<UInt8>, capacity: Int) -> LumaView? {

@@ -113,8 +113,8 @@ struct FocusScaleTests {
     /// every autofocus run within 2 % of the range (signal over noise 8.2 against 3.4).
     @Test("the default window's score stands further above sensor noise than a 0.3 window's on a soft subject")
     func defaultWindowAgainstNoise() {
-        let p = Self.picture(seed: 5)
-        var sharp = p, soft = p
+        let sharp = Self.picture(seed: 5)
+        var soft = sharp
         boxBlur(&soft, Self.w, Self.h, 1)
         // One fine step out of focus: a tenth of the way to a 3×3 blur.
         for i in sharp.indices { soft[i] = 0.9 * sharp[i] + 0.1 * soft[i] }
@@ -132,7 +132,6 @@ struct FocusScaleTests {
                 return FocusMeasures.measure(v, region: nil, window: .hann).tenengrad
             }
         }
-        sharp = p
         let frames = 16
         let inFocus = (0..<frames).map { _ in frame(sharp) }, outOfFocus = (0..<frames).map { _ in frame(soft) }
         var ratio: [Double: Double] = [:]
