@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Viewfinder
+@testable import Viewfinder
 
 /// The two engine bugs the VM tier found: the clock estimator misled by overruns under emulation,
 /// and a real card taken for a file PCM because it delivered a burst at start.
@@ -40,6 +40,57 @@ import Viewfinder
         #expect(abs(clock.ppm) < 50, "measured \(clock.ppm) ppm on a nominal clock")
         #expect(checked > 5000)
         #expect(worst < 2, "worst period \(worst) ms off its real time")
+    }
+
+    /// At the start of capture and after a restart the device's stamps can be late for a while,
+    /// not only stale for a period or two: a guest's timer catching up after the machine stalled
+    /// it. Here the first 400 ms (of the stream, or after each of two overruns) are stamped up to
+    /// 25, 60, 120 ms late, the lateness falling to zero, then right again. What follows must not
+    /// inherit the late stamps' offset: from a second after them on, every period's time within
+    /// 2 ms of its real time (before the stamps were judged around the median: up to 7.5 ms after
+    /// a restart and 27 ms at the start, for as long as the late ones stayed in the window).
+    @Test(arguments: [false, true]) func lateStampsAtTheStartOrAfterARestartDoNotShiftWhatFollows(afterRestarts: Bool) {
+        for late in [25.0, 60.0, 120.0] {
+            var card = SimulatedCard(ppm: 0, jitter: 500_000)
+            var clock = AudioClockEstimator(nominalRate: 48000)
+            var reported: UInt64 = 0, real: UInt64 = 0
+            var sinceLate: UInt64 = afterRestarts ? UInt64.max / 2 : 0
+            var worst = 0.0, checked = 0
+            let overrunAt: Set<UInt64> = afterRestarts ? [UInt64(20 * 48000), UInt64(40 * 48000)] : []
+            while real < 60 * 48000 {
+                var discontinuity = false
+                if overrunAt.contains(real) { real += 9600; discontinuity = true; sinceLate = 0 }
+                var stamp = card.stamp(real)
+                if sinceLate < 19200 { stamp += UInt64(late * 1e6 * (1 - Double(sinceLate) / 19200)) }
+                let p = clock.add(position: reported, timestampNanoseconds: stamp, discontinuity: discontinuity)
+                if sinceLate > 48000 {
+                    let e = abs(clock.nanoseconds(atPosition: Double(p)) - Double(card.time(real))) / 1e6
+                    worst = max(worst, e); checked += 1
+                }
+                reported += 480; real += 480; sinceLate &+= 480
+            }
+            print(String(format: "clock: stamps up to %.0f ms late %@: worst period %.2f ms off from 1 s after them", late, afterRestarts ? "after two restarts" : "at the start", worst))
+            #expect(checked > 5000)
+            #expect(worst < 2, "stamps up to \(late) ms late \(afterRestarts ? "after restarts" : "at the start"): worst period \(worst) ms off its real time")
+            #expect(abs(clock.ppm) < 50, "measured \(clock.ppm) ppm on a nominal clock")
+        }
+    }
+
+    /// The estimator's median (selection in place, no sort) against a sorted copy: odd and even
+    /// counts, duplicates, runs already in order and reversed, only the first `n` of the storage.
+    @Test func medianBySelectionIsTheSortedMedian() {
+        var rng = SystemRandomNumberGenerator()
+        for n in 1...64 {
+            for shape in 0..<4 {
+                var v = (0..<80).map { _ in Double(Int.random(in: 0..<(shape == 1 ? 4 : 1000), using: &rng)) }
+                if shape == 2 { v[0..<n].sort() } else if shape == 3 { v[0..<n].sort(by: >) }
+                let sorted = v[0..<n].sorted()
+                let expected = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2
+                let tail = Array(v[n...])
+                #expect(AudioClockEstimator.median(&v, n) == expected, "n \(n) shape \(shape)")
+                #expect(Array(v[n...]) == tail && v[0..<n].sorted() == sorted, "only the first \(n) reordered")
+            }
+        }
     }
 
     /// A clock 0.5 % slow through the same storm: still measured, not pulled towards anything.

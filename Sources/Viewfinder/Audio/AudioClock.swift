@@ -25,8 +25,15 @@ import Foundation
 /// - The first 50 ms after a restart give no points at all (their stamps may predate the restart).
 /// - The slope (the rate) is fitted over the segments that span at least a second, each around its
 ///   own centre; segments shorter than that (an overrun storm) never move the rate.
-/// - The fit is done twice: points more than 2 ms (or 4 σ) off the first line are left out of the
-///   second, so a few bad stamps cannot tilt it.
+/// - Points more than 2 ms (or 4 σ) off the line are left out of the fit, so bad stamps can neither
+///   tilt it nor move it. A point is judged against the rate found so far, around its segment's
+///   *median* offset, and σ is the residuals' median absolute deviation (× 1.4826): a run of bad
+///   stamps cannot move the line it is judged against. After a restart (or at the start) a
+///   device's stamps can be late for a few hundred milliseconds — a virtual machine's timer
+///   catching up after the machine stalled it; judged around a mean and against a slope fitted to
+///   them, such a cluster stayed in the line for as long as it stayed in the window (7.5 ms off
+///   for stamps up to 120 ms late after a restart, 27 ms at the start); judged around the median it
+///   is left out once the segment holds more good points than late ones.
 ///
 /// Storage is preallocated; nothing is allocated per period.
 public struct AudioClockEstimator: Sendable {
@@ -36,6 +43,8 @@ public struct AudioClockEstimator: Sendable {
     private var times: [Double]
     private var segments: [Int]
     private var residuals: [Double]
+    /// Scratch for the medians (preallocated: `fit` runs on the delivery thread per point).
+    private var scratch: [Double]
     private var segment = 0
     private var head = 0
     private var count = 0
@@ -58,6 +67,7 @@ public struct AudioClockEstimator: Sendable {
         times = [Double](repeating: 0, count: n)
         segments = [Int](repeating: 0, count: n)
         residuals = [Double](repeating: 0, count: n)
+        scratch = [Double](repeating: 0, count: n)
         self.rate = Double(rate)
     }
 
@@ -106,7 +116,7 @@ public struct AudioClockEstimator: Sendable {
     }
 
     /// One least-squares pass: a slope shared by the long segments, each around its own centre.
-    /// `limit` > 0 leaves out points whose residual (from the previous pass) is larger. Also sets
+    /// Points whose residual (from `fit`) is larger than `limit` are left out. Also sets
     /// the current segment's centre.
     private mutating func pass(limit: Double) -> (slope: Double?, qualifying: Bool) {
         let cap = positions.count
@@ -115,7 +125,7 @@ public struct AudioClockEstimator: Sendable {
         while i < count {
             let j = segmentEnd(i)
             var sp = 0.0, st = 0.0, n = 0
-            for k in i..<j where limit <= 0 || abs(residuals[(head + k) % cap]) <= limit {
+            for k in i..<j where abs(residuals[(head + k) % cap]) <= limit {
                 sp += positions[(head + k) % cap]; st += times[(head + k) % cap]; n += 1
             }
             if n == 0 {   // every point rejected: fall back to all of them for the centre
@@ -126,7 +136,7 @@ public struct AudioClockEstimator: Sendable {
             let span = positions[(head + j - 1) % cap] - positions[(head + i) % cap]
             if span >= nominalRate {
                 longSpan += span
-                for k in i..<j where limit <= 0 || abs(residuals[(head + k) % cap]) <= limit {
+                for k in i..<j where abs(residuals[(head + k) % cap]) <= limit {
                     let dp = positions[(head + k) % cap] - mp
                     sxy += dp * (times[(head + k) % cap] - mt)
                     sxx += dp * dp
@@ -139,29 +149,54 @@ public struct AudioClockEstimator: Sendable {
         return (sxx / sxy, true)
     }
 
-    /// Two passes; the second leaves out the points far off the first line.
+    /// Residuals of every point against the current rate, around its segment's median offset;
+    /// then the least-squares pass over the points within 2 ms (or 4 σ, σ from the residuals'
+    /// median absolute deviation) gives the new rate and the current segment's centre.
     private mutating func fit() {
         let cap = positions.count
-        let (first, ok) = pass(limit: 0)
-        guard ok, let first, abs(first / nominalRate - 1) <= 0.02 else { rate = nominalRate; return }
-        // Residuals (s) of every point against the first line, around its segment's centre.
-        var i = 0, sumSq = 0.0
+        let reference = rate
+        var i = 0
         while i < count {
             let j = segmentEnd(i)
-            var sp = 0.0, st = 0.0
-            for k in i..<j { sp += positions[(head + k) % cap]; st += times[(head + k) % cap] }
-            let mp = sp / Double(j - i), mt = st / Double(j - i)
-            for k in i..<j {
-                let r = (times[(head + k) % cap] - mt) - (positions[(head + k) % cap] - mp) / first
-                residuals[(head + k) % cap] = r
-                sumSq += r * r
-            }
+            for k in i..<j { scratch[k - i] = times[(head + k) % cap] - positions[(head + k) % cap] / reference }
+            let m = Self.median(&scratch, j - i)
+            for k in i..<j { residuals[(head + k) % cap] = times[(head + k) % cap] - positions[(head + k) % cap] / reference - m }
             i = j
         }
-        let sigma = (sumSq / Double(count)).squareRoot()
-        let (second, _) = pass(limit: max(0.002, 4 * sigma))
-        let fitted = second ?? first
-        rate = abs(fitted / nominalRate - 1) <= 0.02 ? fitted : nominalRate
+        for k in 0..<count { scratch[k] = abs(residuals[(head + k) % cap]) }
+        let sigma = 1.4826 * Self.median(&scratch, count)
+        let (fitted, ok) = pass(limit: max(0.002, 4 * sigma))
+        if ok, let fitted, abs(fitted / nominalRate - 1) <= 0.02 { rate = fitted } else { rate = nominalRate }
+    }
+
+    /// The median of `values[0..<n]` (reordering them), by selection: no allocation, O(n).
+    static func median(_ values: inout [Double], _ n: Int) -> Double {
+        guard n > 0 else { return 0 }
+        return values.withUnsafeMutableBufferPointer { v in
+            let k = n / 2
+            let upper = select(v, n, k)
+            guard n % 2 == 0 else { return upper }
+            // After the selection every element below `k` is ≤ the k-th: the lower middle is their largest.
+            var lower = v[0]
+            for x in 1..<k where v[x] > lower { lower = v[x] }
+            return (lower + upper) / 2
+        }
+    }
+
+    /// Hoare's selection: puts the `k`-th smallest of `v[0..<n]` at `k`, smaller ones before it.
+    private static func select(_ v: UnsafeMutableBufferPointer<Double>, _ n: Int, _ k: Int) -> Double {
+        var lo = 0, hi = n - 1
+        while lo < hi {
+            let pivot = v[(lo + hi) / 2]
+            var a = lo, b = hi
+            while a <= b {
+                while v[a] < pivot { a += 1 }
+                while v[b] > pivot { b -= 1 }
+                if a <= b { v.swapAt(a, b); a += 1; b -= 1 }
+            }
+            if k <= b { hi = b } else if k >= a { lo = a } else { break }
+        }
+        return v[k]
     }
 
     /// The monotonic time (ns) of the frame at `position`, by the fitted line.
