@@ -43,12 +43,18 @@ public enum JSONValue: Sendable, Equatable, Codable, CustomStringConvertible {
     }
 
     /// Interprets a command-line word: `true`/`false`, a number, a list `a/b`, else a string.
+    ///
+    /// The list is found by the same split that makes it (by Character): a `/` that a combining
+    /// mark joins to the next character (`/` + U+0940) is not a separator. Testing with
+    /// Foundation's `contains("/")`, which finds the scalar, and then splitting by Character,
+    /// which does not, recursed on the same word until the stack overflowed (FuzzPipeline).
     public init(commandLine word: String) {
         if word == "true" { self = .bool(true) }
         else if word == "false" { self = .bool(false) }
         else if let d = Double(word) { self = .number(d) }
-        else if word.contains("/") {
-            self = .array(word.split(separator: "/", omittingEmptySubsequences: false).map { JSONValue(commandLine: String($0)) })
-        } else { self = .string(word) }
+        else {
+            let items = word.split(separator: "/", omittingEmptySubsequences: false)
+            self = items.count > 1 ? .array(items.map { JSONValue(commandLine: String($0)) }) : .string(word)
+        }
     }
 }

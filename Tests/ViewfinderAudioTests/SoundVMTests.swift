@@ -121,9 +121,10 @@ struct SoundVMTests {
         var playerUnderruns = 0
         /// Clicks the player gave a time while the movie was recorded.
         var timedClicks = 0
-        /// The clicks that must be found: every timed one but those that fell into lost audio
-        /// (one per lost second, rounded up) and two at the ends.
-        var expectedClicks: Int { timedClicks - 2 - Int((Double(stats.framesLost) / 48000).rounded(.up)) }
+        /// The clicks that must be found: every timed one but those that fell into lost audio (a
+        /// gap of g seconds holds at most ⌈g⌉ clicks: one per overrun and one per lost second) and
+        /// two at the ends.
+        var expectedClicks: Int { timedClicks - 2 - Int(stats.overruns) - Int((Double(stats.framesLost) / 48000).rounded(.up)) }
     }
 
     /// Clicks played into the loopback while vivid video and the loopback's other end are
