@@ -184,6 +184,22 @@ func patternSession(_ device: String, output: (any CaptureOutput)? = nil) throws
         #expect(log.descriptions == ["did start running", "did stop running"])
     }
 
+    /// Runs so short (one frame, not paced) that the engine ends while `startRunning` is still
+    /// returning: the handlers must still see the start before the stop, each once. CI saw
+    /// ["did stop running", "did start running"] once (27 Nov, the test above, under load).
+    @Test func aRunThatEndsAtOnceIsStillReportedStartThenStop() throws {
+        var outOfOrder = 0
+        for _ in 0..<200 {
+            let session = try patternSession("pattern:width=16,height=16,frames=1")
+            let log = EventLog(session)
+            try session.startRunning()
+            #expect(log.wait { $0.contains("did stop running") }, "events: \(log.descriptions)")
+            session.stopRunning()
+            if log.descriptions != ["did start running", "did stop running"] { outOfOrder += 1 }
+        }
+        #expect(outOfOrder == 0, "\(outOfOrder) of 200 runs reported out of order")
+    }
+
     /// A frame delegate reads the session while another thread stops it.
     @Test func outputDelegatesMayReadTheSessionWhileItStops() throws {
         let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)

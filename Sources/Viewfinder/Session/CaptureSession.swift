@@ -376,10 +376,14 @@ public final class CaptureSession: @unchecked Sendable {
         // The microphone runs as long as the video: the video engine's end stops it (after the
         // movie had the sound of its last frames), then every run that started reports its end
         // once, whoever ended it.
+        // A short run (a finite source, unpaced) can end before this thread has posted its start:
+        // the end is then posted here, after the start, so that the handlers always see start
+        // before stop (a run of 25 pattern frames ended first in CI, 27 Nov).
         let audioRun = self.audioRun
+        let order = LockedBox<(started: Bool, finished: Bool)>((false, false))
         e.onFinish = {
             CaptureSession.stopAudio(audio, run: audioRun)
-            hub.post(.didStopRunning)
+            if order.withLock({ o in o.finished = true; return o.started }) { hub.post(.didStopRunning) }
         }
         try startAudio(audio, hub: hub)
         do { try e.start() } catch {
@@ -389,6 +393,7 @@ public final class CaptureSession: @unchecked Sendable {
         engine = e
         lastStatistics = e.statistics
         hub.post(.didStartRunning)
+        if order.withLock({ o in o.started = true; return o.finished }) { hub.post(.didStopRunning) }
     }
 
     /// The first stage of the chain: the stages the provider makes for the device's modes, rebuilt
