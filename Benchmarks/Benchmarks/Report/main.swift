@@ -83,6 +83,13 @@ if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLin
     // A loop to run under a sampling profiler: `--profile stabilise-yuyv` (perf record -e cpu-clock).
     let what = CommandLine.arguments[i + 1]
     let fmt: PixelFormat = what.hasSuffix("grey") ? .grey : what.hasSuffix("nv12") ? .nv12 : .yuyv
+    if what.hasPrefix("stabilise-only") {
+        // The stage alone (look-ahead 15, no copy), nothing else in the profile; under callgrind
+        // fewer iterations (VF_PROFILE_ITERATIONS).
+        let n = ProcessInfo.processInfo.environment["VF_PROFILE_ITERATIONS"].flatMap { Int($0) } ?? 1000
+        print(StageBenchmarks.stabilise(pixelFormat: fmt, iterations: n))
+        exit(0)
+    }
     for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: fmt, iterations: 400) where r.name.contains(what.hasPrefix("warp") ? "warp, all planes (" : "stabil") { print(r) }
     exit(0)
 }

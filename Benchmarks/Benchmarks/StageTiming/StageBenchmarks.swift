@@ -107,35 +107,49 @@ public enum StageBenchmarks {
             // Look-ahead 15 copying and not; 45 (the recording setting since 25 Nov: a longer
             // window for the planner's plan, 46 -> 76 variables) not copying.
             for (spare, lookahead) in [(false, 15), (true, 15), (true, 45)] {
-                var o = StabiliseOptions()
-                o.lookahead = lookahead
-                let st = StabiliseStage(options: o)
-                var c = context
-                if spare { c.sourceBuffers = lookahead + 49; c.buffersNeeded = lookahead + 25 }
-                // The stage runs in a chain of its own, which keeps its holds (a stage holds a
-                // given frame once at a time, so the look-ahead gets distinct frames).
-                let chain = StageChain(stages: [st], drops: DropCounters())
-                try? chain.prepare(format: format, context: c) { _ in }
-                let frames: [Frame] = (0..<(o.lookahead + 9)).map { i in
-                    let f = Frame(capacity: format.maxByteCount, format: format)
-                    let src = i % 2 == 0 ? frame : other
-                    f.copyAttributes(from: src)
-                    f.data.copyMemory(from: src.data, byteCount: format.maxByteCount)
-                    return f
-                }
-                var next = 0
-                let step = {
-                    _ = chain.submit(frames[next])
-                    next = (next + 1) % frames.count
-                }
-                // Fill the look-ahead first: only then does every call estimate, copy and warp.
-                for _ in 0..<(o.lookahead + 2) { step() }
-                out.append(Result(name: "stabilise stage per frame, look-ahead \(lookahead), \(spare ? "no copy" : "copying") (\(pixelFormat))", milliseconds: median(iterations, step)))
-                chain.finish()
+                out.append(stabilise(frame, other, lookahead: lookahead, spareBuffers: spare, iterations: iterations))
             }
         }
         if sink == 12345.678 { out.append(Result(name: "unlikely", milliseconds: sink)) }
         return out
+    }
+    /// The whole stabilise stage per frame on two alternating textured frames, copying incoming
+    /// frames (a source with few buffers) or not (the session gave the source buffers to spare).
+    public static func stabilise(width: Int = 1920, height: Int = 1080, pixelFormat: PixelFormat = .yuyv,
+                                 lookahead: Int = 15, spareBuffers: Bool = true, iterations: Int = 50) -> Result {
+        let format = FrameFormat(pixelFormat, width: width, height: height)
+        return stabilise(makeFrame(format), makeFrame(format, shiftX: 3, shiftY: 2), lookahead: lookahead,
+                         spareBuffers: spareBuffers, iterations: iterations)
+    }
+
+    static func stabilise(_ frame: Frame, _ other: Frame, lookahead: Int, spareBuffers spare: Bool, iterations: Int) -> Result {
+        let format = frame.format
+        var o = StabiliseOptions()
+        o.lookahead = lookahead
+        let st = StabiliseStage(options: o)
+        var c = StageContext(format: format, frameIntervalNanoseconds: 33_333_333)
+        if spare { c.sourceBuffers = lookahead + 49; c.buffersNeeded = lookahead + 25 }
+        // The stage runs in a chain of its own, which keeps its holds (a stage holds a
+        // given frame once at a time, so the look-ahead gets distinct frames).
+        let chain = StageChain(stages: [st], drops: DropCounters())
+        try? chain.prepare(format: format, context: c) { _ in }
+        let frames: [Frame] = (0..<(o.lookahead + 9)).map { i in
+            let f = Frame(capacity: format.maxByteCount, format: format)
+            let src = i % 2 == 0 ? frame : other
+            f.copyAttributes(from: src)
+            f.data.copyMemory(from: src.data, byteCount: format.maxByteCount)
+            return f
+        }
+        var next = 0
+        let step = {
+            _ = chain.submit(frames[next])
+            next = (next + 1) % frames.count
+        }
+        // Fill the look-ahead first: only then does every call estimate, copy and warp.
+        for _ in 0..<(o.lookahead + 2) { step() }
+        let r = Result(name: "stabilise stage per frame, look-ahead \(lookahead), \(spare ? "no copy" : "copying") (\(format.pixelFormat))", milliseconds: median(iterations, step))
+        chain.finish()
+        return r
     }
 }
 

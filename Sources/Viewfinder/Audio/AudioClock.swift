@@ -117,8 +117,8 @@ public struct AudioClockEstimator: Sendable {
 
     /// One least-squares pass: a slope shared by the long segments, each around its own centre.
     /// Points whose residual (from `fit`) is larger than `limit` are left out. Also sets
-    /// the current segment's centre.
-    private mutating func pass(limit: Double) -> (slope: Double?, qualifying: Bool) {
+    /// the current segment's centre. Nil when no long segment gives a slope.
+    private mutating func pass(limit: Double) -> Double? {
         let cap = positions.count
         var sxy = 0.0, sxx = 0.0, longSpan = 0.0
         var i = 0
@@ -145,8 +145,8 @@ public struct AudioClockEstimator: Sendable {
             if j == count { meanP = mp; meanT = mt }
             i = j
         }
-        guard longSpan > 0, sxy > 0 else { return (nil, false) }
-        return (sxx / sxy, true)
+        guard longSpan > 0, sxy > 0 else { return nil }
+        return sxx / sxy
     }
 
     /// Residuals of every point against the current rate, around its segment's median offset;
@@ -165,8 +165,7 @@ public struct AudioClockEstimator: Sendable {
         }
         for k in 0..<count { scratch[k] = abs(residuals[(head + k) % cap]) }
         let sigma = 1.4826 * Self.median(&scratch, count)
-        let (fitted, ok) = pass(limit: max(0.002, 4 * sigma))
-        if ok, let fitted, abs(fitted / nominalRate - 1) <= 0.02 { rate = fitted } else { rate = nominalRate }
+        if let fitted = pass(limit: max(0.002, 4 * sigma)), abs(fitted / nominalRate - 1) <= 0.02 { rate = fitted } else { rate = nominalRate }
     }
 
     /// The median of `values[0..<n]` (reordering them), by selection: no allocation, O(n).
