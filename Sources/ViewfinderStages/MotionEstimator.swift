@@ -71,9 +71,11 @@ public enum Pyramid {
 /// Conventions as `SimulationTruth`: positive dx/dy move the content right/down, a positive
 /// angle turns it counter-clockwise as seen.
 ///
-/// Luma is reduced to a pyramid (1/2, 1/4, 1/8). Blocks are placed on the previous frame's most
+/// Luma is reduced to a pyramid (1/2, 1/4, 1/8; and 1/16 on pictures 1600 px wide or more).
+/// Blocks are placed on the previous frame's most
 /// textured places (corners first). Their SAD surfaces, summed, give a robust coarse shift at 1/8,
-/// refined at 1/4 the same way and then by one similarity over all blocks at 1/4, whose
+/// refined at 1/4 the same way and then by one similarity over all blocks at 1/4 (on pictures
+/// 1600 px wide or more found first at 1/16 and 1/8, where a turn moves them fewer pixels), whose
 /// translation is searched once more at 1/2 on pictures under 1600 px wide (each block's window
 /// placed by the similarity); each block is
 /// then refined by Lucas–Kanade at 1/4, 1/2 and full resolution from the similarity's
@@ -81,7 +83,7 @@ public enum Pyramid {
 /// (translation, rotation, scale) is fitted to the block displacements by least squares, outliers
 /// are rejected and the fit repeated. Then the similarity is refined over every textured pixel of
 /// the picture, coarse to fine (a dense step): always on pictures under 1600 px wide, and
-/// where few blocks are textured both ways on larger ones. Under 1600 px wide, a result that
+/// where few blocks are textured both ways on larger ones (down to 1/2 there). Under 1600 px wide, a result that
 /// costs well above the recent frames' (a wrong basin: a sky with a few thin cables, shaken
 /// quickly) is checked against a scan of translations at 1/2 resolution. Everything is
 /// preallocated when the size is known.
@@ -140,8 +142,9 @@ public final class MotionEstimator {
         self.width = width
         self.height = height
         let w2 = width / 2, h2 = height / 2
-        prev = [GreyImage(width: w2, height: h2), GreyImage(width: w2 / 2, height: h2 / 2), GreyImage(width: w2 / 4, height: h2 / 4)]
-        cur = [GreyImage(width: w2, height: h2), GreyImage(width: w2 / 2, height: h2 / 2), GreyImage(width: w2 / 4, height: h2 / 4)]
+        // 1/2, 1/4, 1/8, and 1/16 (made on pictures at least ``halfSearchBelowWidth`` wide only).
+        prev = [GreyImage(width: w2, height: h2), GreyImage(width: w2 / 2, height: h2 / 2), GreyImage(width: w2 / 4, height: h2 / 4), GreyImage(width: w2 / 8, height: h2 / 8)]
+        cur = [GreyImage(width: w2, height: h2), GreyImage(width: w2 / 2, height: h2 / 2), GreyImage(width: w2 / 4, height: h2 / 4), GreyImage(width: w2 / 8, height: h2 / 8)]
         // Candidate block centres at 1/2 resolution: a grid twice as dense each way as the blocks,
         // over the picture less a margin (4 % and the blocks' own reach). Each frame the blocks
         // go to the most textured candidates (``selectBlocks()``); until then, to an even grid.
@@ -181,6 +184,7 @@ public final class MotionEstimator {
         Pyramid.halve(luma, into: cur[0])
         Pyramid.halve(cur[0], into: cur[1])
         Pyramid.halve(cur[1], into: cur[2])
+        if width >= halfSearchBelowWidth { Pyramid.halve(cur[2], into: cur[3]) }
         defer {
             hasPrevious = true
             selectBlocks()
@@ -314,9 +318,29 @@ public final class MotionEstimator {
         // below starts from the similarity's displacement at its own centre. A step further than
         // the search's own precision is not trusted.
         var seed = (tx: gx, ty: gy, theta: 0.0, k: 0.0)
-        if n > 0, let j = jointSimilarity(seed, iterations: 2),
-           abs(j.tx - gx) <= 4, abs(j.ty - gy) <= 4, abs(j.theta) < 0.05, abs(j.k) < 0.05 {
+        // On pictures 1600 px wide or more the same similarity first at 1/16 and 1/8: a turn
+        // moves the blocks by three times as many pixels at 1080p as at 640x360. At 1/4 a frame
+        // turned by 1.2° or more puts the outer blocks 5 px or more from where the shift alone
+        // puts them, beyond where Gauss–Newton on a 13 × 13 window converges, and the summed
+        // searches, which assume one shift for all blocks, land up to 15 px off. (At 1920x1080,
+        // real photographs under 1° rotation shake: 2.4 px error per frame before, every frame
+        // turned by 1.2° or more wrong by 4–10 px.) The coarse similarity must stay within the
+        // 1/8 search's reach of its shift, and the 1/4 step within 4 px of where it starts.
+        var start = seed, coarseSimilarity = false
+        if n > 0, width >= halfSearchBelowWidth {
+            for level in [3, 2] {
+                if let j = jointSimilarity(start, level: level, iterations: 4),
+                   abs(j.tx - gx) <= 24, abs(j.ty - gy) <= 24, abs(j.theta) < 0.1, abs(j.k) < 0.05 {
+                    start = j
+                    coarseSimilarity = true
+                }
+            }
+        }
+        if n > 0, let j = jointSimilarity(start, level: 1, iterations: coarseSimilarity ? 3 : 2),
+           abs(j.tx - start.tx) <= 4, abs(j.ty - start.ty) <= 4, abs(j.theta) < (coarseSimilarity ? 0.1 : 0.05), abs(j.k) < 0.05 {
             seed = j
+        } else if coarseSimilarity {
+            seed = start
         }
         // 1c. The summed SAD search once more at 1/2, each block's window centred where the
         // similarity puts it (so rotation does not smear the sum), for a common shift of ±12 px:
@@ -383,7 +407,11 @@ public final class MotionEstimator {
         var confidence = min(1, Double(inliers) / 12)
         // 4. Every pixel with texture, coarse to fine (``denseRefine``): on every frame of a
         // picture under 1600 px wide (1/8, 1/4, 1/2 and full resolution), and on larger ones
-        // where fewer than 16 blocks are textured both ways (1/8 and 1/4). Where the texture is
+        // where fewer than 16 blocks are textured both ways (1/8, 1/4 and 1/2: at 1920x1080 the
+        // 1/2 level is finer than 640x360's full resolution; stopping at 1/4 left lomiri's
+        // Bridge 0.29 / 0.58 / 0.56 px off per frame still / in a 12 px/frame pan / under slowly
+        // decaying shake, against 0.07 / 0.08 / 0.06 px with it, for about 2.5 ms more per
+        // frame on such pictures only). Where the texture is
         // a few places (a kite and clouds in a blue sky, soft clouds over a guard rail, cables
         // across a sky) the blocks cluster on them and rotation and the shift along edges are
         // guessed; all the picture's textured pixels pin them down. Error per frame at 640x360
@@ -393,7 +421,7 @@ public final class MotionEstimator {
         var denseUsed = 0
         if strong < 16 || width < halfSearchBelowWidth {
             // Under 1600 px wide both full-resolution frames are kept (``estimate``).
-            let finest = width < halfSearchBelowWidth ? -1 : 1
+            let finest = width < halfSearchBelowWidth ? -1 : 0
             // One pixel per 4 × 4 cell; at full resolution per `fullResolutionCell` square.
             for level in stride(from: 2, through: finest, by: -1) {
                 selectDensePixels(level < 0 ? prevFull! : prev[level], minGradient2: level < 0 ? 2 * Self.denseMinGradient2 : Self.denseMinGradient2,
@@ -959,11 +987,13 @@ public final class MotionEstimator {
     }
 
     /// A similarity (full-resolution units, about the picture centre) refined from `f0` by
-    /// Gauss–Newton over the textured blocks at 1/4 (13 × 13 windows, the tensors
-    /// ``selectBlocks()`` measured). Without rotation and scale when the blocks cannot tell them
-    /// apart. Nil when fewer than three blocks have texture and stay inside the picture.
-    private func jointSimilarity(_ f0: Similarity, iterations: Int) -> Similarity? {
-        let a = prev[1], b = cur[1], scale = 4.0, half = half2 / 2
+    /// Gauss–Newton over the textured blocks at pyramid `level` (1: 1/4, 2: 1/8, 3: 1/16; 13 × 13
+    /// windows; at 1/4 the tensors ``selectBlocks()`` measured, measured here at the others).
+    /// Without rotation and scale when the blocks cannot tell them apart. Nil when fewer than
+    /// three blocks have texture and stay inside the picture.
+    private func jointSimilarity(_ f0: Similarity, level: Int = 1, iterations: Int) -> Similarity? {
+        let a = prev[level], b = cur[level], scale = Double(2 << level), half = half2 / 2
+        let down = 1 << level  // block centres are at 1/2
         let w = a.width, n = 2 * half + 1
         let npx = Float(n * n)
         // Positions in units of 1000 full-resolution pixels keep the normal equations balanced.
@@ -974,10 +1004,10 @@ public final class MotionEstimator {
             var eq = NormalEquations4()
             var used = 0
             for (i, c) in centres.enumerated() {
-                let x = c.x / 2, y = c.y / 2
+                let x = c.x / down, y = c.y / down
                 guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { continue }
                 let t = UnsafePointer(a.pixels + ((y &- half) &* w &+ x &- half))
-                let (gxx, gxy, gyy) = blockTensors[i]
+                let (gxx, gxy, gyy) = level == 1 ? blockTensors[i] : Self.tensor(t, rowStride: w, size: n)
                 guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { continue }
                 // The similarity's displacement at the block's centre, in this level's pixels.
                 let pcx = Double(x) - lcx, pcy = Double(y) - lcy

@@ -108,19 +108,21 @@ struct CameraMotion: Sendable {
     ]
 }
 
-/// A photograph as three full-resolution planes (Y, U, V) of 1600x900, decoded by FFmpeg.
+/// A photograph as three full-resolution planes (Y, U, V) of 1600x900 (times `scale`), decoded by
+/// FFmpeg.
 struct SourcePicture {
-    static let w = 1600, h = 900
+    let w: Int, h: Int
     var planes: [[UInt8]]
 
-    init?(photo: String, cache: String) {
-        let raw = "\(cache).yuv444"
+    init?(photo: String, cache: String, scale: Int = 1) {
+        w = 1600 * scale; h = 900 * scale
+        let raw = scale == 1 ? "\(cache).yuv444" : "\(cache)-x\(scale).yuv444"
         if !FileManager.default.fileExists(atPath: raw) {
-            let (c, _) = shell("ffmpeg -hide_banner -loglevel error -y -i '\(photo)' -vf scale=\(Self.w):\(Self.h):force_original_aspect_ratio=increase,crop=\(Self.w):\(Self.h) -pix_fmt yuv444p -f rawvideo '\(raw)'")
+            let (c, _) = shell("ffmpeg -hide_banner -loglevel error -y -i '\(photo)' -vf scale=\(w):\(h):force_original_aspect_ratio=increase,crop=\(w):\(h) -pix_fmt yuv444p -f rawvideo '\(raw)'")
             guard c == 0 else { return nil }
         }
-        guard let d = FileManager.default.contents(atPath: raw), d.count == 3 * Self.w * Self.h else { return nil }
-        let n = Self.w * Self.h
+        guard let d = FileManager.default.contents(atPath: raw), d.count == 3 * w * h else { return nil }
+        let n = w * h
         let bytes = [UInt8](d)
         planes = (0..<3).map { Array(bytes[($0 * n)..<(($0 + 1) * n)]) }
     }
@@ -128,22 +130,25 @@ struct SourcePicture {
     /// Bilinear sample of plane `p` at (x, y), edges replicated.
     @inline(__always)
     func sample(_ p: Int, _ x: Double, _ y: Double) -> Double {
-        let xc = min(max(x, 0), Double(Self.w - 1) - 1e-6), yc = min(max(y, 0), Double(Self.h - 1) - 1e-6)
+        let xc = min(max(x, 0), Double(w - 1) - 1e-6), yc = min(max(y, 0), Double(h - 1) - 1e-6)
         let x0 = Int(xc), y0 = Int(yc)
         let fx = xc - Double(x0), fy = yc - Double(y0)
         let pl = planes[p]
-        let i = y0 * Self.w + x0
-        let a = Double(pl[i]), b = Double(pl[i + 1]), c = Double(pl[i + Self.w]), d = Double(pl[i + Self.w + 1])
+        let i = y0 * w + x0
+        let a = Double(pl[i]), b = Double(pl[i + 1]), c = Double(pl[i + w]), d = Double(pl[i + w + 1])
         return (a + (b - a) * fx) * (1 - fy) + (c + (d - c) * fx) * fy
     }
 }
 
-/// Films `picture` along `motion` into an I420 640x360 Y4M of `frames` frames.
+/// Films `picture` along `motion` into an I420 640x360 Y4M of `frames` frames; with `scale` s,
+/// 640s x 360s with every motion and shake in pixels times s (the same camera at a higher
+/// resolution: the picture `SourcePicture(…, scale: s)`).
 /// Returns the content's true displacement per frame (x, y in pixels, angle in radians; the
 /// camera's pose negated).
 @discardableResult
-func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String) throws -> (x: [Double], y: [Double], a: [Double], zoom: [Double]) {
-    let ow = 640, oh = 360
+func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String, scale: Int = 1) throws -> (x: [Double], y: [Double], a: [Double], zoom: [Double]) {
+    let ow = 640 * scale, oh = 360 * scale
+    let k = Double(scale)
     let fmt = FrameFormat(.i420, width: ow, height: oh)
     let w = try Y4MWriter(path: path, format: fmt, interval: FrameInterval(numerator: 1, denominator: 30))
     defer { w.close() }
@@ -153,12 +158,12 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
         let innovation = sigma * (1 - a * a).squareRoot()
         return (0..<frames).map { _ in v = a * v + innovation * rng.gaussian(); return v }
     }
-    let sx = ar(motion.shakeA, motion.shakeSigma), sy = ar(motion.shakeA, motion.shakeSigma)
+    let sx = ar(motion.shakeA, motion.shakeSigma * k), sy = ar(motion.shakeA, motion.shakeSigma * k)
     let sa = ar(motion.shakeA, motion.rotationSigmaDegrees * Double.pi / 180)
     // Centre the intended path in the picture.
-    let poses = (0..<frames).map { motion.intended($0) }
-    let cx = Double(SourcePicture.w) / 2 - ((poses.map(\.x).min()! + poses.map(\.x).max()!) / 2)
-    let cy = Double(SourcePicture.h) / 2 - ((poses.map(\.y).min()! + poses.map(\.y).max()!) / 2)
+    let poses = (0..<frames).map { t in let p = motion.intended(t); return (x: p.x * k, y: p.y * k, zoom: p.zoom) }
+    let cx = Double(picture.w) / 2 - ((poses.map(\.x).min()! + poses.map(\.x).max()!) / 2)
+    let cy = Double(picture.h) / 2 - ((poses.map(\.y).min()! + poses.map(\.y).max()!) / 2)
     let frame = Frame(capacity: fmt.maxByteCount, format: fmt)
     frame.bytesUsed = fmt.maxByteCount
     let y = frame.data.assumingMemoryBound(to: UInt8.self)
@@ -197,15 +202,18 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
 /// The estimator on one photograph and motion of the set, frame by frame against the truth.
 func diagnoseMotion(_ photo: String, motion: Int) throws {
     let cacheName = URL(fileURLWithPath: photo).path.replacingOccurrences(of: "/", with: "_")
-    guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag-\(cacheName)") else { print("not decoded"); return }
-    let path = "/tmp/viewfinder-stab-motions/diag.y4m"
     // VF_DIAG_FRAMES / VF_DIAG_SEED: a longer or another filming (the report's own runs use 120
-    // frames and seeds from 101 on, in order of photograph and motion).
+    // frames and seeds from 101 on, in order of photograph and motion); VF_STAB_SCALE=3: at
+    // 1920x1080, as the report's.
     let env = ProcessInfo.processInfo.environment
-    let truth = try filmMotion(picture, CameraMotion.all[motion], frames: Int(env["VF_DIAG_FRAMES"] ?? "") ?? 60, seed: UInt64(env["VF_DIAG_SEED"] ?? "") ?? 1, to: path)
+    let scale = max(1, env["VF_STAB_SCALE"].flatMap { Int($0) } ?? 1)
+    _ = shell("mkdir -p /tmp/viewfinder-stab-motions")
+    guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag-\(cacheName)", scale: scale) else { print("not decoded"); return }
+    let path = "/tmp/viewfinder-stab-motions/diag.y4m"
+    let truth = try filmMotion(picture, CameraMotion.all[motion], frames: Int(env["VF_DIAG_FRAMES"] ?? "") ?? 60, seed: UInt64(env["VF_DIAG_SEED"] ?? "") ?? 1, to: path, scale: scale)
     let r = try Y4MReader(path: path)
     let pool = r.makePool(count: 2)
-    let est = MotionEstimator(width: 640, height: 360)
+    let est = MotionEstimator(width: r.format.width, height: r.format.height)
     var t = 0, se = 0.0, spent = Duration.zero
     while let lease = pool.lease() {
         guard try r.read(into: lease.frame), let l = LumaView(lease.frame) else { break }
@@ -276,8 +284,14 @@ func runStabiliseMotions(quick: Bool) throws {
         photos = allPhotos.filter { names.contains($0.name) }
     }
     let motionFilter = env["VF_STAB_MOTIONS"].map { Set($0.split(separator: ",").compactMap { Int($0) }) }
-    let peers = hasVidstab && env["VF_STAB_PEERS"] != "0"
+    let peers = hasVidstab && env["VF_STAB_PEERS"] != "0" && env["VF_STAB_REGISTER"] != "0"
     let frames = quick ? 120 : 180
+    // VF_STAB_SCALE=3: the same camera at 1920x1080 (2: 1280x720), motions and shake in pixels
+    // scaled with it, from the photograph at 3x the size; VF_STAB_REGISTER=0: only the exact
+    // measure (no registration of the outputs: much faster at 1080p; no peers then).
+    let scale = max(1, env["VF_STAB_SCALE"].flatMap { Int($0) } ?? 1)
+    let register = env["VF_STAB_REGISTER"] != "0"
+    if scale != 1 { print("  at \(640 * scale)x\(360 * scale): motions and shake times \(scale)") }
     let dir = env["VF_STAB_DIR"] ?? "/tmp/viewfinder-stab-motions"
     _ = shell("mkdir -p \(dir)")
     // VF_STAB_LOOKAHEADS=0,5,15,45: the stage's look-aheads run (the three by default).
@@ -292,23 +306,23 @@ func runStabiliseMotions(quick: Bool) throws {
     var intendedFloor: [Int: [Double]] = [:]
     var seed: UInt64 = 100
     for photo in photos {
-        guard let picture = SourcePicture(photo: photo.path, cache: "\(dir)/\(photo.name)") else { print("  \(photo.name): not decoded"); continue }
+        guard let picture = SourcePicture(photo: photo.path, cache: "\(dir)/\(photo.name)", scale: scale) else { print("  \(photo.name): not decoded"); continue }
         print("  \(photo.name) (\(photo.package))")
         for (mi, motion) in CameraMotion.all.enumerated() {
             seed += 1
             if let motionFilter, !motionFilter.contains(mi) { continue }
             let input = "\(dir)/in.y4m"
-            let truth = try filmMotion(picture, motion, frames: frames, seed: seed, to: input)
-            let inL = try readLumas(input)
-            let mIn = measure(inL, input: inL)
-            inputITF[mi, default: []].append(interFrameFidelity(inL))
+            let truth = try filmMotion(picture, motion, frames: frames, seed: seed, to: input, scale: scale)
+            let inL = register ? try readLumas(input) : []
+            let mIn = register ? measure(inL, input: inL) : JitterReport(translation: 0, rotation: 0, borderFraction: 0, kept: 1, frames: 0)
+            inputITF[mi, default: []].append(register ? interFrameFidelity(inL) : 0)
             var outputs: [(String, String)] = []
             var truthLine = ""
             for (li, la) in lookaheads.enumerated() {
                 let out = "\(dir)/ours-\(la).y4m"
                 var corr: [MotionEstimate] = []
                 _ = try runOurStabiliser(input: input, output: out, copyFrames: .never, lookahead: la, corrections: &corr)
-                outputs.append((labels[li], out))
+                if register { outputs.append((labels[li], out)) }
                 // Exact for our stage: the output shows the content at the filmed truth moved by
                 // the stage's correction, so its path needs no registration.
                 let tj = truthBasedJitter(truth, corr)
@@ -335,7 +349,7 @@ func runStabiliseMotions(quick: Bool) throws {
             // The floor of a stabiliser that shows exactly the intended motion: a pan's own start
             // and stop count as jitter in this measure.
             // (None where the intended motion is itself to be removed.)
-            let ix = (0..<frames).map { motion.intended($0).x }, iy = (0..<frames).map { motion.intended($0).y }
+            let ix = (0..<frames).map { motion.intended($0).x * Double(scale) }, iy = (0..<frames).map { motion.intended($0).y * Double(scale) }
             let floor = motion.intendedIsJitter ? 0 : (highFrequencyRMS(ix) + highFrequencyRMS(iy)) / max(highFrequencyRMS(truth.x) + highFrequencyRMS(truth.y), 1e-9) * 100
             intendedFloor[mi, default: []].append(floor)
             print(line + " | ours from truth:" + truthLine + String(format: " | showing the intended motion exactly: %.1f %%", floor))
