@@ -455,7 +455,11 @@ public final class MotionEstimator {
             // in one frame), and at it the right translation is no minimum of the scan
             // (`viewfinder-report --diagnose-motion`: frames 11 and 29 ended 5.4 and 2.0 px off
             // with costs 2.5 and 1.8 times the truth's).
-            if let b = best, width < halfSearchBelowWidth {
+            // On pictures 1600 px wide or more the scan runs at 1/4 (±40 px): the shake and the
+            // pans are three times as many pixels at 1080p as at 640x360 (Bridge filmed at
+            // 1080p in a 12 px/frame pan: frames 10 px off in wrong basins, 2.6 px RMS).
+            if let b = best {
+                let scanLevel = width < halfSearchBelowWidth ? 0 : 1
                 // Until five frames have been solved there is no floor yet: scanned always.
                 let floor = recentDenseCostMedian()
                 if floor == 0 || b.cost > 1.25 * floor {
@@ -463,9 +467,9 @@ public final class MotionEstimator {
                     let turnsOrZooms = (abs(b.f.theta) + abs(b.f.k)) * Double(max(width, height)) / 2 > 1
                     for pass in 0..<(turnsOrZooms ? 2 : 1) {
                         let theta = pass == 0 ? b.f.theta : 0, k = pass == 0 ? b.f.k : 0
-                        for start in translationScan(theta: theta, k: k, radius: 10) {
-                            if pass == 0 && abs(start.tx - b.f.tx) + abs(start.ty - b.f.ty) < 1.5 { continue }
-                            guard let r = denseCoarseToFine(from: start, coarsest: 0, finest: finest) else { continue }
+                        for start in translationScan(theta: theta, k: k, radius: 10, level: scanLevel) {
+                            if pass == 0 && abs(start.tx - b.f.tx) + abs(start.ty - b.f.ty) < 1.5 * Double(1 << scanLevel) { continue }
+                            guard let r = denseCoarseToFine(from: start, coarsest: scanLevel, finest: finest) else { continue }
                             if r.cost < 0.97 * best!.cost { best = r }
                         }
                     }
@@ -731,8 +735,9 @@ public final class MotionEstimator {
     /// (every n-th; pixels moved out of the picture count as in ``penalisedCost(sum:used:count:)``),
     /// rotation and scale held; the three lowest local minima, best first, as full-resolution
     /// similarities.
-    private func translationScan(theta: Double, k: Double, radius: Int) -> [Similarity] {
-        let all = densePoints[1]
+    private func translationScan(theta: Double, k: Double, radius: Int, level: Int = 0) -> [Similarity] {
+        let all = densePoints[level + 1]
+        let scale = Float(2 << level)
         guard all.count >= 24, radius <= 10 else { return [] }
         let step = max(1, all.count / 600)
         scanPoints.removeAll()
@@ -743,7 +748,7 @@ public final class MotionEstimator {
         let side = 2 * radius + 1, n = scanPoints.count
         for j in 0..<side {
             for i in 0..<side {
-                let pass = densePassSums(scanPoints, in: cur[0], scale: 2, tx: Float(i - radius), ty: Float(j - radius), theta: Float(theta), k: Float(k),
+                let pass = densePassSums(scanPoints, in: cur[level], scale: scale, tx: Float(i - radius), ty: Float(j - radius), theta: Float(theta), k: Float(k),
                                          huber: 4, sums: nil)
                 scanCosts[j * side + i] = Self.penalisedCost(sum: pass.cost, used: pass.used, count: n)
             }
@@ -764,7 +769,7 @@ public final class MotionEstimator {
         }
         scanStarts.removeAll(keepingCapacity: true)
         for r in 0..<3 where cost[r].isFinite {
-            scanStarts.append((tx: Double(2 * (at[r] % side - radius)), ty: Double(2 * (at[r] / side - radius)), theta: theta, k: k))
+            scanStarts.append((tx: Double(scale) * Double(at[r] % side - radius), ty: Double(scale) * Double(at[r] / side - radius), theta: theta, k: k))
         }
         return scanStarts
     }
