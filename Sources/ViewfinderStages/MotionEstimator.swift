@@ -71,21 +71,22 @@ public enum Pyramid {
 /// Conventions as `SimulationTruth`: positive dx/dy move the content right/down, a positive
 /// angle turns it counter-clockwise as seen.
 ///
-/// Luma is reduced to a pyramid (1/2, 1/4, 1/8; and 1/16 on pictures 1600 px wide or more).
+/// Luma is reduced to a pyramid (1/2, 1/4, 1/8; and 1/16 on pictures 1200 px wide or more).
 /// Blocks are placed on the previous frame's most
 /// textured places (corners first). Their SAD surfaces, summed, give a robust coarse shift at 1/8,
 /// refined at 1/4 the same way and then by one similarity over all blocks at 1/4 (on pictures
-/// 1600 px wide or more found first at 1/16 and 1/8, where a turn moves them fewer pixels), whose
-/// translation is searched once more at 1/2 on pictures under 1600 px wide (each block's window
+/// 1200 px wide or more found first at 1/16 and 1/8, where a turn moves them fewer pixels), whose
+/// translation is searched once more at 1/2 on pictures under 1200 px wide (each block's window
 /// placed by the similarity); each block is
 /// then refined by Lucas–Kanade at 1/4, 1/2 and full resolution from the similarity's
 /// displacement at its centre; blocks without texture are skipped. A similarity
 /// (translation, rotation, scale) is fitted to the block displacements by least squares, outliers
 /// are rejected and the fit repeated. Then the similarity is refined over every textured pixel of
-/// the picture, coarse to fine (a dense step): always on pictures under 1600 px wide, and
-/// where few blocks are textured both ways on larger ones (down to 1/2 there). Under 1600 px wide, a result that
-/// costs well above the recent frames' (a wrong basin: a sky with a few thin cables, shaken
-/// quickly) is checked against a scan of translations at 1/2 resolution. Everything is
+/// the picture, coarse to fine (a dense step): always on pictures under 1200 px wide, and
+/// where few blocks are textured both ways on larger ones (down to 1/2 there). A dense result
+/// that costs well above the recent frames' (a wrong basin: a sky with a few thin cables, shaken
+/// quickly) is checked against a scan of translations at 1/2 resolution (at 1/4 on pictures
+/// 1200 px wide or more). Everything is
 /// preallocated when the size is known.
 public final class MotionEstimator {
     /// A similarity in full-resolution pixels about the picture centre: displacement
@@ -129,11 +130,17 @@ public final class MotionEstimator {
     let sadRange = 7
     /// Range of the 1/2-resolution search around the similarity (1c in ``match``), pixels at 1/2.
     let halfSearchRange = 6
-    /// The 1/2-resolution search runs on pictures narrower than this. Its use is where the 1/4
-    /// level is small (160 px wide at 640x360) and thin edges vanish from it; at 1080p the 1/4
-    /// level is already 480 px wide, and the search would cost about 0.6 ms per frame (it costs
-    /// under 0.1 ms at 640x360).
-    let halfSearchBelowWidth = 1600
+    /// The small pictures' path — the 1/2-resolution search, the dense step on every frame down
+    /// to full resolution, the wrong-basin scan at 1/2 — runs on pictures narrower than this;
+    /// wider ones take the large pictures' (the similarity from 1/16, the dense step only where
+    /// few blocks have texture both ways and only down to 1/2, the scan at 1/4). The 1/2 search
+    /// is of use where the 1/4 level is small (160 px wide at 640x360) and thin edges vanish
+    /// from it. The small path's cost grows with the area: at 1280x720 it cost 9.6–12.7 ms per
+    /// frame (`VF_STAB_SCALE=2 viewfinder-report --diagnose-motion`, Bridge and Dragonfly, 60
+    /// frames), the large path 0.5–0.7 ms on Dragonfly at the same error (0.017–0.083 px RMS
+    /// per frame) and 2.6–3.6 ms on Bridge's sparse sky at 0.10–0.13 px instead of 0.03–0.09 px.
+    /// (Until 27 Nov the limit was 1600 px.)
+    let halfSearchBelowWidth = 1200
 
     private let blocksX: Int
 
@@ -318,7 +325,7 @@ public final class MotionEstimator {
         // below starts from the similarity's displacement at its own centre. A step further than
         // the search's own precision is not trusted.
         var seed = (tx: gx, ty: gy, theta: 0.0, k: 0.0)
-        // On pictures 1600 px wide or more the same similarity first at 1/16 and 1/8: a turn
+        // On pictures 1200 px wide or more the same similarity first at 1/16 and 1/8: a turn
         // moves the blocks by three times as many pixels at 1080p as at 640x360. At 1/4 a frame
         // turned by 1.2° or more puts the outer blocks 5 px or more from where the shift alone
         // puts them, beyond where Gauss–Newton on a 13 × 13 window converges, and the summed
@@ -406,7 +413,7 @@ public final class MotionEstimator {
         // A dozen consistent textured blocks pin a similarity down; fewer, less surely.
         var confidence = min(1, Double(inliers) / 12)
         // 4. Every pixel with texture, coarse to fine (``denseRefine``): on every frame of a
-        // picture under 1600 px wide (1/8, 1/4, 1/2 and full resolution), and on larger ones
+        // picture under 1200 px wide (1/8, 1/4, 1/2 and full resolution), and on larger ones
         // where fewer than 16 blocks are textured both ways (1/8, 1/4 and 1/2: at 1920x1080 the
         // 1/2 level is finer than 640x360's full resolution; stopping at 1/4 left lomiri's
         // Bridge 0.29 / 0.58 / 0.56 px off per frame still / in a 12 px/frame pan / under slowly
@@ -420,7 +427,7 @@ public final class MotionEstimator {
         // Wood 0.63 → 0.06 px; other photographs unchanged (0.02–0.03 px).
         var denseUsed = 0
         if strong < 16 || width < halfSearchBelowWidth {
-            // Under 1600 px wide both full-resolution frames are kept (``estimate``).
+            // Under 1200 px wide both full-resolution frames are kept (``estimate``).
             let finest = width < halfSearchBelowWidth ? -1 : 0
             // One pixel per 4 × 4 cell; at full resolution per `fullResolutionCell` square.
             for level in stride(from: 2, through: finest, by: -1) {
@@ -455,7 +462,7 @@ public final class MotionEstimator {
             // in one frame), and at it the right translation is no minimum of the scan
             // (`viewfinder-report --diagnose-motion`: frames 11 and 29 ended 5.4 and 2.0 px off
             // with costs 2.5 and 1.8 times the truth's).
-            // On pictures 1600 px wide or more the scan runs at 1/4 (±40 px): the shake and the
+            // On pictures 1200 px wide or more the scan runs at 1/4 (±40 px): the shake and the
             // pans are three times as many pixels at 1080p as at 640x360 (Bridge filmed at
             // 1080p in a 12 px/frame pan: frames 10 px off in wrong basins, 2.6 px RMS).
             if let b = best {
@@ -521,7 +528,7 @@ public final class MotionEstimator {
     /// Cell side (level pixels) of the dense pixel choice: one pixel, the steepest, per cell.
     let denseCell = 4
 
-    /// The dense choice's cell side at full resolution (pictures under 1600 px wide), from how
+    /// The dense choice's cell side at full resolution (pictures under 1200 px wide), from how
     /// many 1/2-resolution cells had a textured pixel: 8 (as many pixels as at 1/2) where the
     /// texture is everywhere, down to 3 where it is sparse, so the full-resolution pass gets
     /// about as many pixels as the 1/2 level has cells either way. Sparse texture needs the
