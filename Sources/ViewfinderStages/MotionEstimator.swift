@@ -115,6 +115,8 @@ public final class MotionEstimator {
     /// on (the next match's previous frame): the choice measured it, the joint step and the 1/4
     /// Lucas–Kanade use it.
     private var blockTensors: [(Float, Float, Float)] = []
+    /// The same at 1/8 or 1/16, for the joint similarity there (measured once per call).
+    private var coarseTensors: [(Float, Float, Float)] = []
     /// Per block: displacement (full-resolution pixels), the structure tensor of its texture
     /// (per pixel) that weights it in the fit, and whether it is used.
     struct BlockMotion { var dx = 0.0, dy = 0.0, gxx = 0.0, gxy = 0.0, gyy = 0.0, ok = false }
@@ -172,6 +174,7 @@ public final class MotionEstimator {
         chosen = Array(repeating: false, count: candidates.count)
         disp = Array(repeating: BlockMotion(), count: centres.count)
         blockTensors = Array(repeating: (0, 0, 0), count: centres.count)
+        coarseTensors = Array(repeating: (0, 0, 0), count: centres.count)
         res.reserveCapacity(centres.count)
     }
 
@@ -1011,6 +1014,14 @@ public final class MotionEstimator {
         // Positions in units of 1000 full-resolution pixels keep the normal equations balanced.
         let unit = 1000 / scale
         let lcx = Double(width) / 2 / scale, lcy = Double(height) / 2 / scale
+        // The templates do not change between iterations: their tensors once.
+        if level != 1 {
+            for (i, c) in centres.enumerated() {
+                let x = c.x / down, y = c.y / down
+                guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { continue }
+                coarseTensors[i] = Self.tensor(UnsafePointer(a.pixels + ((y &- half) &* w &+ x &- half)), rowStride: w, size: n)
+            }
+        }
         var f = f0
         for _ in 0..<iterations {
             var eq = NormalEquations4()
@@ -1019,7 +1030,7 @@ public final class MotionEstimator {
                 let x = c.x / down, y = c.y / down
                 guard x - half - 1 >= 0, y - half - 1 >= 0, x + half + 1 < a.width, y + half + 1 < a.height else { continue }
                 let t = UnsafePointer(a.pixels + ((y &- half) &* w &+ x &- half))
-                let (gxx, gxy, gyy) = level == 1 ? blockTensors[i] : Self.tensor(t, rowStride: w, size: n)
+                let (gxx, gxy, gyy) = level == 1 ? blockTensors[i] : coarseTensors[i]
                 guard Self.largestEigenvalue(gxx, gxy, gyy) / npx > Self.minTexture else { continue }
                 // The similarity's displacement at the block's centre, in this level's pixels.
                 let pcx = Double(x) - lcx, pcy = Double(y) - lcy

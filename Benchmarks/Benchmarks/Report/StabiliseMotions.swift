@@ -199,6 +199,9 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
     return truth
 }
 
+/// `VF_STAB_SCALE`: the motions set filmed at 640x360 times this (1 when unset).
+func reportScale(_ env: [String: String]) -> Int { max(1, env["VF_STAB_SCALE"].flatMap { Int($0) } ?? 1) }
+
 /// The estimator on one photograph and motion of the set, frame by frame against the truth.
 func diagnoseMotion(_ photo: String, motion: Int) throws {
     let cacheName = URL(fileURLWithPath: photo).path.replacingOccurrences(of: "/", with: "_")
@@ -206,7 +209,7 @@ func diagnoseMotion(_ photo: String, motion: Int) throws {
     // frames and seeds from 101 on, in order of photograph and motion); VF_STAB_SCALE=3: at
     // 1920x1080, as the report's.
     let env = ProcessInfo.processInfo.environment
-    let scale = max(1, env["VF_STAB_SCALE"].flatMap { Int($0) } ?? 1)
+    let scale = reportScale(env)
     _ = shell("mkdir -p /tmp/viewfinder-stab-motions")
     guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/diag-\(cacheName)", scale: scale) else { print("not decoded"); return }
     let path = "/tmp/viewfinder-stab-motions/diag.y4m"
@@ -284,13 +287,13 @@ func runStabiliseMotions(quick: Bool) throws {
         photos = allPhotos.filter { names.contains($0.name) }
     }
     let motionFilter = env["VF_STAB_MOTIONS"].map { Set($0.split(separator: ",").compactMap { Int($0) }) }
-    let peers = hasVidstab && env["VF_STAB_PEERS"] != "0" && env["VF_STAB_REGISTER"] != "0"
-    let frames = quick ? 120 : 180
     // VF_STAB_SCALE=3: the same camera at 1920x1080 (2: 1280x720), motions and shake in pixels
     // scaled with it, from the photograph at 3x the size; VF_STAB_REGISTER=0: only the exact
     // measure (no registration of the outputs: much faster at 1080p; no peers then).
-    let scale = max(1, env["VF_STAB_SCALE"].flatMap { Int($0) } ?? 1)
+    let scale = reportScale(env)
     let register = env["VF_STAB_REGISTER"] != "0"
+    let peers = hasVidstab && env["VF_STAB_PEERS"] != "0" && register
+    let frames = quick ? 120 : 180
     if scale != 1 { print("  at \(640 * scale)x\(360 * scale): motions and shake times \(scale)") }
     let dir = env["VF_STAB_DIR"] ?? "/tmp/viewfinder-stab-motions"
     _ = shell("mkdir -p \(dir)")

@@ -122,6 +122,18 @@ public enum StageBenchmarks {
                          spareBuffers: spareBuffers, iterations: iterations)
     }
 
+    /// `count` distinct frames, copies of `a` and `b` in turn: a stabiliser's look-ahead holds each
+    /// frame once at a time, so it needs distinct ones.
+    public static func alternatingCopies(of a: Frame, _ b: Frame, count: Int) -> [Frame] {
+        (0..<count).map { i in
+            let src = i % 2 == 0 ? a : b
+            let f = Frame(capacity: src.format.maxByteCount, format: src.format)
+            f.copyAttributes(from: src)
+            f.data.copyMemory(from: src.data, byteCount: src.format.maxByteCount)
+            return f
+        }
+    }
+
     static func stabilise(_ frame: Frame, _ other: Frame, lookahead: Int, spareBuffers spare: Bool, iterations: Int) -> Result {
         let format = frame.format
         var o = StabiliseOptions()
@@ -133,13 +145,7 @@ public enum StageBenchmarks {
         // given frame once at a time, so the look-ahead gets distinct frames).
         let chain = StageChain(stages: [st], drops: DropCounters())
         try? chain.prepare(format: format, context: c) { _ in }
-        let frames: [Frame] = (0..<(o.lookahead + 9)).map { i in
-            let f = Frame(capacity: format.maxByteCount, format: format)
-            let src = i % 2 == 0 ? frame : other
-            f.copyAttributes(from: src)
-            f.data.copyMemory(from: src.data, byteCount: format.maxByteCount)
-            return f
-        }
+        let frames = alternatingCopies(of: frame, other, count: o.lookahead + 9)
         var next = 0
         let step = {
             _ = chain.submit(frames[next])

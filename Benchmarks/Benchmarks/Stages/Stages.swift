@@ -33,13 +33,7 @@ final class StageBench: @unchecked Sendable {
 
     /// Distinct frames for the stabiliser's look-ahead (a frame is held once at a time), made on
     /// first use: alternately `frame` and `other`.
-    lazy var lookahead: [Frame] = (0..<24).map { i in
-        let f = Frame(capacity: format.maxByteCount, format: format)
-        let src = i % 2 == 0 ? frame : other
-        f.copyAttributes(from: src)
-        f.data.copyMemory(from: src.data, byteCount: format.maxByteCount)
-        return f
-    }
+    lazy var lookahead: [Frame] = StageBenchmarks.alternatingCopies(of: frame, other, count: 24)
     var next = 0
 
     /// The stabiliser in a chain of its own (which keeps its holds), as the engine runs it.
