@@ -195,6 +195,9 @@ public final class MotionEstimator {
         Pyramid.halve(cur[0], into: cur[1])
         Pyramid.halve(cur[1], into: cur[2])
         if width >= halfSearchBelowWidth { Pyramid.halve(cur[2], into: cur[3]) }
+        swap(&prevHistogram, &curHistogram)
+        Self.histogram(cur[2], into: &curHistogram)
+        if hasPrevious { matchBrightness() }
         defer {
             hasPrevious = true
             selectBlocks()
@@ -202,6 +205,83 @@ public final class MotionEstimator {
         }
         guard hasPrevious else { return MotionEstimate(confidence: 0) }
         return match(luma)
+    }
+
+    // MARK: Brightness
+
+    /// Grey-level histograms of the previous and the current frame's 1/8 level.
+    private var prevHistogram = [Int32](repeating: 0, count: 256)
+    private var curHistogram = [Int32](repeating: 0, count: 256)
+    /// The brightness ratio between the current and the previous frame (``brightnessGain``)
+    /// applied to the previous frame's levels and patches, or 1.
+    public private(set) var lastBrightnessGain = 1.0
+    /// Brightness ratios closer to 1 than this are left alone: on frames of one exposure the
+    /// ratio measured is within 1.9 % of 1 where motion brings new content in (three real
+    /// photographs, pans, tilt, quick shake and zoom at 640x360, 60 frames each: mean 0.2–0.6 %,
+    /// worst 0.6–1.9 %), and those frames' estimates stay bit for bit what they were. A change
+    /// just under it costs about 0.1 px (a rendered scene, ±2.8 % per frame: 0.10 / 0.13 px at
+    /// 640 / 1280 px wide against 0.03 / 0.04 px matched).
+    static let brightnessTolerance = 0.025
+
+    static func histogram(_ img: GreyImage, into h: inout [Int32]) {
+        h.withUnsafeMutableBufferPointer { b in
+            b.update(repeating: 0)
+            let n = img.width &* img.height
+            for k in 0..<n { b[Int(img.pixels[k])] &+= 1 }
+        }
+    }
+
+    /// The brightness ratio of two frames from their grey-level histograms: the least-squares
+    /// gain through the origin fitted to their 10th…90th percentiles, those inside (4, 245) in
+    /// both (clipped highlights and the black floor do not scale). Frames of different exposure
+    /// are not aligned yet, so pixels cannot be compared; percentiles barely move with a shift.
+    /// Nil where fewer than three percentiles are usable (a flat or clipped picture).
+    static func brightnessGain(previous a: [Int32], current b: [Int32]) -> Double? {
+        let total = a.reduce(0, +)
+        guard total > 0, total == b.reduce(0, +) else { return nil }
+        var sab = 0.0, saa = 0.0, used = 0
+        var ia = 0, ib = 0, ca = Int(a[0]), cb = Int(b[0])
+        for decile in 1...9 {
+            let rank = Int(total) * decile / 10
+            while ca <= rank, ia < 255 { ia += 1; ca += Int(a[ia]) }
+            while cb <= rank, ib < 255 { ib += 1; cb += Int(b[ib]) }
+            guard ia > 4, ia < 245, ib > 4, ib < 245 else { continue }
+            sab += Double(ia) * Double(ib); saa += Double(ia) * Double(ia); used += 1
+        }
+        guard used >= 3, saa > 0 else { return nil }
+        return sab / saa
+    }
+
+    /// An exposure or gain change between two frames (an exposure loop converging, a light
+    /// switched on) scales every grey level; the searches and Gauss–Newton steps compare raw
+    /// grey levels and took such a step for motion (the demo's run at 1280x720: exposure 2 →
+    /// 8.2 ms between two frames, mean luma 60 → 114, estimated 51.7 px with confidence 1
+    /// against a true −2 px). Where the frames' brightness differs by more than
+    /// ``brightnessTolerance`` the previous frame's levels, full-resolution copy and patches are
+    /// scaled to the current one's (through a table, clipped at 255 as the camera clips), and
+    /// the blocks' structure tensors with them. The previous frame is the estimator's own copy;
+    /// the current one stays as the camera gave it and is the next frame's reference.
+    private func matchBrightness() {
+        lastBrightnessGain = 1
+        guard let g = Self.brightnessGain(previous: prevHistogram, current: curHistogram), abs(g - 1) > Self.brightnessTolerance else { return }
+        lastBrightnessGain = g
+        var table = [UInt8](repeating: 0, count: 256)
+        for v in 0..<256 { table[v] = UInt8(min(255, (Double(v) * g).rounded())) }
+        func apply(_ p: UnsafeMutablePointer<UInt8>, _ n: Int) {
+            table.withUnsafeBufferPointer { t in
+                for k in 0..<n { p[k] = t[Int(p[k])] }
+            }
+        }
+        for (level, img) in prev.enumerated() where level < 3 || width >= halfSearchBelowWidth {
+            apply(img.pixels, img.width * img.height)
+        }
+        if let full = prevFull { apply(full.pixels, full.width * full.height) }
+        let side = patchSide
+        for (i, valid) in patchValid.enumerated() where valid { apply(patches + i * side * side, side * side) }
+        let g2 = Float(g * g)
+        for i in blockTensors.indices {
+            blockTensors[i] = (blockTensors[i].0 * g2, blockTensors[i].1 * g2, blockTensors[i].2 * g2)
+        }
     }
 
     /// Puts the blocks on the candidates with the strongest texture in two directions on the
