@@ -71,22 +71,24 @@ public enum Pyramid {
 /// Conventions as `SimulationTruth`: positive dx/dy move the content right/down, a positive
 /// angle turns it counter-clockwise as seen.
 ///
-/// Luma is reduced to a pyramid (1/2, 1/4, 1/8; and 1/16 on pictures 1200 px wide or more).
+/// Luma is reduced to a pyramid (1/2, 1/4, 1/8; and 1/16 on pictures 800 px wide or more).
 /// Blocks are placed on the previous frame's most
 /// textured places (corners first). Their SAD surfaces, summed, give a robust coarse shift at 1/8,
 /// refined at 1/4 the same way and then by one similarity over all blocks at 1/4 (on pictures
-/// 1200 px wide or more found first at 1/16 and 1/8, where a turn moves them fewer pixels), whose
-/// translation is searched once more at 1/2 on pictures under 1200 px wide (each block's window
+/// 800 px wide or more found first at 1/16 and 1/8, where a turn moves them fewer pixels), whose
+/// translation is searched once more at 1/2 on pictures under 800 px wide (each block's window
 /// placed by the similarity); each block is
 /// then refined by Lucas–Kanade at 1/4, 1/2 and full resolution from the similarity's
 /// displacement at its centre; blocks without texture are skipped. A similarity
 /// (translation, rotation, scale) is fitted to the block displacements by least squares, outliers
 /// are rejected and the fit repeated. Then the similarity is refined over every textured pixel of
-/// the picture, coarse to fine (a dense step): always on pictures under 1200 px wide, and
-/// where few blocks are textured both ways on larger ones (down to 1/2 there). A dense result
+/// the picture, coarse to fine (a dense step): always on pictures under 800 px wide, and
+/// where few blocks are textured both ways on larger ones (down to full resolution under
+/// 1200 px wide, to 1/2 from there). A dense result
 /// that costs well above the recent frames' (a wrong basin: a sky with a few thin cables, shaken
 /// quickly) is checked against a scan of translations at 1/2 resolution (at 1/4 on pictures
-/// 1200 px wide or more). Everything is
+/// 800 px wide or more). Before anything, a change of the frames' brightness (exposure, gain)
+/// beyond 4 % is matched (``matchBrightness()``). Everything is
 /// preallocated when the size is known.
 public final class MotionEstimator {
     /// A similarity in full-resolution pixels about the picture centre: displacement
@@ -99,7 +101,7 @@ public final class MotionEstimator {
     private var prev: [GreyImage]
     private var cur: [GreyImage]
     /// Full-resolution luma of the previous and the current frame, kept on pictures narrower
-    /// than ``halfSearchBelowWidth`` for the dense refinement's last level.
+    /// than ``fullResolutionBelowWidth`` for the dense refinement's last level.
     private var prevFull: GreyImage?
     private var curFull: GreyImage?
     private var hasPrevious = false
@@ -126,6 +128,9 @@ public final class MotionEstimator {
     private var blockSurface = [Int](repeating: 0, count: 225)
     private var surface = [Double](repeating: 0, count: 225)
     private var res: [Double] = []
+    /// The coarse search's pull toward the last frame's motion, per block at the edge of its
+    /// range (``summedSADMinimum``).
+    static let searchPrior = 0.5
     /// Half-size of an LK block at 1/2 resolution (so 2*half+1 pixels square).
     let half2 = 12
     let sadHalf = 6
@@ -135,14 +140,22 @@ public final class MotionEstimator {
     /// The small pictures' path — the 1/2-resolution search, the dense step on every frame down
     /// to full resolution, the wrong-basin scan at 1/2 — runs on pictures narrower than this;
     /// wider ones take the large pictures' (the similarity from 1/16, the dense step only where
-    /// few blocks have texture both ways and only down to 1/2, the scan at 1/4). The 1/2 search
-    /// is of use where the 1/4 level is small (160 px wide at 640x360) and thin edges vanish
-    /// from it. The small path's cost grows with the area: at 1280x720 it cost 9.6–12.7 ms per
-    /// frame (`VF_STAB_SCALE=2 viewfinder-report --diagnose-motion`, Bridge and Dragonfly, 60
-    /// frames), the large path 0.5–0.7 ms on Dragonfly at the same error (0.017–0.083 px RMS
-    /// per frame) and 2.6–3.6 ms on Bridge's sparse sky at 0.10–0.13 px instead of 0.03–0.09 px.
-    /// (Until 27 Nov the limit was 1600 px.)
-    let halfSearchBelowWidth = 1200
+    /// few blocks have texture both ways, the scan at 1/4). The 1/2 search is of use where the
+    /// 1/4 level is small (160 px wide at 640x360) and thin edges vanish from it. The small
+    /// path's cost grows with the area: at 1280x720 it cost 9.6–12.7 ms per frame
+    /// (`VF_STAB_SCALE=2 viewfinder-report --diagnose-motion`, Bridge and Dragonfly, 60 frames),
+    /// the large path 0.5–0.7 ms on Dragonfly at the same error (0.017–0.083 px RMS per frame)
+    /// and 2.6–3.6 ms on Bridge's sparse sky at 0.10–0.13 px instead of 0.03–0.09 px; at
+    /// 960x540 (`VF_STAB_SCALE=1.5`, 40 frames) 6.2–11.7 ms against 0.5–0.8 ms on Dragonfly at
+    /// the same error, and on Bridge the same error for 7.4–10.4 ms instead of 11.1–11.7 ms with
+    /// the dense step down to full resolution there (``fullResolutionBelowWidth``). (Until 27 Nov
+    /// the limit was 1600 px, then 1200 px.)
+    let halfSearchBelowWidth = 800
+    /// On large pictures narrower than this the dense step on sparse pictures goes down to full
+    /// resolution (from 1200 px wide, 1/2 is as fine as 640x360's full resolution and the step
+    /// stops there): at 960x540 stopping at 1/2 left Bridge 0.14–0.25 px off per frame against
+    /// 0.04–0.08 px.
+    let fullResolutionBelowWidth = 1200
 
     private let blocksX: Int
 
@@ -186,7 +199,7 @@ public final class MotionEstimator {
     public func estimate(_ luma: LumaView) -> MotionEstimate {
         swap(&prev, &cur)
         swap(&prevFull, &curFull)
-        if width < halfSearchBelowWidth {
+        if width < fullResolutionBelowWidth {
             if curFull == nil { curFull = GreyImage(width: width, height: height) }
             let g = curFull!
             vf_gather_samples(luma.base, luma.bytesPerRow, luma.pixelStride, min(width, luma.width), min(height, luma.height), g.pixels, g.width)
@@ -216,12 +229,14 @@ public final class MotionEstimator {
     /// applied to the previous frame's levels and patches, or 1.
     public private(set) var lastBrightnessGain = 1.0
     /// Brightness ratios closer to 1 than this are left alone: on frames of one exposure the
-    /// ratio measured is within 1.9 % of 1 where motion brings new content in (three real
-    /// photographs, pans, tilt, quick shake and zoom at 640x360, 60 frames each: mean 0.2–0.6 %,
-    /// worst 0.6–1.9 %), and those frames' estimates stay bit for bit what they were. A change
-    /// just under it costs about 0.1 px (a rendered scene, ±2.8 % per frame: 0.10 / 0.13 px at
-    /// 640 / 1280 px wide against 0.03 / 0.04 px matched).
-    static let brightnessTolerance = 0.025
+    /// ratio measured stays within 2.9 % of 1 where motion brings new content in (eight real
+    /// photographs — Bridge, sunset, Dragonfly, Storm, Garden, Kite, EveningGlow, ColdRipple —
+    /// each under a pan, a fast pan, a tilt, quick shake, rotation shake and zoom at 640x360, 120
+    /// frames each: mean 0.1–0.5 %, worst 0.6–2.9 %, the worst where a tilt moves a dark
+    /// horizon), and those frames' estimates stay what they were. A change just under it costs
+    /// about 0.1 px (a rendered scene, ±2.8 % per frame: 0.10 / 0.13 px at 640 / 1280 px wide
+    /// against 0.03 / 0.04 px matched).
+    static let brightnessTolerance = 0.04
 
     static func histogram(_ img: GreyImage, into h: inout [Int32]) {
         h.withUnsafeMutableBufferPointer { b in
@@ -231,25 +246,42 @@ public final class MotionEstimator {
         }
     }
 
-    /// The brightness ratio of two frames from their grey-level histograms: the least-squares
-    /// gain through the origin fitted to their 10th…90th percentiles, those inside (4, 245) in
-    /// both (clipped highlights and the black floor do not scale). Frames of different exposure
-    /// are not aligned yet, so pixels cannot be compared; percentiles barely move with a shift.
-    /// Nil where fewer than three percentiles are usable (a flat or clipped picture).
+    /// The brightness ratio of two frames from their grey-level histograms: the median of the
+    /// ratios of their 5th, 10th … 95th percentiles, those inside (4, 245) in both (clipped
+    /// highlights and the black floor do not scale). Frames of different exposure are not
+    /// aligned yet, so pixels cannot be compared; percentiles barely move with a shift — except
+    /// one that falls in a gap of the histogram (a dark pier in fog), which the median leaves out
+    /// where a least-squares fit through the deciles read 4 % on plasma's ColdRipple between
+    /// frames of one exposure. Nil where fewer than five percentiles are usable (a flat or
+    /// clipped picture).
     static func brightnessGain(previous a: [Int32], current b: [Int32]) -> Double? {
         let total = a.reduce(0, +)
         guard total > 0, total == b.reduce(0, +) else { return nil }
-        var sab = 0.0, saa = 0.0, used = 0
+        var ratios = InlineArray<19, Double>(repeating: 0)
+        var used = 0
         var ia = 0, ib = 0, ca = Int(a[0]), cb = Int(b[0])
-        for decile in 1...9 {
-            let rank = Int(total) * decile / 10
+        for q in 1...19 {
+            let rank = Int(total) * q / 20
             while ca <= rank, ia < 255 { ia += 1; ca += Int(a[ia]) }
             while cb <= rank, ib < 255 { ib += 1; cb += Int(b[ib]) }
             guard ia > 4, ia < 245, ib > 4, ib < 245 else { continue }
-            sab += Double(ia) * Double(ib); saa += Double(ia) * Double(ia); used += 1
+            // Within its grey level, where the rank falls among the level's pixels: on dark
+            // pictures a whole level is several percent.
+            @inline(__always) func within(_ level: Int, _ through: Int, _ h: [Int32]) -> Double {
+                let n = Double(h[level]), below = Double(through) - n
+                return Double(level) - 0.5 + (Double(rank) - below + 0.5) / n
+            }
+            ratios[used] = within(ib, cb, b) / within(ia, ca, a); used += 1
         }
-        guard used >= 3, saa > 0 else { return nil }
-        return sab / saa
+        guard used >= 5 else { return nil }
+        // Insertion sort of the few ratios, then the median.
+        for i in 1..<used {
+            let v = ratios[i]
+            var j = i - 1
+            while j >= 0, ratios[j] > v { ratios[j + 1] = ratios[j]; j -= 1 }
+            ratios[j + 1] = v
+        }
+        return used % 2 == 1 ? ratios[used / 2] : (ratios[used / 2 - 1] + ratios[used / 2]) / 2
     }
 
     /// An exposure or gain change between two frames (an exposure loop converging, a light
@@ -387,7 +419,8 @@ public final class MotionEstimator {
     private func match(_ luma: LumaView) -> MotionEstimate {
         // 1. Coarse: SAD search at 1/8 per block, the surfaces normalised and summed
         // (``summedSADMinimum``).
-        let coarse = summedSADMinimum(prev[2], cur[2], level: 4, around: (0, 0), range: sadRange, quarterFirst: true)
+        let coarse = summedSADMinimum(prev[2], cur[2], level: 4, around: (0, 0), range: sadRange, quarterFirst: true,
+                                      prior: (lastMotion.tx / 8, lastMotion.ty / 8))
         let n = coarse.blocks
         var gx = Double(coarse.dx) * 8, gy = Double(coarse.dy) * 8 // 1/8 resolution → full
         // 1a. The same search at 1/4 within ±3 of the coarse shift (±12 px), over the most
@@ -408,7 +441,7 @@ public final class MotionEstimator {
         // below starts from the similarity's displacement at its own centre. A step further than
         // the search's own precision is not trusted.
         var seed = (tx: gx, ty: gy, theta: 0.0, k: 0.0)
-        // On pictures 1200 px wide or more the same similarity first at 1/16 and 1/8: a turn
+        // On pictures 800 px wide or more the same similarity first at 1/16 and 1/8: a turn
         // moves the blocks by three times as many pixels at 1080p as at 640x360. At 1/4 a frame
         // turned by 1.2° or more puts the outer blocks 5 px or more from where the shift alone
         // puts them, beyond where Gauss–Newton on a 13 × 13 window converges, and the summed
@@ -496,8 +529,9 @@ public final class MotionEstimator {
         // A dozen consistent textured blocks pin a similarity down; fewer, less surely.
         var confidence = min(1, Double(inliers) / 12)
         // 4. Every pixel with texture, coarse to fine (``denseRefine``): on every frame of a
-        // picture under 1200 px wide (1/8, 1/4, 1/2 and full resolution), and on larger ones
-        // where fewer than 16 blocks are textured both ways (1/8, 1/4 and 1/2: at 1920x1080 the
+        // picture under 800 px wide (1/8, 1/4, 1/2 and full resolution), and on larger ones
+        // where fewer than 16 blocks are textured both ways (down to full resolution under
+        // 1200 px wide; from there 1/8, 1/4 and 1/2: at 1920x1080 the
         // 1/2 level is finer than 640x360's full resolution; stopping at 1/4 left lomiri's
         // Bridge 0.29 / 0.58 / 0.56 px off per frame still / in a 12 px/frame pan / under slowly
         // decaying shake, against 0.07 / 0.08 / 0.06 px with it, for about 2.5 ms more per
@@ -511,7 +545,7 @@ public final class MotionEstimator {
         var denseUsed = 0
         if strong < 16 || width < halfSearchBelowWidth {
             // Under 1200 px wide both full-resolution frames are kept (``estimate``).
-            let finest = width < halfSearchBelowWidth ? -1 : 0
+            let finest = width < fullResolutionBelowWidth ? -1 : 0
             // One pixel per 4 × 4 cell; at full resolution per `fullResolutionCell` square.
             for level in stride(from: 2, through: finest, by: -1) {
                 selectDensePixels(level < 0 ? prevFull! : prev[level], minGradient2: level < 0 ? 2 * Self.denseMinGradient2 : Self.denseMinGradient2,
@@ -547,9 +581,11 @@ public final class MotionEstimator {
             // with costs 2.5 and 1.8 times the truth's).
             // On pictures 1200 px wide or more the scan runs at 1/4 (±40 px): the shake and the
             // pans are three times as many pixels at 1080p as at 640x360 (Bridge filmed at
-            // 1080p in a 12 px/frame pan: frames 10 px off in wrong basins, 2.6 px RMS).
+            // 1080p in a 12 px/frame pan: frames 10 px off in wrong basins, 2.6 px RMS). Under
+            // 1200 px it stays at 1/2: at 960x540 the 1/4 level is 240 px wide and Bridge's
+            // cables fade from it (zoomed 1.4×, a frame ended 12 px off at 1/4, 0.4 px at 1/2).
             if let b = best {
-                let scanLevel = width < halfSearchBelowWidth ? 0 : 1
+                let scanLevel = width < fullResolutionBelowWidth ? 0 : 1
                 // Until five frames have been solved there is no floor yet: scanned always.
                 let floor = recentDenseCostMedian()
                 if floor == 0 || b.cost > 1.25 * floor {
@@ -1022,7 +1058,8 @@ public final class MotionEstimator {
     /// is about the seed's translation (`around` is then ignored) and each block's window is
     /// moved on by what the seed's rotation and scale move that block (rounded to this level's
     /// pixels), so the surfaces of a turned picture still meet at one shift: the translation.
-    private func summedSADMinimum(_ a: GreyImage, _ b: GreyImage, level: Int, around o: (x: Int, y: Int), range: Int, quarterFirst: Bool, limit: Int = .max, seed: Similarity? = nil) -> (dx: Int, dy: Int, fx: Double, fy: Double, blocks: Int) {
+    private func summedSADMinimum(_ a: GreyImage, _ b: GreyImage, level: Int, around o: (x: Int, y: Int), range: Int, quarterFirst: Bool, limit: Int = .max, seed: Similarity? = nil,
+                                  prior: (x: Double, y: Double)? = nil) -> (dx: Int, dy: Int, fx: Double, fy: Double, blocks: Int) {
         let fullCx = Double(width) / 2, fullCy = Double(height) / 2
         let unitPixels = Double(2 * level)
         // Seeded: the seed's translation in this level's pixels; each block adds what rotation
@@ -1064,11 +1101,25 @@ public final class MotionEstimator {
             }
         }
         guard n > 0 else { return (o.x, o.y, 0, 0, 0) }
-        var best = Double.infinity, bx = 0, by = 0
+        // With a prior (the last frame's motion: a camera's motion changes little from one frame
+        // to the next), each shift pays ``searchPrior`` per block times its squared distance
+        // from it over the range's. Each block's surface is normalised to a mean of about 1
+        // over its minimum, so the true minimum of a textured picture stands several units per
+        // block below every other place and pays nothing that matters; where the picture
+        // repeats (a row of windows, a chart) the places a period apart tie within a fraction
+        // of a unit, and the one nearest the last motion wins. (The sim's town at 1280x720:
+        // windows 40 px apart, two frames of 150 taken 31–37 px off with confidence 1.)
+        var best = Double.infinity, bestScore = Double.infinity, bx = 0, by = 0
+        let priorWeight = prior == nil ? 0 : Self.searchPrior * Double(n) / Double(range * range)
         for dy in -range...range {
             for dx in -range...range {
                 let s = surface[(dy + range) * side + dx + range]
-                if s < best - 1e-9 || (abs(s - best) <= 1e-9 && abs(dx) + abs(dy) < abs(bx) + abs(by)) { best = s; bx = dx; by = dy }
+                var score = s
+                if let p = prior {
+                    let ex = Double(o.x + dx) - p.x, ey = Double(o.y + dy) - p.y
+                    score += priorWeight * (ex * ex + ey * ey)
+                }
+                if score < bestScore - 1e-9 || (abs(score - bestScore) <= 1e-9 && abs(dx) + abs(dy) < abs(bx) + abs(by)) { bestScore = score; best = s; bx = dx; by = dy }
             }
         }
         func vertex(_ l: Double, _ m: Double, _ r: Double) -> Double {

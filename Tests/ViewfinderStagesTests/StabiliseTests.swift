@@ -218,10 +218,10 @@ struct StabiliseTests {
     /// 1280x720 went from 2 to 8.2 ms between frames 2 and 3, mean luma 60 → 114) was taken for
     /// motion: the searches and the Gauss–Newton steps compare raw grey levels, and frame 3's
     /// motion was estimated at 51.7 px with confidence 1 (truth −2 px); here 66–75 px and 25–39 px
-    /// off before the estimator matched the frames' brightness, 0.03–0.04 px after. Brightness ×1.9
-    /// with the highlights clipped, ×1.06, ×0.55, on a small picture (640x360, the small pictures' path) and
-    /// a large one (1280x720, the large pictures' path).
-    @Test("exposure steps between frames (brightness ×1.9 with clipped highlights, ×1.06, ×0.55): every estimate within 0.3 px", arguments: [640, 1280])
+    /// off before the estimator matched the frames' brightness, 0.02 px after. Brightness ×1.9
+    /// with the highlights clipped, ×1.06, ×0.55, at 640x360 (the small pictures' path), 960x540
+    /// (the large pictures' path with the dense step down to full resolution) and 1280x720.
+    @Test("exposure steps between frames (brightness ×1.9 with clipped highlights, ×1.06, ×0.55): every estimate within 0.3 px", arguments: [640, 960, 1280])
     func exposureStep(width: Int) throws {
         let f = FrameFormat(.yuyv, width: width, height: width * 9 / 16)
         let s = 640.0 / Double(width)
@@ -246,6 +246,29 @@ struct StabiliseTests {
             #expect(e < 0.3, "motion (\(mx), \(my)): estimated (\(m.dx), \(m.dy)), confidence \(m.confidence)")
         }
         print(String(format: "exposure steps at %d px: worst error %.3f px", width, worst))
+    }
+
+    /// The brightness ratio from two histograms: a scaled picture's ratio with clipped
+    /// highlights, and a picture whose histogram has a gap (a dark pier in bright fog) whose
+    /// content moved a little — one percentile jumps across the gap, the median of the ratios
+    /// does not follow it.
+    @Test("the brightness ratio between frames: a gain with clipped highlights, no gain across a histogram gap, nil on a flat picture")
+    func brightnessRatio() throws {
+        func histogram(_ values: [Int]) -> [Int32] {
+            var h = [Int32](repeating: 0, count: 256)
+            for v in values { h[min(255, max(0, v))] += 1 }
+            return h
+        }
+        // A ramp of grey levels 20…200, and the same times 1.6 (clipped at 255).
+        let ramp = (0..<3600).map { 20 + $0 * 180 / 3600 }
+        let g = try #require(MotionEstimator.brightnessGain(previous: histogram(ramp), current: histogram(ramp.map { Int((Double($0) * 1.6).rounded()) })))
+        #expect(abs(g - 1.6) < 0.01, "gain \(g)")
+        // Fog (levels 150…200) over a dark pier (30…40) at 52 % of the picture, then at 48 %: the
+        // 50th percentile jumps from the pier to the fog.
+        func fog(pier: Int) -> [Int] { (0..<3600).map { $0 < pier ? 30 + $0 % 11 : 150 + $0 % 51 } }
+        let across = try #require(MotionEstimator.brightnessGain(previous: histogram(fog(pier: 1872)), current: histogram(fog(pier: 1728))))
+        #expect(abs(across - 1) < 0.04, "gain across the gap \(across)")
+        #expect(MotionEstimator.brightnessGain(previous: histogram(Array(repeating: 77, count: 3600)), current: histogram(Array(repeating: 255, count: 3600))) == nil)
     }
 
     @Test("a flat picture gives no motion with zero confidence, not garbage")

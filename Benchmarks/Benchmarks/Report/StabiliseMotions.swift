@@ -114,9 +114,9 @@ struct SourcePicture {
     let w: Int, h: Int
     var planes: [[UInt8]]
 
-    init?(photo: String, cache: String, scale: Int = 1) {
-        w = 1600 * scale; h = 900 * scale
-        let raw = scale == 1 ? "\(cache).yuv444" : "\(cache)-x\(scale).yuv444"
+    init?(photo: String, cache: String, scale: Double = 1) {
+        w = Int((1600 * scale).rounded()); h = Int((900 * scale).rounded())
+        let raw = scale == 1 ? "\(cache).yuv444" : "\(cache)-\(w)x\(h).yuv444"
         if !FileManager.default.fileExists(atPath: raw) {
             let (c, _) = shell("ffmpeg -hide_banner -loglevel error -y -i '\(photo)' -vf scale=\(w):\(h):force_original_aspect_ratio=increase,crop=\(w):\(h) -pix_fmt yuv444p -f rawvideo '\(raw)'")
             guard c == 0 else { return nil }
@@ -146,9 +146,9 @@ struct SourcePicture {
 /// Returns the content's true displacement per frame (x, y in pixels, angle in radians; the
 /// camera's pose negated).
 @discardableResult
-func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String, scale: Int = 1) throws -> (x: [Double], y: [Double], a: [Double], zoom: [Double]) {
-    let ow = 640 * scale, oh = 360 * scale
-    let k = Double(scale)
+func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String, scale: Double = 1) throws -> (x: [Double], y: [Double], a: [Double], zoom: [Double]) {
+    let (ow, oh) = filmSize(scale)
+    let k = scale
     let fmt = FrameFormat(.i420, width: ow, height: oh)
     let w = try Y4MWriter(path: path, format: fmt, interval: FrameInterval(numerator: 1, denominator: 30))
     defer { w.close() }
@@ -199,8 +199,14 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
     return truth
 }
 
-/// `VF_STAB_SCALE`: the motions set filmed at 640x360 times this (1 when unset).
-func reportScale(_ env: [String: String]) -> Int { max(1, env["VF_STAB_SCALE"].flatMap { Int($0) } ?? 1) }
+/// `VF_STAB_SCALE`: the motions set filmed at 640x360 times this (1 when unset; 1.5 gives
+/// 960x540, 1.6 1024x576).
+func reportScale(_ env: [String: String]) -> Double { max(1, env["VF_STAB_SCALE"].flatMap { Double($0) } ?? 1) }
+
+/// The film's size at `scale`: 640x360 times it, rounded to even numbers (4:2:0 chroma).
+func filmSize(_ scale: Double) -> (width: Int, height: Int) {
+    (2 * Int((320 * scale).rounded()), 2 * Int((180 * scale).rounded()))
+}
 
 /// The estimator on one photograph and motion of the set, frame by frame against the truth.
 func diagnoseMotion(_ photo: String, motion: Int) throws {
@@ -294,7 +300,7 @@ func runStabiliseMotions(quick: Bool) throws {
     let register = env["VF_STAB_REGISTER"] != "0"
     let peers = hasVidstab && env["VF_STAB_PEERS"] != "0" && register
     let frames = quick ? 120 : 180
-    if scale != 1 { print("  at \(640 * scale)x\(360 * scale): motions and shake times \(scale)") }
+    if scale != 1 { print("  at \(filmSize(scale).width)x\(filmSize(scale).height): motions and shake times \(scale)") }
     let dir = env["VF_STAB_DIR"] ?? "/tmp/viewfinder-stab-motions"
     _ = shell("mkdir -p \(dir)")
     // VF_STAB_LOOKAHEADS=0,5,15,45: the stage's look-aheads run (the three by default).
@@ -352,7 +358,7 @@ func runStabiliseMotions(quick: Bool) throws {
             // The floor of a stabiliser that shows exactly the intended motion: a pan's own start
             // and stop count as jitter in this measure.
             // (None where the intended motion is itself to be removed.)
-            let ix = (0..<frames).map { motion.intended($0).x * Double(scale) }, iy = (0..<frames).map { motion.intended($0).y * Double(scale) }
+            let ix = (0..<frames).map { motion.intended($0).x * scale }, iy = (0..<frames).map { motion.intended($0).y * scale }
             let floor = motion.intendedIsJitter ? 0 : (highFrequencyRMS(ix) + highFrequencyRMS(iy)) / max(highFrequencyRMS(truth.x) + highFrequencyRMS(truth.y), 1e-9) * 100
             intendedFloor[mi, default: []].append(floor)
             print(line + " | ours from truth:" + truthLine + String(format: " | showing the intended motion exactly: %.1f %%", floor))
