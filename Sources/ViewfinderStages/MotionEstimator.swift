@@ -88,7 +88,7 @@ public enum Pyramid {
 /// that costs well above the recent frames' (a wrong basin: a sky with a few thin cables, shaken
 /// quickly) is checked against a scan of translations at 1/2 resolution (at 1/4 on pictures
 /// 800 px wide or more). Before anything, a change of the frames' brightness (exposure, gain)
-/// beyond 4 % is matched (``matchBrightness()``). Everything is
+/// beyond 4 % is matched (`matchBrightness()`). Everything is
 /// preallocated when the size is known.
 public final class MotionEstimator {
     /// A similarity in full-resolution pixels about the picture centre: displacement
@@ -225,7 +225,7 @@ public final class MotionEstimator {
     /// Grey-level histograms of the previous and the current frame's 1/8 level.
     private var prevHistogram = [Int32](repeating: 0, count: 256)
     private var curHistogram = [Int32](repeating: 0, count: 256)
-    /// The brightness ratio between the current and the previous frame (``brightnessGain``)
+    /// The brightness ratio between the current and the previous frame (`brightnessGain(previous:current:)`)
     /// applied to the previous frame's levels and patches, or 1.
     public private(set) var lastBrightnessGain = 1.0
     /// Brightness ratios closer to 1 than this are left alone: on frames of one exposure the
