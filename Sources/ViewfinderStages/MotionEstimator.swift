@@ -87,7 +87,7 @@ public enum Pyramid {
 /// 1200 px wide, to 1/2 from there). A dense result
 /// that costs well above the recent frames' (a wrong basin: a sky with a few thin cables, shaken
 /// quickly) is checked against a scan of translations at 1/2 resolution (at 1/4 on pictures
-/// 800 px wide or more). Before anything, a change of the frames' brightness (exposure, gain)
+/// 1200 px wide or more). Before anything, a change of the frames' brightness (exposure, gain)
 /// beyond 4 % is matched (`matchBrightness()`). Everything is
 /// preallocated when the size is known.
 public final class MotionEstimator {
@@ -140,15 +140,16 @@ public final class MotionEstimator {
     /// The small pictures' path — the 1/2-resolution search, the dense step on every frame down
     /// to full resolution, the wrong-basin scan at 1/2 — runs on pictures narrower than this;
     /// wider ones take the large pictures' (the similarity from 1/16, the dense step only where
-    /// few blocks have texture both ways, the scan at 1/4). The 1/2 search is of use where the
+    /// few blocks have texture both ways, the scan at 1/4 from 1200 px wide). The 1/2 search is of use where the
     /// 1/4 level is small (160 px wide at 640x360) and thin edges vanish from it. The small
     /// path's cost grows with the area: at 1280x720 it cost 9.6–12.7 ms per frame
     /// (`VF_STAB_SCALE=2 viewfinder-report --diagnose-motion`, Bridge and Dragonfly, 60 frames),
     /// the large path 0.5–0.7 ms on Dragonfly at the same error (0.017–0.083 px RMS per frame)
     /// and 2.6–3.6 ms on Bridge's sparse sky at 0.10–0.13 px instead of 0.03–0.09 px; at
     /// 960x540 (`VF_STAB_SCALE=1.5`, 40 frames) 6.2–11.7 ms against 0.5–0.8 ms on Dragonfly at
-    /// the same error, and on Bridge the same error for 7.4–10.4 ms instead of 11.1–11.7 ms with
-    /// the dense step down to full resolution there (``fullResolutionBelowWidth``). (Until 27 Nov
+    /// the same error, and on Bridge the same error for 7.9–8.8 ms instead of 11.1–11.7 ms with
+    /// the dense step down to full resolution and the scan at 1/2 there
+    /// (``fullResolutionBelowWidth``). (Until 27 Nov
     /// the limit was 1600 px, then 1200 px.)
     let halfSearchBelowWidth = 800
     /// On large pictures narrower than this the dense step on sparse pictures goes down to full
