@@ -223,9 +223,16 @@ func diagnoseMotion(_ photo: String, motion: Int) throws {
     let r = try Y4MReader(path: path)
     let pool = r.makePool(count: 2)
     let est = MotionEstimator(width: r.format.width, height: r.format.height)
+    // VF_DIAG_OBJECT=0.3: a textured object over that share of the picture moving 6 px/frame
+    // (times the scale) across it, fixed to the screen, as `StabiliseTests` "a textured object
+    // moving across 30 % of a photograph" paints it.
+    let objectArea = Double(env["VF_DIAG_OBJECT"] ?? "") ?? 0
+    // VF_DIAG_SEPARATE=0: the estimator without telling moving objects apart.
+    est.separatesMovingObjects = env["VF_DIAG_SEPARATE"] != "0"
     var t = 0, se = 0.0, spent = Duration.zero
     while let lease = pool.lease() {
         guard try r.read(into: lease.frame), let l = LumaView(lease.frame) else { break }
+        if objectArea > 0 { paintObject(l, frame: t, area: objectArea, scale: scale) }
         let c0 = ContinuousClock.now
         let m = est.estimate(l)
         spent += ContinuousClock.now - c0
@@ -237,6 +244,25 @@ func diagnoseMotion(_ photo: String, motion: Int) throws {
         t += 1
     }
     print(String(format: "RMS error per axis: %.3f px; estimator %.3f ms per frame", (se / Double(2 * max(t - 1, 1))).squareRoot(), Double(spent.components.attoseconds) / 1e15 / Double(max(t, 1)) + Double(spent.components.seconds) * 1000 / Double(max(t, 1))))
+}
+
+/// Paints frame `t`'s moving object into the luma plane (`diagnoseMotion`, `VF_DIAG_OBJECT`):
+/// 1.2 : 1 / 1.2 of √area of the picture, top at 30 % of the height, from x = 40 px moving
+/// 6 px/frame right (times `scale`), filled with 128 + 60·sin(u/4.1)·cos(w/5.3) + 30·sin((u+w)/9).
+func paintObject(_ l: LumaView, frame t: Int, area: Double, scale: Double) {
+    let ow = Double(l.width) * area.squareRoot() * 1.2, oh = Double(l.height) * area.squareRoot() / 1.2
+    let ox = (40 + 6 * Double(t)) * scale, oy = Double(l.height) * 0.3
+    let x0 = max(0, Int(ox.rounded(.up))), x1 = min(l.width, Int((ox + ow).rounded(.up)))
+    let y0 = max(0, Int(oy.rounded(.up))), y1 = min(l.height, Int((oy + oh).rounded(.up)))
+    guard x0 < x1, y0 < y1 else { return }
+    let p = UnsafeMutablePointer(mutating: l.base)
+    for y in y0..<y1 {
+        for x in x0..<x1 {
+            let u = (Double(x) - ox) / scale, w = (Double(y) - oy) / scale
+            let v = 128 + 60 * sin(u / 4.1) * cos(w / 5.3) + 30 * sin((u + w) / 9)
+            p[y * l.bytesPerRow + x * l.pixelStride] = UInt8(max(0, min(255, v.rounded())))
+        }
+    }
 }
 
 /// A small seeded generator for the report (SplitMix64, Box–Muller).
