@@ -344,9 +344,9 @@ public final class MotionEstimator {
             candidateTensors[k] = (gxx, gxy, gyy)
             candidateScores[k] = (gxx + gyy) - Self.largestEigenvalue(gxx, gxy, gyy)
         }
-        // Half the blocks first go one to a cell (2 × 2 candidates), to the cells with the most
-        // texture, where a cell has texture both ways at all (``spreadTexture``); the rest to the
-        // most textured candidates left. Then all in order of texture.
+        // First one block to each cell (2 × 2 candidates) that has texture both ways at all
+        // (``spreadTexture``), the most textured cells first; the rest to the most textured
+        // candidates left. Then all in order of texture.
         let cellsX = blocksX
         for c in cellBest.indices { cellBest[c] = -1 }
         for k in candidates.indices where candidateScores[k] >= Self.spreadTexture * 169 {
@@ -699,22 +699,26 @@ public final class MotionEstimator {
     /// both ways define, or one block's shift at the fit's turn and scale; a block along an
     /// edge agrees with any motion along it and counts a fifth), each refitted to its blocks.
     /// Then the picture's textured pixels decide: at 1/4 resolution, the level's dense pixels
-    /// (one per 4 × 4 cell wherever there is texture, so a textured object counts by its area
-    /// and a soft background by its own) each vote for the motion they match better by
-    /// ``voteMargin`` grey levels; each motion is refined on its voters and the vote taken
-    /// again (twice): the blocks on the background started from a seed the object pulled and
-    /// can be a pixel off. The blocks off the winner are taken off the fit, and the dense step
-    /// leaves out the pixels that match the loser better (``applyMotionMask(_:level:)``).
+    /// (one per 4 × 4 cell wherever there is texture) each vote for the motion they match
+    /// better by ``voteMargin`` grey levels, each motion is refined on its voters and the vote
+    /// taken again (twice: the blocks on the background started from a seed the object pulled
+    /// and can be a pixel off), and the motion more 8 × 8 cells of the level voted for wins (a
+    /// textured object has a decided pixel everywhere, a soft background only here and there).
+    /// The blocks off the winner are taken off the fit, and the dense step leaves out the
+    /// pixels that match the loser better (``applyMotionMask(_:level:)``).
     /// Runs only when a fifth of the blocks in use lie off the first fit by more than
     /// ``dominantTolerance``. Returns whether blocks were taken off.
     ///
     /// A photograph's luma as the scene (Dragonfly, as `largeTurnsAt1080p` renders it) with a
     /// textured rectangle over 30 % of the picture moving 6 px/frame across the shaken camera
-    /// (`StabiliseTests` "a textured object moving across…"): 2.4 / 2.6 px RMS per frame at
-    /// 640x360 / 1280x720 before (the estimate followed the object or settled between),
-    /// 0.06 / 0.03 px with this. Not solved: where the background is a sky with a few thin
-    /// cables (lomiri's Bridge) its blocks are too few and too one-sided to make a motion of
-    /// their own, and the object is followed (5 px RMS; 2.6 px before, between the two).
+    /// (`StabiliseTests` "a textured object moving across a photograph"): 2.4 / 2.6 px RMS per
+    /// frame at 640x360 / 1280x720 before (the estimate followed the object or settled
+    /// between), 0.06 / 0.05 px with this and the spread blocks (``selectBlocks()``). Not
+    /// solved: where the background is a sky with a few thin cables (lomiri's Bridge) or a blue
+    /// sky (plasma's Kite) its blocks are too few to make a motion of their own, and where a
+    /// soft background (mountains, a garden) has a textured object over 30 % of the picture
+    /// most of its pixels match either motion and do not vote: the object is followed (about
+    /// 5 px RMS for one moving 6 px/frame; README, "A moving object").
     private func dominantMotion(_ f: Similarity, cx: Double, cy: Double) -> Bool {
         let tol = Self.dominantTolerance * max(1, Double(width) / 640)
         var used = 0, off = 0
