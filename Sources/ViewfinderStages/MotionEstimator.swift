@@ -190,6 +190,7 @@ public final class MotionEstimator {
         cellBest = Array(repeating: -1, count: self.blocksX * max(1, blocksY))
         disp = Array(repeating: BlockMotion(), count: centres.count)
         savedOK = Array(repeating: false, count: centres.count)
+        votingBlocks = Array(repeating: VotingBlock(), count: centres.count)
         blockTensors = Array(repeating: (0, 0, 0), count: centres.count)
         coarseTensors = Array(repeating: (0, 0, 0), count: centres.count)
         res.reserveCapacity(centres.count)
@@ -687,6 +688,8 @@ public final class MotionEstimator {
     private var savedOK: [Bool] = []
     private var voteSplit = [DensePoints(), DensePoints()]
     private var voteCells: [Int16] = []
+    struct VotingBlock { var px = 0.0, py = 0.0, dx = 0.0, dy = 0.0, nxx = 0.0, nxy = 0.0, nyy = 0.0, weight = 0, strong = false, free = true }
+    private var votingBlocks: [VotingBlock] = []
     /// Blocks further than this from a motion (pixels at 640 px wide, in proportion above) do
     /// not move with it.
     static let dominantTolerance = 1.0
@@ -727,38 +730,50 @@ public final class MotionEstimator {
             if residual(f, i, c, cx, cy) > tol { off += 1 }
         }
         guard used >= 6, 5 * off >= used else { return false }
-        @inline(__always) func strong(_ d: BlockMotion) -> Bool {
+        // Per block, what the searches below read many times: its position from the centre,
+        // its displacement, its tensor over its largest eigenvalue (the residual's form: a
+        // block's misfit along the direction its texture measures), and its weight — a block
+        // along an edge agrees with any motion along it and counts a fifth of one textured both
+        // ways; blocks not in use count nothing.
+        let tol2 = tol * tol
+        for (i, c) in centres.enumerated() {
+            let d = disp[i]
             let lmax = Self.largestEigenvalue(Float(d.gxx), Float(d.gxy), Float(d.gyy))
-            return Float(d.gxx + d.gyy) - lmax > 0.1 * lmax && lmax > 4 * Self.minTexture
+            let strong = Float(d.gxx + d.gyy) - lmax > 0.1 * lmax && lmax > 4 * Self.minTexture
+            let n = 1 / max(Double(lmax), 1e-9)
+            votingBlocks[i] = VotingBlock(px: Double(c.x * 2) - cx, py: Double(c.y * 2) - cy, dx: d.dx, dy: d.dy,
+                                          nxx: d.gxx * n, nxy: d.gxy * n, nyy: d.gyy * n, weight: d.ok ? (strong ? 5 : 1) : 0, strong: d.ok && strong, free: true)
         }
-        // The blocks a motion explains, among those not explained by `other`.
-        // A block along an edge agrees with any motion along it: it counts a fifth.
-        @inline(__always) func score(_ h: Similarity, excluding other: Similarity?) -> Int {
+        @inline(__always) func fits(_ h: Similarity, _ b: VotingBlock) -> Bool {
+            let ex = h.tx - h.theta * b.py + h.k * b.px - b.dx, ey = h.ty + h.theta * b.px + h.k * b.py - b.dy
+            return ex * ex * b.nxx + 2 * ex * ey * b.nxy + ey * ey * b.nyy <= tol2
+        }
+        // The blocks a motion explains (weighted), among those `free` (not explained by the
+        // first motion when the second is sought).
+        @inline(__always) func score(_ h: Similarity) -> Int {
             var blocks = 0
-            for (j, c) in centres.enumerated() where disp[j].ok && residual(h, j, c, cx, cy) <= tol {
-                if let other, residual(other, j, c, cx, cy) <= tol { continue }
-                blocks += strong(disp[j]) ? 5 : 1
-            }
+            for b in votingBlocks where b.weight > 0 && b.free && fits(h, b) { blocks += b.weight }
             return blocks
         }
         func best(excluding other: Similarity?) -> (f: Similarity, blocks: Int) {
-            var best = f, bestScore = other == nil ? score(f, excluding: nil) : 0
+            for i in votingBlocks.indices { votingBlocks[i].free = other.map { !fits($0, votingBlocks[i]) } ?? true }
+            var best = f, bestScore = other == nil ? score(f) : 0
             let minSeparation2 = Double(width * width) / 64
-            for (i, ci) in centres.enumerated() where disp[i].ok && strong(disp[i]) {
-                if let other, residual(other, i, ci, cx, cy) <= tol { continue }
-                let pxi = Double(ci.x * 2) - cx, pyi = Double(ci.y * 2) - cy
-                let single: Similarity = (disp[i].dx + f.theta * pyi - f.k * pxi, disp[i].dy - f.theta * pxi - f.k * pyi, f.theta, f.k)
-                let s1 = score(single, excluding: other)
+            for i in votingBlocks.indices where votingBlocks[i].strong && votingBlocks[i].free {
+                let bi = votingBlocks[i]
+                let single: Similarity = (bi.dx + f.theta * bi.py - f.k * bi.px, bi.dy - f.theta * bi.px - f.k * bi.py, f.theta, f.k)
+                let s1 = score(single)
                 if s1 > bestScore { best = single; bestScore = s1 }
-                for (j, cj) in centres.enumerated() where j > i && disp[j].ok && strong(disp[j]) {
-                    let ex = Double(cj.x * 2) - cx - pxi, ey = Double(cj.y * 2) - cy - pyi
+                for j in (i + 1)..<votingBlocks.count where votingBlocks[j].strong {
+                    let bj = votingBlocks[j]
+                    let ex = bj.px - bi.px, ey = bj.py - bi.py
                     let d2 = ex * ex + ey * ey
                     guard d2 >= minSeparation2 else { continue }
-                    let ddx = disp[j].dx - disp[i].dx, ddy = disp[j].dy - disp[i].dy
+                    let ddx = bj.dx - bi.dx, ddy = bj.dy - bi.dy
                     let k = (ex * ddx + ey * ddy) / d2, theta = (ex * ddy - ey * ddx) / d2
                     guard abs(theta) < Self.denseMaxRotation / 2, abs(k) < Self.denseMaxScale / 2 else { continue }
-                    let pair: Similarity = (disp[i].dx + theta * pyi - k * pxi, disp[i].dy - theta * pxi - k * pyi, theta, k)
-                    let s2 = score(pair, excluding: other)
+                    let pair: Similarity = (bi.dx + theta * bi.py - k * bi.px, bi.dy - theta * bi.px - k * bi.py, theta, k)
+                    let s2 = score(pair)
                     if s2 > bestScore { best = pair; bestScore = s2 }
                 }
             }
