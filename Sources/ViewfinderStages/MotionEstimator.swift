@@ -596,6 +596,11 @@ public final class MotionEstimator {
             let finest = width < fullResolutionBelowWidth ? -1 : 0
             // One pixel per 4 × 4 cell; at full resolution per `fullResolutionCell` square.
             for level in stride(from: 2, through: finest, by: -1) {
+                // `dominantMotion` chose this frame's 1/4 pixels already (left as chosen).
+                if maskActive && level == Self.voteLevel {
+                    applyMotionMask(&densePoints[level + 1], level: level)
+                    continue
+                }
                 selectDensePixels(level < 0 ? prevFull! : prev[level], minGradient2: level < 0 ? 2 * Self.denseMinGradient2 : Self.denseMinGradient2,
                                   cell: level < 0 ? fullResolutionCell(halfLevelPoints: densePoints[1].count) : denseCell, into: &densePoints[level + 1])
                 if maskActive { applyMotionMask(&densePoints[level + 1], level: level) }
@@ -808,8 +813,7 @@ public final class MotionEstimator {
                 let side = r1 + Self.voteMargin < r2 ? 0 : r2 + Self.voteMargin < r1 ? 1 : -1
                 if side < 0 { continue }
                 if side == 0 { votes1 += 1 } else { votes2 += 1 }
-                voteSplit[side].x.append(all.x[n]); voteSplit[side].y.append(all.y[n]); voteSplit[side].t.append(all.t[n])
-                voteSplit[side].gx.append(all.gx[n]); voteSplit[side].gy.append(all.gy[n])
+                voteSplit[side].append(all, at: n)
             }
             guard round < 2 else { break }
             for side in 0..<2 {
@@ -891,6 +895,10 @@ public final class MotionEstimator {
     struct DensePoints {
         var x: [Float] = [], y: [Float] = [], t: [Float] = [], gx: [Float] = [], gy: [Float] = []
         var count: Int { x.count }
+        /// Appends pixel `n` of `p`.
+        mutating func append(_ p: DensePoints, at n: Int) {
+            x.append(p.x[n]); y.append(p.y[n]); t.append(p.t[n]); gx.append(p.gx[n]); gy.append(p.gy[n])
+        }
         mutating func removeAll() {
             x.removeAll(keepingCapacity: true); y.removeAll(keepingCapacity: true); t.removeAll(keepingCapacity: true)
             gx.removeAll(keepingCapacity: true); gy.removeAll(keepingCapacity: true)
@@ -1127,8 +1135,7 @@ public final class MotionEstimator {
         let step = max(1, all.count / 600)
         scanPoints.removeAll()
         for i in stride(from: 0, to: all.count, by: step) {
-            scanPoints.x.append(all.x[i]); scanPoints.y.append(all.y[i]); scanPoints.t.append(all.t[i])
-            scanPoints.gx.append(all.gx[i]); scanPoints.gy.append(all.gy[i])
+            scanPoints.append(all, at: i)
         }
         let side = 2 * radius + 1, n = scanPoints.count
         for j in 0..<side {

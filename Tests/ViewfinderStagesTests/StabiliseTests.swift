@@ -187,22 +187,8 @@ struct StabiliseTests {
     @Test("a photograph at 1080p, turns of up to 2.6° between frames with shifts of up to 16 px: every estimate within 0.25 px and 0.0005 rad",
           .enabled(if: WhiteBalancePhotos.training.contains { $0.hasSuffix("Dragonfly_by_Bolly.jpg") }, "photograph could not be fetched (apt-get download)"))
     func largeTurnsAt1080p() throws {
-        let path = try #require(WhiteBalancePhotos.training.first { $0.hasSuffix("Dragonfly_by_Bolly.jpg") })
-        let img = try SimImage.load(path: path)
-        // The photograph's luma; 1080p frames show its centre, 2200 px of it across.
-        var luma = [Float](repeating: 0, count: img.width * img.height)
-        for k in 0..<luma.count {
-            luma[k] = 0.299 * Float(img.rgb[3 * k]) + 0.587 * Float(img.rgb[3 * k + 1]) + 0.114 * Float(img.rgb[3 * k + 2])
-        }
         let f = FrameFormat(.yuyv, width: 1920, height: 1080)
-        let s = 2200.0 / 1920, ox = Double(img.width) / 2 - 960 * s, oy = Double(img.height) / 2 - 540 * s
-        func scene(_ x: Double, _ y: Double) -> Double {
-            let u = min(max(ox + x * s, 0), Double(img.width - 2)), v = min(max(oy + y * s, 0), Double(img.height - 2))
-            let ix = Int(u), iy = Int(v), fx = Float(u - Double(ix)), fy = Float(v - Double(iy))
-            let k = iy * img.width + ix
-            let top = luma[k] + (luma[k + 1] - luma[k]) * fx, bottom = luma[k + img.width] + (luma[k + img.width + 1] - luma[k + img.width]) * fx
-            return Double(top + (bottom - top) * fy)
-        }
+        let scene = try photographScene("Dragonfly_by_Bolly.jpg", width: f.width, height: f.height)
         let steps = [(3.5, -3.3, -0.0041), (-5.2, -7.3, -0.0405), (3.3, 15.8, 0.0452), (-6.1, -9.4, -0.0348), (2.7, 5.9, 0.0215), (0.5, -7.4, 0.0246)]
         var worst = 0.0, worstAngle = 0.0
         for ((mx, my, ma), m) in zip(steps, try estimateSteps(f, scene: scene, noise: 2, seed: 31, steps: steps, exactTurns: true)) {
@@ -248,6 +234,26 @@ struct StabiliseTests {
         print(String(format: "exposure steps at %d px: worst error %.3f px", width, worst))
     }
 
+    /// A photograph of the training set (fetched as the white-balance tests fetch theirs) as a
+    /// scene: its luma, bilinear, its centre filling a `width` × `height` frame with 2200 px of
+    /// the photograph across, edges clamped.
+    func photographScene(_ name: String, width: Int, height: Int) throws -> (Double, Double) -> Double {
+        let path = try #require(WhiteBalancePhotos.training.first { $0.hasSuffix(name) })
+        let img = try SimImage.load(path: path)
+        var luma = [Float](repeating: 0, count: img.width * img.height)
+        for k in 0..<luma.count {
+            luma[k] = 0.299 * Float(img.rgb[3 * k]) + 0.587 * Float(img.rgb[3 * k + 1]) + 0.114 * Float(img.rgb[3 * k + 2])
+        }
+        let s = 2200.0 / Double(width), ox = Double(img.width) / 2 - Double(width) / 2 * s, oy = Double(img.height) / 2 - Double(height) / 2 * s
+        return { x, y in
+            let u = min(max(ox + x * s, 0), Double(img.width - 2)), v = min(max(oy + y * s, 0), Double(img.height - 2))
+            let ix = Int(u), iy = Int(v), fx = Float(u - Double(ix)), fy = Float(v - Double(iy))
+            let k = iy * img.width + ix
+            let top = luma[k] + (luma[k + 1] - luma[k]) * fx, bottom = luma[k + img.width] + (luma[k + img.width + 1] - luma[k + img.width]) * fx
+            return Double(top + (bottom - top) * fy)
+        }
+    }
+
     /// A textured object over 30 % (10 %) of the picture moving 6 px/frame (at 640 px wide)
     /// across a photograph filmed by a shaken camera: the estimate must be the camera's motion,
     /// not the object's nor one between. The object (128 + 60·sin·cos + 30·sin, more contrast
@@ -260,20 +266,7 @@ struct StabiliseTests {
     func movingObject(photo: String, area: Double, width: Int) throws {
         let f = FrameFormat(.yuyv, width: width, height: width * 9 / 16)
         let s = 640.0 / Double(width)
-        let path = try #require(WhiteBalancePhotos.training.first { $0.hasSuffix(photo) })
-        let img = try SimImage.load(path: path)
-        var luma = [Float](repeating: 0, count: img.width * img.height)
-        for k in 0..<luma.count {
-            luma[k] = 0.299 * Float(img.rgb[3 * k]) + 0.587 * Float(img.rgb[3 * k + 1]) + 0.114 * Float(img.rgb[3 * k + 2])
-        }
-        let ps = 2200.0 / Double(f.width), pox = Double(img.width) / 2 - Double(f.width) / 2 * ps, poy = Double(img.height) / 2 - Double(f.height) / 2 * ps
-        func scene(_ x: Double, _ y: Double) -> Double {
-            let u = min(max(pox + x * ps, 0), Double(img.width - 2)), v = min(max(poy + y * ps, 0), Double(img.height - 2))
-            let ix = Int(u), iy = Int(v), fx = Float(u - Double(ix)), fy = Float(v - Double(iy))
-            let k = iy * img.width + ix
-            let top = luma[k] + (luma[k + 1] - luma[k]) * fx, bottom = luma[k + img.width] + (luma[k + img.width + 1] - luma[k + img.width]) * fx
-            return Double(top + (bottom - top) * fy)
-        }
+        let scene = try photographScene(photo, width: f.width, height: f.height)
         let speed = 6.0, amplitude = 60.0
         let ow = Double(f.width) * area.squareRoot() * 1.2, oh = Double(f.height) * area.squareRoot() / 1.2
         var rng = TestRNG(5)
