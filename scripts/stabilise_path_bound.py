@@ -18,10 +18,35 @@ The shake is taken out perfectly (the y axis of the output is still). The input'
 that of the report's filming: intended motion + AR(1) shake per axis (coefficient 0.55, sigma
 3 px), the mean over 50 seeds. Units are 640x360 pixels; jitter is in percent, as the report.
 
+Two more bounds, with `--receding [lookahead]` (27 Nov; about 2 minutes), on the shaken camera
+path of three seeds (0-2, medians; crop margins 26 / 14 px, keep 0.9 at 640x360 less what
+rotation takes), each ratio per seed as the report's:
+
+  * offline: the whole path known and the measure itself minimised under the crop (bounded least
+    squares) -- what the crop allows to a path shaped to the moving average;
+  * receding horizon: at each frame the camera known `lookahead` frames ahead and predicted on a
+    line beyond (velocity from the last `vel` known frames, `pred` frames long), the measure
+    minimised over that window with the past fixed and a weak pull `lam` toward the camera, the
+    first frame kept -- swept over pred, vel and lam: the best such causal planner.
+
+And with `--oracle [lookahead]` (27 Nov, fifth session; about 4 minutes), what the look-ahead alone allows,
+with no shake at all (the camera is the intended motion, margins 26 px):
+
+  * measure-optimal, whole future: still until the look-ahead shows the pan, from then on the
+    entire future known and the measure minimised under the crop -- the most any planner with
+    perfect pan detection could reach;
+  * receding horizon on the unshaken camera: as above, the camera known `lookahead` frames ahead
+    and a line beyond, swept over pred, vel and lam -- what knowing only the look-ahead costs.
+
 Needs NumPy and SciPy (`pip install numpy scipy`); not part of CI.
 
     python3 scripts/stabilise_path_bound.py
+    python3 scripts/stabilise_path_bound.py --receding 15
+    python3 scripts/stabilise_path_bound.py --oracle 15
 """
+import itertools
+import sys
+
 import numpy as np
 from scipy.optimize import lsq_linear
 
@@ -50,20 +75,21 @@ def high_frequency_rms(x):
     return float(np.sqrt(np.mean(np.square(r))))
 
 
+def shake(rng, a=0.55, sigma=3.0):
+    """The report's AR(1) shake on one axis."""
+    v, s, o = 0.0, sigma * np.sqrt(1 - a * a), []
+    for _ in range(FRAMES):
+        v = a * v + s * rng.standard_normal()
+        o.append(v)
+    return np.array(o)
+
+
 def input_jitter(intended, seeds=50):
     """Mean over seeds of the input's measure: (HF(x) + HF(y)) / 2 with AR(1) shake on both axes."""
     out = []
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
-
-        def ar(a=0.55, sigma=3.0):
-            v, s, o = 0.0, sigma * np.sqrt(1 - a * a), []
-            for _ in range(FRAMES):
-                v = a * v + s * rng.standard_normal()
-                o.append(v)
-            return np.array(o)
-
-        out.append((high_frequency_rms(intended + ar()) + high_frequency_rms(ar())) / 2)
+        out.append((high_frequency_rms(intended + shake(rng)) + high_frequency_rms(shake(rng))) / 2)
     return float(np.mean(out))
 
 
@@ -78,8 +104,120 @@ def smoothest_path(intended, start, lookahead, margin):
     return path
 
 
+def measure_operator(n):
+    """Rows t = WINDOW ... n - WINDOW - 1: x[t] less its moving average, as a matrix."""
+    a = np.zeros((n - 2 * WINDOW, n))
+    for k, t in enumerate(range(WINDOW, n - WINDOW)):
+        a[k, t - WINDOW:t + WINDOW + 1] -= 1 / (2 * WINDOW + 1)
+        a[k, t] += 1
+    return a
+
+
+def measure_optimum(camera, margin, still_until=0, **solver):
+    """The whole path known: the measure itself least, within margin of the camera (and held at 0
+    before frame `still_until`); `solver`: lsq_linear's tolerances."""
+    a = measure_operator(len(camera))
+    lo, hi = camera - margin, camera + margin
+    lo[:still_until], hi[:still_until] = -1e-9, 1e-9
+    return lsq_linear(a, np.zeros(a.shape[0]), bounds=(lo, hi), **solver).x
+
+
+def shaken_ratios(intended, plan, plan_y=None, seeds=3, margins=(26, 14)):
+    """Per seed, the report's ratio for `plan(camera, margin)` (`plan_y` on y if given) on the
+    intended motion filmed with the report's shake on x and shake alone on y: (HF(x) + HF(y)) of
+    the plans over the cameras'."""
+    out = []
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        cx = intended + shake(rng)
+        cy = shake(rng)
+        out.append((high_frequency_rms(plan(cx, margins[0])) + high_frequency_rms((plan_y or plan)(cy, margins[1])))
+                   / (high_frequency_rms(cx) + high_frequency_rms(cy)))
+    return out
+
+
+def receding_horizon(camera, margin, lookahead, pred, vel, lam, past=14, acc=0):
+    """Each frame: the camera known `lookahead` ahead, a line beyond, the measure least over the window.
+    With `acc` > 0 the prediction beyond is a parabola: the velocity of the last `vel` frames keeps
+    changing as it did against the `vel` before, for `acc` frames, then holds."""
+    n, p = len(camera), np.zeros(len(camera))
+    for t in range(n):
+        last = min(n - 1, t + lookahead)
+        known = camera[:last + 1]
+        if acc == 0:
+            k = min(vel, last)
+            v = (known[-1] - known[-1 - k]) / k if k > 0 else 0.0
+            cc = np.concatenate([known, known[-1] + v * np.arange(1, pred + 1)])
+        else:
+            k = min(vel, last // 2)
+            v1 = (known[-1] - known[-1 - k]) / k if k > 0 else 0.0
+            v0 = (known[-1 - k] - known[-1 - 2 * k]) / k if k > 0 else 0.0
+            a = (v1 - v0) / k if k > 0 else 0.0
+            cc = np.concatenate([known, known[-1] + np.cumsum(v1 + a * np.minimum(np.arange(1, pred + 1), acc))])
+        s, nv = max(0, t - past), len(cc) - t
+        rows, rhs = [], []
+        for ctr in range(max(s + WINDOW, t - WINDOW), len(cc) - WINDOW):
+            a, b = np.zeros(nv), 0.0
+            for j in range(ctr - WINDOW, ctr + WINDOW + 1):
+                coef = -1 / (2 * WINDOW + 1) + (1 if j == ctr else 0)
+                if j >= t:
+                    a[j - t] += coef
+                else:
+                    b -= coef * p[j]
+            rows.append(a)
+            rhs.append(b)
+        a = np.vstack([np.array(rows), lam * np.eye(nv)])
+        bb = np.concatenate([np.array(rhs), lam * cc[t:]])
+        p[t] = lsq_linear(a, bb, bounds=(cc[t:] - margin, cc[t:] + margin)).x[0]
+    return p
+
+
+def receding_main(motions, lookahead):
+    for name, intended, _ in motions:
+        # The plan that shows exactly what was meant: the intended motion on x, still on y.
+        exact = shaken_ratios(intended, lambda c, m: intended, plan_y=lambda c, m: np.zeros(FRAMES))
+        off = shaken_ratios(intended, measure_optimum)
+        best = {}
+        for pred, vel, lam in itertools.product((15, 30, 60), (4, 8, 15), (0.0, 0.02, 0.1)):
+            best[(pred, vel, lam)] = shaken_ratios(intended, lambda c, m: receding_horizon(c, m, lookahead, pred, vel, lam))
+        (pred, vel, lam), rs = min(best.items(), key=lambda kv: np.median(kv[1]))
+        print(f"{name}: intended motion shown exactly {100 * np.median(exact):.1f} %, offline optimum "
+              f"{100 * np.median(off):.1f} %, best receding horizon at look-ahead {lookahead} "
+              f"{100 * np.median(rs):.1f} % (prediction {pred}, velocity over {vel}, pull {lam})")
+
+
+def oracle_main(motions, lookahead, margin=26):
+    for name, intended, start in motions:
+        base = 2 * input_jitter(intended)
+        best = measure_optimum(intended, margin, still_until=max(0, start - lookahead), tol=1e-12, max_iter=10_000)
+        rh = []
+        for pred, vel, lam in itertools.product((15, 30, 60), (2, 4, 8), (0.0, 0.02)):
+            rh.append((high_frequency_rms(receding_horizon(intended, margin, lookahead, pred, vel, lam)) / base, pred, vel, lam))
+        r, pred, vel, lam = min(rh)
+        print(f"{name}, no shake, margin {margin} px: measure-optimal with the whole future known once the look-ahead "
+              f"shows the pan {100 * high_frequency_rms(best) / base:.1f} %; receding horizon at look-ahead {lookahead} "
+              f"{100 * r:.1f} % (prediction {pred}, velocity over {vel}, pull {lam})")
+        # A parabola beyond the look-ahead: unshaken, then shaken (seeds 0-2, medians, margins 26 / 14).
+        pa = []
+        for pred, vel, acc in itertools.product((30, 60), (2, 4), (5, 10, 20)):
+            pa.append((high_frequency_rms(receding_horizon(intended, margin, lookahead, pred, vel, 0.0, acc=acc)) / base, pred, vel, acc))
+        r, pred, vel, acc = min(pa)
+        line = (f"  predicting a parabola (acceleration held {acc} frames, velocities over {vel}, prediction {pred}): "
+                f"no shake {100 * r:.1f} %; shaken:")
+        for pred, vel, acc in ((pred, vel, acc), (60, 8, 5), (60, 8, 10), (60, 15, 10)):
+            rs = shaken_ratios(intended, lambda c, m: receding_horizon(c, m, lookahead, pred, vel, 0.0, acc=acc), margins=(margin, 14))
+            line += f" {100 * np.median(rs):.1f} % (velocities over {vel}, held {acc})"
+        print(line)
+
+
 def main():
     motions = [("pan 4 px/frame", pan(4), 20), ("pan 3 px/frame starts and stops", pan(3, still=40, ramp=15, hold=60), 40)]
+    if len(sys.argv) > 1 and sys.argv[1] == "--receding":
+        receding_main(motions, int(sys.argv[2]) if len(sys.argv) > 2 else 15)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--oracle":
+        oracle_main(motions, int(sys.argv[2]) if len(sys.argv) > 2 else 15)
+        return
     margins = [8, 12, 16, 24, 32]
     for name, intended, start in motions:
         base = input_jitter(intended)

@@ -1142,6 +1142,39 @@ VF_INLINE void vf_gather_samples_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff
 VF_DISPATCH(vf_gather_samples, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride),
             (src, bytesPerRow, pixelStride, width, rows, dst, dstStride))
 
+// MARK: The dense step's pixel choice (see MotionEstimator.selectDensePixels)
+
+/// Per row of the band, |gx| + |gy| of the 3 × 3 Sobel sums at x = 1 ... width − 2 into `mag`
+/// (at most 2040: 16-bit lanes), then in each cell of `cell` columns from `margin` the first
+/// pixel above the cell's best so far, row by row: the same choice, in the same order, as the
+/// Swift loop it replaces (SIMD16 in Swift ran a generic call per operation in debug builds,
+/// 87 % of a debug stabilise stage).
+VF_INLINE void vf_dense_cell_maxima_body(const uint8_t *pixels, ptrdiff_t width, ptrdiff_t y0, ptrdiff_t rows, ptrdiff_t margin,
+                                         ptrdiff_t cell, ptrdiff_t cells, int16_t *mag, int16_t *best, int32_t *at) {
+    for (ptrdiff_t y = y0; y < y0 + rows; y++) {
+        const uint8_t *c = pixels + y * width, *up = c - width, *dn = c + width;
+        for (ptrdiff_t x = 1; x < width - 1; x++) {
+            int16_t gx = (int16_t)((up[x + 1] - up[x - 1]) + 2 * (c[x + 1] - c[x - 1]) + (dn[x + 1] - dn[x - 1]));
+            int16_t gy = (int16_t)((dn[x - 1] - up[x - 1]) + 2 * (dn[x] - up[x]) + (dn[x + 1] - up[x + 1]));
+            mag[x] = (int16_t)((gx < 0 ? -gx : gx) + (gy < 0 ? -gy : gy));
+        }
+        for (ptrdiff_t k = 0; k < cells; k++) {
+            const int16_t *m = mag + margin + k * cell;
+            int16_t b = best[k];
+            ptrdiff_t a = -1;
+            for (ptrdiff_t i = 0; i < cell; i++) {
+                if (m[i] > b) { b = m[i]; a = i; }
+            }
+            if (a >= 0) { best[k] = b; at[k] = (int32_t)(y << 16 | (margin + k * cell + a)); }
+        }
+    }
+}
+
+VF_DISPATCH(vf_dense_cell_maxima,
+            (const uint8_t *pixels, ptrdiff_t width, ptrdiff_t y0, ptrdiff_t rows, ptrdiff_t margin, ptrdiff_t cell, ptrdiff_t cells,
+             int16_t *mag, int16_t *best, int32_t *at),
+            (pixels, width, y0, rows, margin, cell, cells, mag, best, at))
+
 // MARK: The motion estimator's dense pass (see MotionEstimator.densePass)
 
 typedef int32_t vf_i32x8 __attribute__((vector_size(32)));

@@ -153,7 +153,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private var activePath: String?
     private var publishedDuration: Double = 0
     private var publishedBytes: UInt64 = 0
+    /// Queued audio blocks from `pendingAudioHead` on (the ones before it were dropped).
     private var pendingAudio: [QueuedAudio] = []
+    private var pendingAudioHead = 0
     private var pendingAudioBytes = 0
     /// The session's microphone feeds this output (``prepareAudio(format:)``) and is still running.
     private var sessionAudioLive = false
@@ -470,7 +472,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         lock.withLock {
             activePath = nil
             stopRequested = false
-            pendingAudio.removeAll(); pendingAudioBytes = 0
+            pendingAudio.removeAll(); pendingAudioHead = 0; pendingAudioBytes = 0
             finishedCount += 1
             lock.broadcast()
         }
@@ -491,13 +493,21 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     /// Blocks that did not fit in the 5 s queue (the movie's thread stalled).
     private var droppedAudioBlocks = 0
 
-    /// Called with `lock` held: queues a block, dropping the oldest beyond 5 s of audio.
+    /// Called with `lock` held: queues a block, dropping the oldest beyond 5 s of audio. Dropping
+    /// moves a head index (compacted now and then), so a stalled movie thread with a full queue
+    /// costs the microphone's thread O(1) a block under the lock, not a shift of the whole queue.
     private func queueAudio(_ q: QueuedAudio) {
         guard let a = settingsValue.audio else { return }
         let limit = a.sampleRate * a.channels * 4 * 5
-        while pendingAudioBytes + q.bytes.count > limit, !pendingAudio.isEmpty {
-            pendingAudioBytes -= pendingAudio.removeFirst().bytes.count
+        while pendingAudioBytes + q.bytes.count > limit, pendingAudioHead < pendingAudio.count {
+            pendingAudioBytes -= pendingAudio[pendingAudioHead].bytes.count
+            pendingAudio[pendingAudioHead].bytes = []
+            pendingAudioHead += 1
             droppedAudioBlocks += 1
+        }
+        if pendingAudioHead >= 64 && pendingAudioHead * 2 >= pendingAudio.count {
+            pendingAudio.removeFirst(pendingAudioHead)
+            pendingAudioHead = 0
         }
         pendingAudio.append(q)
         pendingAudioBytes += q.bytes.count
@@ -505,13 +515,15 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
 
     /// Feeds the queued audio to the recording's aligner and writes the track up to `time`.
     private func writeAudio(_ rec: Recording, upTo time: UInt64) throws {
-        let audio = lock.withLock { () -> [QueuedAudio] in
-            defer { pendingAudio.removeAll(keepingCapacity: true); pendingAudioBytes = 0 }
-            return pendingAudio
+        let (audio, head) = lock.withLock { () -> ([QueuedAudio], Int) in
+            var taken: [QueuedAudio] = []
+            swap(&taken, &pendingAudio)
+            defer { pendingAudioHead = 0; pendingAudioBytes = 0 }
+            return (taken, pendingAudioHead)
         }
         guard rec.writer.tracks.count > 1, case .pcmAudio(let rate, let channels) = rec.writer.tracks[1], let origin = rec.firstTimestamp else { return }
         if rec.aligner == nil { rec.aligner = AudioTimelineAligner(sampleRate: rate, channels: channels, origin: origin) }
-        for a in audio {
+        for a in audio[head...] {
             a.bytes.withUnsafeBytes { rec.aligner!.add($0, format: a.format, position: a.position, timestampNanoseconds: a.timestamp, discontinuity: a.discontinuity) }
         }
         rec.audioOut.removeAll(keepingCapacity: true)

@@ -7,15 +7,21 @@ import Viewfinder
 /// (not real time, like ALSA's file plugin), with overruns and a failure where the script says.
 final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
     let info = AudioDeviceInfo(id: "scripted", name: "scripted test device", sampleFormats: [.s16], minimumRate: 48000, maximumRate: 48000, rates: [48000], minimumChannels: 1, maximumChannels: 1)
-    let periodFrames = 48
+    let periodFrames: Int
     let overrunEvery: Int?
     let failAfter: Int?
+    /// The first reads take a period's time each (a device that looks real time at start, as a
+    /// loaded machine or a sanitiser can make it look), then return at once.
+    let slowReads: Int
     let reads = Atomic<Int>(0)
     let closed = Atomic<Bool>(false)
     /// Set by a test: the next read fails as if the device was unplugged.
     let unplugged = Atomic<Bool>(false)
     private var produced = 0
-    init(overrunEvery: Int? = nil, failAfter: Int? = nil) { self.overrunEvery = overrunEvery; self.failAfter = failAfter }
+    /// 1 ms periods unless told (a real request's default is 10 ms).
+    init(overrunEvery: Int? = nil, failAfter: Int? = nil, slowReads: Int = 0, periodFrames: Int = 48) {
+        self.overrunEvery = overrunEvery; self.failAfter = failAfter; self.slowReads = slowReads; self.periodFrames = periodFrames
+    }
     func configure(_ request: AudioStreamRequest) throws -> AudioStreamFormat {
         if let f = request.sampleFormat, f != .s16 { throw AudioError.unsupportedFormat(device: info.id, requested: f.rawValue, available: "S16_LE") }
         return AudioStreamFormat(sampleFormat: .s16, sampleRate: 48000, channels: 1)
@@ -25,6 +31,7 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         let k = reads.add(1, ordering: .relaxed).newValue
         if let f = failAfter, k > f { throw AudioError.deviceGone(info.id) }
         if unplugged.load(ordering: .relaxed) { throw AudioError.deviceGone(info.id) }
+        if k <= slowReads { usleep(UInt32(frames * 1_000_000 / 48000)) }
         let p = buffer.assumingMemoryBound(to: Int16.self)
         for i in 0..<frames { p[i] = Int16(truncatingIfNeeded: produced + i) }
         produced += frames
@@ -46,8 +53,10 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         return engine
     }
 
+    /// 10 ms periods, as a real request's default: the probe judges 0.25 s of them (with 1 ms
+    /// periods, 32 ms, which a loaded machine can stretch — the watch's case, in the next test).
     @Test func aDeviceFasterThanRealTimeIsPacedByTheClockAndEveryFrameArrives() throws {
-        let source = ScriptedAudioSource()
+        let source = ScriptedAudioSource(periodFrames: 480)
         let c = CollectingConsumer()
         let start = monotonicNanoseconds()
         let engine = try run(source, consumer: c, seconds: 0.5)
@@ -61,7 +70,35 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         #expect(st.finished && st.error == nil && source.closed.load(ordering: .relaxed))
         #expect(st.samples.enumerated().allSatisfy { $0.element == Int16(truncatingIfNeeded: $0.offset) })
         // Stamped by position: exactly one period apart.
-        for (a, b) in zip(st.periods, st.periods.dropFirst()) { #expect(b.timestamp.nanoseconds - a.timestamp.nanoseconds == 1_000_000) }
+        for (a, b) in zip(st.periods, st.periods.dropFirst()) { #expect(b.timestamp.nanoseconds - a.timestamp.nanoseconds == 10_000_000) }
+    }
+
+    /// A device whose first periods come at real time (so the probe judges it a real card) and
+    /// that then returns audio as fast as it is read — what a loaded machine under TSan made of the
+    /// scripted device in CI, flooding the movie for two minutes: the engine's watch catches it
+    /// within half a second of audio and paces it by the clock; every frame still arrives in order.
+    @Test func aDeviceThatTurnsFasterThanRealTimeAfterItsStartIsPacedFromThen() throws {
+        let source = ScriptedAudioSource(slowReads: 60)
+        let c = CollectingConsumer()
+        let start = monotonicNanoseconds()
+        let engine = try run(source, consumer: c, seconds: 1.5)
+        let elapsed = Double(monotonicNanoseconds() - start) / 1e9
+        let s = engine.statistics
+        #expect(s.selfPaced)
+        // At most the probe's and one watch window's audio ahead of the clock, not millions of frames.
+        #expect(Double(s.frames) / 48000 < elapsed + 0.6, "\(s.frames) frames in \(elapsed) s")
+        #expect(s.frames > 48000 / 2)
+        let st = c.state
+        #expect(st.finished && st.error == nil && source.closed.load(ordering: .relaxed))
+        // In order and as read: the flood before the watch caught it may have overflowed the ring
+        // (counted); every period delivered is the device's counter at its position.
+        #expect(st.samples.count == Int(s.frames))
+        #expect(zip(st.periods, st.periods.dropFirst()).allSatisfy { $1.position > $0.position })
+        var offset = 0
+        for p in st.periods {
+            #expect(st.samples[offset] == Int16(truncatingIfNeeded: p.position) && p.frames == 48)
+            offset += p.frames
+        }
     }
 
     @Test func anOverrunStormIsCountedAndNeverEndsCapture() throws {

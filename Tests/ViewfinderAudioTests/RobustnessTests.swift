@@ -152,6 +152,32 @@ import Testing
         }
     }
 
+    /// The watch after the probe: a card at real time, one whose whole buffer is read at once after
+    /// each stall of the program, one whose clock is 0.1 % fast over 10 minutes, and a fast device
+    /// whose stamps follow its positions are left alone; a device returning audio faster than it
+    /// plays is caught once it is a quarter of a second ahead of the clock.
+    @Test func theWatchCatchesOnlyADeviceFasterThanRealTime() {
+        func watch(periods: UInt64 = 1000, arrival: (UInt64) -> UInt64, stamp: (UInt64) -> UInt64?) -> UInt64? {
+            var w = AudioPacingWatch(sampleRate: 48000, start: start)
+            for n in UInt64(0)..<periods where w.record(position: n * 480, frames: 480, arrivalNanoseconds: arrival(n), deviceTimestamp: stamp(n)) { return n }
+            return nil
+        }
+        let steady = watch(arrival: { start + ($0 + 1) * 10_000_000 }, stamp: { _ in nil })
+        // The program stalled for the default buffer (8 periods, 80 ms) and then read it at once.
+        let stalled = watch(arrival: { n in n % 37 < 8 ? start + (n - n % 37 + 8) * 10_000_000 + (n % 37) * 20_000 : start + (n + 1) * 10_000_000 },
+                            stamp: { _ in nil })
+        let drifting = watch(periods: 60_000, arrival: { start + ($0 + 1) * 9_990_000 }, stamp: { _ in nil })   // 0.6 s ahead after 10 min
+        let stamped = watch(arrival: { start + $0 * 20_000 }, stamp: { start + $0 * 10_000_000 })
+        #expect(steady == nil && stalled == nil && drifting == nil && stamped == nil)
+        // 0.25 s ahead: read at once (with no stamps, or stamped on read) after 26 periods;
+        // CI's flood under TSan (3.5×) after 35; a device 1.67× fast after 62.
+        let fast = watch(arrival: { start + $0 * 20_000 }, stamp: { _ in nil })
+        let fastStampedOnRead = watch(arrival: { start + $0 * 20_000 }, stamp: { start + $0 * 20_000 })
+        let threeAndAHalf = watch(arrival: { start + $0 * 10_000_000 / 35 * 10 }, stamp: { _ in nil })
+        let fiveThirds = watch(arrival: { start + $0 * 6_000_000 }, stamp: { _ in nil })
+        #expect(fast == 25 && fastStampedOnRead == 25 && threeAndAHalf == 34 && fiveThirds == 61)
+    }
+
     /// A real card delivering at real time from the start.
     @Test func aSteadyCardIsRealTime() {
         var probe = AudioPacingProbe(sampleRate: 48000, start: start)

@@ -224,6 +224,37 @@ struct PortableKernelTests {
         }
     }
 
+    @Test("the dense step's pixel choice: both builds agree and match a plain reference", arguments: [37, 64, 101])
+    func denseCellMaxima(width w: Int) {
+        let rows = 12, margin = 2, cell = 5, cells = (w - 2 * margin) / cell
+        // Noise with flat patches (equal magnitudes: the first of equals must win) and a ramp.
+        var img = noiseBytes(w * (rows + 2), seed: UInt64(w))
+        for i in img.indices where (i / 7) % 3 == 0 { img[i] = UInt8(i % w) }
+        func reference(_ threshold: Int16) -> ([Int16], [Int32]) {
+            var best = [Int16](repeating: threshold, count: cells), at = [Int32](repeating: -7, count: cells)
+            func p(_ x: Int, _ y: Int) -> Int { Int(img[y * w + x]) }
+            for y in 1...rows { for k in 0..<cells { for x in (margin + k * cell)..<(margin + (k + 1) * cell) {
+                let gx = p(x + 1, y - 1) - p(x - 1, y - 1) + 2 * (p(x + 1, y) - p(x - 1, y)) + p(x + 1, y + 1) - p(x - 1, y + 1)
+                let gy = p(x - 1, y + 1) - p(x - 1, y - 1) + 2 * (p(x, y + 1) - p(x, y - 1)) + p(x + 1, y + 1) - p(x + 1, y - 1)
+                if abs(gx) + abs(gy) > Int(best[k]) { best[k] = Int16(abs(gx) + abs(gy)); at[k] = Int32(y << 16 | x) }
+            } } }
+            return (best, at)
+        }
+        // A threshold at the median cell's steepest pixel: about half the cells stay under it.
+        let threshold = reference(0).0.sorted()[cells / 2]
+        let (wantBest, wantAt) = reference(threshold)
+        let r = bothBuilds { () -> ([Int16], [Int32]) in
+            var mag = [Int16](repeating: 0, count: w), best = [Int16](repeating: threshold, count: cells), at = [Int32](repeating: -7, count: cells)
+            img.withUnsafeBufferPointer { src in
+                vf_dense_cell_maxima(src.baseAddress!, w, 1, rows, margin, cell, cells, &mag, &best, &at)
+            }
+            return (best, at)
+        }
+        #expect(r.portable.0 == wantBest && r.best.0 == wantBest, "best magnitudes, \(w) wide")
+        #expect(r.portable.1 == wantAt && r.best.1 == wantAt, "their places, \(w) wide")
+        #expect(wantAt.contains(-7) && wantAt.contains { $0 != -7 }, "some cells stay under the threshold, some do not")
+    }
+
     @Test("the warp's vertical pass against a plain reference")
     func warpVerticalReference() {
         let bpr = 301, rows = 9

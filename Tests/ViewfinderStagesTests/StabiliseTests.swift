@@ -238,7 +238,7 @@ struct StabiliseTests {
     /// scene: its luma, bilinear, its centre filling a `width` × `height` frame with 2200 px of
     /// the photograph across, edges clamped.
     func photographScene(_ name: String, width: Int, height: Int) throws -> (Double, Double) -> Double {
-        let path = try #require(WhiteBalancePhotos.training.first { $0.hasSuffix(name) })
+        let path = try #require((WhiteBalancePhotos.training + WhiteBalancePhotos.heldOut).first { $0.hasSuffix(name) })
         let img = try SimImage.load(path: path)
         var luma = [Float](repeating: 0, count: img.width * img.height)
         for k in 0..<luma.count {
@@ -264,6 +264,41 @@ struct StabiliseTests {
           .enabled(if: WhiteBalancePhotos.training.contains { $0.hasSuffix("Dragonfly_by_Bolly.jpg") }, "photograph could not be fetched (apt-get download)"),
           arguments: [("Dragonfly_by_Bolly.jpg", 0.3, 640), ("Dragonfly_by_Bolly.jpg", 0.3, 1280), ("aitzgorri_by_Aitzol_Berasategi.jpg", 0.1, 640)] as [(String, Double, Int)])
     func movingObject(photo: String, area: Double, width: Int) throws {
+        let (rms, worst) = try movingObjectError(photo: photo, area: area, width: width)
+        #expect(rms < 0.25 && worst < 1, "RMS \(rms) px, worst \(worst) px")
+    }
+
+    /// A textured object over 30 % of a photograph whose own texture is soft (mate's Garden:
+    /// flowers out of focus; lomiri's Wine) took every block, or most of the cells that had a
+    /// decided pixel, and the estimate followed it (about 5 px RMS before 27 Nov's fourth
+    /// session, with the object moving 6 px/frame; 5.4 px with `separatesMovingObjects` off):
+    /// now as on a textured background (0.04 / 0.02 px RMS), the object's cells carried from
+    /// frame to frame.
+    @Test("a textured object over 30 % of a photograph with a soft background",
+          .enabled(if: WhiteBalancePhotos.training.contains { $0.hasSuffix("Garden.jpg") }, "photograph could not be fetched (apt-get download)"),
+          arguments: ["Garden.jpg", "Wine_by_Jakkub_Mede.jpg"])
+    func movingObjectSoftBackground(photo: String) throws {
+        let (rms, worst) = try movingObjectError(photo: photo, area: 0.3, width: 640)
+        let (rmsOff, _) = try movingObjectError(photo: photo, area: 0.3, width: 640, separate: false)
+        #expect(rms < 0.25 && worst < 1 && rmsOff > 2, "RMS \(rms) px (without separation \(rmsOff) px), worst \(worst) px")
+    }
+
+    /// Where nothing moves, telling motions apart must change nothing: a foggy pier (plasma's
+    /// ColdRipple), where the pixels' own test once split the picture into two motions fitted to
+    /// noise (0.031 → 0.035 px RMS in the report's filming, every motion of the set slightly
+    /// worse), and a sky with cables (lomiri's Bridge).
+    @Test("no moving thing: telling motions apart changes nothing",
+          .enabled(if: WhiteBalancePhotos.heldOut.contains { $0.contains("ColdRipple") }, "photograph could not be fetched (apt-get download)"),
+          arguments: ["ColdRipple/contents/images/2560x1600.jpg", "Bridge_by_Sander_Klootwijk.jpg"])
+    func noMovingThing(photo: String) throws {
+        let (rms, worst) = try movingObjectError(photo: photo, area: 0, width: 640)
+        let (rmsOff, _) = try movingObjectError(photo: photo, area: 0, width: 640, separate: false)
+        #expect(rms <= rmsOff + 0.005 && worst < 1, "RMS \(rms) px (without separation \(rmsOff) px), worst \(worst) px")
+    }
+
+    /// RMS and worst per-frame error (px) of the estimator over 30 shaken frames of `photo` with
+    /// a textured object over `area` of the picture moving 6 px/frame (at 640 px wide) across it.
+    func movingObjectError(photo: String, area: Double, width: Int, separate: Bool = true) throws -> (rms: Double, worst: Double) {
         let f = FrameFormat(.yuyv, width: width, height: width * 9 / 16)
         let s = 640.0 / Double(width)
         let scene = try photographScene(photo, width: f.width, height: f.height)
@@ -271,6 +306,7 @@ struct StabiliseTests {
         let ow = Double(f.width) * area.squareRoot() * 1.2, oh = Double(f.height) * area.squareRoot() / 1.2
         var rng = TestRNG(5)
         let est = MotionEstimator(width: f.width, height: f.height)
+        est.separatesMovingObjects = separate
         var camX = 0.0, camY = 0.0, worst = 0.0, se = 0.0
         for t in 0..<30 {
             let dx = t == 0 ? 0 : 2.5 * rng.gaussian() / s, dy = t == 0 ? 0 : 2.5 * rng.gaussian() / s
@@ -298,8 +334,8 @@ struct StabiliseTests {
             }
         }
         let rms = (se / 29).squareRoot()
-        print(String(format: "moving object over %.0f %% of %@ at %d px wide: worst %.3f px, RMS %.3f px", area * 100, photo, width, worst, rms))
-        #expect(rms < 0.25 && worst < 1, "RMS \(rms) px, worst \(worst) px")
+        print(String(format: "moving object over %.0f %% of %@ at %d px wide%@: worst %.3f px, RMS %.3f px", area * 100, photo, width, separate ? "" : " (not separated)", worst, rms))
+        return (rms, worst)
     }
 
     /// The brightness ratio from two histograms: a scaled picture's ratio with clipped

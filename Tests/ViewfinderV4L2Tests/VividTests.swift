@@ -154,10 +154,14 @@ struct VividTests {
         var so = StabiliseOptions()
         so.lookahead = 5
         let stages: [any Stage] = [ExposureStage(options: ExposureOptions()), FocusStage(options: FocusOptions()), StabiliseStage(options: so)]
-        var o = EngineOptions(frameLimit: 60)
+        // A slow live camera (4 fps, 40 frames = 10 s): the emulated VM runs the debug build, where
+        // stabilise took 1.3-1.5 s a frame and a 2 s run at 30 fps delivered 4-11 frames by the
+        // host's load; with the dense step's pixel choice in C it takes 0.3-0.55 s, and 21-34 of
+        // the 40 frames are delivered.
+        var o = EngineOptions(frameLimit: 40)
         o.stageRingCapacity = 8
         let consumer = PixelCheckConsumer()
-        let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: 320, height: 180, fps: 30,
+        let cfg = try cam.configure(StreamRequest(pixelFormat: format, width: 320, height: 180, fps: 4,
                                                   bufferCount: CaptureEngine.buffersNeeded(stages: stages, consumers: [consumer], options: o, pixelFormat: format)))
         #expect(cfg.format.pixelFormat == format)
         #expect(cam.convertedFrom == nil, "\(format) should stream natively, not through libv4lconvert")
@@ -169,10 +173,10 @@ struct VividTests {
         print("vivid \(format) through exposure+focus+stabilise: captured \(s.captured) delivered \(s.delivered) drops \(s.drops.byName) decode 1/\(s.decodeScale) \(fixed(s.decodeMeanMicroseconds, 0)) µs, stages \(s.stageMeanMicroseconds.map { fixed($0, 0) }) µs; metered luma \(seen.suffix(3).map { fixed($0.luma, 1) })")
         #expect(engine.runtimeError == nil)
         // Books balance (a final driver gap may carry the count past the limit).
-        #expect(s.captured >= 60 && s.captured <= 80 && s.captured == s.delivered + s.drops.total)
+        #expect(s.captured >= 40 && s.captured <= 60 && s.captured == s.delivered + s.drops.total)
         // The VM emulates the CPU (no KVM) and runs the debug build: a conversion there takes
-        // ~0.2 s and stabilise ~0.7 s per frame, so this live 30 fps camera outruns the pipeline
-        // and most frames are dropped, counted as a live source's drops, never as corrupt.
+        // ~0.1-0.2 s and stabilise ~0.3-0.55 s per frame, so even this 4 fps camera outruns the pipeline
+        // and frames are dropped (6-19 of 40), counted as a live source's drops, never as corrupt.
         let counted = s.drops[.driverGap] + s.drops[.ringFull] + s.drops[.outOfBuffers]
         #expect(s.drops.total == counted, "only a live source's counted drops: \(s.drops.byName)")
         #expect(s.decodeScale == 1)

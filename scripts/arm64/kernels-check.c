@@ -182,6 +182,15 @@ int main(int argc, char **argv) {
             }
         }
     }
+    {
+        // The dense step's pixel choice: cells of 7 columns over 20 rows, from a threshold of 40.
+        enum { CELLS = (S - 4) / 7 };
+        static int16_t mag[S], best[CELLS];
+        static int32_t at[CELLS];
+        for (int k = 0; k < CELLS; k++) best[k] = 40;
+        vf_dense_cell_maxima(img, S, 1, 20, 2, 7, CELLS, mag, best, at);
+        printf("dense_cell_maxima %016llx %016llx\n", (unsigned long long)fnv(best, sizeof best), (unsigned long long)fnv(at, sizeof at));
+    }
     for (int sn = 5; sn <= 33; sn += 7) {
         float h14[14];
         vf_lk_similarity(img + 2 * S + 2, S, img + 5 * S + 9, S, 2, sn, sn, 0.3125f, 0.71875f, -0.21f, 0.13f, 0.004f, h14);

@@ -65,6 +65,14 @@ void vf_halve_grey(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, p
 /// apart), to contiguous bytes in `dst` (rows `dstStride` apart). Reads no byte past a row's last sample.
 void vf_gather_samples(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride);
 
+/// The dense step's pixel choice over rows y0 ..< y0 + rows of a grey image `width` wide (rows
+/// contiguous; rows y0 − 1 and y0 + rows are read): per row, |gx| + |gy| of the Sobel sums at
+/// x = 1 ... width − 2 into `mag` (`width` entries), then for each of `cells` cells of `cell`
+/// columns from `margin` (ending at most at width − 2), the first pixel whose value exceeds
+/// `best[k]` raises it and sets `at[k]` = y << 16 | x. See MotionEstimator.selectDensePixels.
+void vf_dense_cell_maxima(const uint8_t *pixels, ptrdiff_t width, ptrdiff_t y0, ptrdiff_t rows, ptrdiff_t margin, ptrdiff_t cell,
+                          ptrdiff_t cells, int16_t *mag, int16_t *best, int32_t *at);
+
 /// The motion estimator's dense pass over `count` chosen pixels (positions, values and gradients
 /// of the previous frame's level) against `img` (rows `bw` apart) under a similarity; see
 /// MotionEstimator.densePass. With `histogram` (256 counts of |residual|·4, added to) the weighted

@@ -39,7 +39,8 @@ public struct AudioStatistics: Sendable, Equatable, Codable {
 ///   thread woke up.
 /// - The engine never relies on the device pacing it: a device that returns the first periods
 ///   much faster than real time (ALSA's `file`/`null` plugins) is paced by the monotonic clock and
-///   stamped by its position (``AudioStatistics/selfPaced``).
+///   stamped by its position (``AudioStatistics/selfPaced``); one that passed that probe and then
+///   gets ahead of the clock is caught later by ``AudioPacingWatch`` and paced from then on.
 public final class AudioCaptureEngine: @unchecked Sendable {
     // @unchecked Sendable: configuration is immutable after init; capture-thread state is owned by
     // that thread, delivery state by the delivery thread; shared counts are atomics or `stats`.
@@ -129,13 +130,15 @@ public final class AudioCaptureEngine: @unchecked Sendable {
         var probing = true
         var probe: AudioPacingProbe
         var held: [(slot: Int, period: AudioPeriod)] = []
+        var watch: AudioPacingWatch
     }
 
     private func captureLoop() {
         let rate = Double(format.sampleRate)
         let started = monotonicNanoseconds()
         let probeLimit = min(Self.probePeriods, max(1, slotCount / 2))
-        var pacing = Pacing(start: started, probe: AudioPacingProbe(sampleRate: format.sampleRate, start: started, maximumPeriods: probeLimit))
+        var pacing = Pacing(start: started, probe: AudioPacingProbe(sampleRate: format.sampleRate, start: started, maximumPeriods: probeLimit),
+                            watch: AudioPacingWatch(sampleRate: format.sampleRate, start: started))
         pacing.held.reserveCapacity(probeLimit)
         var position: UInt64 = 0
         var spare: Int?
@@ -181,6 +184,18 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             let period = AudioPeriod(frames: r.frames, timestamp: Timestamp(nanoseconds: stamp), position: position, discontinuity: lostBefore)
             lostBefore = false
             position += UInt64(r.frames)
+            if !pacing.probing && !selfPaced.load(ordering: .relaxed),
+               pacing.watch.record(position: period.position, frames: r.frames, arrivalNanoseconds: monotonicNanoseconds(), deviceTimestamp: r.timestamp?.nanoseconds) {
+                // Judged real time at start, but now returning audio faster than it plays: paced by
+                // the clock from here, as if from the stream's start (what the probe would have
+                // done; the next period waits until its position's time). The periods so far were
+                // stamped as they came, ahead of that line: the clocks that place audio on a
+                // timeline (a movie's) treat them as bad stamps, at the cost of one sync correction.
+                selfPaced.store(true, ordering: .relaxed)
+                let media = Double(position) / rate
+                let elapsed = Double(monotonicNanoseconds() &- pacing.start) / 1e9
+                logger.info("audio: '\(source.info.id)' is returning audio faster than real time after its start (\(media) s in \(elapsed) s): pacing it by the clock")
+            }
             if slot == slotCount {
                 ringDrops.add(1, ordering: .relaxed)
                 if r.endOfStream { break }

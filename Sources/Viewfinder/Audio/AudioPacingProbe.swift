@@ -77,3 +77,59 @@ public struct AudioPacingProbe: Sendable {
         return true
     }
 }
+
+/// Watches a device judged real time by ``AudioPacingProbe`` for the rest of the stream: a source
+/// whose first periods came slowly (a loaded machine, a sanitiser, a slow start) but that then
+/// returns audio faster than it plays is caught as soon as it is ``lead`` seconds ahead of the
+/// clock, instead of flooding the consumers for the whole session (CI once saw a scripted device
+/// under TSan deliver 417 s of audio in 120 s — 3.5× real time — and stall a movie).
+///
+/// Since the stream started, the device has returned more than `lead` seconds of audio beyond the
+/// time that passed *and* more than `ratio` (2 %) faster than real time, and its stamps (if any) do
+/// not advance with its positions. A real card cannot: its buffer only holds what it captured since
+/// it started (with the stream, to within the thread's start), so however late the program reads,
+/// it never has more than the time that passed; its clock is within 0.1 % (a long session's drift
+/// is not 2 %); and a kernel card's stamps follow its positions anyway. How far the audio got
+/// ahead matters downstream: the periods before the switch are stamped on arrival, ahead of the
+/// paced line, and a movie corrects for that lead once — so the watch looks at every period
+/// rather than waiting for a window. Does not allocate.
+public struct AudioPacingWatch: Sendable {
+    public let sampleRate: Int
+    /// When the stream started (before its first read), monotonic ns.
+    public let start: UInt64
+    public let lead: Double
+    public let ratio: Double
+    /// Where the stamps are compared from (moved on every half second of audio: a replay's stamps
+    /// follow its positions over a stretch but may be rebased between stretches), and the last
+    /// verdict.
+    private var anchorPosition: UInt64?
+    private var anchorStamp: UInt64?
+    private var stampsFollow = true
+
+    public init(sampleRate: Int, start: UInt64, lead: Double = 0.25, ratio: Double = 1.02) {
+        self.sampleRate = sampleRate; self.start = start; self.lead = lead; self.ratio = ratio
+    }
+
+    /// Records a period (position counted from the stream's start; as
+    /// ``AudioPacingProbe/record(position:frames:arrivalNanoseconds:deviceTimestamp:)``).
+    /// Returns true when the device is not real time.
+    public mutating func record(position: UInt64, frames: Int, arrivalNanoseconds: UInt64, deviceTimestamp: UInt64?) -> Bool {
+        let rate = Double(sampleRate)
+        if let p0 = anchorPosition {
+            let positionSpan = Double(position &- p0) / rate
+            if let a = anchorStamp, let b = deviceTimestamp {
+                // Judged over at least 50 ms of audio; until then the last verdict stands.
+                if positionSpan >= 0.05 { stampsFollow = Double(Int64(bitPattern: b &- a)) / 1e9 >= positionSpan / 2 }
+            } else {
+                stampsFollow = false
+            }
+            if positionSpan >= 0.5 { anchorPosition = position; anchorStamp = deviceTimestamp }
+        } else {
+            anchorPosition = position; anchorStamp = deviceTimestamp
+            stampsFollow = deviceTimestamp != nil
+        }
+        let media = Double(position + UInt64(frames)) / rate
+        let elapsed = Double(Int64(bitPattern: arrivalNanoseconds &- start)) / 1e9
+        return media - elapsed > lead && media > elapsed * ratio && !stampsFollow
+    }
+}
