@@ -5,14 +5,56 @@ import ViewfinderKit
 
 /// Plays a click every second into one end of snd-aloop (`hw:Loopback,0,0`) and notes, from the
 /// playback stream's monotonic timestamps, when each click enters the cable.
+///
+/// One timestamp can be late: the stream's position is the one of its last update, and in the VM
+/// that update can lag the time it is stamped with (seen: two clicks of 60 placed 12.6 ms and
+/// 12.9 ms late, between neighbours within 0.3 ms, with the movie's sound a plain count of
+/// samples, nothing dropped or repeated, so the click train in the movie is exact). So each click's
+/// time comes from the line through every stamp the stream gave within a second of it (one per
+/// 10 ms write), with the stamps more than 1 ms off that line left out and the line fitted again;
+/// `singleStampWorst` says how far the one stamp at the click's own write was from it.
 final class ClickPlayer: @unchecked Sendable {
-    // @unchecked Sendable: `clicks` is behind `box`; the PCM is used by the player thread only.
+    // @unchecked Sendable: `stamps` and `clicks` are behind `box`; the PCM is used by the player
+    // thread only.
     let rate = 48000
-    private let box = LockedBox<[UInt64]>([])
+    private struct Log {
+        /// (segment, position, ns): at `ns` the stream had played up to `position`; a segment is
+        /// the stretch since the last underrun.
+        var stamps: [(segment: Int, position: Int, ns: Double)] = []
+        /// (segment, position, ns from the click's own write alone)
+        var clicks: [(segment: Int, position: Int, ns: Double)] = []
+    }
+    private let box = LockedBox(Log())
     private let stopBox = LockedBox(false)
     let underruns = LockedBox(0)
     private var thread: EngineThread?
-    var clickTimes: [UInt64] { box.withLock { $0 } }
+
+    /// When each click entered the cable (ns, monotonic), from the stream's stamps around it, and
+    /// from its own write's stamp alone (for the log).
+    var clickTimes: [(fitted: UInt64, single: Double)] {
+        let log = box.withLock { $0 }
+        var times: [(UInt64, Double)] = []
+        for click in log.clicks {
+            var near = log.stamps.filter { $0.segment == click.segment && abs($0.position - click.position) <= rate }
+            guard near.count >= 20 else { continue }
+            var at = 0.0
+            for _ in 0..<3 {
+                // Least squares of ns against position, centred on the click.
+                let n = Double(near.count)
+                let xs = near.map { Double($0.position - click.position) }
+                let mx = xs.reduce(0, +) / n, my = near.map(\.ns).reduce(0, +) / n
+                var sxy = 0.0, sxx = 0.0
+                for (x, s) in zip(xs, near) { sxy += (x - mx) * (s.ns - my); sxx += (x - mx) * (x - mx) }
+                let slope = sxx > 0 ? sxy / sxx : 1e9 / Double(rate)
+                at = my - slope * mx
+                let kept = near.filter { abs($0.ns - (at + slope * Double($0.position - click.position))) <= 1e6 }
+                if kept.count == near.count || kept.count < 20 { break }
+                near = kept
+            }
+            times.append((UInt64(at), click.ns))
+        }
+        return times
+    }
 
     init(device: String) throws {
         var pcm: OpaquePointer?
@@ -32,6 +74,7 @@ final class ClickPlayer: @unchecked Sendable {
         snd_pcm_get_params(pcm, &bufferSize, &periodSize)
         let handle = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(pcm)))
         let frames = Int(bufferSize)
+        box.withLock { $0.stamps.reserveCapacity(12_000); $0.clicks.reserveCapacity(200) }
         thread = EngineThread(name: "vf-clicks") { [self] in play(OpaquePointer(bitPattern: handle)!, buffer: frames) }
     }
 
@@ -52,16 +95,20 @@ final class ClickPlayer: @unchecked Sendable {
             written += Int(rc)
             // The reference must be right: after an underrun the stream is stopped until its
             // buffer is full again, and its timestamp is the one from before the underrun, so
-            // a click written then is not given a time (it is not counted against the recorder).
-            if let c = clickAt, rc == 480, snd_pcm_state(pcm) == SND_PCM_STATE_RUNNING, written - restartedAt > rate {
+            // nothing written in the second after it is used (a click then is not given a time:
+            // it is not counted against the recorder).
+            if rc == 480, snd_pcm_state(pcm) == SND_PCM_STATE_RUNNING, written - restartedAt > rate {
                 var avail: snd_pcm_uframes_t = 0
                 var ts = timespec()
                 if snd_pcm_htimestamp(pcm, &avail, &ts) == 0 {
                     // At `ts` the device had played up to `written - delay`.
-                    let delay = buffer - Int(avail)
-                    let playedUpTo = written - delay
-                    let t = Double(ts.tv_sec) * 1e9 + Double(ts.tv_nsec) + Double(c - playedUpTo) * 1e9 / Double(rate)
-                    box.withLock { $0.append(UInt64(t)) }
+                    let playedUpTo = written - (buffer - Int(avail))
+                    let ns = Double(ts.tv_sec) * 1e9 + Double(ts.tv_nsec)
+                    let segment = restartedAt
+                    box.withLock { log in
+                        log.stamps.append((segment, playedUpTo, ns))
+                        if let c = clickAt { log.clicks.append((segment, c, ns + Double(c - playedUpTo) * 1e9 / Double(rate))) }
+                    }
                 }
             }
         }
@@ -170,9 +217,12 @@ struct SoundVMTests {
 
         let samples = try movieAudioSamples(path)
         var run = ClickRun(stats: stats, playerUnderruns: player.underruns.withLock { $0 })
-        let clicks = player.clickTimes
+        let timed = player.clickTimes
+        let clicks = timed.map(\.fitted)
         let end = Double(alignment.origin) + Double(samples.count / 2) * 1e9 / 48000
-        run.timedClicks = clicks.filter { Double($0) >= Double(alignment.origin) && Double($0) < end }.count
+        let inMovie = timed.filter { Double($0.fitted) >= Double(alignment.origin) && Double($0.fitted) < end }
+        run.timedClicks = inMovie.count
+        let singleOff = inMovie.map { abs($0.single - Double($0.fitted)) / 1e6 }
         var i = 1
         while i < samples.count / 2 {
             if samples[2 * i] > 15000 && samples[2 * i - 2] <= 15000 {
@@ -187,7 +237,7 @@ struct SoundVMTests {
         }
         run.worst = run.errors.map { abs($0.ms) }.max() ?? .infinity
         let log = periods.withLock { $0 }
-        print("sound-vm: player underruns \(run.playerUnderruns), \(clicks.count) clicks played with a time, first periods: \(log.prefix(12).map { "\($0.0)@\($0.1 / 1000)us\($0.2 ? "!" : "")" })")
+        print("sound-vm: player underruns \(run.playerUnderruns), \(clicks.count) clicks played with a time (in the movie \(inMovie.count); a click's own stamp alone up to \(String(format: "%.2f", singleOff.max() ?? 0)) ms off the line through the stamps around it, \(singleOff.filter { $0 > 2 }.count) by more than 2 ms), first periods: \(log.prefix(12).map { "\($0.0)@\($0.1 / 1000)us\($0.2 ? "!" : "")" })")
         print("sound-vm: \(run.errors.count) clicks in \(samples.count / 2) frames; software stamps \(stats.softwareTimestamps); measured \(String(format: "%+.0f", stats.measuredPPM)) ppm; overruns \(stats.overruns), lost \(stats.framesLost) frames; aligner dropped \(alignment.dropped), repeated \(alignment.repeated), silence \(alignment.silence); worst click offset \(String(format: "%.2f", run.worst)) ms; a sample-counting writer would be \(String(format: "%.0f", abs(stats.measuredPPM) * 1e-6 * seconds * 1000)) ms off at the end")
         for (t, e) in run.errors where Int(t.rounded()) % 10 == 0 || t > seconds - 1.5 || abs(e) > 5 { print(String(format: "sound-vm: offset at %5.1f s: %+.2f ms", t, e)) }
         // Around each overrun: the periods' stamps against the straight line through the ones
