@@ -85,6 +85,10 @@ public struct AudioTimelineAligner {
             let x = clock.position(atNanoseconds: origin + UInt64(Double(emitted) * 1e9 / Double(sampleRate)))
             let e = Double(next) - x   // > 0: ahead of the clock (card slow): repeat; < 0: drop
             maximumError = max(maximumError, abs(e) / Double(sampleRate))
+            // A correction goes one way only while the error is that way: when the clock's line
+            // moved between calls and the error changed sign, dropping on (or repeating on) would
+            // only widen it — with nothing to stop it until the input ran out.
+            if correcting != 0 && (e > 0) != (correcting > 0) { correcting = 0 }
             // In sync: copy a run at once. Within 64 frames the error moves by less than a frame
             // (for any clock within 2 %), so it is checked once per run.
             if correcting == 0 && abs(e) <= tol / 2 {
