@@ -162,22 +162,29 @@ def receding_horizon(camera, margin, lookahead, pred, vel, lam, past=14, acc=0):
             v0 = (known[-1 - k] - known[-1 - 2 * k]) / k if k > 0 else 0.0
             a = (v1 - v0) / k if k > 0 else 0.0
             cc = np.concatenate([known, known[-1] + np.cumsum(v1 + a * np.minimum(np.arange(1, pred + 1), acc))])
-        s, nv = max(0, t - past), len(cc) - t
-        rows, rhs = [], []
-        for ctr in range(max(s + WINDOW, t - WINDOW), len(cc) - WINDOW):
-            a, b = np.zeros(nv), 0.0
-            for j in range(ctr - WINDOW, ctr + WINDOW + 1):
-                coef = -1 / (2 * WINDOW + 1) + (1 if j == ctr else 0)
-                if j >= t:
-                    a[j - t] += coef
-                else:
-                    b -= coef * p[j]
-            rows.append(a)
-            rhs.append(b)
-        a = np.vstack([np.array(rows), lam * np.eye(nv)])
-        bb = np.concatenate([np.array(rhs), lam * cc[t:]])
-        p[t] = lsq_linear(a, bb, bounds=(cc[t:] - margin, cc[t:] + margin)).x[0]
+        p[t] = first_step(p, t, cc[t:], cc[t:] - margin, cc[t:] + margin, lam, past)
     return p
+
+
+def first_step(p, t, target, lo, hi, lam, past):
+    """The receding horizon's step at frame t: the path from t on (`len(target)` frames, within
+    lo..hi) that minimises the measure over the window with the path before t fixed (from `past`
+    frames back) and a pull `lam` toward `target`; its first frame."""
+    nv = len(target)
+    rows, rhs = [], []
+    for ctr in range(max(max(0, t - past) + WINDOW, t - WINDOW), t + nv - WINDOW):
+        row, b = np.zeros(nv), 0.0
+        for j in range(ctr - WINDOW, ctr + WINDOW + 1):
+            coef = -1 / (2 * WINDOW + 1) + (1 if j == ctr else 0)
+            if j >= t:
+                row[j - t] += coef
+            else:
+                b -= coef * p[j]
+        rows.append(row)
+        rhs.append(b)
+    a = np.vstack([np.array(rows), lam * np.eye(nv)])
+    bb = np.concatenate([np.array(rhs), lam * target])
+    return lsq_linear(a, bb, bounds=(lo, hi)).x[0]
 
 
 def receding_main(motions, lookahead):
@@ -267,22 +274,7 @@ def receding_kalman(camera, margin, lookahead, q, pred, lam, acc_hold, past=14):
         beyond = i_end + np.cumsum(v_end + a_end * np.minimum(steps, acc_hold))
         target = np.concatenate([sm[:, 0], beyond])
         bound_c = np.concatenate([camera[t:last + 1], beyond])
-        nv = len(target)
-        rows, rhs = [], []
-        full = np.concatenate([p[:t], target])
-        for ctr in range(max(max(0, t - past) + WINDOW, t - WINDOW), t + nv - WINDOW):
-            row, b = np.zeros(nv), 0.0
-            for j in range(ctr - WINDOW, ctr + WINDOW + 1):
-                coef = -1 / (2 * WINDOW + 1) + (1 if j == ctr else 0)
-                if j >= t:
-                    row[j - t] += coef
-                else:
-                    b -= coef * full[j]
-            rows.append(row)
-            rhs.append(b)
-        am = np.vstack([np.array(rows), lam * np.eye(nv)])
-        bb = np.concatenate([np.array(rhs), lam * target])
-        p[t] = lsq_linear(am, bb, bounds=(bound_c - margin, bound_c + margin)).x[0]
+        p[t] = first_step(p, t, target, bound_c - margin, bound_c + margin, lam, past)
     return p
 
 
