@@ -87,7 +87,9 @@ if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLin
         // The stage alone (look-ahead 15, no copy), nothing else in the profile; under callgrind
         // fewer iterations (VF_PROFILE_ITERATIONS).
         let n = ProcessInfo.processInfo.environment["VF_PROFILE_ITERATIONS"].flatMap { Int($0) } ?? 1000
-        print(StageBenchmarks.stabilise(pixelFormat: fmt, iterations: n))
+        // VF_PROFILE_CONSUME=1: each frame the stage hands on is then read whole, as a sink would.
+        let consume = ProcessInfo.processInfo.environment["VF_PROFILE_CONSUME"] == "1"
+        print(StageBenchmarks.stabilise(pixelFormat: fmt, iterations: n, consume: consume))
         exit(0)
     }
     for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: fmt, iterations: 400) where r.name.contains(what.hasPrefix("warp") ? "warp, all planes (" : "stabil") { print(r) }
