@@ -52,7 +52,7 @@ VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 
 step "ring, channel, engine, thread-join, session and sound tests under the thread sanitizer"
 flock "$LOCK" swift build --build-tests --sanitize=thread --scratch-path .build-tsan
-TSAN_OPTIONS="halt_on_error=1" bounded 20 swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests|ThreadJoinTests|SessionTests|SessionLifetimeTests|SessionInterruptionTests|SessionEventTests|SessionIntegrationTests|StageThreadConsumerTests|ViewfinderAudioTests|DecodedViewEngineTests|largeFramesCompressInChunks|pipeCarriesDecodedPlanes"
+TSAN_OPTIONS="halt_on_error=1" bounded 20 swift test --skip-build --sanitize=thread --scratch-path .build-tsan --filter "RingTests|FrameChannelTests|FramePoolTests|EngineTests|ThreadJoinTests|SessionTests|SessionLifetimeTests|SessionInterruptionTests|SessionEventTests|SessionIntegrationTests|StageThreadConsumerTests|ViewfinderAudioTests|DecodedViewEngineTests|largeFramesCompressInChunks|chunkedFramesReplayOnSeveralDecodingThreads|pipeCarriesDecodedPlanes"
 # The two session tests that record sim video with file sound into a movie and into a dump were
 # once skipped here: under the sanitizer's slowdown the camera starts more than 1.37 s after the
 # microphone, the movie rightly begins that far into the sound file, and the tests mistook the

@@ -84,14 +84,56 @@ final class ChunkedLZ4 {
     /// (stored as they are, not copied).
     func piece(_ i: Int) -> UnsafeRawBufferPointer { core.piece(i) }
 
-    /// Decodes a chunked payload into `destination` (`rawLength` bytes). Throws a description of
-    /// what is wrong with a damaged payload.
+    /// Decodes a chunked payload into `destination` (`rawLength` bytes) on this thread. Throws a
+    /// description of what is wrong with a damaged payload.
     ///
     /// `deltaPlanesWidth`: the chunks are a planar 4:2:2 frame of this width in delta bit-planes
     /// (version 4): Y's bands, then U's, then V's (a third of the chunks each), rows of `width`
     /// and `width / 2` bytes.
     static func decompress(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int,
                            deltaPlanesWidth: Int? = nil) throws(ChunkError) {
+        try walkTable(payload, rawLength: rawLength, deltaPlanesWidth: deltaPlanesWidth) { (i, chunk) throws(ChunkError) in
+            let n = decodeChunk(chunk, payload: payload.baseAddress!, into: destination)
+            if n != chunk.raw { throw decodeError(i, chunk, got: n) }
+        }
+    }
+
+    /// Decodes a chunked payload as ``decompress(_:into:rawLength:deltaPlanesWidth:)`` does, its
+    /// chunks side by side on this object's threads (the caller's and the helpers: thread j decodes
+    /// chunks j, j + threads, …). The table is checked whole before any chunk is decoded.
+    func decompress(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int,
+                    deltaPlanesWidth: Int? = nil) throws(ChunkError) {
+        guard core.threads > 1 else {
+            try Self.decompress(payload, into: destination, rawLength: rawLength, deltaPlanesWidth: deltaPlanesWidth)
+            return
+        }
+        let core = self.core
+        var k = 0
+        try Self.walkTable(payload, rawLength: rawLength, deltaPlanesWidth: deltaPlanesWidth) { (i, chunk) throws(ChunkError) in
+            guard i < core.maximumChunks else { throw ChunkError("chunk table of more than \(core.maximumChunks) chunks") }
+            core.decodeChunks[i] = chunk
+            k = i + 1
+        }
+        core.runDecode(payload.baseAddress!, into: destination, chunks: k)
+        for i in 0..<k where core.decoded[i] != core.decodeChunks[i].raw {
+            throw Self.decodeError(i, core.decodeChunks[i], got: core.decoded[i])
+        }
+    }
+
+    /// One chunk of a payload's table: where its bytes are, where they go, and how they are coded.
+    struct Chunk {
+        /// Offset of its stored bytes in the payload, and their count.
+        var at = 0, stored = 0
+        /// Offset of its decoded bytes in the frame, and their count.
+        var out = 0, raw = 0
+        /// Delta bit-planes of rows this long; 0: an LZ4 block (or stored, when stored == raw).
+        var rowBytes = 0
+    }
+
+    /// Checks a payload's chunk table against the payload and the frame and calls `visit` for each
+    /// chunk in order; throws at the first thing wrong.
+    static func walkTable(_ payload: UnsafeRawBufferPointer, rawLength: Int, deltaPlanesWidth: Int?,
+                          _ visit: (Int, Chunk) throws(ChunkError) -> Void) throws(ChunkError) {
         guard payload.count >= 4, let base = payload.baseAddress else { throw ChunkError("no chunk table") }
         let k = Int(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
         guard k >= 1, k <= 64, payload.count >= 4 + 8 * k else { throw ChunkError("chunk table of \(k) chunks does not fit") }
@@ -101,21 +143,36 @@ final class ChunkedLZ4 {
             let raw = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: 4 + 8 * i, as: UInt32.self)))
             let stored = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: 8 + 8 * i, as: UInt32.self)))
             guard stored <= raw, at + stored <= payload.count, out + raw <= rawLength else { throw ChunkError("chunk \(i) runs past the payload or the frame") }
-            if stored == raw {
-                (destination + out).copyMemory(from: base + at, byteCount: raw)
-            } else if let w = deltaPlanesWidth {
-                let rowBytes = i < k / 3 ? w : w / 2
+            var rowBytes = 0
+            if stored < raw, let w = deltaPlanesWidth {
+                rowBytes = i < k / 3 ? w : w / 2
                 guard raw % rowBytes == 0 else { throw ChunkError("chunk \(i) of \(raw) bytes is not whole rows of \(rowBytes)") }
-                let r = vf_dbp_decode((base + at).assumingMemoryBound(to: UInt8.self), stored, rowBytes, raw / rowBytes,
-                                      (destination + out).assumingMemoryBound(to: UInt8.self))
-                guard r == 0 else { throw ChunkError("chunk \(i): delta bit-planes do not decode to \(raw) bytes") }
-            } else {
-                let n = LZ4_decompress_safe((base + at).assumingMemoryBound(to: CChar.self), (destination + out).assumingMemoryBound(to: CChar.self), Int32(stored), Int32(raw))
-                guard n == Int32(raw) else { throw ChunkError("chunk \(i): LZ4 block decodes to \(n) bytes, expected \(raw)") }
             }
+            try visit(i, Chunk(at: at, stored: stored, out: out, raw: raw, rowBytes: rowBytes))
             at += stored; out += raw
         }
         guard out == rawLength, at == payload.count else { throw ChunkError("chunks hold \(out) bytes of \(rawLength)") }
+    }
+
+    /// Decodes one chunk of `payload` into `destination`; returns the bytes it decoded to (a
+    /// negative LZ4 code, or −1 for delta bit-planes that do not decode, when damaged).
+    static func decodeChunk(_ c: Chunk, payload base: UnsafeRawPointer, into destination: UnsafeMutableRawPointer) -> Int {
+        if c.stored == c.raw {
+            (destination + c.out).copyMemory(from: base + c.at, byteCount: c.raw)
+            return c.raw
+        }
+        if c.rowBytes > 0 {
+            let r = vf_dbp_decode((base + c.at).assumingMemoryBound(to: UInt8.self), c.stored, c.rowBytes, c.raw / c.rowBytes,
+                                  (destination + c.out).assumingMemoryBound(to: UInt8.self))
+            return r == 0 ? c.raw : -1
+        }
+        return Int(LZ4_decompress_safe((base + c.at).assumingMemoryBound(to: CChar.self), (destination + c.out).assumingMemoryBound(to: CChar.self),
+                                       Int32(c.stored), Int32(c.raw)))
+    }
+
+    static func decodeError(_ i: Int, _ c: Chunk, got n: Int) -> ChunkError {
+        c.rowBytes > 0 ? ChunkError("chunk \(i): delta bit-planes do not decode to \(c.raw) bytes")
+                       : ChunkError("chunk \(i): LZ4 block decodes to \(n) bytes, expected \(c.raw)")
     }
 
     struct ChunkError: Error { let reason: String; init(_ r: String) { reason = r } }
@@ -150,6 +207,12 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     private var order = YUVSplit.Packed422Order.yuyv
     /// Planar job: chunks coded as delta bit-planes instead of LZ4.
     private var deltaPlanes = false
+    /// Decode job (``runDecode``): the chunks (filled by the caller first), the payload and frame,
+    /// and what each chunk decoded to (written by the thread that owns it).
+    let decodeChunks: UnsafeMutablePointer<ChunkedLZ4.Chunk>
+    let decoded: UnsafeMutablePointer<Int>
+    private var decoding = false
+    private var decodeDestination: UnsafeMutableRawPointer?
 
     init(threads: Int, maximumChunks: Int) {
         self.threads = max(1, threads)
@@ -159,6 +222,10 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         storedLengths.initialize(repeating: 0, count: self.maximumChunks)
         accelerations = .allocate(capacity: self.maximumChunks)
         accelerations.initialize(repeating: 1, count: self.maximumChunks)
+        decodeChunks = .allocate(capacity: self.maximumChunks)
+        decodeChunks.initialize(repeating: ChunkedLZ4.Chunk(), count: self.maximumChunks)
+        decoded = .allocate(capacity: self.maximumChunks)
+        decoded.initialize(repeating: 0, count: self.maximumChunks)
     }
 
     /// Ends the helpers' loops.
@@ -168,6 +235,8 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         regions.deallocate()
         storedLengths.deallocate()
         accelerations.deallocate()
+        decodeChunks.deallocate()
+        decoded.deallocate()
     }
 
     /// The largest payload a frame of `count` bytes can need with any chunk count up to the maximum
@@ -193,7 +262,7 @@ final class ChunkedLZ4Core: @unchecked Sendable {
     /// Runs a job over `count` bytes at `source` as `k` chunks on all the threads; returns `k`.
     func runJob(_ source: UnsafeRawPointer, count: Int, chunks k: Int, accelerations acc: (Int) -> Int32, probe: Bool) -> Int {
         let k = min(max(1, k), maximumChunks)
-        bands = 0; packed = nil; deltaPlanes = false
+        bands = 0; packed = nil; deltaPlanes = false; decoding = false
         prepareRegions(chunks: k, largestChunk: (count + k - 1) / k)
         for i in 0..<k { accelerations[i] = max(1, acc(i)) }
         dispatch(source, count: count, chunks: k, probe: probe)
@@ -206,7 +275,7 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         let b = max(1, min(threads, maximumChunks / 3, height))
         let k = 3 * b
         self.packed = packed; self.width = width; self.height = height; self.order = order; bands = b
-        self.deltaPlanes = deltaPlanes
+        self.deltaPlanes = deltaPlanes; decoding = false
         let rows = (height + b - 1) / b
         prepareRegions(chunks: k, largestChunk: rows * width, minimumBound: deltaPlanes ? vf_dbp_bound(width, rows) : 0)
         for i in 0..<k { accelerations[i] = max(1, i < b ? lumaAcceleration : chromaAcceleration) }
@@ -232,10 +301,29 @@ final class ChunkedLZ4Core: @unchecked Sendable {
         generation &+= 1
         lock.broadcast()
         lock.unlock()
-        compressChunks(of: 0)
+        share(0)
         lock.lock()
         while remaining > 0 { lock.wait() }
         lock.unlock()
+    }
+
+    /// Decodes the first `k` chunks of ``decodeChunks`` from `payload` into `destination` on all
+    /// the threads; each chunk's result lands in ``decoded``.
+    func runDecode(_ payload: UnsafeRawPointer, into destination: UnsafeMutableRawPointer, chunks k: Int) {
+        decoding = true; decodeDestination = destination
+        dispatch(payload, count: 0, chunks: k, probe: false)
+        decoding = false; decodeDestination = nil
+    }
+
+    /// Thread `t`'s part of the current job.
+    private func share(_ t: Int) {
+        guard decoding else { compressChunks(of: t); return }
+        guard let source, let decodeDestination else { return }
+        var i = t
+        while i < chunks {
+            decoded[i] = ChunkedLZ4.decodeChunk(decodeChunks[i], payload: source, into: decodeDestination)
+            i += threads
+        }
     }
 
     var tableSize: Int { 4 + 8 * chunks }
@@ -331,7 +419,7 @@ final class ChunkedLZ4Core: @unchecked Sendable {
             if stopping { lock.unlock(); return }
             seen = generation
             lock.unlock()
-            compressChunks(of: t)
+            share(t)
             lock.lock()
             remaining -= 1
             if remaining == 0 { lock.broadcast() }

@@ -12,6 +12,8 @@ import Viewfinder
 /// - `rebase` (default true): timestamps are moved to the replay's CLOCK_MONOTONIC time line,
 ///   keeping the recorded intervals, so latency figures mean something; `rebase=false` keeps them
 ///   exactly as recorded.
+/// - `threads` (default 0: one per core, at most 4): threads that decode a compressed frame's
+///   chunks side by side, as the writer coded them; 1 decodes on the replay's own thread.
 public final class DumpSource: CaptureSource, @unchecked Sendable {
     // @unchecked Sendable: the reader, the pool pointer and the replay position are used only by the
     // capture thread (start/next/stop are called in sequence by the engine); `info` and the options
@@ -43,6 +45,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         public var paced = true
         public var loops = 1
         public var rebase = true
+        public var threads = 0
         public init() {}
 
         public static var fields: [OptionField<Options>] {
@@ -50,6 +53,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
                 .bool("paced", \.paced, "true: frames come at their recorded timing (a live source); false: as fast as the pipeline takes them, with back-pressure"),
                 .int("loop", \.loops, range: 0...1_000_000, unit: "passes", "Plays the dump this many times (0: forever); sequences and timestamps keep increasing"),
                 .bool("rebase", \.rebase, "true: timestamps move to the replay's CLOCK_MONOTONIC time line, keeping the recorded intervals; false: exactly as recorded"),
+                .int("threads", \.threads, range: 0...16, unit: "threads", "Threads decoding a compressed frame's chunks side by side (0: one per core, at most 4; 1: the replay's own thread)"),
             ]
         }
     }
@@ -78,7 +82,8 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         self.rebase = rebase
         self.logger = logger
         do {
-            reader = try RawDumpReader(path: spec)
+            let threads = o.threads > 0 ? o.threads : min(4, ProcessInfo.processInfo.activeProcessorCount)
+            reader = try RawDumpReader(path: spec, decodeThreads: threads)
         } catch let e as SinkError {
             throw DeviceError.unknownDevice(device, reason: e.description)
         } catch let e as DumpError {
@@ -96,6 +101,8 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     }
 
     public var frameCount: Int { reader.frameCount }
+    /// Threads decoding a compressed frame's chunks (the `threads` option; 1: the replay's own).
+    public var decodeThreads: Int { reader.decodeThreads }
     public var damage: DumpDamage? { reader.damage }
 
     /// The recorded frame interval, or the median of the recorded timestamps' spacing.

@@ -476,6 +476,10 @@ public final class RawDumpReader {
     private var planarCapacity = 0
     /// Where the header checksum's input is assembled (see `RawDumpFormat.recordSeed`).
     private var checksummed: [UInt8] = []
+    /// Decodes a chunked record's chunks side by side (nil: on the reading thread alone).
+    private let decoder: ChunkedLZ4?
+    /// Threads that decode a chunked record (the reading thread's included).
+    public var decodeThreads: Int { decoder?.threadCount ?? 1 }
     private let headerEnd: UInt64
     /// The end of the last complete record (frame or sound): where an index starts, a torn tail
     /// begins, or the file ends. A writer appending to the dump goes on from here.
@@ -487,8 +491,12 @@ public final class RawDumpReader {
 
     /// Opens `path`. With `verify`, every record's checksum is checked while the index is rebuilt
     /// (reads the whole file); otherwise only the record headers are walked and checksums are
-    /// checked as frames are read.
-    public init(path: String, verify: Bool = false) throws {
+    /// checked as frames are read. `decodeThreads` above 1 decodes the chunks of a compressed
+    /// frame side by side on that many threads (the reading thread and helpers kept for the
+    /// reader's life; at most 16), as the writer coded them: a 1080p frame of a noisy `auto` dump
+    /// decodes in about 3.5 ms on one core.
+    public init(path: String, verify: Bool = false, decodeThreads: Int = 1) throws {
+        decoder = decodeThreads > 1 ? ChunkedLZ4(threads: min(16, decodeThreads), maximumChunks: 64) : nil
         self.path = path
         fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
@@ -697,7 +705,7 @@ public final class RawDumpReader {
             try readPlanar(payload, entry: e, flags: flags, format: FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: Int(bpr)), into: frame)
         } else if flags & RawDumpFormat.flagChunked != 0 {
             do {
-                try ChunkedLZ4.decompress(payload, into: frame.data, rawLength: Int(e.rawLength))
+                try decodeChunks(payload, into: frame.data, rawLength: Int(e.rawLength))
             } catch {
                 throw DumpError.corruptRecord(path: path, offset: e.offset, reason: error.reason)
             }
@@ -719,6 +727,16 @@ public final class RawDumpReader {
         frame.metadata = meta.withUnsafeBytes { DumpMetadataCodec.decode($0) }
     }
 
+    /// A chunked payload decoded on the decoder's threads, or on this one when there is none.
+    private func decodeChunks(_ payload: UnsafeRawBufferPointer, into destination: UnsafeMutableRawPointer, rawLength: Int,
+                              deltaPlanesWidth: Int? = nil) throws(ChunkedLZ4.ChunkError) {
+        if let decoder {
+            try decoder.decompress(payload, into: destination, rawLength: rawLength, deltaPlanesWidth: deltaPlanesWidth)
+        } else {
+            try ChunkedLZ4.decompress(payload, into: destination, rawLength: rawLength, deltaPlanesWidth: deltaPlanesWidth)
+        }
+    }
+
     /// Decodes a planar record (version 3, LZ4; version 4, delta bit-planes): the chunks into the planes, then the planes
     /// interleaved back into the packed frame.
     private func readPlanar(_ payload: UnsafeRawBufferPointer, entry e: DumpIndexEntry, flags: UInt8, format f: FrameFormat, into frame: Frame) throws {
@@ -737,7 +755,7 @@ public final class RawDumpReader {
             throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "delta bit-planes in a version \(version) dump")
         }
         do {
-            try ChunkedLZ4.decompress(payload, into: planar, rawLength: raw, deltaPlanesWidth: deltaPlanes ? f.width : nil)
+            try decodeChunks(payload, into: planar, rawLength: raw, deltaPlanesWidth: deltaPlanes ? f.width : nil)
         } catch {
             throw DumpError.corruptRecord(path: path, offset: e.offset, reason: error.reason)
         }

@@ -145,6 +145,16 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             #expect(Array(back.bytes) == written[i], "frame \(i)")
             #expect(reader.entries[i].storedLength < reader.entries[i].rawLength)
         }
+        // Decoded side by side, on fewer, as many or more threads than wrote it: the same bytes.
+        for decodeThreads in [2, 3, 5] {
+            let r = try RawDumpReader(path: path, decodeThreads: decodeThreads)
+            #expect(r.decodeThreads == decodeThreads)
+            for i in [4, 0, 2] {
+                memset(back.data, 0xA5, fmt.maxByteCount)
+                try r.read(i, into: back)
+                #expect(Array(back.bytes) == written[i], "frame \(i), \(decodeThreads) decoding threads")
+            }
+        }
         let data = try Data(contentsOf: URL(fileURLWithPath: path))
         let flags = data[Int(reader.entries[0].offset) + 5]
         #expect((flags & 4 != 0) == (threads > 1), "chunked flag with \(threads) threads: \(flags)")
@@ -156,10 +166,12 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             bad[tableAt] = 0xFF   // chunk count 255
             let badPath = dir + "/bad.vfdump"
             try bad.write(to: URL(fileURLWithPath: badPath))
-            let r2 = try RawDumpReader(path: badPath)
-            #expect(throws: DumpError.self) { try r2.read(2, into: back) }
-            try r2.read(1, into: back)
-            #expect(Array(back.bytes) == written[1])
+            for decodeThreads in [1, 2] {
+                let r2 = try RawDumpReader(path: badPath, decodeThreads: decodeThreads)
+                #expect(throws: DumpError.self) { try r2.read(2, into: back) }
+                try r2.read(1, into: back)
+                #expect(Array(back.bytes) == written[1])
+            }
         }
     }
 
@@ -200,7 +212,11 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         #expect(reader.version == 4)
         let back = Frame(capacity: fmt.maxByteCount, format: fmt)
         let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        let parallel = try RawDumpReader(path: path, decodeThreads: 4)
         for i in 0..<4 {
+            memset(back.data, 0xA5, fmt.maxByteCount)
+            try parallel.read(i, into: back)
+            #expect(Array(back.bytes) == written[i], "frame \(i), 4 decoding threads")
             try reader.read(i, into: back)
             #expect(Array(back.bytes) == written[i], "frame \(i)")
             let e = reader.entries[i]
@@ -214,8 +230,10 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         bad[Int(e.offset) + 20] = 0x01   // width 1281 (odd)
         let badPath = dir + "/bad.vfdump"
         try bad.write(to: URL(fileURLWithPath: badPath))
-        let r2 = try RawDumpReader(path: badPath)
-        #expect(throws: DumpError.self) { try r2.read(1, into: back) }
+        for decodeThreads in [1, 3] {
+            let r2 = try RawDumpReader(path: badPath, decodeThreads: decodeThreads)
+            #expect(throws: DumpError.self) { try r2.read(1, into: back) }
+        }
     }
 
     /// Frames `auto` does not split (rows with padding, frames under 1 MiB, other formats) take
@@ -306,10 +324,14 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         let reader = try RawDumpReader(path: old)
         #expect(reader.version == 3)
         let back = Frame(capacity: fmt.maxByteCount, format: fmt)
+        let parallel = try RawDumpReader(path: old, decodeThreads: 2)
         for i in 0..<2 {
             #expect(data[Int(reader.entries[i].offset) + 5] & 28 == 12, "LZ4 planes")
             try reader.read(i, into: back)
             #expect(Array(back.bytes) == written[i])
+            memset(back.data, 0xA5, fmt.maxByteCount)
+            try parallel.read(i, into: back)
+            #expect(Array(back.bytes) == written[i], "2 decoding threads")
         }
         // A version 4 file's delta-coded record in a file that says version 3.
         let w4 = dir + "/w4.vfdump"
@@ -389,7 +411,7 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try Data("hello world, not a dump at all".utf8).write(to: URL(fileURLWithPath: path))
         #expect(throws: DumpError.notADump(path: path, reason: "no VFDUMP magic at the start")) { _ = try RawDumpReader(path: path) }
         #expect(throws: DeviceError.self) { _ = try DumpProvider().open("dump:" + path) }
-        #expect(throws: DeviceError.invalidDeviceOption(device: "dump:\(path),speed=2", option: "speed", reason: "unknown option (known: paced, loop, rebase)")) {
+        #expect(throws: DeviceError.invalidDeviceOption(device: "dump:\(path),speed=2", option: "speed", reason: "unknown option (known: paced, loop, rebase, threads)")) {
             _ = try DumpSource(device: "dump:\(path),speed=2")
         }
         try? FileManager.default.removeItem(atPath: dir)
@@ -420,6 +442,40 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         #expect(sink.frames[20].timestamp == written[19].timestamp + 33_333_333 + (written[19].timestamp - written[0].timestamp) - (written[19].timestamp - written[0].timestamp))
         #expect(engine.statistics.drops.total == 0)
         try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// A replay decodes a compressed frame's chunks side by side (`threads`, default one per
+    /// core, at most 4): the frames of an `auto` dump (planes in delta bit-planes) come through
+    /// the engine bit-exact on 1 and 3 threads; a thread count out of range is a typed error.
+    @Test func chunkedFramesReplayOnSeveralDecodingThreads() throws {
+        let dir = makeTempDirectory("replay-threads")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fmt = FrameFormat(.yuyv, width: 1280, height: 720)
+        let path = dir + "/t.vfdump"
+        let writer = try RawDumpWriter(path: path, format: fmt, interval: FrameInterval(fps: 30), compressionThreads: 2)
+        let f = Frame(capacity: fmt.maxByteCount, format: fmt)
+        var written: [[UInt8]] = []
+        for i in 0..<6 {
+            fillFrame(f, index: i, noise: 3)
+            f.timestamp = Timestamp(nanoseconds: 1_000_000_000 + UInt64(i) * 33_333_333)
+            try writer.append(f)
+            written.append(Array(f.bytes))
+        }
+        try writer.close()
+        #expect(writer.framesSplit == 6)
+        for threads in [1, 3] {
+            let source = try DumpSource(device: "dump:\(path),paced=false,threads=\(threads)")
+            #expect(source.decodeThreads == threads)
+            let cfg = try source.configure(StreamRequest(pixelFormat: .yuyv, width: 1280, height: 720))
+            let sink = CollectingConsumer()
+            let engine = CaptureEngine(source: source, configuration: cfg, stages: [], consumers: [sink])
+            try engine.start()
+            engine.waitUntilFinished()
+            #expect(sink.frames.count == 6)
+            for (i, got) in sink.frames.enumerated() { #expect(got.bytes == written[i], "frame \(i), \(threads) threads") }
+        }
+        #expect(try DumpSource(device: "dump:\(path)").decodeThreads == min(4, ProcessInfo.processInfo.activeProcessorCount))
+        #expect(throws: DeviceError.self) { _ = try DumpSource(device: "dump:\(path),threads=17") }
     }
 
     @Test func pacedReplayKeepsTheRecordedTiming() throws {

@@ -51,6 +51,33 @@ func dumpRun(_ frames: [Frame], total: Int, acceleration: Int = 1, compression: 
             Double(writer.rawBytes) / Double(max(writer.bytesWritten, 1)), writer.framesStoredByProbe)
 }
 
+/// `frames` (cycled, `total`) written once to an `auto` dump in /dev/shm, then read back whole
+/// `runs` times on each of `threadCounts` decoding threads in turn (checksums verified, chunks
+/// decoded, planes interleaved: an unpaced replay's own work per frame): fps per thread count.
+func dumpReadRuns(_ frames: [Frame], total: Int, runs: Int, threadCounts: [Int]) throws -> [Int: [Double]] {
+    let path = "/dev/shm/vf-dumpreport-read-\(getpid()).vfdump"
+    unlink(path)
+    defer { unlink(path) }
+    let writer = try RawDumpWriter(path: path, format: frames[0].format, interval: FrameInterval(fps: 30), compression: .auto)
+    for i in 0..<total {
+        let f = frames[i % frames.count]
+        f.sequence = UInt64(i)
+        try writer.append(f)
+    }
+    try writer.close()
+    let readers = try threadCounts.map { try RawDumpReader(path: path, decodeThreads: $0) }
+    let frame = Frame(capacity: frames[0].format.maxByteCount, format: frames[0].format)
+    var fps: [Int: [Double]] = [:]
+    for _ in 0..<runs {
+        for (t, reader) in zip(threadCounts, readers) {
+            let t0 = monotonicNanoseconds()
+            for i in 0..<reader.frameCount { try reader.read(i, into: frame) }
+            fps[t, default: []].append(Double(reader.frameCount) / (Double(monotonicNanoseconds() - t0) / 1e9))
+        }
+    }
+    return fps
+}
+
 /// `frames` recorded as they are to a dump in /dev/shm with timestamps `1/fps` apart: what a live
 /// replay (`dump:FILE,paced=true`) delivers at `fps` with little cost of its own (one read and
 /// checksum per frame, no rendering). Returns its path.
@@ -158,6 +185,15 @@ func runDumpReport(quick: Bool) throws {
                 row("\(w)x\(h) \(label), \(c)", "\(Spread(values: fps[c] ?? [])) fps",
                     String(format: "CPU %@ ms/frame, ratio %.2f, %d of %d frames stored as they are", Spread(values: cpu[c] ?? []).description, ratio[c] ?? 0, stored[c] ?? 0, total)
                     + (w == 1920 && label.hasPrefix("photo") && c == .auto ? " (target ≥ 300 fps)" : ""))
+            }
+            if !liveOnly {
+                // The same `auto` dump read back: the decode alone and side by side (a replay's
+                // default: one decoding thread per core, at most 4), interleaved run by run.
+                let counts = Set([1, min(4, ProcessInfo.processInfo.activeProcessorCount)]).sorted()
+                let read = try dumpReadRuns(frames, total: total, runs: runs, threadCounts: counts)
+                for t in counts {
+                    row("\(w)x\(h) \(label), auto, read back on \(t) thread\(t == 1 ? "" : "s")", "\(Spread(values: read[t] ?? [])) fps")
+                }
             }
             if w == 1920 && label.hasPrefix("photo") && label == inputs[0].0 {
                 // Live (issue 12): the same frames from a paced replay through the engine into the

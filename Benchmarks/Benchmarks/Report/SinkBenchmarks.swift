@@ -128,15 +128,16 @@ public enum DumpBenchmark {
         return Result(frames: frames, seconds: seconds, rawBytes: writer.rawBytes, fileBytes: writer.bytesWritten, cpuSeconds: processCPUSeconds() - c0)
     }
 
-    /// Reading it back (checksums verified, LZ4 decoded) into one frame.
-    public static func runRead(width: Int = 1920, height: Int = 1080, frames: Int = 300, noise: Int = 64, directory: String = "/dev/shm") throws -> Result {
+    /// Reading it back (checksums verified, chunks decoded on `decodeThreads`) into one frame.
+    public static func runRead(width: Int = 1920, height: Int = 1080, frames: Int = 300, noise: Int = 64, directory: String = "/dev/shm",
+                               decodeThreads: Int = 1) throws -> Result {
         let (_, source) = BenchmarkFrames.make(width: width, height: height, noise: noise)
         let path = directory + "/vf-dumpbench-read-\(getpid()).vfdump"
         defer { unlink(path) }
         let writer = try RawDumpWriter(path: path, format: source[0].frame.format, overwrite: true)
         for i in 0..<frames { try writer.append(source[i % source.count].frame) }
         try writer.close()
-        let reader = try RawDumpReader(path: path)
+        let reader = try RawDumpReader(path: path, decodeThreads: decodeThreads)
         let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
         let c0 = processCPUSeconds()
         let t0 = monotonicNanoseconds()

@@ -202,8 +202,13 @@ for e in try MovieComparison.run(frames: frameCount, directory: "/dev/shm") { pr
 print("\n== Raw LZ4 dump, noisy 1080p YUYV to /dev/shm")
 let d = try DumpBenchmark.run(width: 1920, height: 1080, frames: quick ? 150 : 300, noise: 64, acceleration: 1, directory: "/dev/shm")
 row("write", "\(d)")
-let dr = try DumpBenchmark.runRead(width: 1920, height: 1080, frames: quick ? 100 : 300, noise: 64, directory: "/dev/shm")
-row("read back", "\(dr)")
+// Read back on the reading thread alone, and with the chunks decoded side by side (as a replay,
+// `dump:FILE`, does by default: one thread per core, at most 4).
+let replayThreads = min(4, ProcessInfo.processInfo.activeProcessorCount)
+for threads in Set([1, replayThreads]).sorted() {
+    let dr = try DumpBenchmark.runRead(width: 1920, height: 1080, frames: quick ? 100 : 300, noise: 64, directory: "/dev/shm", decodeThreads: threads)
+    row("read back, \(threads) decoding thread\(threads == 1 ? "" : "s")", "\(dr)")
+}
 print("\n== Still photo 1920x1080: one TurboJPEG encode q90")
 row("encode", String(format: "%.2f ms", try PhotoBenchmark.encodeMilliseconds(iterations: quick ? 10 : 50)))
 

@@ -5,7 +5,7 @@
 // Input: one mode byte, then the file. Mode bit 0: open with `verify` (every record's checksum
 // checked while the index is rebuilt). Bit 1: repair the checksums first (stream header, every
 // record's payload), so that mutations reach the code behind the checksums instead of stopping
-// at the first mismatch.
+// at the first mismatch. Bit 2: decode chunked payloads on two threads (the replay's default).
 import FuzzSupport
 import Glibc
 import ViewfinderKit
@@ -20,7 +20,7 @@ import ViewfinderKit
             var bytes = Array(input.remaining)
             if mode & 2 != 0 { repairChecksums(&bytes) }
             bytes.withUnsafeBytes { file.set($0) }
-            guard let reader = try? RawDumpReader(path: file.path, verify: mode & 1 != 0) else { return }
+            guard let reader = try? RawDumpReader(path: file.path, verify: mode & 1 != 0, decodeThreads: mode & 4 != 0 ? 2 : 1) else { return }
             let capacity = reader.maxRawLength
             if capacity <= fuzzFrameByteLimit {
                 let frame = Frame(capacity: max(capacity, 1), format: reader.format)
