@@ -45,12 +45,18 @@ the intended motion as position, velocity and a random-walk acceleration, extend
 look-ahead by its estimated velocity (and acceleration, held 0/5/10 frames); swept over the
 acceleration walk, the prediction's length and the pull; the three best per motion.
 
+And with `--scenarios [lookahead]` (28 Nov, second session; about 8 minutes), the receding horizon
+planning for several futures beyond the look-ahead at once (stochastic model-predictive control):
+one path per future -- the velocity goes on changing as it did for 0, 5 or 10 frames, or falls to
+rest -- their first frames shared, their measures summed; the shared first frame kept.
+
 Needs NumPy and SciPy (`pip install numpy scipy`); not part of CI.
 
     python3 scripts/stabilise_path_bound.py
     python3 scripts/stabilise_path_bound.py --receding 15
     python3 scripts/stabilise_path_bound.py --oracle 15
     python3 scripts/stabilise_path_bound.py --kalman 15
+    python3 scripts/stabilise_path_bound.py --scenarios 15
 """
 import itertools
 import sys
@@ -166,11 +172,9 @@ def receding_horizon(camera, margin, lookahead, pred, vel, lam, past=14, acc=0):
     return p
 
 
-def first_step(p, t, target, lo, hi, lam, past):
-    """The receding horizon's step at frame t: the path from t on (`len(target)` frames, within
-    lo..hi) that minimises the measure over the window with the path before t fixed (from `past`
-    frames back) and a pull `lam` toward `target`; its first frame."""
-    nv = len(target)
+def window_rows(p, t, nv, past):
+    """The measure's rows over a window of `nv` frames from t, the path before t fixed (from `past`
+    frames back): (matrix over the window's frames, right-hand side)."""
     rows, rhs = [], []
     for ctr in range(max(max(0, t - past) + WINDOW, t - WINDOW), t + nv - WINDOW):
         row, b = np.zeros(nv), 0.0
@@ -182,9 +186,65 @@ def first_step(p, t, target, lo, hi, lam, past):
                 b -= coef * p[j]
         rows.append(row)
         rhs.append(b)
-    a = np.vstack([np.array(rows), lam * np.eye(nv)])
-    bb = np.concatenate([np.array(rhs), lam * target])
+    return np.array(rows), np.array(rhs)
+
+
+def first_step(p, t, target, lo, hi, lam, past):
+    """The receding horizon's step at frame t: the path from t on (`len(target)` frames, within
+    lo..hi) that minimises the measure over the window with the path before t fixed (from `past`
+    frames back) and a pull `lam` toward `target`; its first frame."""
+    nv = len(target)
+    rows, rhs = window_rows(p, t, nv, past)
+    a = np.vstack([rows, lam * np.eye(nv)])
+    bb = np.concatenate([rhs, lam * target])
     return lsq_linear(a, bb, bounds=(lo, hi)).x[0]
+
+
+def receding_scenarios(camera, margin, lookahead, pred, vel, futures, shared, past=14):
+    """A receding horizon that plans for several futures beyond the look-ahead at once (stochastic
+    model-predictive control): the velocity of the last `vel` known frames goes on changing as it
+    did against the `vel` before for 0, 5, 10 ... frames (`futures`: those counts, or 'stop': it
+    falls to rest over 15 frames), one path per future, their first `shared` frames the same, the
+    futures' measures summed with equal weights; the shared first frame kept."""
+    n, p = len(camera), np.zeros(len(camera))
+    steps = np.arange(1, pred + 1)
+    for t in range(n):
+        last = min(n - 1, t + lookahead)
+        known = camera[:last + 1]
+        k = min(vel, last // 2)
+        v1 = (known[-1] - known[-1 - k]) / k if k > 0 else 0.0
+        v0 = (known[-1 - k] - known[-1 - 2 * k]) / k if k > 0 else 0.0
+        a = (v1 - v0) / k if k > 0 else 0.0
+        cams = [np.concatenate([known, known[-1] + np.cumsum(
+            v1 * np.maximum(0, 1 - steps / 15) if h == "stop" else v1 + a * np.minimum(steps, h))])[t:] for h in futures]
+        nv, c, m = len(cams[0]), min(shared, len(cams[0])), len(cams)
+        rows, rhs = window_rows(p, t, nv, past)
+        nz = c + m * (nv - c)
+        big = np.zeros((m * rows.shape[0], nz))
+        lo, hi = np.empty(nz), np.empty(nz)
+        lo[:c], hi[:c] = -np.inf, np.inf
+        for s, cc in enumerate(cams):
+            r0, z0 = s * rows.shape[0], c + s * (nv - c)
+            big[r0:r0 + rows.shape[0], :c] = rows[:, :c]
+            big[r0:r0 + rows.shape[0], z0:z0 + nv - c] = rows[:, c:]
+            lo[z0:z0 + nv - c], hi[z0:z0 + nv - c] = cc[c:] - margin, cc[c:] + margin
+            lo[:c], hi[:c] = np.maximum(lo[:c], cc[:c] - margin), np.minimum(hi[:c], cc[:c] + margin)
+        # Futures that disagree about the shared frames beyond the crop: meet them half way.
+        clash = lo[:c] > hi[:c]
+        lo[:c][clash] = hi[:c][clash] = (lo[:c][clash] + hi[:c][clash]) / 2
+        hi[:c][clash] += 1e-9
+        p[t] = lsq_linear(big, np.tile(rhs, m), bounds=(lo, hi)).x[0]
+    return p
+
+
+def scenarios_main(motions, lookahead):
+    for name, intended, _ in motions:
+        for futures, shared in (((0,), 1), ((0, 5), 1), ((0, 5, 10), 1), ((0, 10, "stop"), 1), ((0, 5, 10), 5),
+                                ((0, 5, 10, "stop"), 3)):
+            for vel, pred in ((15, 15), (8, 30)):
+                rs = shaken_ratios(intended, lambda c, m: receding_scenarios(c, m, lookahead, pred, vel, futures, shared))
+                print(f"{name}: futures {'/'.join(map(str, futures))}, first {shared} shared, velocity over {vel}, "
+                      f"prediction {pred}: {100 * np.median(rs):.1f} % (seeds {', '.join(f'{100 * x:.1f}' for x in rs)})", flush=True)
 
 
 def receding_main(motions, lookahead):
@@ -295,6 +355,9 @@ def main():
     motions = [("pan 4 px/frame", pan(4), 20), ("pan 3 px/frame starts and stops", pan(3, still=40, ramp=15, hold=60), 40)]
     if len(sys.argv) > 1 and sys.argv[1] == "--receding":
         receding_main(motions, int(sys.argv[2]) if len(sys.argv) > 2 else 15)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--scenarios":
+        scenarios_main(motions, int(sys.argv[2]) if len(sys.argv) > 2 else 15)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--kalman":
         kalman_main(motions, int(sys.argv[2]) if len(sys.argv) > 2 else 15)
