@@ -150,6 +150,17 @@ def shaken_ratios(intended, plan, plan_y=None, seeds=3, margins=(26, 14)):
     return out
 
 
+def velocity_and_acceleration(known, last, vel):
+    """The known camera's velocity over its last `vel` frames and how it changed against the `vel`
+    before (per frame), `vel` shortened to half the frames known."""
+    k = min(vel, last // 2)
+    if k == 0:
+        return 0.0, 0.0
+    v1 = (known[-1] - known[-1 - k]) / k
+    v0 = (known[-1 - k] - known[-1 - 2 * k]) / k
+    return v1, (v1 - v0) / k
+
+
 def receding_horizon(camera, margin, lookahead, pred, vel, lam, past=14, acc=0):
     """Each frame: the camera known `lookahead` ahead, a line beyond, the measure least over the window.
     With `acc` > 0 the prediction beyond is a parabola: the velocity of the last `vel` frames keeps
@@ -163,10 +174,7 @@ def receding_horizon(camera, margin, lookahead, pred, vel, lam, past=14, acc=0):
             v = (known[-1] - known[-1 - k]) / k if k > 0 else 0.0
             cc = np.concatenate([known, known[-1] + v * np.arange(1, pred + 1)])
         else:
-            k = min(vel, last // 2)
-            v1 = (known[-1] - known[-1 - k]) / k if k > 0 else 0.0
-            v0 = (known[-1 - k] - known[-1 - 2 * k]) / k if k > 0 else 0.0
-            a = (v1 - v0) / k if k > 0 else 0.0
+            v1, a = velocity_and_acceleration(known, last, vel)
             cc = np.concatenate([known, known[-1] + np.cumsum(v1 + a * np.minimum(np.arange(1, pred + 1), acc))])
         p[t] = first_step(p, t, cc[t:], cc[t:] - margin, cc[t:] + margin, lam, past)
     return p
@@ -211,10 +219,7 @@ def receding_scenarios(camera, margin, lookahead, pred, vel, futures, shared, pa
     for t in range(n):
         last = min(n - 1, t + lookahead)
         known = camera[:last + 1]
-        k = min(vel, last // 2)
-        v1 = (known[-1] - known[-1 - k]) / k if k > 0 else 0.0
-        v0 = (known[-1 - k] - known[-1 - 2 * k]) / k if k > 0 else 0.0
-        a = (v1 - v0) / k if k > 0 else 0.0
+        v1, a = velocity_and_acceleration(known, last, vel)
         cams = [np.concatenate([known, known[-1] + np.cumsum(
             v1 * np.maximum(0, 1 - steps / 15) if h == "stop" else v1 + a * np.minimum(steps, h))])[t:] for h in futures]
         nv, c, m = len(cams[0]), min(shared, len(cams[0])), len(cams)
