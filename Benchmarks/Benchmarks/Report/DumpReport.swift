@@ -31,6 +31,16 @@ func filmFrames(_ device: String, format: PixelFormat, width: Int, height: Int, 
     return frames
 }
 
+/// Appends `frames` (cycled, numbered 0, 1, …) until `total` are written, then closes the dump.
+func appendCycled(_ frames: [Frame], total: Int, to writer: RawDumpWriter) throws {
+    for i in 0..<total {
+        let f = frames[i % frames.count]
+        f.sequence = UInt64(i)
+        try writer.append(f)
+    }
+    try writer.close()
+}
+
 /// Appends `frames` (cycled) `total` times to a new dump in /dev/shm: fps, CPU per frame, ratio and
 /// how many frames the probe stored as they are.
 func dumpRun(_ frames: [Frame], total: Int, acceleration: Int = 1, compression: RawDumpCompression = .auto) throws -> (fps: Double, cpuMs: Double, ratio: Double, stored: Int) {
@@ -40,12 +50,7 @@ func dumpRun(_ frames: [Frame], total: Int, acceleration: Int = 1, compression: 
     let writer = try RawDumpWriter(path: path, format: frames[0].format, interval: FrameInterval(fps: 30), acceleration: acceleration, compression: compression)
     let c0 = processCPUSeconds()
     let t0 = monotonicNanoseconds()
-    for i in 0..<total {
-        let f = frames[i % frames.count]
-        f.sequence = UInt64(i)
-        try writer.append(f)
-    }
-    try writer.close()
+    try appendCycled(frames, total: total, to: writer)
     let seconds = Double(monotonicNanoseconds() - t0) / 1e9
     return (Double(total) / seconds, (processCPUSeconds() - c0) * 1000 / Double(total),
             Double(writer.rawBytes) / Double(max(writer.bytesWritten, 1)), writer.framesStoredByProbe)
@@ -58,13 +63,7 @@ func dumpReadRuns(_ frames: [Frame], total: Int, runs: Int, threadCounts: [Int])
     let path = "/dev/shm/vf-dumpreport-read-\(getpid()).vfdump"
     unlink(path)
     defer { unlink(path) }
-    let writer = try RawDumpWriter(path: path, format: frames[0].format, interval: FrameInterval(fps: 30), compression: .auto)
-    for i in 0..<total {
-        let f = frames[i % frames.count]
-        f.sequence = UInt64(i)
-        try writer.append(f)
-    }
-    try writer.close()
+    try appendCycled(frames, total: total, to: RawDumpWriter(path: path, format: frames[0].format, interval: FrameInterval(fps: 30), compression: .auto))
     let readers = try threadCounts.map { try RawDumpReader(path: path, decodeThreads: $0) }
     let frame = Frame(capacity: frames[0].format.maxByteCount, format: frames[0].format)
     var fps: [Int: [Double]] = [:]
