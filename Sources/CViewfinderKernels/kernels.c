@@ -1142,6 +1142,15 @@ VF_INLINE void vf_gather_samples_body(const uint8_t *src, ptrdiff_t bpr, ptrdiff
 VF_DISPATCH(vf_gather_samples, (const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride),
             (src, bytesPerRow, pixelStride, width, rows, dst, dstStride))
 
+void vf_prefetch_rows(const void *p, ptrdiff_t bytesPerRow, ptrdiff_t span, ptrdiff_t rows) {
+    // Integer addresses: a row outside the picture is only a wasted hint.
+    const uintptr_t base = (uintptr_t)p;
+    for (ptrdiff_t j = 0; j < rows; j++) {
+        const uintptr_t r = base + (uintptr_t)(j * bytesPerRow);
+        for (uintptr_t a = r & ~(uintptr_t)63; a < r + (uintptr_t)span; a += 64) __builtin_prefetch((const void *)a);
+    }
+}
+
 // MARK: The dense step's pixel choice (see MotionEstimator.selectDensePixels)
 
 /// Per row of the band, |gx| + |gy| of the 3 × 3 Sobel sums at x = 1 ... width − 2 into `mag`

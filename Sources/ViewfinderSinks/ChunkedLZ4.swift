@@ -1,5 +1,6 @@
 import CLZ4
 import CViewfinderKernels
+import Foundation
 import Viewfinder
 
 /// Compresses one frame as independent LZ4 blocks on a few threads (the caller's and helpers kept
@@ -23,6 +24,9 @@ final class ChunkedLZ4 {
     var threadCount: Int { core.threads }
     /// The most chunks one job may have.
     var maximumChunks: Int { core.maximumChunks }
+    /// Threads a dump's writer compresses and its replay decodes on unless told otherwise: one
+    /// per core, at most 4.
+    static var defaultThreads: Int { min(4, ProcessInfo.processInfo.activeProcessorCount) }
 
     init(threads: Int, maximumChunks: Int? = nil) {
         core = ChunkedLZ4Core(threads: threads, maximumChunks: maximumChunks ?? threads)

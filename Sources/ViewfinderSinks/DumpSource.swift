@@ -82,7 +82,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         self.rebase = rebase
         self.logger = logger
         do {
-            let threads = o.threads > 0 ? o.threads : min(4, ProcessInfo.processInfo.activeProcessorCount)
+            let threads = o.threads > 0 ? o.threads : ChunkedLZ4.defaultThreads
             reader = try RawDumpReader(path: spec, decodeThreads: threads)
         } catch let e as SinkError {
             throw DeviceError.unknownDevice(device, reason: e.description)

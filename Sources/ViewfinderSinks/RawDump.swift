@@ -88,7 +88,7 @@ public final class RawDumpWriter {
     /// arguments.
     private static func compressionThreads(_ requested: Int?, acceleration: Int) throws -> Int {
         guard acceleration >= 1 && acceleration <= 65537 else { throw SinkError.invalidArgument(name: "acceleration", reason: "\(acceleration) is outside 1...65537") }
-        let threads = requested ?? min(4, ProcessInfo.processInfo.activeProcessorCount)
+        let threads = requested ?? ChunkedLZ4.defaultThreads
         guard (1...64).contains(threads) else { throw SinkError.invalidArgument(name: "compressionThreads", reason: "\(threads) is outside 1...64") }
         return threads
     }

@@ -404,6 +404,8 @@ public final class MotionEstimator {
         if patchValid.count != centres.count { patchValid = Array(repeating: false, count: centres.count) }
         let side = patchSide, r = half0 + 1
         for (i, c) in centres.enumerated() {
+            // As in the refinement: the next patch's rows, a patch of work ahead.
+            if i + 1 < centres.count { prefetchRefinement(luma, centre: centres[i + 1], (0, 0)) }
             let x = c.x * 2, y = c.y * 2
             guard x - r >= 0, y - r >= 0, x + r < luma.width, y + r < luma.height else { patchValid[i] = false; continue }
             vf_gather_samples(luma.pointer(x: x - r, y: y - r), luma.bytesPerRow, luma.pixelStride, side, side, patches + i * side * side, side)
@@ -460,6 +462,17 @@ public final class MotionEstimator {
             if du * du + dv * dv < 1e-4 { break }
         }
         return BlockMotion(dx: Double(ux), dy: Double(uy), gxx: Double(gxx / npx), gxy: Double(gxy / npx), gyy: Double(gyy / npx), ok: true)
+    }
+
+    /// Prefetches the part of `luma` that ``refine(_:_:dx:dy:)`` reads for the block at `centre`
+    /// (in 1/2-level units) displaced by `d` (full resolution), with a pixel of slack all round.
+    private func prefetchRefinement(_ luma: LumaView, centre: (x: Int, y: Int), _ d: (Double, Double)) {
+        guard d.0.isFinite, d.1.isFinite, abs(d.0) < 1e6, abs(d.1) < 1e6 else { return }
+        let reach = half0 + 2
+        let x0 = max(0, centre.x * 2 + Int(d.0.rounded()) - reach), y0 = max(0, centre.y * 2 + Int(d.1.rounded()) - reach)
+        let x1 = min(luma.width - 1, centre.x * 2 + Int(d.0.rounded()) + reach), y1 = min(luma.height - 1, centre.y * 2 + Int(d.1.rounded()) + reach)
+        guard x0 <= x1, y0 <= y1 else { return }
+        vf_prefetch_rows(luma.pointer(x: x0, y: y0), luma.bytesPerRow, (x1 - x0) * luma.pixelStride + 1, y1 - y0 + 1)
     }
 
     private func match(_ luma: LumaView) -> MotionEstimate {
@@ -531,9 +544,16 @@ public final class MotionEstimator {
         // 2. Per block: LK at 1/4 from the seed's displacement there, then at 1/2, then at full
         // resolution.
         let cx = Double(width) / 2, cy = Double(height) / 2
-        for (i, c) in centres.enumerated() {
+        func seeded(_ c: (x: Int, y: Int)) -> (Double, Double) {
             let pcx = Double(c.x * 2) - cx, pcy = Double(c.y * 2) - cy
-            let sx = seed.tx - seed.theta * pcy + seed.k * pcx, sy = seed.ty + seed.theta * pcx + seed.k * pcy
+            return (seed.tx - seed.theta * pcy + seed.k * pcx, seed.ty + seed.theta * pcx + seed.k * pcy)
+        }
+        for (i, c) in centres.enumerated() {
+            let (sx, sy) = seeded(c)
+            // The frame's full-resolution bytes that the next block's refinement will read are
+            // still in memory, not in the cache (the frame arrived once, by DMA or a copy): ask
+            // for them a block of work ahead, where the seed puts them.
+            if i + 1 < centres.count { prefetchRefinement(luma, centre: centres[i + 1], seeded(centres[i + 1])) }
             var m = BlockMotion(dx: sx, dy: sy)
             if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: sx / 4, dy: sy / 4, iterations: 3, tensor: blockTensors[i]) {
                 m.dx = r.dx * 4; m.dy = r.dy * 4

@@ -61,6 +61,10 @@ uint32_t vf_sad16_rows(const uint8_t *a, ptrdiff_t aStride, const uint8_t *b, pt
 /// and bytes 0 ..< 2·width of each.
 void vf_halve_grey(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t width, ptrdiff_t height, uint8_t *dst, ptrdiff_t dstStride);
 
+/// Asks the memory system for `rows` rows of `span` bytes from `p` (rows `bytesPerRow` apart),
+/// to be read soon: a hint only (no byte is read, and an address outside the buffer never faults).
+void vf_prefetch_rows(const void *p, ptrdiff_t bytesPerRow, ptrdiff_t span, ptrdiff_t rows);
+
 /// Copies `rows` rows of `width` samples, `pixelStride` bytes apart in `src` (rows `bytesPerRow`
 /// apart), to contiguous bytes in `dst` (rows `dstStride` apart). Reads no byte past a row's last sample.
 void vf_gather_samples(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride);
