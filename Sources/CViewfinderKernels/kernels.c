@@ -624,8 +624,12 @@ VF_INLINE void warp_blend(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrd
     }
 }
 
-VF_INLINE void vf_warp_vertical_body(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t first, ptrdiff_t last, ptrdiff_t s,
-                                     int32_t start, int32_t step, uint8_t *tmp) {
+typedef void (*vf_warp_blend_fn)(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s);
+
+/// The vertical pass in runs of columns that read the same two source rows, each run blended by
+/// `blend` (``warp_blend``, or ``warp_blend_avx2`` in the AVX2 build: a constant, so inlined).
+VF_INLINE void warp_vertical_runs(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t first, ptrdiff_t last, ptrdiff_t s,
+                                  int32_t start, int32_t step, uint8_t *tmp, vf_warp_blend_fn blend) {
     int32_t fv = start;
     ptrdiff_t u = first;
     const uint16_t st = (uint16_t)step;
@@ -645,16 +649,84 @@ VF_INLINE void vf_warp_vertical_body(const uint8_t *sbase, ptrdiff_t bpr, ptrdif
         // now, a row of work ahead, since the pass waits on memory more than it computes. (Address
         // arithmetic in integers: the row may be past the picture, and a prefetch never faults.)
         for (ptrdiff_t k = 0; k < n * s; k += 64) __builtin_prefetch((const void *)((uintptr_t)(r1 + u * s) + (uintptr_t)bpr + (uintptr_t)k));
-        warp_blend(r0 + u * s, r1 + u * s, tmp + (u - first), n, (uint16_t)fv, st, s);
+        blend(r0 + u * s, r1 + u * s, tmp + (u - first), n, (uint16_t)fv, st, s);
         fv = (int32_t)((uint32_t)fv + (uint32_t)n * (uint32_t)step);
         u = end + 1;
     }
 }
 
-VF_DISPATCH(vf_warp_vertical,
-            (const uint8_t *sbase, ptrdiff_t bytesPerRow, ptrdiff_t first, ptrdiff_t last, ptrdiff_t pixelStride,
-             int32_t start, int32_t step, uint8_t *tmp),
-            (sbase, bytesPerRow, first, last, pixelStride, start, step, tmp))
+static void warp_blend_portable(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) {
+    warp_blend(r0, r1, t, n, f, st, s);
+}
+
+#if VF_X86
+/// `warp_blend` for AVX2 with one multiply per 16 lanes: a + ((b − a)·w + 128) >> 8 is
+/// a + vpmulhrsw(b − a, w·128), since vpmulhrsw gives (x·y + 2^14) >> 15 (arithmetic) and
+/// (d·w·128 + 2^14) >> 15 = (d·w + 128) >> 8 — the same bits as `warp_blend` (w ≤ 255, so
+/// w·128 ≤ 32640 is a valid signed 16-bit factor), without its shifts of a and its rounding add.
+VF_AVX2 static void warp_blend_avx2(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) {
+    ptrdiff_t i = 0;
+    if (s == 1 && n >= 16) {
+        const __m256i ramp = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m256i high = _mm256_set1_epi16(0x7F80);
+        __m256i w = _mm256_add_epi16(_mm256_set1_epi16((short)f), _mm256_mullo_epi16(ramp, _mm256_set1_epi16((short)st)));
+        const __m256i step16 = _mm256_set1_epi16((short)(uint16_t)(st * 16));
+        // (w >> 8) << 7: the weight's top byte as a factor of vpmulhrsw.
+#define VF_BLEND16(a, b, w) _mm256_add_epi16((a), _mm256_mulhrs_epi16(_mm256_sub_epi16((b), (a)), _mm256_and_si256(_mm256_srli_epi16((w), 1), high)))
+        for (; i + 32 <= n; i += 32) {
+            __m256i a0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + i)));
+            __m256i b0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + i)));
+            __m256i a1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + i + 16)));
+            __m256i b1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + i + 16)));
+            __m256i w1 = _mm256_add_epi16(w, step16);
+            __m256i v0 = VF_BLEND16(a0, b0, w), v1 = VF_BLEND16(a1, b1, w1);
+            // packus works within 128-bit lanes: [v0 lo, v1 lo | v0 hi, v1 hi], then qwords 0 2 1 3.
+            __m256i o = _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1), 0xD8);
+            _mm256_storeu_si256((__m256i *)(t + i), o);
+            w = _mm256_add_epi16(w1, step16);
+        }
+        for (; i + 16 <= n; i += 16) {
+            __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + i)));
+            __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + i)));
+            __m256i v = VF_BLEND16(a, b, w);
+            _mm_storeu_si128((__m128i *)(t + i), _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+            w = _mm256_add_epi16(w, step16);
+        }
+        if (i < n) {
+            const ptrdiff_t j = n - 16;
+            __m256i wt = _mm256_add_epi16(_mm256_set1_epi16((short)(uint16_t)(f + (uint16_t)j * st)),
+                                          _mm256_mullo_epi16(ramp, _mm256_set1_epi16((short)st)));
+            __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + j)));
+            __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + j)));
+            __m256i v = VF_BLEND16(a, b, wt);
+            _mm_storeu_si128((__m128i *)(t + j), _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+            i = n;
+        }
+#undef VF_BLEND16
+    }
+    warp_blend(r0 + i * s, r1 + i * s, t + i, n - i, (uint16_t)(f + (uint16_t)i * st), st, s);
+}
+#endif
+
+VF_INLINE void vf_warp_vertical_body(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t first, ptrdiff_t last, ptrdiff_t s,
+                                     int32_t start, int32_t step, uint8_t *tmp) {
+    warp_vertical_runs(sbase, bpr, first, last, s, start, step, tmp, warp_blend_portable);
+}
+
+#if VF_X86
+VF_AVX2 static void vf_warp_vertical_avx2(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t first, ptrdiff_t last, ptrdiff_t s,
+                                          int32_t start, int32_t step, uint8_t *tmp) {
+    warp_vertical_runs(sbase, bpr, first, last, s, start, step, tmp, warp_blend_avx2);
+}
+#endif
+
+void vf_warp_vertical(const uint8_t *sbase, ptrdiff_t bytesPerRow, ptrdiff_t first, ptrdiff_t last, ptrdiff_t pixelStride,
+                      int32_t start, int32_t step, uint8_t *tmp) {
+#if VF_X86
+    if (vf_kernels_avx2_active()) { vf_warp_vertical_avx2(sbase, bytesPerRow, first, last, pixelStride, start, step, tmp); return; }
+#endif
+    vf_warp_vertical_body(sbase, bytesPerRow, first, last, pixelStride, start, step, tmp);
+}
 
 /// (a·(256 − w) + b·w + 128) >> 8 per lane, in 16-bit lanes.
 VF_INLINE vf_u8x16 warp_lerp16(vf_u8x16 a8, vf_u8x16 b8, vf_u8x16 w8) {
@@ -697,27 +769,26 @@ VF_INLINE void vf_warp_resample_body(const uint8_t *src, uint8_t *out, ptrdiff_t
 /// ``vf_resample_pair_avx2``).
 VF_AVX2 static inline __m128i vf_resample_block16_avx2(const uint8_t *p, const int8_t *shifts, const uint8_t *weights) {
     const __m128i ramp = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m256i full = _mm256_set1_epi16(256), round = _mm256_set1_epi16(128);
     __m128i off = _mm_sub_epi8(ramp, _mm_loadu_si128((const __m128i *)shifts));
     __m128i left = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p), off);
     __m128i right = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 1)), off);
     __m256i a = _mm256_cvtepu8_epi16(left), c = _mm256_cvtepu8_epi16(right);
     __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)weights));
-    __m256i v = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(a, _mm256_sub_epi16(full, w)), _mm256_mullo_epi16(c, w)), round), 8);
+    __m256i v = _mm256_add_epi16(a, _mm256_mulhrs_epi16(_mm256_sub_epi16(c, a), _mm256_slli_epi16(w, 7)));
     return _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
 }
 
 /// Two blocks of 16 outputs in one 256-bit step: the low lane from p0 (shifts s0, weights w0), the
 /// high lane from p1 (s1, w1). Bytes widened by unpacking with zero inside each lane (bytes 0–7 and
-/// 8–15 of both blocks), blended as (a·256 + (b − a)·w + 128) >> 8 — one multiply; exact in
-/// wrapping 16-bit lanes, the true value being at most 65408 — and packed back in lane order, so
+/// 8–15 of both blocks), blended as a + vpmulhrsw(b − a, w·128), which is a + ((b − a)·w + 128) >> 8
+/// (see ``warp_blend_avx2``) — one multiply, no rounding add — and packed back in lane order, so
 /// each lane holds its block's 16 results with no cross-lane step. The same bits as
 /// ``vf_resample_block16_avx2``.
 VF_AVX2 static inline __m256i vf_resample_pair_avx2(const uint8_t *p0, const uint8_t *p1, const int8_t *s0, const int8_t *s1,
                                                    const uint8_t *w0, const uint8_t *w1) {
     const __m256i ramp = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
                                           0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m256i zero = _mm256_setzero_si256(), round = _mm256_set1_epi16(128);
+    const __m256i zero = _mm256_setzero_si256();
     __m256i l = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
     __m256i r = _mm256_loadu2_m128i((const __m128i *)(p1 + 1), (const __m128i *)(p0 + 1));
     __m256i off = _mm256_sub_epi8(ramp, _mm256_loadu2_m128i((const __m128i *)s1, (const __m128i *)s0));
@@ -726,8 +797,8 @@ VF_AVX2 static inline __m256i vf_resample_pair_avx2(const uint8_t *p0, const uin
     __m256i aLo = _mm256_unpacklo_epi8(left, zero), aHi = _mm256_unpackhi_epi8(left, zero);
     __m256i bLo = _mm256_unpacklo_epi8(right, zero), bHi = _mm256_unpackhi_epi8(right, zero);
     __m256i wLo = _mm256_unpacklo_epi8(w8, zero), wHi = _mm256_unpackhi_epi8(w8, zero);
-    __m256i vLo = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_slli_epi16(aLo, 8), _mm256_mullo_epi16(_mm256_sub_epi16(bLo, aLo), wLo)), round), 8);
-    __m256i vHi = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_slli_epi16(aHi, 8), _mm256_mullo_epi16(_mm256_sub_epi16(bHi, aHi), wHi)), round), 8);
+    __m256i vLo = _mm256_add_epi16(aLo, _mm256_mulhrs_epi16(_mm256_sub_epi16(bLo, aLo), _mm256_slli_epi16(wLo, 7)));
+    __m256i vHi = _mm256_add_epi16(aHi, _mm256_mulhrs_epi16(_mm256_sub_epi16(bHi, aHi), _mm256_slli_epi16(wHi, 7)));
     return _mm256_packus_epi16(vLo, vHi);
 }
 
@@ -820,7 +891,7 @@ static void warp_packed_row_portable(const vf_warp_packed_row *r) {
 /// Two luma blocks and one block each of U and V per step (32 pixels, 64 output bytes), resampled
 /// and interleaved in registers: the same integer blend as the portable passes, so the same bytes.
 VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
-    vf_warp_vertical_body(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp);
+    warp_vertical_runs(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp, warp_blend_avx2);
     split_rows_avx2(r->tmp, 0, 2 * r->spanPairs, 1, r->yOffset, r->uOffset, r->planeY, r->planeU, r->planeV);
     const uint8_t *py = r->planeY + r->whole, *pu = r->planeU + r->wholeC, *pv = r->planeV + r->wholeC;
     uint8_t *out = r->out;

@@ -469,8 +469,9 @@ public final class MotionEstimator {
     private func prefetchRefinement(_ luma: LumaView, centre: (x: Int, y: Int), _ d: (Double, Double)) {
         guard d.0.isFinite, d.1.isFinite, abs(d.0) < 1e6, abs(d.1) < 1e6 else { return }
         let reach = half0 + 2
-        let x0 = max(0, centre.x * 2 + Int(d.0.rounded()) - reach), y0 = max(0, centre.y * 2 + Int(d.1.rounded()) - reach)
-        let x1 = min(luma.width - 1, centre.x * 2 + Int(d.0.rounded()) + reach), y1 = min(luma.height - 1, centre.y * 2 + Int(d.1.rounded()) + reach)
+        let px = centre.x * 2 + Int(d.0.rounded()), py = centre.y * 2 + Int(d.1.rounded())
+        let x0 = max(0, px - reach), y0 = max(0, py - reach)
+        let x1 = min(luma.width - 1, px + reach), y1 = min(luma.height - 1, py + reach)
         guard x0 <= x1, y0 <= y1 else { return }
         vf_prefetch_rows(luma.pointer(x: x0, y: y0), luma.bytesPerRow, (x1 - x0) * luma.pixelStride + 1, y1 - y0 + 1)
     }
@@ -548,12 +549,16 @@ public final class MotionEstimator {
             let pcx = Double(c.x * 2) - cx, pcy = Double(c.y * 2) - cy
             return (seed.tx - seed.theta * pcy + seed.k * pcx, seed.ty + seed.theta * pcx + seed.k * pcy)
         }
+        var next = centres.isEmpty ? (0, 0) : seeded(centres[0])
         for (i, c) in centres.enumerated() {
-            let (sx, sy) = seeded(c)
+            let (sx, sy) = next
             // The frame's full-resolution bytes that the next block's refinement will read are
             // still in memory, not in the cache (the frame arrived once, by DMA or a copy): ask
             // for them a block of work ahead, where the seed puts them.
-            if i + 1 < centres.count { prefetchRefinement(luma, centre: centres[i + 1], seeded(centres[i + 1])) }
+            if i + 1 < centres.count {
+                next = seeded(centres[i + 1])
+                prefetchRefinement(luma, centre: centres[i + 1], next)
+            }
             var m = BlockMotion(dx: sx, dy: sy)
             if let r = lk(prev[1], cur[1], c.x / 2, c.y / 2, half: half2 / 2, dx: sx / 4, dy: sy / 4, iterations: 3, tensor: blockTensors[i]) {
                 m.dx = r.dx * 4; m.dy = r.dy * 4
