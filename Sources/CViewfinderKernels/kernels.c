@@ -627,7 +627,8 @@ VF_INLINE void warp_blend(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrd
 typedef void (*vf_warp_blend_fn)(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s);
 
 /// The vertical pass in runs of columns that read the same two source rows, each run blended by
-/// `blend` (``warp_blend``, or ``warp_blend_avx2`` in the AVX2 build: a constant, so inlined).
+/// `blend` (``warp_blend_portable``, or ``warp_blend_avx2`` in the AVX2 build: a constant, so a
+/// direct call per run).
 VF_INLINE void warp_vertical_runs(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t first, ptrdiff_t last, ptrdiff_t s,
                                   int32_t start, int32_t step, uint8_t *tmp, vf_warp_blend_fn blend) {
     int32_t fv = start;
