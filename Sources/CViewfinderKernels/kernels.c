@@ -573,56 +573,68 @@ typedef uint16_t vf_u16x16 __attribute__((vector_size(32)));
 
 VF_INLINE vf_u8x16 vf_load16(const uint8_t *p) { vf_u8x16 v; memcpy(&v, p, 16); return v; }
 
+typedef uint8_t vf_u8x32 __attribute__((vector_size(32)));
+
 /// One run of the vertical pass: t[i] = (r0[i·s]·(256 − w) + r1[i·s]·w + 128) >> 8 with
 /// w = (uint16)(f + i·st) >> 8, all in wrapping 16-bit arithmetic (exact: the sum is at most 65408).
-typedef uint8_t vf_u8x32 __attribute__((vector_size(32)));
-typedef uint16_t vf_u16x32 __attribute__((vector_size(64)));
+/// The loop is stated once and built twice, with `BLEND16(a, b, w)` the blend of 16 lanes (16-bit
+/// lanes of a, b and the 8.8 weight w) and `NARROW(v0, v1)` the 32 bytes of two blends of results
+/// in 0...255 (the 16 of one blend are the first half of `NARROW(v, v)`): 32 columns a step (one
+/// narrowing and one store for both halves), then 16, then the last 16 columns once more
+/// (overlapping: the columns written twice get the same bytes), so a run with s = 1 never ends in
+/// the scalar loop.
+#define VF_DEFINE_WARP_BLEND(NAME, ATTRIBUTES, BLEND16, NARROW) \
+    ATTRIBUTES void NAME(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) { \
+        ptrdiff_t i = 0;                                                                                                 \
+        if (s == 1 && n >= 16) {                                                                                         \
+            const vf_u16x16 ramp = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};                                \
+            const vf_u16x16 rampStep = ramp * st;                                                                        \
+            const uint16_t step16 = (uint16_t)(st * 16);                                                                 \
+            vf_u16x16 w = (uint16_t)f + rampStep;                                                                        \
+            for (; i + 32 <= n; i += 32) {                                                                               \
+                vf_u16x16 a0 = __builtin_convertvector(vf_load16(r0 + i), vf_u16x16);                                    \
+                vf_u16x16 b0 = __builtin_convertvector(vf_load16(r1 + i), vf_u16x16);                                    \
+                vf_u16x16 a1 = __builtin_convertvector(vf_load16(r0 + i + 16), vf_u16x16);                               \
+                vf_u16x16 b1 = __builtin_convertvector(vf_load16(r1 + i + 16), vf_u16x16);                               \
+                vf_u16x16 w1 = w + step16;                                                                               \
+                vf_u16x16 v0 = BLEND16(a0, b0, w), v1 = BLEND16(a1, b1, w1);                                             \
+                vf_u8x32 o = NARROW(v0, v1);                                                                             \
+                memcpy(t + i, &o, 32);                                                                                   \
+                w = w1 + step16;                                                                                         \
+            }                                                                                                            \
+            for (; i + 16 <= n; i += 16) {                                                                               \
+                vf_u16x16 a = __builtin_convertvector(vf_load16(r0 + i), vf_u16x16);                                     \
+                vf_u16x16 b = __builtin_convertvector(vf_load16(r1 + i), vf_u16x16);                                     \
+                vf_u16x16 v = BLEND16(a, b, w);                                                                          \
+                vf_u8x32 o = NARROW(v, v);                                                                               \
+                memcpy(t + i, &o, 16);                                                                                   \
+                w += step16;                                                                                             \
+            }                                                                                                            \
+            if (i < n) {                                                                                                 \
+                const ptrdiff_t j = n - 16;                                                                              \
+                vf_u16x16 wt = (uint16_t)(f + (uint16_t)j * st) + rampStep;                                              \
+                vf_u16x16 a = __builtin_convertvector(vf_load16(r0 + j), vf_u16x16);                                     \
+                vf_u16x16 b = __builtin_convertvector(vf_load16(r1 + j), vf_u16x16);                                     \
+                vf_u16x16 v = BLEND16(a, b, wt);                                                                         \
+                vf_u8x32 o = NARROW(v, v);                                                                               \
+                memcpy(t + j, &o, 16);                                                                                   \
+                i = n;                                                                                                   \
+            }                                                                                                            \
+        }                                                                                                                \
+        for (; i < n; i++) {                                                                                             \
+            uint16_t a = r0[i * s], b = r1[i * s];                                                                       \
+            uint16_t wy = (uint16_t)(f + (uint16_t)i * st) >> 8;                                                         \
+            t[i] = (uint8_t)((uint16_t)((uint16_t)(a << 8) + (uint16_t)((uint16_t)(b - a) * wy) + 128) >> 8);           \
+        }                                                                                                                \
+    }
 
-VF_INLINE void warp_blend(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) {
-    ptrdiff_t i = 0;
-    if (s == 1 && n >= 16) {
-        const vf_u16x16 ramp = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-        vf_u16x16 w = (uint16_t)f + ramp * st;
-        const uint16_t step16 = (uint16_t)(st * 16);
-        // 32 columns a step (one pack and one store for both halves), then 16, then the last 16
-        // columns once more (overlapping: the columns written twice get the same bytes), so a
-        // run never ends in the scalar loop.
-        for (; i + 32 <= n; i += 32) {
-            vf_u16x16 a0 = __builtin_convertvector(vf_load16(r0 + i), vf_u16x16), b0 = __builtin_convertvector(vf_load16(r1 + i), vf_u16x16);
-            vf_u16x16 a1 = __builtin_convertvector(vf_load16(r0 + i + 16), vf_u16x16), b1 = __builtin_convertvector(vf_load16(r1 + i + 16), vf_u16x16);
-            vf_u16x16 w1 = w + step16;
-            vf_u16x16 v0 = ((a0 << 8) + (b0 - a0) * (w >> 8) + 128) >> 8;
-            vf_u16x16 v1 = ((a1 << 8) + (b1 - a1) * (w1 >> 8) + 128) >> 8;
-            vf_u8x32 o = __builtin_convertvector(__builtin_shufflevector(v0, v1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                                                         16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31), vf_u8x32);
-            memcpy(t + i, &o, 32);
-            w = w1 + step16;
-        }
-        for (; i + 16 <= n; i += 16) {
-            vf_u16x16 a = __builtin_convertvector(vf_load16(r0 + i), vf_u16x16);
-            vf_u16x16 b = __builtin_convertvector(vf_load16(r1 + i), vf_u16x16);
-            vf_u16x16 v = ((a << 8) + (b - a) * (w >> 8) + 128) >> 8;
-            vf_u8x16 o = __builtin_convertvector(v, vf_u8x16);
-            memcpy(t + i, &o, 16);
-            w += step16;
-        }
-        if (i < n) {
-            const ptrdiff_t j = n - 16;
-            vf_u16x16 wt = (uint16_t)(f + (uint16_t)j * st) + ramp * st;
-            vf_u16x16 a = __builtin_convertvector(vf_load16(r0 + j), vf_u16x16);
-            vf_u16x16 b = __builtin_convertvector(vf_load16(r1 + j), vf_u16x16);
-            vf_u16x16 v = ((a << 8) + (b - a) * (wt >> 8) + 128) >> 8;
-            vf_u8x16 o = __builtin_convertvector(v, vf_u8x16);
-            memcpy(t + j, &o, 16);
-            i = n;
-        }
-    }
-    for (; i < n; i++) {
-        uint16_t a = r0[i * s], b = r1[i * s];
-        uint16_t wy = (uint16_t)(f + (uint16_t)i * st) >> 8;
-        t[i] = (uint8_t)((uint16_t)((uint16_t)(a << 8) + (uint16_t)((uint16_t)(b - a) * wy) + 128) >> 8);
-    }
-}
+/// The portable blend: (a·256 + (b − a)·(w >> 8) + 128) >> 8 in wrapping 16-bit lanes.
+#define VF_BLEND16_PORTABLE(a, b, w) ((((a) << 8) + ((b) - (a)) * ((w) >> 8) + 128) >> 8)
+#define VF_NARROW_PORTABLE(v0, v1)                                                                                   \
+    __builtin_convertvector(__builtin_shufflevector((v0), (v1), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, \
+                                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31), \
+                            vf_u8x32)
+VF_DEFINE_WARP_BLEND(warp_blend_portable, static, VF_BLEND16_PORTABLE, VF_NARROW_PORTABLE)
 
 typedef void (*vf_warp_blend_fn)(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s);
 
@@ -656,57 +668,18 @@ VF_INLINE void warp_vertical_runs(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t
     }
 }
 
-static void warp_blend_portable(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) {
-    warp_blend(r0, r1, t, n, f, st, s);
-}
-
 #if VF_X86
-/// `warp_blend` for AVX2 with one multiply per 16 lanes: a + ((b − a)·w + 128) >> 8 is
+/// The blend for AVX2 with one multiply per 16 lanes: a + ((b − a)·w + 128) >> 8 is
 /// a + vpmulhrsw(b − a, w·128), since vpmulhrsw gives (x·y + 2^14) >> 15 (arithmetic) and
-/// (d·w·128 + 2^14) >> 15 = (d·w + 128) >> 8 — the same bits as `warp_blend` (w ≤ 255, so
-/// w·128 ≤ 32640 is a valid signed 16-bit factor), without its shifts of a and its rounding add.
-VF_AVX2 static void warp_blend_avx2(const uint8_t *r0, const uint8_t *r1, uint8_t *t, ptrdiff_t n, uint16_t f, uint16_t st, ptrdiff_t s) {
-    ptrdiff_t i = 0;
-    if (s == 1 && n >= 16) {
-        const __m256i ramp = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m256i high = _mm256_set1_epi16(0x7F80);
-        __m256i w = _mm256_add_epi16(_mm256_set1_epi16((short)f), _mm256_mullo_epi16(ramp, _mm256_set1_epi16((short)st)));
-        const __m256i step16 = _mm256_set1_epi16((short)(uint16_t)(st * 16));
-        // (w >> 8) << 7: the weight's top byte as a factor of vpmulhrsw.
-#define VF_BLEND16(a, b, w) _mm256_add_epi16((a), _mm256_mulhrs_epi16(_mm256_sub_epi16((b), (a)), _mm256_and_si256(_mm256_srli_epi16((w), 1), high)))
-        for (; i + 32 <= n; i += 32) {
-            __m256i a0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + i)));
-            __m256i b0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + i)));
-            __m256i a1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + i + 16)));
-            __m256i b1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + i + 16)));
-            __m256i w1 = _mm256_add_epi16(w, step16);
-            __m256i v0 = VF_BLEND16(a0, b0, w), v1 = VF_BLEND16(a1, b1, w1);
-            // packus works within 128-bit lanes: [v0 lo, v1 lo | v0 hi, v1 hi], then qwords 0 2 1 3.
-            __m256i o = _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1), 0xD8);
-            _mm256_storeu_si256((__m256i *)(t + i), o);
-            w = _mm256_add_epi16(w1, step16);
-        }
-        for (; i + 16 <= n; i += 16) {
-            __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + i)));
-            __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + i)));
-            __m256i v = VF_BLEND16(a, b, w);
-            _mm_storeu_si128((__m128i *)(t + i), _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-            w = _mm256_add_epi16(w, step16);
-        }
-        if (i < n) {
-            const ptrdiff_t j = n - 16;
-            __m256i wt = _mm256_add_epi16(_mm256_set1_epi16((short)(uint16_t)(f + (uint16_t)j * st)),
-                                          _mm256_mullo_epi16(ramp, _mm256_set1_epi16((short)st)));
-            __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r0 + j)));
-            __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r1 + j)));
-            __m256i v = VF_BLEND16(a, b, wt);
-            _mm_storeu_si128((__m128i *)(t + j), _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-            i = n;
-        }
-#undef VF_BLEND16
-    }
-    warp_blend(r0 + i * s, r1 + i * s, t + i, n - i, (uint16_t)(f + (uint16_t)i * st), st, s);
-}
+/// (d·w·128 + 2^14) >> 15 = (d·w + 128) >> 8 — the same bits as the portable blend (w ≤ 255, so
+/// w·128 ≤ 32640 is a valid signed 16-bit factor), without its shift of a and its rounding add.
+/// ((w >> 1) & 0x7F80 is the weight's top byte times 128.) The narrowing packs with unsigned
+/// saturation (the results are in range, so the same bytes as truncating, without masking them
+/// first); packus works within 128-bit lanes, [v0 lo, v1 lo | v0 hi, v1 hi], so then qwords 0 2 1 3.
+#define VF_BLEND16_MULHRS(a, b, w) \
+    ((a) + (vf_u16x16)_mm256_mulhrs_epi16((__m256i)((b) - (a)), (__m256i)(((w) >> 1) & (uint16_t)0x7F80)))
+#define VF_NARROW_PACKUS(v0, v1) (vf_u8x32)_mm256_permute4x64_epi64(_mm256_packus_epi16((__m256i)(v0), (__m256i)(v1)), 0xD8)
+VF_DEFINE_WARP_BLEND(warp_blend_avx2, VF_AVX2 static, VF_BLEND16_MULHRS, VF_NARROW_PACKUS)
 #endif
 
 VF_INLINE void vf_warp_vertical_body(const uint8_t *sbase, ptrdiff_t bpr, ptrdiff_t first, ptrdiff_t last, ptrdiff_t s,
