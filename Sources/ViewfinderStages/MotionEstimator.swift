@@ -335,6 +335,20 @@ public final class MotionEstimator {
     /// at these blocks.
     private func selectBlocks() {
         let img = cur[1], half = half2 / 2, n = 2 * half + 1
+        // The arrays the selection loops over, as locals (swapped out and back: no copy, no
+        // allocation), so their accesses in the loops need no dynamic exclusivity checks.
+        var candidateScores: [Float] = [], chosen: [Bool] = [], placed: [Bool] = [], cellBest: [Int] = []
+        swap(&candidateScores, &self.candidateScores)
+        swap(&chosen, &self.chosen)
+        swap(&placed, &self.placed)
+        swap(&cellBest, &self.cellBest)
+        defer {
+            swap(&candidateScores, &self.candidateScores)
+            swap(&chosen, &self.chosen)
+            swap(&placed, &self.placed)
+            swap(&cellBest, &self.cellBest)
+        }
+        let candidates = self.candidates, blocks = centres.count
         for (k, c) in candidates.enumerated() {
             let x = c.x / 2, y = c.y / 2
             chosen[k] = false
@@ -355,7 +369,7 @@ public final class MotionEstimator {
             if cellBest[c] < 0 || candidateScores[k] > candidateScores[cellBest[c]] { cellBest[c] = k }
         }
         var taken = 0
-        while taken < centres.count {
+        while taken < blocks {
             var bestCell = -1
             for c in cellBest.indices where cellBest[c] >= 0 && (bestCell < 0 || candidateScores[cellBest[c]] > candidateScores[cellBest[bestCell]]) { bestCell = c }
             guard bestCell >= 0 else { break }
@@ -363,7 +377,7 @@ public final class MotionEstimator {
             cellBest[bestCell] = -1
             taken += 1
         }
-        while taken < centres.count {
+        while taken < blocks {
             var best = -1
             for k in 0..<candidates.count where !chosen[k] && (best < 0 || candidateScores[k] > candidateScores[best]) { best = k }
             guard best >= 0 else { break }
@@ -371,7 +385,7 @@ public final class MotionEstimator {
             taken += 1
         }
         for k in candidates.indices { placed[k] = false }
-        for i in 0..<centres.count {
+        for i in 0..<blocks {
             var best = -1
             for k in 0..<candidates.count where chosen[k] && !placed[k] && (best < 0 || candidateScores[k] > candidateScores[best]) { best = k }
             guard best >= 0 else { break }
@@ -1507,6 +1521,16 @@ public final class MotionEstimator {
         let o: (x: Int, y: Int) = seed.map { (Int(($0.tx / unitPixels).rounded()), Int(($0.ty / unitPixels).rounded())) } ?? o
         let area = (2 * sadHalf + 1) * (2 * sadHalf + 1)
         let side = 2 * range + 1
+        // The two surfaces as locals for the search, swapped out of the instance and back (no
+        // copy, no allocation): an instance array read or written in the loops below paid a
+        // dynamic exclusivity check per access (2 % of the stabiliser's instructions).
+        var surface: [Double] = [], blockSurface: [Int] = []
+        swap(&surface, &self.surface)
+        swap(&blockSurface, &self.blockSurface)
+        defer {
+            swap(&surface, &self.surface)
+            swap(&blockSurface, &self.blockSurface)
+        }
         precondition(side * side <= surface.count, "the SAD surfaces hold at most (2 × sadRange + 1)² shifts")
         for k in 0..<(side * side) { surface[k] = 0 }
         var n = 0
@@ -1523,12 +1547,15 @@ public final class MotionEstimator {
                 guard x + bo.x - r >= 0, y + bo.y - r >= 0, x + bo.x + r < b.width, y + bo.y + r < b.height,
                       x - r >= 0, y - r >= 0, x + r < a.width, y + r < a.height else { continue }
                 var best = Int.max, total = 0
-                for dy in -range...range {
-                    for dx in -range...range {
-                        let s = sad(a, b, x, y, bo.x + dx, bo.y + dy, sadHalf)
-                        blockSurface[(dy + range) * side + dx + range] = s
-                        total += s
-                        best = min(best, s)
+                // Through the buffers: a write to a local array checks it is unique each time.
+                blockSurface.withUnsafeMutableBufferPointer { blockSurface in
+                    for dy in -range...range {
+                        for dx in -range...range {
+                            let s = sad(a, b, x, y, bo.x + dx, bo.y + dy, sadHalf)
+                            blockSurface[(dy + range) * side + dx + range] = s
+                            total += s
+                            best = min(best, s)
+                        }
                     }
                 }
                 // A flat surface's minimum is noise: the mean must stand clear of it (less far
@@ -1536,7 +1563,11 @@ public final class MotionEstimator {
                 let mean = total / (side * side)
                 guard mean - best > (range >= sadRange ? 3 : 1) * area else { continue }
                 let scale = 1 / Double(mean - best)
-                for k in 0..<(side * side) { surface[k] += Double(blockSurface[k] - best) * scale }
+                surface.withUnsafeMutableBufferPointer { surface in
+                    blockSurface.withUnsafeBufferPointer { blockSurface in
+                        for k in 0..<(side * side) { surface[k] += Double(blockSurface[k] - best) * scale }
+                    }
+                }
                 n += 1
             }
         }
@@ -1566,9 +1597,9 @@ public final class MotionEstimator {
             let c = l - 2 * m + r
             return c > 1e-12 ? max(-0.5, min(0.5, (l - r) / (2 * c))) : 0
         }
-        let at = { (dx: Int, dy: Int) in self.surface[(dy + range) * side + dx + range] }
-        let fx = abs(bx) < range ? vertex(at(bx - 1, by), best, at(bx + 1, by)) : 0
-        let fy = abs(by) < range ? vertex(at(bx, by - 1), best, at(bx, by + 1)) : 0
+        let at = (by + range) * side + bx + range
+        let fx = abs(bx) < range ? vertex(surface[at - 1], best, surface[at + 1]) : 0
+        let fy = abs(by) < range ? vertex(surface[at - side], best, surface[at + side]) : 0
         return (o.x + bx, o.y + by, fx, fy, n)
     }
 
