@@ -862,8 +862,39 @@ static void warp_packed_row_portable(const vf_warp_packed_row *r) {
 }
 
 #if VF_X86
-/// Two luma blocks and one block each of U and V per step (32 pixels, 64 output bytes), resampled
-/// and interleaved in registers: the same integer blend as the portable passes, so the same bytes.
+/// The resampled row's whole steps: two luma blocks and one block each of U and V per step (32
+/// pixels, 64 output bytes), resampled and interleaved in registers. The chroma pair's [U 16 | V 16]
+/// becomes [U0 V0 … U7 V7 | U8 V8 … U15 V15] (a qword permute, then a byte shuffle within each
+/// lane), so unpacking it with the luma pair [Y 0–15 | Y 16–31] gives output bytes [0–15 | 32–47]
+/// (low halves) and [16–31 | 48–63] (high halves), put in order by two 128-bit permutes.
+/// `yFirst` (YUYV, else UYVY) is a constant at each call, so each layout has its own loop.
+VF_AVX2 static inline __attribute__((always_inline)) void warp_packed_steps_avx2(
+    uint8_t *restrict out, ptrdiff_t steps, const uint8_t *py, const uint8_t *pu, const uint8_t *pv, const vf_warp_table *luma,
+    const vf_warp_table *chroma, const int yFirst) {
+    const __m256i interleave = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                                0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    // The tables in locals: read through the structs the compiler reloaded every pointer each
+    // step (the output row's stores might have changed them).
+    const int32_t *restrict lBase = luma->blockBase, *restrict cBase = chroma->blockBase;
+    const int8_t *restrict lShift = luma->blockShift, *restrict cShift = chroma->blockShift;
+    const uint8_t *restrict lWeight = luma->blockWeight, *restrict cWeight = chroma->blockWeight;
+    for (ptrdiff_t k = 0; k < steps; k++) {
+        __m256i yy = vf_resample_pair_avx2(py + lBase[2 * k], py + lBase[2 * k + 1], lShift + 32 * k, lShift + 32 * k + 16,
+                                           lWeight + 32 * k, lWeight + 32 * k + 16);
+        __m256i uv = vf_resample_pair_avx2(pu + cBase[k], pv + cBase[k], cShift + 16 * k, cShift + 16 * k,
+                                           cWeight + 16 * k, cWeight + 16 * k);
+        __m256i c = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(uv, 0xD8), interleave);
+        __m256i lo = yFirst ? _mm256_unpacklo_epi8(yy, c) : _mm256_unpacklo_epi8(c, yy);
+        __m256i hi = yFirst ? _mm256_unpackhi_epi8(yy, c) : _mm256_unpackhi_epi8(c, yy);
+        uint8_t *o = out + 64 * k;
+        _mm256_storeu_si256((__m256i *)o, _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(o + 32), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
+/// The packed row: the vertical pass, the split, then the resampling and interleaving above (the
+/// same integer blend as the portable passes, so the same bytes), the pairs past the last whole
+/// step by the scalar tail.
 VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
     warp_vertical_runs(r->source, r->bytesPerRow, r->first, r->last, 1, r->start, r->step, r->tmp, warp_blend_avx2);
     split_rows_avx2(r->tmp, 0, 2 * r->spanPairs, 1, r->yOffset, r->uOffset, r->planeY, r->planeU, r->planeV);
@@ -872,34 +903,13 @@ VF_AVX2 static void warp_packed_row_avx2(const vf_warp_packed_row *r) {
     const ptrdiff_t pairs = r->pairs;
     for (ptrdiff_t k = 0; k < 4 * pairs; k += 64) __builtin_prefetch((void *)((uintptr_t)out + (uintptr_t)(4 * pairs + k)), 1);
     ptrdiff_t steps = r->luma.blocks / 2 < r->chroma.blocks ? r->luma.blocks / 2 : r->chroma.blocks;
-    const int yFirst = r->yOffset == 0;
-    // The tables in locals: read through `r` the compiler reloaded every pointer each step (the
-    // output row's stores might have changed them).
-    const int32_t *restrict lBase = r->luma.blockBase, *restrict cBase = r->chroma.blockBase;
-    const int8_t *restrict lShift = r->luma.blockShift, *restrict cShift = r->chroma.blockShift;
-    const uint8_t *restrict lWeight = r->luma.blockWeight, *restrict cWeight = r->chroma.blockWeight;
-    for (ptrdiff_t k = 0; k < steps; k++) {
-        __m256i yy = vf_resample_pair_avx2(py + lBase[2 * k], py + lBase[2 * k + 1], lShift + 32 * k, lShift + 32 * k + 16,
-                                           lWeight + 32 * k, lWeight + 32 * k + 16);
-        __m256i uv = vf_resample_pair_avx2(pu + cBase[k], pv + cBase[k], cShift + 16 * k, cShift + 16 * k,
-                                           cWeight + 16 * k, cWeight + 16 * k);
-        __m128i y0 = _mm256_castsi256_si128(yy), y1 = _mm256_extracti128_si256(yy, 1);
-        __m128i u = _mm256_castsi256_si128(uv), v = _mm256_extracti128_si256(uv, 1);
-        __m128i uv0 = _mm_unpacklo_epi8(u, v), uv1 = _mm_unpackhi_epi8(u, v);
-        __m128i o0, o1, o2, o3;
-        if (yFirst) {
-            o0 = _mm_unpacklo_epi8(y0, uv0); o1 = _mm_unpackhi_epi8(y0, uv0);
-            o2 = _mm_unpacklo_epi8(y1, uv1); o3 = _mm_unpackhi_epi8(y1, uv1);
-        } else {
-            o0 = _mm_unpacklo_epi8(uv0, y0); o1 = _mm_unpackhi_epi8(uv0, y0);
-            o2 = _mm_unpacklo_epi8(uv1, y1); o3 = _mm_unpackhi_epi8(uv1, y1);
-        }
-        uint8_t *o = out + 64 * k;
-        _mm256_storeu_si256((__m256i *)o, _mm256_set_m128i(o1, o0));
-        _mm256_storeu_si256((__m256i *)(o + 32), _mm256_set_m128i(o3, o2));
+    if (r->yOffset == 0) {
+        warp_packed_steps_avx2(out, steps, py, pu, pv, &r->luma, &r->chroma, 1);
+        warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 0, 1);
+    } else {
+        warp_packed_steps_avx2(out, steps, py, pu, pv, &r->luma, &r->chroma, 0);
+        warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 1, 0);
     }
-    if (r->yOffset == 0) warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 0, 1);
-    else warp_packed_tail(py, pu, pv, &r->luma, &r->chroma, out, 16 * steps, pairs, 1, 0);
 }
 #endif
 
