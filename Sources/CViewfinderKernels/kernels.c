@@ -1208,6 +1208,9 @@ void vf_prefetch_rows(const void *p, ptrdiff_t bytesPerRow, ptrdiff_t span, ptrd
 
 // MARK: The dense step's pixel choice (see MotionEstimator.selectDensePixels)
 
+typedef int16_t vf_i16x16 __attribute__((vector_size(32)));
+typedef int32_t vf_i32x16 __attribute__((vector_size(64)));
+
 /// Per row of the band, |gx| + |gy| of the 3 × 3 Sobel sums at x = 1 ... width − 2 into `mag`
 /// (at most 2040: 16-bit lanes), then in each cell of `cell` columns from `margin` the first
 /// pixel above the cell's best so far, row by row: the same choice, in the same order, as the
@@ -1222,7 +1225,36 @@ VF_INLINE void vf_dense_cell_maxima_body(const uint8_t *pixels, ptrdiff_t width,
             int16_t gy = (int16_t)((dn[x - 1] - up[x - 1]) + 2 * (dn[x] - up[x]) + (dn[x + 1] - up[x + 1]));
             mag[x] = (int16_t)((gx < 0 ? -gx : gx) + (gy < 0 ? -gy : gy));
         }
-        for (ptrdiff_t k = 0; k < cells; k++) {
+        ptrdiff_t k = 0;
+        if (cell == 4) {
+            // 16 cells a step: each cell's four magnitudes as (mag << 2) | (3 − i) (mag ≤ 2040, so
+            // 15 bits), whose maximum is the cell's steepest pixel, the first of equals — the
+            // loop's choice, which takes a pixel only when it is steeper than the best so far.
+            const vf_i32x16 ramp = {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60};
+            for (; k + 16 <= cells; k += 16) {
+                const int16_t *m = mag + margin + 4 * k;
+                vf_i16x16 v0, v1, v2, v3, b;
+                memcpy(&v0, m, 32); memcpy(&v1, m + 16, 32); memcpy(&v2, m + 32, 32); memcpy(&v3, m + 48, 32);
+#define VF_CELL_LANE(i) __builtin_shufflevector(                                                       \
+        __builtin_shufflevector(v0, v1, i, i + 4, i + 8, i + 12, i + 16, i + 20, i + 24, i + 28),       \
+        __builtin_shufflevector(v2, v3, i, i + 4, i + 8, i + 12, i + 16, i + 20, i + 24, i + 28),       \
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+                vf_i16x16 e = __builtin_elementwise_max((VF_CELL_LANE(0) << 2) | 3, (VF_CELL_LANE(1) << 2) | 2);
+                e = __builtin_elementwise_max(e, __builtin_elementwise_max((VF_CELL_LANE(2) << 2) | 1, VF_CELL_LANE(3) << 2));
+#undef VF_CELL_LANE
+                memcpy(&b, best + k, 32);
+                const vf_i16x16 steepest = e >> 2, update = steepest > b;
+                b = (steepest & update) | (b & ~update);
+                memcpy(best + k, &b, 32);
+                vf_i32x16 a;
+                memcpy(&a, at + k, 64);
+                const vf_i32x16 pos = (int32_t)(y << 16 | (margin + 4 * k)) + ramp + 3 - __builtin_convertvector(e & 3, vf_i32x16);
+                const vf_i32x16 u = __builtin_convertvector(update, vf_i32x16);
+                a = (pos & u) | (a & ~u);
+                memcpy(at + k, &a, 64);
+            }
+        }
+        for (; k < cells; k++) {
             const int16_t *m = mag + margin + k * cell;
             int16_t b = best[k];
             ptrdiff_t a = -1;
@@ -1259,8 +1291,14 @@ VF_INLINE void vf_dense_pass_body(const float *xs, const float *ys, const float 
     for (ptrdiff_t i = 0; i < count; i += 8) {
         const ptrdiff_t n = count - i < 8 ? count - i : 8;
         vf_f32x8 x = {0}, y = {0}, t = {0}, gxv = {0}, gyv = {0};
-        memcpy(&x, xs + i, (size_t)n * 4); memcpy(&y, ys + i, (size_t)n * 4); memcpy(&t, ts + i, (size_t)n * 4);
-        memcpy(&gxv, gxs + i, (size_t)n * 4); memcpy(&gyv, gys + i, (size_t)n * 4);
+        if (n == 8) {
+            // Constant sizes: vector loads (a variable size was a call to memcpy per array).
+            memcpy(&x, xs + i, 32); memcpy(&y, ys + i, 32); memcpy(&t, ts + i, 32);
+            memcpy(&gxv, gxs + i, 32); memcpy(&gyv, gys + i, 32);
+        } else {
+            memcpy(&x, xs + i, (size_t)n * 4); memcpy(&y, ys + i, (size_t)n * 4); memcpy(&t, ts + i, (size_t)n * 4);
+            memcpy(&gxv, gxs + i, (size_t)n * 4); memcpy(&gyv, gys + i, (size_t)n * 4);
+        }
         const vf_f32x8 px = x * s + half - cx, py = y * s + half - cy;
         const vf_f32x8 u = x + tx + (-th * py + kk * px) / s, v = y + ty + (th * px + kk * py) / s;
         const vf_i32x8 ok = (u >= 0) & (v >= 0) & (u < maxU) & (v < maxV) & (lane < (int32_t)n);
@@ -1279,16 +1317,15 @@ VF_INLINE void vf_dense_pass_body(const float *xs, const float *ys, const float 
         const vf_f32x8 ar = (vf_f32x8)((vf_i32x8)r & 0x7FFFFFFF);
         const vf_i32x8 small = ar <= 4;
         const vf_f32x8 rho = (vf_f32x8)(((vf_i32x8)(0.5f * ar * ar) & small) | ((vf_i32x8)(4 * (ar - 2)) & ~small));
+        // Lanes outside add 0 (their cost lane keeps its bits: the sums start at +0).
+        cost += __builtin_convertvector((vf_f32x8)((vf_i32x8)rho & ok), vf_f64x8);
+        for (int l = 0; l < 8; l++) used -= ok[l]; // -1 where inside
+        if (!histogram) continue;
         for (int l = 0; l < 8; l++) {
             if (!ok[l]) continue;
-            used += 1;
-            cost[l] += (double)rho[l];
-            if (histogram) {
-                const float a4 = ar[l] * 4;
-                histogram[!(a4 < 255) ? 255 : (int)a4] += 1;
-            }
+            const float a4 = ar[l] * 4;
+            histogram[!(a4 < 255) ? 255 : (int)a4] += 1;
         }
-        if (!histogram) continue;
         const vf_i32x8 inside = ar <= huber;
         const vf_f32x8 wgt = (vf_f32x8)((((vf_i32x8)(vf_f32x8){1, 1, 1, 1, 1, 1, 1, 1} & inside) | ((vf_i32x8)(huber / ar) & ~inside)) & ok);
         const vf_f32x8 gx = gxv / s, gy = gyv / s;

@@ -224,12 +224,14 @@ struct PortableKernelTests {
         }
     }
 
-    @Test("the dense step's pixel choice: both builds agree and match a plain reference", arguments: [37, 64, 101])
-    func denseCellMaxima(width w: Int) {
-        let rows = 12, margin = 2, cell = 5, cells = (w - 2 * margin) / cell
+    /// Cells of 5 by the loop; cells of 4 (the estimator's levels) 16 at a time, then the loop.
+    @Test("the dense step's pixel choice: both builds agree and match a plain reference",
+          arguments: [(37, 5), (64, 5), (101, 5), (37, 4), (101, 4), (300, 4)])
+    func denseCellMaxima(width w: Int, cell: Int) {
+        let rows = 12, margin = 2, cells = (w - 2 * margin) / cell
         // Noise with flat patches (equal magnitudes: the first of equals must win) and a ramp.
         var img = noiseBytes(w * (rows + 2), seed: UInt64(w))
-        for i in img.indices where (i / 7) % 3 == 0 { img[i] = UInt8(i % w) }
+        for i in img.indices where (i / 7) % 3 == 0 { img[i] = UInt8(truncatingIfNeeded: i % w) }
         func reference(_ threshold: Int16) -> ([Int16], [Int32]) {
             var best = [Int16](repeating: threshold, count: cells), at = [Int32](repeating: -7, count: cells)
             func p(_ x: Int, _ y: Int) -> Int { Int(img[y * w + x]) }
@@ -250,8 +252,8 @@ struct PortableKernelTests {
             }
             return (best, at)
         }
-        #expect(r.portable.0 == wantBest && r.best.0 == wantBest, "best magnitudes, \(w) wide")
-        #expect(r.portable.1 == wantAt && r.best.1 == wantAt, "their places, \(w) wide")
+        #expect(r.portable.0 == wantBest && r.best.0 == wantBest, "best magnitudes, \(w) wide, cells of \(cell)")
+        #expect(r.portable.1 == wantAt && r.best.1 == wantAt, "their places, \(w) wide, cells of \(cell)")
         #expect(wantAt.contains(-7) && wantAt.contains { $0 != -7 }, "some cells stay under the threshold, some do not")
     }
 
