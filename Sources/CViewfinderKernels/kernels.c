@@ -1306,11 +1306,18 @@ VF_INLINE void vf_dense_pass_body(const float *xs, const float *ys, const float 
         const vf_f32x8 uc = (vf_f32x8)((vf_i32x8)u & ok), vc = (vf_f32x8)((vf_i32x8)v & ok);
         const vf_i32x8 iu = __builtin_convertvector(uc, vf_i32x8), iv = __builtin_convertvector(vc, vf_i32x8);
         const vf_f32x8 fu = uc - __builtin_convertvector(iu, vf_f32x8), fv = vc - __builtin_convertvector(iv, vf_f32x8);
-        vf_f32x8 q00, q01, q10, q11;
+        // Each lane's two byte pairs as 16-bit loads into small arrays, then split and converted
+        // as vectors (lane by lane into float vectors the loop was a blend per byte).
+        uint8_t topPairs[16], bottomPairs[16];
         for (int l = 0; l < 8; l++) {
             const uint8_t *q = img + ((ptrdiff_t)iv[l] * bw + iu[l]);
-            q00[l] = q[0]; q01[l] = q[1]; q10[l] = q[bw]; q11[l] = q[bw + 1];
+            memcpy(topPairs + 2 * l, q, 2); memcpy(bottomPairs + 2 * l, q + bw, 2);
         }
+        vf_u8x16 tp, bp;
+        memcpy(&tp, topPairs, 16); memcpy(&bp, bottomPairs, 16);
+#define VF_PAIR_BYTES(v, i) __builtin_convertvector(__builtin_shufflevector(v, v, i, i + 2, i + 4, i + 6, i + 8, i + 10, i + 12, i + 14), vf_f32x8)
+        const vf_f32x8 q00 = VF_PAIR_BYTES(tp, 0), q01 = VF_PAIR_BYTES(tp, 1), q10 = VF_PAIR_BYTES(bp, 0), q11 = VF_PAIR_BYTES(bp, 1);
+#undef VF_PAIR_BYTES
         const vf_f32x8 top = q00 + (q01 - q00) * fu;
         const vf_f32x8 bot = q10 + (q11 - q10) * fu;
         const vf_f32x8 r = top + (bot - top) * fv - t;
