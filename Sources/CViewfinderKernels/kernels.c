@@ -1211,13 +1211,79 @@ void vf_prefetch_rows(const void *p, ptrdiff_t bytesPerRow, ptrdiff_t span, ptrd
 typedef int16_t vf_i16x16 __attribute__((vector_size(32)));
 typedef int32_t vf_i32x16 __attribute__((vector_size(64)));
 
-/// Per row of the band, |gx| + |gy| of the 3 × 3 Sobel sums at x = 1 ... width − 2 into `mag`
-/// (at most 2040: 16-bit lanes), then in each cell of `cell` columns from `margin` the first
+/// A band of four rows in cells of 4 × 4 (the estimator's levels), 16 cells a step: every pixel's
+/// key (mag << 4) | (3 − row) << 2 | (3 − column), mag ≤ 2040 so 15 bits, the band's rows merged
+/// by maximum as they are computed, then each cell's largest key: its steepest pixel, the first
+/// of equals in row order — the choice the row loop makes, which takes a pixel only when it is
+/// steeper than the best so far. The last step overlaps the one before when the cells are not a
+/// multiple of 16 (a cell seen twice keeps its choice: its key is no longer steeper).
+VF_INLINE void dense_band_maxima4(const uint8_t *pixels, ptrdiff_t width, ptrdiff_t y0, ptrdiff_t margin, ptrdiff_t cells,
+                                  int16_t *key, int16_t *best, int32_t *at) {
+    const ptrdiff_t end = margin + 4 * cells;
+    for (ptrdiff_t r = 0; r < 4; r++) {
+        const uint8_t *c = pixels + (y0 + r) * width, *up = c - width, *dn = c + width;
+        const int16_t rowBits = (int16_t)((3 - r) << 2);
+        ptrdiff_t x = margin;
+        for (; x + 16 <= end; x += 16) {
+#define VF_ROW16(p) __builtin_convertvector(vf_load16(p), vf_i16x16)
+            const vf_i16x16 ul = VF_ROW16(up + x - 1), uc = VF_ROW16(up + x), ur = VF_ROW16(up + x + 1);
+            const vf_i16x16 cl = VF_ROW16(c + x - 1), cr = VF_ROW16(c + x + 1);
+            const vf_i16x16 dl = VF_ROW16(dn + x - 1), dc = VF_ROW16(dn + x), dr = VF_ROW16(dn + x + 1);
+#undef VF_ROW16
+            const vf_i16x16 gx = (ur - ul) + 2 * (cr - cl) + (dr - dl), gy = (dl - ul) + 2 * (dc - uc) + (dr - ur);
+            vf_i16x16 k = ((__builtin_elementwise_abs(gx) + __builtin_elementwise_abs(gy)) << 4) | rowBits;
+            if (r > 0) { vf_i16x16 old; memcpy(&old, key + x, 32); k = __builtin_elementwise_max(k, old); }
+            memcpy(key + x, &k, 32);
+        }
+        for (; x < end; x++) {
+            int16_t gx = (int16_t)((up[x + 1] - up[x - 1]) + 2 * (c[x + 1] - c[x - 1]) + (dn[x + 1] - dn[x - 1]));
+            int16_t gy = (int16_t)((dn[x - 1] - up[x - 1]) + 2 * (dn[x] - up[x]) + (dn[x + 1] - up[x + 1]));
+            int16_t k = (int16_t)((((gx < 0 ? -gx : gx) + (gy < 0 ? -gy : gy)) << 4) | rowBits);
+            key[x] = r > 0 && key[x] > k ? key[x] : k;
+        }
+    }
+    const vf_i16x16 column = {3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0};
+    const vf_i32x16 ramp = {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60};
+    for (ptrdiff_t k = 0; k < cells; k += 16) {
+        if (k + 16 > cells) k = cells - 16;
+        vf_i16x16 v[4];
+        for (int j = 0; j < 4; j++) {
+            memcpy(&v[j], key + margin + 4 * k + 16 * j, 32);
+            v[j] |= column;
+            // Each group of four lanes to its maximum in every lane.
+            v[j] = __builtin_elementwise_max(v[j], __builtin_shufflevector(v[j], v[j], 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+            v[j] = __builtin_elementwise_max(v[j], __builtin_shufflevector(v[j], v[j], 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+        }
+        const vf_i16x16 e = __builtin_shufflevector(
+            __builtin_shufflevector(v[0], v[1], 0, 4, 8, 12, 16, 20, 24, 28), __builtin_shufflevector(v[2], v[3], 0, 4, 8, 12, 16, 20, 24, 28),
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        vf_i16x16 b;
+        memcpy(&b, best + k, 32);
+        const vf_i16x16 steepest = e >> 4, update = steepest > b;
+        b = (steepest & update) | (b & ~update);
+        memcpy(best + k, &b, 32);
+        // The place: row y0 + 3 − ((e >> 2) & 3), column margin + 4·cell + 3 − (e & 3).
+        const vf_i32x16 e32 = __builtin_convertvector(e, vf_i32x16);
+        const vf_i32x16 pos = (int32_t)((y0 + 3) << 16 | (margin + 4 * k + 3)) + ramp - (((e32 >> 2) & 3) << 16) - (e32 & 3);
+        const vf_i32x16 u = __builtin_convertvector(update, vf_i32x16);
+        vf_i32x16 a;
+        memcpy(&a, at + k, 64);
+        a = (pos & u) | (a & ~u);
+        memcpy(at + k, &a, 64);
+    }
+}
+
+/// Otherwise per row of the band, |gx| + |gy| of the 3 × 3 Sobel sums at x = 1 ... width − 2 into
+/// `mag` (at most 2040: 16-bit lanes), then in each cell of `cell` columns from `margin` the first
 /// pixel above the cell's best so far, row by row: the same choice, in the same order, as the
 /// Swift loop it replaces (SIMD16 in Swift ran a generic call per operation in debug builds,
 /// 87 % of a debug stabilise stage).
 VF_INLINE void vf_dense_cell_maxima_body(const uint8_t *pixels, ptrdiff_t width, ptrdiff_t y0, ptrdiff_t rows, ptrdiff_t margin,
                                          ptrdiff_t cell, ptrdiff_t cells, int16_t *mag, int16_t *best, int32_t *at) {
+    if (cell == 4 && rows == 4 && cells >= 16) {
+        dense_band_maxima4(pixels, width, y0, margin, cells, mag, best, at);
+        return;
+    }
     for (ptrdiff_t y = y0; y < y0 + rows; y++) {
         const uint8_t *c = pixels + y * width, *up = c - width, *dn = c + width;
         for (ptrdiff_t x = 1; x < width - 1; x++) {
@@ -1225,36 +1291,7 @@ VF_INLINE void vf_dense_cell_maxima_body(const uint8_t *pixels, ptrdiff_t width,
             int16_t gy = (int16_t)((dn[x - 1] - up[x - 1]) + 2 * (dn[x] - up[x]) + (dn[x + 1] - up[x + 1]));
             mag[x] = (int16_t)((gx < 0 ? -gx : gx) + (gy < 0 ? -gy : gy));
         }
-        ptrdiff_t k = 0;
-        if (cell == 4) {
-            // 16 cells a step: each cell's four magnitudes as (mag << 2) | (3 − i) (mag ≤ 2040, so
-            // 15 bits), whose maximum is the cell's steepest pixel, the first of equals — the
-            // loop's choice, which takes a pixel only when it is steeper than the best so far.
-            const vf_i32x16 ramp = {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60};
-            for (; k + 16 <= cells; k += 16) {
-                const int16_t *m = mag + margin + 4 * k;
-                vf_i16x16 v0, v1, v2, v3, b;
-                memcpy(&v0, m, 32); memcpy(&v1, m + 16, 32); memcpy(&v2, m + 32, 32); memcpy(&v3, m + 48, 32);
-#define VF_CELL_LANE(i) __builtin_shufflevector(                                                       \
-        __builtin_shufflevector(v0, v1, i, i + 4, i + 8, i + 12, i + 16, i + 20, i + 24, i + 28),       \
-        __builtin_shufflevector(v2, v3, i, i + 4, i + 8, i + 12, i + 16, i + 20, i + 24, i + 28),       \
-        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-                vf_i16x16 e = __builtin_elementwise_max((VF_CELL_LANE(0) << 2) | 3, (VF_CELL_LANE(1) << 2) | 2);
-                e = __builtin_elementwise_max(e, __builtin_elementwise_max((VF_CELL_LANE(2) << 2) | 1, VF_CELL_LANE(3) << 2));
-#undef VF_CELL_LANE
-                memcpy(&b, best + k, 32);
-                const vf_i16x16 steepest = e >> 2, update = steepest > b;
-                b = (steepest & update) | (b & ~update);
-                memcpy(best + k, &b, 32);
-                vf_i32x16 a;
-                memcpy(&a, at + k, 64);
-                const vf_i32x16 pos = (int32_t)(y << 16 | (margin + 4 * k)) + ramp + 3 - __builtin_convertvector(e & 3, vf_i32x16);
-                const vf_i32x16 u = __builtin_convertvector(update, vf_i32x16);
-                a = (pos & u) | (a & ~u);
-                memcpy(at + k, &a, 64);
-            }
-        }
-        for (; k < cells; k++) {
+        for (ptrdiff_t k = 0; k < cells; k++) {
             const int16_t *m = mag + margin + k * cell;
             int16_t b = best[k];
             ptrdiff_t a = -1;
@@ -1270,6 +1307,23 @@ VF_DISPATCH(vf_dense_cell_maxima,
             (const uint8_t *pixels, ptrdiff_t width, ptrdiff_t y0, ptrdiff_t rows, ptrdiff_t margin, ptrdiff_t cell, ptrdiff_t cells,
              int16_t *mag, int16_t *best, int32_t *at),
             (pixels, width, y0, rows, margin, cell, cells, mag, best, at))
+
+ptrdiff_t vf_dense_points(const uint8_t *pixels, ptrdiff_t width, const int16_t *best, const int32_t *at, ptrdiff_t cells,
+                          int16_t threshold, float *x, float *y, float *t, float *gx, float *gy) {
+    ptrdiff_t n = 0;
+    for (ptrdiff_t k = 0; k < cells; k++) {
+        if (best[k] <= threshold) continue;
+        const int32_t bx = at[k] & 0xFFFF, by = at[k] >> 16;
+        const uint8_t *q = pixels + (ptrdiff_t)by * width + bx, *up = q - width, *dn = q + width;
+        // Sums of small integers: exact, as the same sums in floats.
+        const int sx = (up[1] - up[-1]) + 2 * (q[1] - q[-1]) + (dn[1] - dn[-1]);
+        const int sy = (dn[-1] - up[-1]) + 2 * (dn[0] - up[0]) + (dn[1] - up[1]);
+        x[n] = (float)bx; y[n] = (float)by; t[n] = (float)q[0];
+        gx[n] = (float)sx * 0.125f; gy[n] = (float)sy * 0.125f;
+        n++;
+    }
+    return n;
+}
 
 // MARK: The motion estimator's dense pass (see MotionEstimator.densePass)
 

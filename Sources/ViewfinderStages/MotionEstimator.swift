@@ -1176,31 +1176,39 @@ public final class MotionEstimator {
         // fit in 16-bit lanes (`vf_dense_cell_maxima`); the threshold in the same units (the L1
         // norm is at least the L2 norm).
         let threshold = Int16(min(32000, (minGradient2.squareRoot() * 8).rounded(.up)))
-        var y0 = m
-        while y0 + cell <= h - m {
-            for c in 0..<cellsX { denseCellBest[c] = threshold }
-            denseMagnitude.withUnsafeMutableBufferPointer { mag in
-                denseCellBest.withUnsafeMutableBufferPointer { best in
-                    denseCellAt.withUnsafeMutableBufferPointer { at in
-                        vf_dense_cell_maxima(a.pixels, w, y0, cell, m, cell, cellsX, mag.baseAddress!, best.baseAddress!, at.baseAddress!)
+        // The scratch rows through their buffers for the whole choice: per access on the
+        // instance's arrays each paid an exclusivity check and a uniqueness check.
+        if densePointScratch.count < 5 * cellsX { densePointScratch = [Float](repeating: 0, count: 5 * cellsX) }
+        denseMagnitude.withUnsafeMutableBufferPointer { mag in
+            denseCellBest.withUnsafeMutableBufferPointer { best in
+                denseCellAt.withUnsafeMutableBufferPointer { at in
+                    densePointScratch.withUnsafeMutableBufferPointer { scratchBuffer in
+                        let scratch = scratchBuffer.baseAddress!
+                        var y0 = m
+                        while y0 + cell <= h - m {
+                            best.baseAddress!.update(repeating: threshold, count: cellsX)
+                            vf_dense_cell_maxima(a.pixels, w, y0, cell, m, cell, cellsX, mag.baseAddress!, best.baseAddress!, at.baseAddress!)
+                            // The band's pixels (position, value, gradient) into the scratch, then
+                            // appended five arrays at a time.
+                            let n = vf_dense_points(a.pixels, w, best.baseAddress!, at.baseAddress!, cellsX, threshold,
+                                                    scratch, scratch + cellsX, scratch + 2 * cellsX, scratch + 3 * cellsX, scratch + 4 * cellsX)
+                            if n > 0 {
+                                p.x.append(contentsOf: UnsafeBufferPointer(start: scratch, count: n))
+                                p.y.append(contentsOf: UnsafeBufferPointer(start: scratch + cellsX, count: n))
+                                p.t.append(contentsOf: UnsafeBufferPointer(start: scratch + 2 * cellsX, count: n))
+                                p.gx.append(contentsOf: UnsafeBufferPointer(start: scratch + 3 * cellsX, count: n))
+                                p.gy.append(contentsOf: UnsafeBufferPointer(start: scratch + 4 * cellsX, count: n))
+                            }
+                            y0 += cell
+                        }
                     }
                 }
             }
-            for cx in 0..<cellsX where denseCellBest[cx] > threshold {
-                let bx = Int(denseCellAt[cx] & 0xFFFF), by = Int(denseCellAt[cx] >> 16)
-                let q = a.pixels + (by &* w &+ bx)
-                let up = q - w, dn = q + w
-                let gxTop: Float = Float(up[1]) - Float(up[-1]), gxMid: Float = Float(q[1]) - Float(q[-1]), gxBot: Float = Float(dn[1]) - Float(dn[-1])
-                let gyLeft: Float = Float(dn[-1]) - Float(up[-1]), gyMid: Float = Float(dn[0]) - Float(up[0]), gyRight: Float = Float(dn[1]) - Float(up[1])
-                let gx: Float = gxTop + 2 * gxMid + gxBot
-                let gy: Float = gyLeft + 2 * gyMid + gyRight
-                p.x.append(Float(bx)); p.y.append(Float(by)); p.t.append(Float(q[0]))
-                p.gx.append(gx * 0.125); p.gy.append(gy * 0.125)
-            }
-            y0 += cell
         }
     }
     private var denseMagnitude: [Int16] = []
+    /// One band's chosen pixels (x, y, value, gx, gy: five runs of as many entries as cells).
+    private var densePointScratch: [Float] = []
     private var denseCellBest: [Int16] = []
     private var denseCellAt: [Int32] = []
 

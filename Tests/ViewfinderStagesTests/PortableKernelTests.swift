@@ -224,37 +224,42 @@ struct PortableKernelTests {
         }
     }
 
-    /// Cells of 5 by the loop; cells of 4 (the estimator's levels) 16 at a time, then the loop.
+    /// Cells of 5, and bands of other than 4 rows, by the row loop; bands of 4 × 4 cells (the
+    /// estimator's levels) 16 cells at a time when there are 16 or more (the last step overlapping).
     @Test("the dense step's pixel choice: both builds agree and match a plain reference",
-          arguments: [(37, 5), (64, 5), (101, 5), (37, 4), (101, 4), (300, 4)])
-    func denseCellMaxima(width w: Int, cell: Int) {
-        let rows = 12, margin = 2, cells = (w - 2 * margin) / cell
-        // Noise with flat patches (equal magnitudes: the first of equals must win) and a ramp.
-        var img = noiseBytes(w * (rows + 2), seed: UInt64(w))
-        for i in img.indices where (i / 7) % 3 == 0 { img[i] = UInt8(truncatingIfNeeded: i % w) }
-        func reference(_ threshold: Int16) -> ([Int16], [Int32]) {
-            var best = [Int16](repeating: threshold, count: cells), at = [Int32](repeating: -7, count: cells)
-            func p(_ x: Int, _ y: Int) -> Int { Int(img[y * w + x]) }
-            for y in 1...rows { for k in 0..<cells { for x in (margin + k * cell)..<(margin + (k + 1) * cell) {
-                let gx = p(x + 1, y - 1) - p(x - 1, y - 1) + 2 * (p(x + 1, y) - p(x - 1, y)) + p(x + 1, y + 1) - p(x - 1, y + 1)
-                let gy = p(x - 1, y + 1) - p(x - 1, y - 1) + 2 * (p(x, y + 1) - p(x, y - 1)) + p(x + 1, y + 1) - p(x + 1, y - 1)
-                if abs(gx) + abs(gy) > Int(best[k]) { best[k] = Int16(abs(gx) + abs(gy)); at[k] = Int32(y << 16 | x) }
-            } } }
-            return (best, at)
-        }
-        // A threshold at the median cell's steepest pixel: about half the cells stay under it.
-        let threshold = reference(0).0.sorted()[cells / 2]
-        let (wantBest, wantAt) = reference(threshold)
-        let r = bothBuilds { () -> ([Int16], [Int32]) in
-            var mag = [Int16](repeating: 0, count: w), best = [Int16](repeating: threshold, count: cells), at = [Int32](repeating: -7, count: cells)
-            img.withUnsafeBufferPointer { src in
-                vf_dense_cell_maxima(src.baseAddress!, w, 1, rows, margin, cell, cells, &mag, &best, &at)
+          arguments: [(37, 5, 12), (64, 5, 12), (101, 5, 12), (37, 4, 4), (101, 4, 4), (300, 4, 4), (300, 4, 12), (70, 4, 4)])
+    func denseCellMaxima(width w: Int, cell: Int, rows: Int) {
+        let margin = 2, cells = (w - 2 * margin) / cell
+        // Noise with flat patches (equal magnitudes: the first of equals must win) and a ramp; then
+        // every row the same (equal magnitudes down each column: the first row must win).
+        var noisy = noiseBytes(w * (rows + 2), seed: UInt64(w))
+        for i in noisy.indices where (i / 7) % 3 == 0 { noisy[i] = UInt8(truncatingIfNeeded: i % w) }
+        let firstRow = noiseBytes(w, seed: UInt64(w + 1))
+        for img in [noisy, (0..<(rows + 2)).flatMap { _ in firstRow }] {
+            func reference(_ threshold: Int16) -> ([Int16], [Int32]) {
+                var best = [Int16](repeating: threshold, count: cells), at = [Int32](repeating: -7, count: cells)
+                func p(_ x: Int, _ y: Int) -> Int { Int(img[y * w + x]) }
+                for y in 1...rows { for k in 0..<cells { for x in (margin + k * cell)..<(margin + (k + 1) * cell) {
+                    let gx = p(x + 1, y - 1) - p(x - 1, y - 1) + 2 * (p(x + 1, y) - p(x - 1, y)) + p(x + 1, y + 1) - p(x - 1, y + 1)
+                    let gy = p(x - 1, y + 1) - p(x - 1, y - 1) + 2 * (p(x, y + 1) - p(x, y - 1)) + p(x + 1, y + 1) - p(x + 1, y - 1)
+                    if abs(gx) + abs(gy) > Int(best[k]) { best[k] = Int16(abs(gx) + abs(gy)); at[k] = Int32(y << 16 | x) }
+                } } }
+                return (best, at)
             }
-            return (best, at)
+            // A threshold at the median cell's steepest pixel: about half the cells stay under it.
+            let threshold = reference(0).0.sorted()[cells / 2]
+            let (wantBest, wantAt) = reference(threshold)
+            let r = bothBuilds { () -> ([Int16], [Int32]) in
+                var mag = [Int16](repeating: 0, count: w), best = [Int16](repeating: threshold, count: cells), at = [Int32](repeating: -7, count: cells)
+                img.withUnsafeBufferPointer { src in
+                    vf_dense_cell_maxima(src.baseAddress!, w, 1, rows, margin, cell, cells, &mag, &best, &at)
+                }
+                return (best, at)
+            }
+            #expect(r.portable.0 == wantBest && r.best.0 == wantBest, "best magnitudes, \(w) wide, cells of \(cell), \(rows) rows")
+            #expect(r.portable.1 == wantAt && r.best.1 == wantAt, "their places, \(w) wide, cells of \(cell), \(rows) rows")
+            #expect(wantAt.contains(-7) && wantAt.contains { $0 != -7 }, "some cells stay under the threshold, some do not")
         }
-        #expect(r.portable.0 == wantBest && r.best.0 == wantBest, "best magnitudes, \(w) wide, cells of \(cell)")
-        #expect(r.portable.1 == wantAt && r.best.1 == wantAt, "their places, \(w) wide, cells of \(cell)")
-        #expect(wantAt.contains(-7) && wantAt.contains { $0 != -7 }, "some cells stay under the threshold, some do not")
     }
 
     @Test("the warp's vertical pass against a plain reference")

@@ -467,3 +467,59 @@ func truthBasedJitter(_ truth: (x: [Double], y: [Double], a: [Double], zoom: [Do
     let input = highFrequencyRMS(Array(truth.x[0..<n])) + highFrequencyRMS(Array(truth.y[0..<n]))
     return (highFrequencyRMS(ox) + highFrequencyRMS(oy)) / max(input, 1e-9) * 100
 }
+
+/// Two views of a photograph for the stage's profile (`--profile stabilise-only-…` with
+/// `VF_PROFILE_PHOTO`): the picture decoded at 2000x1125 (`SourcePicture`, scale 1.25), then
+/// `format`'s size cut from its centre and from 3 px right and 2 px down of it, each with sensor
+/// noise (σ 2 grey levels on luma, seeded). Grey, YUYV/UYVY, NV12 and I420; nil for other formats or
+/// when the picture is not decoded.
+func photoFrames(_ photo: String, format: FrameFormat) -> (Frame, Frame)? {
+    let name = URL(fileURLWithPath: photo).lastPathComponent
+    _ = shell("mkdir -p /tmp/viewfinder-stab-motions")
+    guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/profile-\(name)", scale: 1.25),
+          picture.w >= format.width + 8, picture.h >= format.height + 8 else { return nil }
+    var rng = ReportRNG(7)
+    func view(_ dx: Int, _ dy: Int) -> Frame? {
+        let f = Frame(capacity: format.maxByteCount, format: format)
+        f.bytesUsed = format.maxByteCount
+        let x0 = (picture.w - format.width) / 2 + dx, y0 = (picture.h - format.height) / 2 + dy
+        let base = f.data.assumingMemoryBound(to: UInt8.self)
+        func luma(_ x: Int, _ y: Int) -> UInt8 {
+            UInt8(min(max((Double(picture.planes[0][(y0 + y) * picture.w + x0 + x]) + 2 * rng.gaussian()).rounded(), 0), 255))
+        }
+        func chroma(_ p: Int, _ x: Int, _ y: Int) -> UInt8 { picture.planes[p][(y0 + y) * picture.w + x0 + x] }
+        let w = format.width, h = format.height
+        switch format.pixelFormat {
+        case .grey:
+            for y in 0..<h { for x in 0..<w { base[y * w + x] = luma(x, y) } }
+        case .yuyv, .uyvy:
+            let yo = format.pixelFormat == .yuyv ? 0 : 1, uo = 1 - yo, bpr = format.plane(0).bytesPerRow
+            for y in 0..<h {
+                for x in stride(from: 0, to: w - 1, by: 2) {
+                    let p = base + y * bpr + 2 * x
+                    p[yo] = luma(x, y); p[yo + 2] = luma(x + 1, y); p[uo] = chroma(1, x, y); p[uo + 2] = chroma(2, x, y)
+                }
+            }
+        case .nv12, .i420:
+            let l = format.plane(0), c = format.plane(1)
+            for y in 0..<h { for x in 0..<w { base[l.offset + y * l.bytesPerRow + x] = luma(x, y) } }
+            for y in 0..<(h / 2) {
+                for x in 0..<(w / 2) {
+                    if format.pixelFormat == .nv12 {
+                        base[c.offset + y * c.bytesPerRow + 2 * x] = chroma(1, 2 * x, 2 * y)
+                        base[c.offset + y * c.bytesPerRow + 2 * x + 1] = chroma(2, 2 * x, 2 * y)
+                    } else {
+                        let v = format.plane(2)
+                        base[c.offset + y * c.bytesPerRow + x] = chroma(1, 2 * x, 2 * y)
+                        base[v.offset + y * v.bytesPerRow + x] = chroma(2, 2 * x, 2 * y)
+                    }
+                }
+            }
+        default:
+            return nil
+        }
+        return f
+    }
+    guard let a = view(0, 0), let b = view(3, 2) else { return nil }
+    return (a, b)
+}

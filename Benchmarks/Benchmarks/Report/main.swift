@@ -89,7 +89,17 @@ if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLin
         let n = ProcessInfo.processInfo.environment["VF_PROFILE_ITERATIONS"].flatMap { Int($0) } ?? 1000
         // VF_PROFILE_CONSUME=1: each frame the stage hands on is then read whole, as a sink would.
         let consume = ProcessInfo.processInfo.environment["VF_PROFILE_CONSUME"] == "1"
-        print(StageBenchmarks.stabilise(pixelFormat: fmt, iterations: n, consume: consume))
+        // VF_PROFILE_PHOTO=file.jpg: two 1920x1080 views of a photograph 3 and 2 px apart, with
+        // sensor noise, instead of the synthetic texture (a sky with a few thin lines takes the
+        // estimator's dense step, which the texture never does).
+        if let photo = ProcessInfo.processInfo.environment["VF_PROFILE_PHOTO"] {
+            guard let (a, b) = photoFrames(photo, format: FrameFormat(fmt, width: 1920, height: 1080)) else {
+                print("\(photo): not decoded (ffmpeg)"); exit(1)
+            }
+            print(StageBenchmarks.stabilise(a, b, lookahead: 15, spareBuffers: true, iterations: n, consume: consume), "on \(URL(fileURLWithPath: photo).lastPathComponent)")
+        } else {
+            print(StageBenchmarks.stabilise(pixelFormat: fmt, iterations: n, consume: consume))
+        }
         exit(0)
     }
     for r in StageBenchmarks.run(width: 1920, height: 1080, pixelFormat: fmt, iterations: 400) where r.name.contains(what.hasPrefix("warp") ? "warp, all planes (" : "stabil") { print(r) }

@@ -137,8 +137,10 @@ public enum StageBenchmarks {
         }
     }
 
-    static func stabilise(_ frame: Frame, _ other: Frame, lookahead: Int, spareBuffers spare: Bool, iterations: Int,
-                          consume: Bool = false) -> Result {
+    /// The whole stabilise stage per frame on `frame` and `other` in turn (of one format: two
+    /// views of a picture, say), as ``stabilise(width:height:pixelFormat:lookahead:spareBuffers:iterations:consume:)``.
+    public static func stabilise(_ frame: Frame, _ other: Frame, lookahead: Int, spareBuffers spare: Bool, iterations: Int,
+                                 consume: Bool = false) -> Result {
         let format = frame.format
         var o = StabiliseOptions()
         o.lookahead = lookahead

@@ -70,12 +70,19 @@ void vf_prefetch_rows(const void *p, ptrdiff_t bytesPerRow, ptrdiff_t span, ptrd
 void vf_gather_samples(const uint8_t *src, ptrdiff_t bytesPerRow, ptrdiff_t pixelStride, ptrdiff_t width, ptrdiff_t rows, uint8_t *dst, ptrdiff_t dstStride);
 
 /// The dense step's pixel choice over rows y0 ..< y0 + rows of a grey image `width` wide (rows
-/// contiguous; rows y0 − 1 and y0 + rows are read): per row, |gx| + |gy| of the Sobel sums at
-/// x = 1 ... width − 2 into `mag` (`width` entries), then for each of `cells` cells of `cell`
-/// columns from `margin` (ending at most at width − 2), the first pixel whose value exceeds
-/// `best[k]` raises it and sets `at[k]` = y << 16 | x. See MotionEstimator.selectDensePixels.
+/// contiguous; rows y0 − 1 and y0 + rows are read): for each of `cells` cells of `cell` columns
+/// from `margin` (ending at most at width − 2), in row order, the first pixel whose |gx| + |gy|
+/// of the Sobel sums exceeds `best[k]` raises it and sets `at[k]` = y << 16 | x. `mag` is scratch
+/// of `width` entries. See MotionEstimator.selectDensePixels.
 void vf_dense_cell_maxima(const uint8_t *pixels, ptrdiff_t width, ptrdiff_t y0, ptrdiff_t rows, ptrdiff_t margin, ptrdiff_t cell,
                           ptrdiff_t cells, int16_t *mag, int16_t *best, int32_t *at);
+
+/// The chosen pixels of one band (after ``vf_dense_cell_maxima``): for each cell in order whose
+/// `best[k]` exceeds `threshold`, the pixel at `at[k]` (y << 16 | x): its x, y, value, and Sobel
+/// gradient / 8 (the central difference's scale) written at the next index of `x`, `y`, `t`, `gx`
+/// and `gy` (room for `cells` each). Returns how many were written.
+ptrdiff_t vf_dense_points(const uint8_t *pixels, ptrdiff_t width, const int16_t *best, const int32_t *at, ptrdiff_t cells,
+                          int16_t threshold, float *x, float *y, float *t, float *gx, float *gy);
 
 /// The motion estimator's dense pass over `count` chosen pixels (positions, values and gradients
 /// of the previous frame's level) against `img` (rows `bw` apart) under a similarity; see
