@@ -1342,6 +1342,9 @@ VF_INLINE void vf_dense_pass_body(const float *xs, const float *ys, const float 
     vf_f64x8 cost = {0};
     ptrdiff_t used = 0;
     const vf_i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    // s is a power of two (the level's scale), so a product with its reciprocal is the quotient,
+    // bit for bit, without a division's latency.
+    const float invS = 1.0f / s;
     for (ptrdiff_t i = 0; i < count; i += 8) {
         const ptrdiff_t n = count - i < 8 ? count - i : 8;
         vf_f32x8 x = {0}, y = {0}, t = {0}, gxv = {0}, gyv = {0};
@@ -1354,7 +1357,7 @@ VF_INLINE void vf_dense_pass_body(const float *xs, const float *ys, const float 
             memcpy(&gxv, gxs + i, (size_t)n * 4); memcpy(&gyv, gys + i, (size_t)n * 4);
         }
         const vf_f32x8 px = x * s + half - cx, py = y * s + half - cy;
-        const vf_f32x8 u = x + tx + (-th * py + kk * px) / s, v = y + ty + (th * px + kk * py) / s;
+        const vf_f32x8 u = x + tx + (-th * py + kk * px) * invS, v = y + ty + (th * px + kk * py) * invS;
         const vf_i32x8 ok = (u >= 0) & (v >= 0) & (u < maxU) & (v < maxV) & (lane < (int32_t)n);
         // Lanes outside the picture at (0, 0) before the conversion (no out-of-range float to int).
         const vf_f32x8 uc = (vf_f32x8)((vf_i32x8)u & ok), vc = (vf_f32x8)((vf_i32x8)v & ok);
@@ -1389,7 +1392,7 @@ VF_INLINE void vf_dense_pass_body(const float *xs, const float *ys, const float 
         }
         const vf_i32x8 inside = ar <= huber;
         const vf_f32x8 wgt = (vf_f32x8)((((vf_i32x8)(vf_f32x8){1, 1, 1, 1, 1, 1, 1, 1} & inside) | ((vf_i32x8)(huber / ar) & ~inside)) & ok);
-        const vf_f32x8 gx = gxv / s, gy = gyv / s;
+        const vf_f32x8 gx = gxv * invS, gy = gyv * invS;
         const vf_f32x8 pk = px / unit, qk = py / unit;
         const vf_f32x8 j0 = gx, j1 = gy, j2 = -gx * qk + gy * pk, j3 = gx * pk + gy * qk;
         const vf_f32x8 w0 = wgt * j0, w1 = wgt * j1, w2 = wgt * j2, w3 = wgt * j3;

@@ -85,7 +85,8 @@ ptrdiff_t vf_dense_points(const uint8_t *pixels, ptrdiff_t width, const int16_t 
                           int16_t threshold, float *x, float *y, float *t, float *gx, float *gy);
 
 /// The motion estimator's dense pass over `count` chosen pixels (positions, values and gradients
-/// of the previous frame's level) against `img` (rows `bw` apart) under a similarity; see
+/// of the previous frame's level, whose scale `s` is a power of two) against `img` (rows `bw`
+/// apart) under a similarity; see
 /// MotionEstimator.densePass. With `histogram` (256 counts of |residual|·4, added to) the weighted
 /// normal equations go to `sums` (upper triangle of JᵀJ, then −Jᵀr: 14 floats); `used` and the
 /// summed robust cost always.
