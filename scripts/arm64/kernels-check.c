@@ -191,6 +191,26 @@ int main(int argc, char **argv) {
         vf_dense_cell_maxima(img, S, 1, 20, 2, 7, CELLS, mag, best, at);
         printf("dense_cell_maxima %016llx %016llx\n", (unsigned long long)fnv(best, sizeof best), (unsigned long long)fnv(at, sizeof at));
     }
+    {
+        // Bands of 4 × 4 cells (the estimator's levels: 16 cells a step, the last overlapping),
+        // then the band's chosen pixels.
+        enum { CELLS4 = (S - 4) / 4 };
+        static int16_t mag[S], best[CELLS4];
+        static int32_t at[CELLS4];
+        static float px[CELLS4], py[CELLS4], pt[CELLS4], pgx[CELLS4], pgy[CELLS4];
+        uint64_t hb = 0, ha = 0, hp = 0;
+        ptrdiff_t total = 0;
+        for (int y0 = 1; y0 + 4 <= 40; y0 += 4) {
+            for (int k = 0; k < CELLS4; k++) best[k] = 60;
+            vf_dense_cell_maxima(img, S, y0, 4, 2, 4, CELLS4, mag, best, at);
+            ptrdiff_t n = vf_dense_points(img, S, best, at, CELLS4, 60, px, py, pt, pgx, pgy);
+            hb ^= fnv(best, sizeof best) + (uint64_t)y0;
+            for (int k = 0; k < CELLS4; k++) if (best[k] > 60) ha ^= (uint64_t)at[k] * 0x9E3779B97F4A7C15ull;
+            hp ^= fnv(px, (size_t)n * 4) ^ fnv(py, (size_t)n * 4) ^ fnv(pt, (size_t)n * 4) ^ fnv(pgx, (size_t)n * 4) ^ fnv(pgy, (size_t)n * 4);
+            total += n;
+        }
+        printf("dense_band_maxima %016llx %016llx %016llx %ld\n", (unsigned long long)hb, (unsigned long long)ha, (unsigned long long)hp, (long)total);
+    }
     for (int sn = 5; sn <= 33; sn += 7) {
         float h14[14];
         vf_lk_similarity(img + 2 * S + 2, S, img + 5 * S + 9, S, 2, sn, sn, 0.3125f, 0.71875f, -0.21f, 0.13f, 0.004f, h14);
