@@ -59,6 +59,12 @@ public struct CameraSummary: Codable, Sendable {
     /// From opening the device to the first frame, and from starting the session to it, ms.
     public var openToFirstFrameMs: Double?
     public var startToFirstFrameMs: Double?
+
+    /// Whether the camera delivered its nominal rate: at least two frames, the delivered rate
+    /// within 2 % of the nominal one and no sequence gap (the judgement of `--sweep`).
+    public var deliversNominalRate: Bool {
+        frames >= 2 && deliveredFps >= nominalFps * 0.98 && framesMissing == 0
+    }
 }
 
 /// Time per call of one stage, µs (bucketed at 2^(1/8): quantiles are bucket upper bounds).

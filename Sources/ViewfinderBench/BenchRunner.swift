@@ -204,7 +204,7 @@ public struct BenchRunner {
                     } else {
                         e.error = "\(cam.frames) frame(s) in \(seconds) s"
                     }
-                    e.deliversNominalRate = cam.frames >= 2 && cam.deliveredFps >= cam.nominalFps * 0.98 && cam.framesMissing == 0
+                    e.deliversNominalRate = cam.deliversNominalRate
                 } catch {
                     e.error = "\(error)"
                 }

@@ -57,9 +57,10 @@ public enum ControlLatencyAnalysis {
             for s in samples where s.received > 0 && s.received <= t && s.sequence > k { k = s.sequence }
         }
         r.referenceSequence = k
-        // The next step is set after `baselineFrames` more frames reach the recorder: frames up to
-        // here cannot show it.
-        let last = min(k + UInt64(window), consumedAtSet + UInt64(window + baselineFrames - 1))
+        // The stepper moves to the next step `window` frames after the set (and the recorder then
+        // measures that step's picture measure, which may be another one): frames after that
+        // belong to the next step.
+        let last = min(k + UInt64(window), consumedAtSet + UInt64(window))
         let lo = k >= UInt64(baselineFrames - 1) ? k - UInt64(baselineFrames - 1) : 0
         var before: [Double] = []
         var after: [(Int, Double)] = []
@@ -84,8 +85,15 @@ public enum ControlLatencyAnalysis {
             r.error = "no visible change: \(fmt(r.baseline)) → \(fmt(r.settled)), baseline spread \(fmt(r.baselineSpread))"
             return r
         }
-        for (off, m) in after where (m - r.baseline) * delta.sign.multiplier >= abs(delta) / 2 {
-            r.latencyFrames = off
+        for (i, (off, m)) in after.enumerated() where (m - r.baseline) * delta.sign.multiplier >= abs(delta) / 2 {
+            // The change could have shown first on a frame that was lost: the latency is only
+            // known when the frame before the first one showing it was received.
+            let previous = i > 0 ? after[i - 1].0 : 0
+            if previous != off - 1 {
+                r.error = "frames lost around the change: it shows on frame +\(off), frame +\(off - 1) was lost"
+            } else {
+                r.latencyFrames = off
+            }
             break
         }
         return r

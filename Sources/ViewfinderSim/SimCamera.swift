@@ -239,16 +239,16 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         let lightBits = lightOverride.load(ordering: .relaxed)
         guard r.render(st, into: frame, sceneLight: lightBits == 0 ? nil : Double(bitPattern: lightBits)) else {
             frame.release()
+            simControls.abandoned()
             sequence &+= 1
             logger.warning("sim MJPEG encode failed", metadata: ["sequence": "\(seq)"])
             return .lost(.corrupt, count: 1)
         }
         frame.sequence = seq
         frame.timestamp = Timestamp(nanoseconds: due, clock: .monotonic)
-        frame.receiveTime = 0
         if values.exposureAuto == 3 { builtInAutoExposure(seq: seq, state: st, meanLuma: r.lastMeanLuma, interval: Double(intervalNs) / 1e9) }
         sequence &+= 1
-        simControls.delivered(seq)
+        frame.receiveTime = simControls.delivered(seq)
         return .frame(frame)
     }
 

@@ -83,6 +83,8 @@ public final class SimControls: DeviceControlling {
         var streaming = false
         /// Sequence of the last frame handed out, or nil before the first.
         var lastDelivered: UInt64? = nil
+        /// A frame whose values were taken and which is not yet handed out (being rendered).
+        var rendering = false
     }
     private let state: LockedBox<State>
 
@@ -170,13 +172,27 @@ public final class SimControls: DeviceControlling {
     }
 
     /// Queues a change: applies on frame `lastDelivered + latency` (at once before streaming).
+    ///
+    /// A `set` made while a frame is being rendered (its values already taken) waits until that
+    /// frame is handed out, and then counts from it: else the change would count from the frame
+    /// before, miss the frame in hand and show one frame late, while a caller counting from the
+    /// frames it had received saw the frame before as the newest (a late capture thread made
+    /// the bench read latency 2 for 1). The wait is at most one frame's render. The sim's own
+    /// auto exposure (`internal`) schedules from inside the render and does not wait.
     func schedule(_ name: String, _ value: Int64, internal: Bool) {
         let latency = UInt64(controlLatencyFrames)
-        state.withLock { s in
-            s.requested[name] = value
-            if !s.streaming { s.applied[name] = value; return }
-            let at = s.lastDelivered.map { $0 &+ latency } ?? (latency &- 1)
-            s.pending.append(Pending(applyAt: at, name: name, value: value))
+        let waits = !`internal`
+        while true {
+            let queued = state.withLock { s -> Bool in
+                if waits && s.streaming && s.rendering { return false }
+                s.requested[name] = value
+                if !s.streaming { s.applied[name] = value; return true }
+                let at = s.lastDelivered.map { $0 &+ latency } ?? (latency &- 1)
+                s.pending.append(Pending(applyAt: at, name: name, value: value))
+                return true
+            }
+            if queued { return }
+            sleepUntil(monotonicNanoseconds: monotonicNanoseconds() &+ 100_000)
         }
     }
 
@@ -193,12 +209,26 @@ public final class SimControls: DeviceControlling {
                 }
                 s.pending.removeLast(s.pending.count - keep)
             }
+            s.rendering = true
             return s.applied
         }
     }
 
-    /// Records that frame `sequence` was handed out.
-    func delivered(_ sequence: UInt64) { state.withLock { $0.lastDelivered = sequence } }
+    /// Records that frame `sequence` was handed out and returns when (CLOCK_MONOTONIC ns), read
+    /// under the same lock as a `set`: a set that saw frame k as the last delivered one returned
+    /// before frame k + 1's time, and one that saw k + 1 after it. The frame's receive time is
+    /// this moment, so a bench counting a step's latency from the newest frame received before
+    /// the set counts from the frame the sim counted from, however late the capture thread runs.
+    func delivered(_ sequence: UInt64) -> UInt64 {
+        state.withLock { s in
+            s.lastDelivered = sequence
+            s.rendering = false
+            return monotonicNanoseconds()
+        }
+    }
+
+    /// Records that the frame being rendered was not handed out (its render failed).
+    func abandoned() { state.withLock { $0.rendering = false } }
 
     func streamStarted() { state.withLock { s in s.streaming = true; s.lastDelivered = nil } }
 
@@ -207,6 +237,7 @@ public final class SimControls: DeviceControlling {
             for p in s.pending { s.applied[p.name] = p.value }
             s.pending.removeAll(keepingCapacity: true)
             s.streaming = false
+            s.rendering = false
         }
     }
 }

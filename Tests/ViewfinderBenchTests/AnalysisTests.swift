@@ -82,6 +82,37 @@ import ViewfinderKit
         #expect(result.error == "the device has no focus_absolute control")
     }
 
+    @Test func aLostFrameBeforeTheChangeLeavesTheLatencyUnknown() {
+        let step = ControlStep(control: .exposure, name: "exposure_time_absolute", from: 100, to: 200, reference: 6)
+        // Frame 8 (+2) lost, the change shows on 9 (+3): it may have shown on 8 already.
+        let lost = stepSamples(reference: 6, latency: 3, a: 80, b: 140).filter { $0.sequence != 8 }
+        let r = ControlLatencyAnalysis.response(of: step, in: lost, baselineFrames: 4, window: 14, minimumChange: 1)
+        #expect(r.latencyFrames == nil)
+        #expect(r.error == "frames lost around the change: it shows on frame +3, frame +2 was lost")
+        // A frame lost elsewhere does not matter.
+        let elsewhere = stepSamples(reference: 6, latency: 3, a: 80, b: 140).filter { $0.sequence != 12 }
+        #expect(ControlLatencyAnalysis.response(of: step, in: elsewhere, baselineFrames: 4, window: 14, minimumChange: 1).latencyFrames == 3)
+        // The first frame after the reference lost: latency 2 cannot be told from 1.
+        let first = stepSamples(reference: 6, latency: 2, a: 80, b: 140).filter { $0.sequence != 7 }
+        #expect(ControlLatencyAnalysis.response(of: step, in: first, baselineFrames: 4, window: 14, minimumChange: 1).latencyFrames == nil)
+    }
+
+    @Test func framesOfTheNextStepAreNotRead() {
+        // The recorder had frame 6 when it set, the capture thread had received 9 (the pipeline
+        // runs behind); the stepper moved on 14 frames after 6, and from frame 21 the recorder
+        // measures the next step's picture measure (another scale).
+        var samples = stepSamples(reference: 9, latency: 5, a: 150, b: 189, count: 40)
+        for i in samples.indices where samples[i].sequence > 20 { samples[i].measure = 441 }
+        for i in samples.indices { samples[i].received = samples[i].sequence * 16_000_000 + 1000 }
+        var step = ControlStep(control: .gain, name: "gain", from: 100, to: 200, reference: 6)
+        step.setTime = 9 * 16_000_000 + 5000
+        let r = ControlLatencyAnalysis.response(of: step, in: samples, baselineFrames: 4, window: 14, minimumChange: 1)
+        #expect(r.referenceSequence == 9)
+        #expect(r.latencyFrames == 5)
+        #expect(abs(r.settled - 189) < 1e-9)
+        #expect(r.offsets.last == 11)
+    }
+
     @Test func medianLatencyAndAgreement() {
         func resp(_ l: Int?) -> StepResponse {
             StepResponse(from: 0, to: 1, referenceSequence: 1, latencyFrames: l, baseline: 0, baselineSpread: 0, settled: 1, offsets: [], values: [], error: l == nil ? "no visible change" : nil)

@@ -20,30 +20,41 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
     }
 
     // Timing: the bench steps controls on a 60 fps camera paced in real time and reads the
-    // latency from the pictures; under AddressSanitizer the run is 2-3x slower and a step lands a
-    // frame late (6 for 5). The test runs in the plain unit tests.
+    // latency from the pictures; under AddressSanitizer the run is 2-3x slower and loses frames.
+    // The test runs in the plain unit tests.
     @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: a 60 fps real-time bench, 2-3x slower under ASan"), arguments: [1, 3, 5])
     func controlLatencyEqualsTheSimLatency(latency: Int) throws {
         let r = try bench("sim:latency=\(latency),fps=60,width=320,height=240", duration: 0.5)
         #expect(r.controls.count == 3)
         for c in r.controls {
-            #expect(c.latencyFrames == latency, "\(c.control.rawValue): \(c.steps.map { $0.latencyFrames.map(String.init) ?? ($0.error ?? "?") })")
-            // The median of three steps is the figure; under load (tests run in parallel) one
-            // step can land a frame off, so two of three must agree.
-            #expect(c.agreeingSteps >= 2, "\(c.control.rawValue)")
+            let steps = "\(c.control.rawValue): \(c.steps.map { $0.latencyFrames.map(String.init) ?? ($0.error ?? "?") })"
+            #expect(c.latencyFrames == latency, "\(steps)")
+            // Every step read exactly, however late the capture thread runs (the sim counts a set
+            // from the frame it had handed out, the bench from the frame it had received, and a
+            // set during a render waits for it). Under load (tests run in parallel) a frame can
+            // be lost next to the change, or the recorder fall so far behind that too few frames
+            // follow the set: that step is unknown (with the reason), never wrong.
+            for s in c.steps {
+                #expect(s.latencyFrames == latency || (s.latencyFrames == nil && s.error != nil), "\(steps)")
+            }
+            #expect(c.agreeingSteps == c.steps.filter { $0.latencyFrames != nil }.count, "\(steps)")
         }
     }
 
-    // Timing: 30 and 50 fps delivered in real time with no gap; under AddressSanitizer one run
-    // in three lost 9 frames (deliveredFps 9 % low). The test runs in the plain unit tests.
-    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: 50 fps delivered in real time without a gap, 2-3x slower under ASan"))
+    // Timing: 30 and 50 fps read from a live sim's timestamps. Whether this machine received
+    // every frame is not asserted: under the parallel test load (or AddressSanitizer, one run in
+    // three lost 9 frames) a late capture thread loses frames, and the bench must count them.
+    @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: 50 fps paced in real time, 2-3x slower under ASan"))
     func measuredRateEqualsTheSimRate() throws {
         for fps in [30.0, 50.0] {
             let r = try bench("sim:fps=\(Int(fps)),width=320,height=240", duration: 2, controls: [])
             #expect(abs(r.camera.measuredFps - fps) / fps < 0.005, "\(fps): \(r.camera.measuredFps)")
             #expect(r.camera.nominalFps == fps)
-            #expect(r.camera.sequenceGaps == 0)
-            #expect(abs(r.camera.deliveredFps - fps) / fps < 0.005)
+            #expect(r.camera.frames >= Int(fps) / 2)
+            // Delivered = measured × received / made: each lost frame is counted, none hidden.
+            let made = Double(r.camera.frames - 1) + Double(r.camera.framesMissing)
+            #expect(abs(r.camera.deliveredFps - r.camera.measuredFps * Double(r.camera.frames - 1) / made) < 1e-6)
+            #expect((r.camera.sequenceGaps == 0) == (r.camera.framesMissing == 0))
             #expect(r.camera.timestampJitterMs < 0.05)
             #expect(abs(r.camera.intervalMs.p50 - 1000 / fps) < 0.05)
             #expect(r.camera.openToFirstFrameMs.map { $0 > 0 } == true)
@@ -135,8 +146,11 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
 
 /// `--sweep`: each listed mode opened, run and judged by its delivered rate.
 @Suite struct SweepTests {
-    // Timing: 60 fps delivered in real time at each mode; under AddressSanitizer the pipeline
-    // delivered 36 of 60 fps. The test runs in the plain unit tests.
+    // The sweep on a live (paced) sim: the mode chosen, the rate read from the timestamps and
+    // every frame the sim lost counted. Whether this machine kept up with 60 fps is not asserted:
+    // under the parallel test load a late capture thread loses frames (a CI run lost 3 of 37), and
+    // the sim reports them as a sequence gap, which is what the sweep must show. The judgement
+    // itself is tested on constructed samples below.
     @Test(.disabled(if: underAddressSanitizer, "timing-sensitive: needs 60 fps delivered in real time, 2-3x slower under ASan"))
     func sweepMeasuresEachListedModeAtItsFastestRate() throws {
         var c = BenchConfiguration(device: "sim:width=320,height=240")
@@ -147,9 +161,41 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         #expect(out.count == 1)
         let e = try #require(out.first)
         #expect(e.error == nil)
+        #expect(e.pixelFormat == "yuyv")
         #expect(e.nominalFps == 60)
         #expect(e.width == 320 && e.height == 240)
-        #expect(abs((e.deliveredFps ?? 0) - 60) < 1.2, "delivered \(e.deliveredFps ?? 0)")
-        #expect(e.deliversNominalRate)
+        #expect(e.frames >= 10, "\(e.frames) frames in 0.6 s")
+        // The sim's timestamps lie on its 60 fps grid whether or not frames were lost.
+        let measured = try #require(e.measuredFps)
+        #expect(abs(measured - 60) < 0.3, "measured \(measured)")
+        // Delivered = measured × received / made: every lost frame shows.
+        let delivered = try #require(e.deliveredFps)
+        let made = Double(e.frames - 1) + Double(e.framesMissing)
+        #expect(abs(delivered - measured * Double(e.frames - 1) / made) < 1e-6, "delivered \(delivered), \(e.framesMissing) missing")
+        #expect(e.deliversNominalRate == (e.framesMissing == 0))
+    }
+
+    func samples(fps: Double, count: Int, lose: Set<UInt64> = []) -> [FrameSample] {
+        (0..<UInt64(count)).filter { !lose.contains($0) }.map { s in
+            let t = UInt64((Double(s) * 1e9 / fps).rounded())
+            return FrameSample(sequence: s, timestamp: t, received: t + 500_000, consumed: t + 900_000, measure: nil)
+        }
+    }
+
+    @Test func theJudgementNeedsTheNominalRateAndNoGap() {
+        // Every frame at the nominal rate.
+        #expect(BenchAnalysis.camera(samples(fps: 60, count: 36), nominalFps: 60).deliversNominalRate)
+        // One frame lost: the rate from the timestamps is still 60, the sequence has a gap.
+        let lost = BenchAnalysis.camera(samples(fps: 60, count: 36, lose: [17]), nominalFps: 60)
+        #expect(abs(lost.measuredFps - 60) < 1e-6)
+        #expect(lost.framesMissing == 1 && lost.sequenceGaps == 1)
+        #expect(abs(lost.deliveredFps - 60 * 34 / 35) < 1e-6)
+        #expect(!lost.deliversNominalRate)
+        // No gap, but the camera runs 3 % slow (a 60 fps mode that gives 58.2).
+        #expect(!BenchAnalysis.camera(samples(fps: 58.2, count: 36), nominalFps: 60).deliversNominalRate)
+        // 1 % slow is within the 2 % allowed.
+        #expect(BenchAnalysis.camera(samples(fps: 59.4, count: 36), nominalFps: 60).deliversNominalRate)
+        // One frame cannot give a rate.
+        #expect(!BenchAnalysis.camera(samples(fps: 60, count: 1), nominalFps: 60).deliversNominalRate)
     }
 }
