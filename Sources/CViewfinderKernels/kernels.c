@@ -112,22 +112,39 @@ VF_DISPATCH(vf_laplacian_sums,
              int64_t *sum, uint64_t *sumSquares, uint64_t *sumPixels),
             (mid, bytesPerRow, pixelStride, n, rows, sum, sumSquares, sumPixels))
 
+/// The 3 × 3 Sobel sums at `q` (samples `s` bytes apart, rows `bpr` apart): gx (right minus
+/// left) and gy (below minus above), each within ±1020. The one statement of the operator for
+/// the focus measure's sums, the dense step's pixel choice and its points. (Results in `int`
+/// through 16 bits: clang vectorises the planar focus sums and the dense row loop better than
+/// from the sums written out in each loop, −61 % and −27 % instructions in the portable build,
+/// −10 % in the AVX2 row loop; the packed 4:2:2 focus sums, portable, +7 %.)
+VF_INLINE void sobel_at(const uint8_t *q, ptrdiff_t bpr, ptrdiff_t s, int *gx, int *gy) {
+    const uint8_t *up = q - bpr, *dn = q + bpr;
+    *gx = (int16_t)((up[s] + 2 * q[s] + dn[s]) - (up[-s] + 2 * q[-s] + dn[-s]));
+    *gy = (int16_t)((dn[-s] + 2 * dn[0] + dn[s]) - (up[-s] + 2 * up[0] + up[s]));
+}
+
+/// |gx| + |gy| of ``sobel_at`` (at most 2040: a 16-bit lane).
+VF_INLINE int16_t sobel_l1_at(const uint8_t *q, ptrdiff_t bpr) {
+    int gx, gy;
+    sobel_at(q, bpr, 1, &gx, &gy);
+    return (int16_t)((gx < 0 ? -gx : gx) + (gy < 0 ? -gy : gy));
+}
+
 VF_INLINE void sobel_rows(const uint8_t *mid0, ptrdiff_t bpr, ptrdiff_t s, ptrdiff_t n, ptrdiff_t rows,
                           uint64_t *sumSq, uint64_t *sumPix) {
     uint64_t t2 = 0, tp = 0;
     for (ptrdiff_t y = 0; y < rows; y++) {
-        const uint8_t *mid = mid0 + y * bpr, *up = mid - bpr, *down = mid + bpr;
+        const uint8_t *mid = mid0 + y * bpr;
         for (ptrdiff_t start = 0; start < n; start += VF_CHUNK) {
             ptrdiff_t len = n - start < VF_CHUNK ? n - start : VF_CHUNK;
             uint32_t s2 = 0, sp = 0;
-            const uint8_t *m = mid + start * s, *u = up + start * s, *d = down + start * s;
+            const uint8_t *m = mid + start * s;
             for (ptrdiff_t i = 0; i < len; i++) {
-                ptrdiff_t k = i * s, kl = k - s, kr = k + s;
-                // 16-bit intermediates (|g| <= 1020); the squares widen to 32 bits.
-                int16_t gx = (int16_t)((u[kr] + 2 * m[kr] + d[kr]) - (u[kl] + 2 * m[kl] + d[kl]));
-                int16_t gy = (int16_t)((d[kl] + 2 * d[k] + d[kr]) - (u[kl] + 2 * u[k] + u[kr]));
-                s2 += (uint32_t)((int32_t)gx * gx + (int32_t)gy * gy);
-                sp += m[k];
+                int gx, gy;
+                sobel_at(m + i * s, bpr, s, &gx, &gy);
+                s2 += (uint32_t)(gx * gx + gy * gy);
+                sp += m[i * s];
             }
             t2 += s2; tp += sp;
         }
@@ -180,11 +197,10 @@ VF_AVX2 static void sobel_rows_avx2(const uint8_t *mid0, ptrdiff_t bpr, ptrdiff_
         }
 #undef VF_LOAD16
         for (ptrdiff_t i = vectors * 16; i < n; i++) {
-            ptrdiff_t k = i * s, kl = k - s, kr = k + s;
-            int32_t gx = (up[kr] + 2 * mid[kr] + down[kr]) - (up[kl] + 2 * mid[kl] + down[kl]);
-            int32_t gy = (down[kl] + 2 * down[k] + down[kr]) - (up[kl] + 2 * up[k] + up[kr]);
+            int gx, gy;
+            sobel_at(mid + i * s, bpr, s, &gx, &gy);
             t2 += (uint32_t)(gx * gx + gy * gy);
-            tp += mid[k];
+            tp += mid[i * s];
         }
     }
     *sumSq = t2; *sumPix = tp;
@@ -1236,9 +1252,7 @@ VF_INLINE void dense_band_maxima4(const uint8_t *pixels, ptrdiff_t width, ptrdif
             memcpy(key + x, &k, 32);
         }
         for (; x < end; x++) {
-            int16_t gx = (int16_t)((up[x + 1] - up[x - 1]) + 2 * (c[x + 1] - c[x - 1]) + (dn[x + 1] - dn[x - 1]));
-            int16_t gy = (int16_t)((dn[x - 1] - up[x - 1]) + 2 * (dn[x] - up[x]) + (dn[x + 1] - up[x + 1]));
-            int16_t k = (int16_t)((((gx < 0 ? -gx : gx) + (gy < 0 ? -gy : gy)) << 4) | rowBits);
+            const int16_t k = (int16_t)((sobel_l1_at(c + x, width) << 4) | rowBits);
             key[x] = r > 0 && key[x] > k ? key[x] : k;
         }
     }
@@ -1285,12 +1299,8 @@ VF_INLINE void vf_dense_cell_maxima_body(const uint8_t *pixels, ptrdiff_t width,
         return;
     }
     for (ptrdiff_t y = y0; y < y0 + rows; y++) {
-        const uint8_t *c = pixels + y * width, *up = c - width, *dn = c + width;
-        for (ptrdiff_t x = 1; x < width - 1; x++) {
-            int16_t gx = (int16_t)((up[x + 1] - up[x - 1]) + 2 * (c[x + 1] - c[x - 1]) + (dn[x + 1] - dn[x - 1]));
-            int16_t gy = (int16_t)((dn[x - 1] - up[x - 1]) + 2 * (dn[x] - up[x]) + (dn[x + 1] - up[x + 1]));
-            mag[x] = (int16_t)((gx < 0 ? -gx : gx) + (gy < 0 ? -gy : gy));
-        }
+        const uint8_t *c = pixels + y * width;
+        for (ptrdiff_t x = 1; x < width - 1; x++) mag[x] = sobel_l1_at(c + x, width);
         for (ptrdiff_t k = 0; k < cells; k++) {
             const int16_t *m = mag + margin + k * cell;
             int16_t b = best[k];
@@ -1314,10 +1324,10 @@ ptrdiff_t vf_dense_points(const uint8_t *pixels, ptrdiff_t width, const int16_t 
     for (ptrdiff_t k = 0; k < cells; k++) {
         if (best[k] <= threshold) continue;
         const int32_t bx = at[k] & 0xFFFF, by = at[k] >> 16;
-        const uint8_t *q = pixels + (ptrdiff_t)by * width + bx, *up = q - width, *dn = q + width;
+        const uint8_t *q = pixels + (ptrdiff_t)by * width + bx;
         // Sums of small integers: exact, as the same sums in floats.
-        const int sx = (up[1] - up[-1]) + 2 * (q[1] - q[-1]) + (dn[1] - dn[-1]);
-        const int sy = (dn[-1] - up[-1]) + 2 * (dn[0] - up[0]) + (dn[1] - up[1]);
+        int sx, sy;
+        sobel_at(q, width, 1, &sx, &sy);
         x[n] = (float)bx; y[n] = (float)by; t[n] = (float)q[0];
         gx[n] = (float)sx * 0.125f; gy[n] = (float)sy * 0.125f;
         n++;
