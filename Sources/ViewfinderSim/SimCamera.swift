@@ -84,7 +84,7 @@ public final class SimCamera: CaptureSource, @unchecked Sendable {
         d.gain = Int64((options.gain * 100).rounded())
         d.focus = Int64(options.focus.rounded())
         d.whiteBalanceTemperature = max(2800, min(6500, Int64((options.colorTemperature / 10).rounded()) * 10))
-        simControls = SimControls(defaults: d, latency: options.latency, deviceName: id)
+        simControls = SimControls(defaults: d, latency: options.latency, deviceName: id, setsWaitForRender: options.paced)
         info = SimCamera.deviceInfo(id: id, controls: SimControls.baseDescriptors(defaults: d), isLive: options.paced)
         activeConfiguration = StreamConfiguration(format: FrameFormat(options.format, width: options.width, height: options.height),
                                                   interval: FrameInterval(fps: options.fps), bufferCount: options.buffers)

@@ -117,8 +117,14 @@ public final class SimControls: DeviceControlling {
 
     private let base: [ControlDescriptor]
 
-    public init(defaults: SimControlValues, latency: Int, deviceName: String = "sim") {
+    /// Whether a `set` made during a render waits for it (``schedule(_:_:internal:)``): on a
+    /// live (paced) sim, whose capture thread sleeps between frames. An unpaced sim renders back
+    /// to back, and a setter waiting for a gap could wait many frames.
+    private let setsWaitForRender: Bool
+
+    public init(defaults: SimControlValues, latency: Int, deviceName: String = "sim", setsWaitForRender: Bool = false) {
         controlLatencyFrames = max(1, latency)
+        self.setsWaitForRender = setsWaitForRender
         self.deviceName = deviceName
         base = SimControls.baseDescriptors(defaults: defaults)
         variants = (0..<8).map { SimControls.flagged(SimControls.baseDescriptors(defaults: defaults), mask: $0) }
@@ -177,8 +183,9 @@ public final class SimControls: DeviceControlling {
     /// frame is handed out, and then counts from it: else the change would count from the frame
     /// before, miss the frame in hand and show one frame late, while a caller counting from the
     /// frames it had received saw the frame before as the newest (a late capture thread made
-    /// the bench read latency 2 for 1). The wait is at most one frame's render. The sim's own
-    /// auto exposure (`internal`) schedules from inside the render and does not wait.
+    /// the bench read latency 2 for 1). The wait is at most one frame's render; only a live sim
+    /// waits (`setsWaitForRender`). The sim's own auto exposure (`internal`) schedules from
+    /// inside the render and does not wait.
     func schedule(_ name: String, _ value: Int64, internal: Bool) {
         let latency = UInt64(controlLatencyFrames)
         let waits = !`internal`
@@ -209,7 +216,7 @@ public final class SimControls: DeviceControlling {
                 }
                 s.pending.removeLast(s.pending.count - keep)
             }
-            s.rendering = true
+            s.rendering = setsWaitForRender
             return s.applied
         }
     }
