@@ -222,10 +222,13 @@ public final class SimControls: DeviceControlling {
     }
 
     /// Records that frame `sequence` was handed out and returns when (CLOCK_MONOTONIC ns), read
-    /// under the same lock as a `set`: a set that saw frame k as the last delivered one returned
-    /// before frame k + 1's time, and one that saw k + 1 after it. The frame's receive time is
-    /// this moment, so a bench counting a step's latency from the newest frame received before
+    /// under the same lock as a `set`: a set that saw frame k as the last delivered one took the
+    /// lock before frame k + 1's time, and one that saw k + 1 after it. The frame's receive time
+    /// is this moment, so a bench counting a step's latency from the newest frame received before
     /// the set counts from the frame the sim counted from, however late the capture thread runs.
+    /// One window is left: the bench reads its clock after `set` returns, and a setter paused
+    /// between the lock and that reading for longer than the next frame's wait (up to a frame
+    /// interval) counts from a later frame and reads one frame short.
     func delivered(_ sequence: UInt64) -> UInt64 {
         state.withLock { s in
             s.lastDelivered = sequence
