@@ -1430,6 +1430,44 @@ VF_DISPATCH(vf_dense_pass,
              int32_t *histogram, float *sums, ptrdiff_t *usedOut, double *costOut),
             (xs, ys, ts, gxs, gys, count, img, bw, maxU, maxV, s, half, cx, cy, tx, ty, th, kk, unit, huber, histogram, sums, usedOut, costOut))
 
+void vf_dense_scan(const float *xs, const float *ys, const float *ts, ptrdiff_t count,
+                   const uint8_t *img, ptrdiff_t width, ptrdiff_t height, ptrdiff_t tx0, ptrdiff_t ty0, ptrdiff_t side,
+                   double *lanes, double *costs, ptrdiff_t *used) {
+    // The Huber cost at 4 grey levels of a whole residual |r| (0.5 r² within 4, 4 (|r| − 2)
+    // beyond): in floats, as vf_dense_pass computes it, every value exact.
+    double rho[256];
+    for (int a = 0; a < 256; a++) {
+        const float ar = (float)a;
+        rho[a] = (double)(ar <= 4 ? 0.5f * ar * ar : 4 * (ar - 2));
+    }
+    const ptrdiff_t shifts = side * side;
+    for (ptrdiff_t k = 0; k < shifts * 8; k++) lanes[k] = 0;
+    for (ptrdiff_t k = 0; k < shifts; k++) used[k] = 0;
+    for (ptrdiff_t p = 0; p < count; p++) {
+        const ptrdiff_t x = (ptrdiff_t)xs[p], y = (ptrdiff_t)ys[p], t = (ptrdiff_t)ts[p], lane = p & 7;
+        // The translations that keep the sample in the picture: a rectangle of the grid.
+        const ptrdiff_t i0 = -(x + tx0) > 0 ? -(x + tx0) : 0, j0 = -(y + ty0) > 0 ? -(y + ty0) : 0;
+        ptrdiff_t i1 = width - 2 - (x + tx0) + 1, j1 = height - 2 - (y + ty0) + 1;
+        if (i1 > side) i1 = side;
+        if (j1 > side) j1 = side;
+        for (ptrdiff_t j = j0; j < j1; j++) {
+            const uint8_t *row = img + (y + ty0 + j) * width + x + tx0;
+            double *l = lanes + (j * side) * 8 + lane;
+            ptrdiff_t *u = used + j * side;
+            for (ptrdiff_t i = i0; i < i1; i++) {
+                const ptrdiff_t r = (ptrdiff_t)row[i] - t;
+                l[i * 8] += rho[r < 0 ? -r : r];
+                u[i] += 1;
+            }
+        }
+    }
+    for (ptrdiff_t k = 0; k < shifts; k++) {
+        double c = lanes[k * 8];
+        for (int l = 1; l < 8; l++) c += lanes[k * 8 + l];
+        costs[k] = c;
+    }
+}
+
 // MARK: The focus stage's half-resolution copy and its window tracker's projections
 
 /// Vertical [1 2 1] sums of up to `VF_HALF_BLOCK` + 2 samples a step into a row of 16-bit sums,

@@ -659,6 +659,7 @@ public final class MotionEstimator {
             // With 16 or more blocks textured both ways their fit is sound: it alone is refined.
             let starts: [Similarity] = strong >= 16 ? [blockStart] : [blockStart, lastMotion, (0, 0, 0, 0)]
             var best: (f: Similarity, used: Int, cost: Double)?
+            denseVisited.removeAll(keepingCapacity: true)
             for (i, start) in starts.enumerated() {
                 if i > 0, abs(start.tx - blockStart.tx) + abs(start.ty - blockStart.ty) < 1 { continue }
                 guard let r = denseCoarseToFine(from: start, coarsest: 2, finest: finest) else { continue }
@@ -689,8 +690,11 @@ public final class MotionEstimator {
                 if floor == 0 || b.cost > 1.25 * floor {
                     // Rotation and scale moving the picture's corners less than a pixel are none.
                     let turnsOrZooms = (abs(b.f.theta) + abs(b.f.k)) * Double(max(width, height)) / 2 > 1
+                    // Without a turn or zoom of its own the scan holds none (its grid is whole
+                    // pixels of 1/4 or 1/2 resolution): a translation-only scan is one sweep of the
+                    // points (`vf_dense_scan`), a tenth of a dense pass at each translation.
                     for pass in 0..<(turnsOrZooms ? 2 : 1) {
-                        let theta = pass == 0 ? b.f.theta : 0, k = pass == 0 ? b.f.k : 0
+                        let theta = pass == 0 && turnsOrZooms ? b.f.theta : 0, k = pass == 0 && turnsOrZooms ? b.f.k : 0
                         for start in translationScan(theta: theta, k: k, radius: 10, level: scanLevel) {
                             if pass == 0 && abs(start.tx - b.f.tx) + abs(start.ty - b.f.ty) < 1.5 * Double(1 << scanLevel) { continue }
                             guard let r = denseCoarseToFine(from: start, coarsest: scanLevel, finest: finest) else { continue }
@@ -1303,6 +1307,10 @@ public final class MotionEstimator {
     private var denseCostCount = 0
     private var scanPoints = DensePoints()
     private var scanCosts = [Double](repeating: 0, count: 21 * 21)
+    /// `vf_dense_scan`'s scratch and results for the scan's 21 × 21 translations.
+    private var scanLanes = [Double](repeating: 0, count: 21 * 21 * 8)
+    private var scanSums = [Double](repeating: 0, count: 21 * 21)
+    private var scanUsed = [Int](repeating: 0, count: 21 * 21)
 
     private func rememberDenseCost(_ c: Double) {
         denseCostHistory[denseCostCount % 15] = c
@@ -1334,11 +1342,26 @@ public final class MotionEstimator {
             scanPoints.append(all, at: i)
         }
         let side = 2 * radius + 1, n = scanPoints.count
-        for j in 0..<side {
-            for i in 0..<side {
-                let pass = densePassSums(scanPoints, in: cur[level], scale: scale, tx: Float(i - radius), ty: Float(j - radius), theta: Float(theta), k: Float(k),
-                                         huber: 4, sums: nil)
-                scanCosts[j * side + i] = Self.penalisedCost(sum: pass.cost, used: pass.used, count: n)
+        if theta == 0 && k == 0 {
+            // Whole translations alone: every sample a pixel, all of them in one sweep of the
+            // points (`vf_dense_scan`, the same costs as a dense pass at each).
+            let b = cur[level]
+            scanPoints.x.withUnsafeBufferPointer { xs in scanPoints.y.withUnsafeBufferPointer { ys in scanPoints.t.withUnsafeBufferPointer { ts in
+                scanLanes.withUnsafeMutableBufferPointer { lanes in scanSums.withUnsafeMutableBufferPointer { sums in scanUsed.withUnsafeMutableBufferPointer { used in
+                    vf_dense_scan(xs.baseAddress, ys.baseAddress, ts.baseAddress, n, b.pixels, b.width, b.height, -radius, -radius, side,
+                                  lanes.baseAddress, sums.baseAddress, used.baseAddress)
+                } } }
+            } } }
+            for s in 0..<(side * side) {
+                scanCosts[s] = Self.penalisedCost(sum: scanSums[s], used: scanUsed[s], count: n)
+            }
+        } else {
+            for j in 0..<side {
+                for i in 0..<side {
+                    let pass = densePassSums(scanPoints, in: cur[level], scale: scale, tx: Float(i - radius), ty: Float(j - radius), theta: Float(theta), k: Float(k),
+                                             huber: 4, sums: nil)
+                    scanCosts[j * side + i] = Self.penalisedCost(sum: pass.cost, used: pass.used, count: n)
+                }
             }
         }
         // The three lowest places lower than their eight neighbours (kept sorted, no allocation).
@@ -1371,16 +1394,43 @@ public final class MotionEstimator {
     /// where the coarser one ended. Returns the result, its pixel count and its mean robust cost
     /// at `finest` (Huber at 4 grey levels, over all the level's chosen pixels); nil when no level
     /// could be solved.
+    ///
+    /// Starts that meet: after each level the solution is compared with where this frame's
+    /// earlier starts stood after the same level (``denseVisited``); within
+    /// ``denseSameBasin`` of one, the finer levels would refine it to that start's end, so
+    /// this start stops there and returns nil (on a hand-held photograph the three starts mostly
+    /// meet after the coarsest level, and the finest level's pixels are most of the work).
     private func denseCoarseToFine(from start: Similarity, coarsest: Int, finest: Int) -> (f: Similarity, used: Int, cost: Double)? {
         var g = start, used = 0
+        let mark = denseVisited.count
         for level in stride(from: coarsest, through: finest, by: -1) {
             if let r = denseRefine(level: level, g, iterations: 6) { g = r.f; used = r.used }
+            if level > finest {
+                for i in 0..<mark where denseVisited[i].level == level && sameBasin(denseVisited[i].f, g) { return nil }
+                denseVisited.append((level, g))
+            }
         }
         // No level could improve on the start: where the start was already right (the blocks'
         // fit on a picture they pin down) it still competes, at its own cost.
         let pass = densePass(level: finest, g, huber: 4, into: nil)
         guard used > 0 || pass.used >= 24 else { return nil }
         return (g, used > 0 ? used : pass.used, levelCost(finest, pass))
+    }
+
+    /// Where this frame's dense starts stood after each level but the finest (cleared per frame;
+    /// at most 9 starts × 2 levels, capacity kept).
+    private var denseVisited: [(level: Int, f: Similarity)] = {
+        var a: [(level: Int, f: Similarity)] = []
+        a.reserveCapacity(32)
+        return a
+    }()
+    /// Two solutions closer than this (full-resolution pixels, at the picture's corners) are in
+    /// one basin: the finer levels start a fraction of their pixel apart.
+    static let denseSameBasin = 0.5
+
+    private func sameBasin(_ a: Similarity, _ b: Similarity) -> Bool {
+        let r = Double(max(width, height)) / 2
+        return abs(a.tx - b.tx) + abs(a.ty - b.ty) + (abs(a.theta - b.theta) + abs(a.k - b.k)) * r < Self.denseSameBasin
     }
 
     /// The mean robust cost of `level`'s chosen pixels at `f` (Huber at 4 grey levels). Pixels

@@ -398,6 +398,49 @@ struct PortableKernelTests {
         if count > 8 { #expect(used > 0 && used < count, "the points should fall both inside and outside") }
     }
 
+    @Test("the dense scan's costs are the dense pass's at every whole translation, bit for bit", arguments: [600, 61, 7, 0])
+    func denseScan(count: Int) {
+        // Rows exactly `width` apart (a pyramid level); whole positions, some near the edges so
+        // that translations move them out on every side, and whole values.
+        let w = 70, h = 44, side = 21, radius = 10
+        let image = noiseBytes(w * h, seed: 23)
+        var g = TestRNG(UInt64(count) + 9)
+        let xs = (0..<count).map { _ in Float(g.next() % UInt64(w)) }
+        let ys = (0..<count).map { _ in Float(g.next() % UInt64(h)) }
+        let ts = (0..<count).map { _ in Float(g.next() % 256) }
+        let zeros = [Float](repeating: 0, count: count)
+        let s: Float = 4, half: Float = 1.5, cx = Float(4 * w) / 2, cy = Float(4 * h) / 2
+        let maxU = Float(w - 1) - 0.001, maxV = Float(h - 1) - 0.001
+        struct Out: Equatable { var costs: [Double]; var used: [Int] }
+        let pass = bothBuilds { () -> Out in
+            var o = Out(costs: [], used: [])
+            image.withUnsafeBufferPointer { im in
+                for j in 0..<side {
+                    for i in 0..<side {
+                        var used = 0, cost = 0.0
+                        vf_dense_pass(xs, ys, ts, zeros, zeros, count, im.baseAddress, w, maxU, maxV, s, half, cx, cy,
+                                      Float(i - radius), Float(j - radius), 0, 0, 1000, 4, nil, nil, &used, &cost)
+                        o.costs.append(cost); o.used.append(used)
+                    }
+                }
+            }
+            return o
+        }
+        var lanes = [Double](repeating: .nan, count: side * side * 8)
+        var scan = Out(costs: [Double](repeating: .nan, count: side * side), used: [Int](repeating: -1, count: side * side))
+        image.withUnsafeBufferPointer { im in
+            vf_dense_scan(xs, ys, ts, count, im.baseAddress, w, h, -radius, -radius, side, &lanes, &scan.costs, &scan.used)
+        }
+        #expect(pass.portable == pass.best)
+        #expect(scan.used == pass.best.used)
+        // Bit for bit (== would also pass for +0 against −0).
+        #expect(scan.costs.map(\.bitPattern) == pass.best.costs.map(\.bitPattern))
+        if count > 8 {
+            #expect(Set(scan.used).count > 2, "translations should move points out of the picture")
+            #expect(scan.costs.contains { $0 > 0 })
+        }
+    }
+
     @Test("Lucas–Kanade sums: both builds agree and match a plain reference", arguments: [1, 2, 3])
     func lucasKanade(stride s: Int) {
         let tw = 40, iw = 60 * s, bpr = iw + 5

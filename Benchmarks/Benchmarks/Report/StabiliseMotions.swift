@@ -148,10 +148,23 @@ struct SourcePicture {
 @discardableResult
 func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, to path: String, scale: Double = 1) throws -> (x: [Double], y: [Double], a: [Double], zoom: [Double]) {
     let (ow, oh) = filmSize(scale)
-    let k = scale
-    let fmt = FrameFormat(.i420, width: ow, height: oh)
-    let w = try Y4MWriter(path: path, format: fmt, interval: FrameInterval(numerator: 1, denominator: 30))
+    let w = try Y4MWriter(path: path, format: FrameFormat(.i420, width: ow, height: oh), interval: FrameInterval(numerator: 1, denominator: 30))
     defer { w.close() }
+    let truth = try filmMotion(picture, motion, frames: frames, seed: seed, scale: scale, format: .i420) { try w.write($0) }
+    try w.flush()
+    return truth
+}
+
+/// ``filmMotion(_:_:frames:seed:to:scale:)``'s frames handed to `each` as they are made (one
+/// buffer, reused), in I420 or packed YUYV (chroma sampled between each pixel pair; in I420 between
+/// each 2 × 2 square), with the same truth.
+@discardableResult
+func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, seed: UInt64, scale: Double = 1, format pixelFormat: PixelFormat,
+                each: (Frame) throws -> Void) throws -> (x: [Double], y: [Double], a: [Double], zoom: [Double]) {
+    precondition(pixelFormat == .i420 || pixelFormat == .yuyv, "films are made in I420 or YUYV")
+    let (ow, oh) = filmSize(scale)
+    let k = scale
+    let fmt = FrameFormat(pixelFormat, width: ow, height: oh)
     var rng = ReportRNG(seed)
     func ar(_ a: Double, _ sigma: Double) -> [Double] {
         var v = 0.0
@@ -166,36 +179,50 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
     let cy = Double(picture.h) / 2 - ((poses.map(\.y).min()! + poses.map(\.y).max()!) / 2)
     let frame = Frame(capacity: fmt.maxByteCount, format: fmt)
     frame.bytesUsed = fmt.maxByteCount
-    let y = frame.data.assumingMemoryBound(to: UInt8.self)
-    let u = y + fmt.plane(1).offset, v = y + fmt.plane(2).offset
+    let base = frame.data.assumingMemoryBound(to: UInt8.self)
+    let packed = pixelFormat == .yuyv
+    // Where luma (i, j) is written, and the 4:2:0 chroma planes.
+    let lumaStride = packed ? 2 : 1, lumaRow = packed ? fmt.plane(0).bytesPerRow : ow
+    let u = base + (packed ? 0 : fmt.plane(1).offset), v = base + (packed ? 0 : fmt.plane(2).offset)
     var truth: (x: [Double], y: [Double], a: [Double], zoom: [Double]) = ([], [], [], [])
     for t in 0..<frames {
         let pose = poses[t]
         let px = cx + pose.x + sx[t], py = cy + pose.y + sy[t], th = sa[t]
         let co = cos(th) / pose.zoom, si = sin(th) / pose.zoom
         truth.x.append(-(pose.x + sx[t])); truth.y.append(-(pose.y + sy[t])); truth.a.append(-th); truth.zoom.append(pose.zoom)
+        func byte(_ x: Double) -> UInt8 { UInt8(min(max(x.rounded(), 0), 255)) }
         // Output pixel (i, j) sees the picture at centre + R(θ)·(offset) / zoom.
         for j in 0..<oh {
             let oy = Double(j) - Double(oh - 1) / 2
             for i in 0..<ow {
                 let ox = Double(i) - Double(ow - 1) / 2
-                let val = picture.sample(0, px + co * ox - si * oy, py + si * ox + co * oy) + 2 * rng.gaussian()
-                y[j * ow + i] = UInt8(min(max(val.rounded(), 0), 255))
+                base[j * lumaRow + i * lumaStride] = byte(picture.sample(0, px + co * ox - si * oy, py + si * ox + co * oy) + 2 * rng.gaussian())
             }
         }
-        for j in 0..<(oh / 2) {
-            let oy = Double(2 * j) + 0.5 - Double(oh - 1) / 2
-            for i in 0..<(ow / 2) {
-                let ox = Double(2 * i) + 0.5 - Double(ow - 1) / 2
-                let sxp = px + co * ox - si * oy, syp = py + si * ox + co * oy
-                u[j * (ow / 2) + i] = UInt8(min(max(picture.sample(1, sxp, syp).rounded(), 0), 255))
-                v[j * (ow / 2) + i] = UInt8(min(max(picture.sample(2, sxp, syp).rounded(), 0), 255))
+        if packed {
+            for j in 0..<oh {
+                let oy = Double(j) - Double(oh - 1) / 2
+                for i in 0..<(ow / 2) {
+                    let ox = Double(2 * i) + 0.5 - Double(ow - 1) / 2
+                    let sxp = px + co * ox - si * oy, syp = py + si * ox + co * oy
+                    base[j * lumaRow + 4 * i + 1] = byte(picture.sample(1, sxp, syp))
+                    base[j * lumaRow + 4 * i + 3] = byte(picture.sample(2, sxp, syp))
+                }
+            }
+        } else {
+            for j in 0..<(oh / 2) {
+                let oy = Double(2 * j) + 0.5 - Double(oh - 1) / 2
+                for i in 0..<(ow / 2) {
+                    let ox = Double(2 * i) + 0.5 - Double(ow - 1) / 2
+                    let sxp = px + co * ox - si * oy, syp = py + si * ox + co * oy
+                    u[j * (ow / 2) + i] = byte(picture.sample(1, sxp, syp))
+                    v[j * (ow / 2) + i] = byte(picture.sample(2, sxp, syp))
+                }
             }
         }
         frame.sequence = UInt64(t)
-        try w.write(frame)
+        try each(frame)
     }
-    try w.flush()
     return truth
 }
 

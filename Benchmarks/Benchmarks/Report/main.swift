@@ -92,7 +92,53 @@ if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLin
         // VF_PROFILE_PHOTO=file.jpg: two 1920x1080 views of a photograph 3 and 2 px apart, with
         // sensor noise, instead of the synthetic texture (a sky with a few thin lines takes the
         // estimator's dense step, which the texture never does).
-        if let photo = ProcessInfo.processInfo.environment["VF_PROFILE_PHOTO"] {
+        // With VF_PROFILE_MOTION=n as well: the photograph filmed along the motions report's
+        // n-th motion (`CameraMotion.all`: hand-held shake, pans, …) at 1920x1080 (its scale 3),
+        // frame after frame, the stage timed on the film in order (at most 240 frames filmed; a
+        // longer run starts the film again, one jump per 240 frames).
+        if let photo = ProcessInfo.processInfo.environment["VF_PROFILE_PHOTO"],
+           let m = ProcessInfo.processInfo.environment["VF_PROFILE_MOTION"].flatMap({ Int($0) }) {
+            guard fmt == .yuyv, CameraMotion.all.indices.contains(m) else { print("VF_PROFILE_MOTION: YUYV and a motion 0..<\(CameraMotion.all.count)"); exit(1) }
+            let name = URL(fileURLWithPath: photo).lastPathComponent
+            _ = shell("mkdir -p /tmp/viewfinder-stab-motions")
+            guard let picture = SourcePicture(photo: photo, cache: "/tmp/viewfinder-stab-motions/\(name)", scale: 3) else {
+                print("\(photo): not decoded (ffmpeg)"); exit(1)
+            }
+            // The film (240 frames) is kept in /tmp (raw YUYV frames) for the next run of the same
+            // photograph and motion: filming takes ~0.1 s a frame.
+            let count = min(n + 18, 240), format = FrameFormat(.yuyv, width: 1920, height: 1080)
+            let cache = "/tmp/viewfinder-stab-motions/film-\(name)-\(m)-240.yuyv"
+            func newFrame(_ t: Int) -> Frame {
+                let c = Frame(capacity: format.maxByteCount, format: format)
+                c.bytesUsed = format.maxByteCount
+                c.sequence = UInt64(t)
+                return c
+            }
+            var film: [Frame] = []
+            if let file = fopen(cache, "rb") {
+                for t in 0..<count {
+                    let c = newFrame(t)
+                    guard fread(c.data, 1, format.maxByteCount, file) == format.maxByteCount else { break }
+                    film.append(c)
+                }
+                fclose(file)
+            }
+            if film.count < count {
+                film = []
+                let file = fopen(cache + ".part", "wb")
+                try filmMotion(picture, CameraMotion.all[m], frames: 240, seed: 1, scale: 3, format: .yuyv) { f in
+                    if film.count < count {
+                        let c = newFrame(film.count)
+                        c.data.copyMemory(from: f.data, byteCount: format.maxByteCount)
+                        film.append(c)
+                    }
+                    if let file { _ = fwrite(f.data, 1, format.maxByteCount, file) }
+                }
+                if let file, fclose(file) == 0 { rename(cache + ".part", cache) }
+            }
+            print(StageBenchmarks.stabilise(frames: film, lookahead: 15, spareBuffers: true, iterations: n, consume: consume),
+                  "on \(name) filmed along \"\(CameraMotion.all[m].name)\"")
+        } else if let photo = ProcessInfo.processInfo.environment["VF_PROFILE_PHOTO"] {
             guard let (a, b) = photoFrames(photo, format: FrameFormat(fmt, width: 1920, height: 1080)) else {
                 print("\(photo): not decoded (ffmpeg)"); exit(1)
             }

@@ -141,7 +141,18 @@ public enum StageBenchmarks {
     /// views of a picture, say), as ``stabilise(width:height:pixelFormat:lookahead:spareBuffers:iterations:consume:)``.
     public static func stabilise(_ frame: Frame, _ other: Frame, lookahead: Int, spareBuffers spare: Bool, iterations: Int,
                                  consume: Bool = false) -> Result {
-        let format = frame.format
+        stabilise(frames: alternatingCopies(of: frame, other, count: lookahead + 9), lookahead: lookahead, spareBuffers: spare,
+                  iterations: iterations, consume: consume)
+    }
+
+    /// The whole stabilise stage per frame on `frames` in order (a filmed sequence, or copies of
+    /// two views in turn), as ``stabilise(width:height:pixelFormat:lookahead:spareBuffers:iterations:consume:)``;
+    /// after the last frame the first comes again. `frames` must be distinct and more than
+    /// `lookahead` + 2 (the stage holds its look-ahead's frames).
+    public static func stabilise(frames: [Frame], lookahead: Int, spareBuffers spare: Bool, iterations: Int,
+                                 consume: Bool = false) -> Result {
+        precondition(frames.count > lookahead + 2, "the stage holds its look-ahead's frames")
+        let format = frames[0].format
         var o = StabiliseOptions()
         o.lookahead = lookahead
         let st = StabiliseStage(options: o)
@@ -158,7 +169,6 @@ public enum StageBenchmarks {
             for i in 0..<(f.bytesUsed / 8) { sum &+= words[i] }
             consumed &+= sum
         }
-        let frames = alternatingCopies(of: frame, other, count: o.lookahead + 9)
         var next = 0
         let step = {
             _ = chain.submit(frames[next])

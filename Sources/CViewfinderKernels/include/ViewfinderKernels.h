@@ -95,6 +95,19 @@ void vf_dense_pass(const float *xs, const float *ys, const float *ts, const floa
                    float tx, float ty, float th, float kk, float unit, float huber,
                    int32_t *histogram, float *sums, ptrdiff_t *used, double *cost);
 
+/// ``vf_dense_pass``'s cost and count (no normal equations) at every whole translation
+/// (tx0 + i, ty0 + j), 0 <= i, j < side, with no rotation or scale, for chosen pixels at whole
+/// positions and values (as ``vf_dense_points`` writes them): `costs[j * side + i]` and
+/// `used[j * side + i]` are what a call of `vf_dense_pass` there returns, bit for bit. A sample
+/// there is the pixel itself (the bilinear blend's fractions are 0), each point's robust cost is
+/// exact in a double (its residual is a whole number), and point k adds to lane k mod 8 of its
+/// translation in point order, the lanes added 0 to 7, as `vf_dense_pass` does. `lanes` is
+/// scratch for side * side * 8 doubles. In the picture means what it does there: a sample at
+/// 0 <= u <= width − 2, 0 <= v <= height − 2.
+void vf_dense_scan(const float *xs, const float *ys, const float *ts, ptrdiff_t count,
+                   const uint8_t *img, ptrdiff_t width, ptrdiff_t height, ptrdiff_t tx0, ptrdiff_t ty0, ptrdiff_t side,
+                   double *lanes, double *costs, ptrdiff_t *used);
+
 // MARK: Sim camera renderer (one row at a time; see SimRenderer.swift for the model)
 
 /// dst[i] = src sampled at 16.16 position p0 + i·dp with Catmull-Rom cubic weights (12-bit fraction);
