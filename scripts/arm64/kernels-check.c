@@ -171,6 +171,20 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     {
+        // The translation scan: 61 points at whole positions, 7 x 7 translations moving some
+        // out of the picture on every side; the costs' bits and the counts.
+        static float sx[61], sy[61], st[61];
+        for (int i = 0; i < 61; i++) {
+            sx[i] = (float)(next() % 100); sy[i] = (float)(next() % 40); st[i] = (float)(next() % 256);
+        }
+        static double lanes[7 * 7 * 8], costs[7 * 7];
+        static ptrdiff_t used[7 * 7];
+        vf_dense_scan(sx, sy, st, 61, img, 100, 40, -3, -3, 7, lanes, costs, used); // rows 100 apart
+        unsigned long long us = 0;
+        for (int i = 0; i < 49; i++) us = us * 31 + (unsigned long long)used[i];
+        printf("dense_scan %016llx %llu\n", (unsigned long long)fnv(costs, sizeof costs), us);
+    }
+    {
         // The grey pyramid's halving and the strided sample copy, at widths around 16 outputs.
         static uint8_t half[64 * 8], gathered[40 * 6];
         for (int w = 5; w <= 37; w += 16) {
