@@ -181,9 +181,11 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
     frame.bytesUsed = fmt.maxByteCount
     let base = frame.data.assumingMemoryBound(to: UInt8.self)
     let packed = pixelFormat == .yuyv
-    // Where luma (i, j) is written, and the 4:2:0 chroma planes.
+    // Where luma (i, j) and chroma (i, j) are written.
     let lumaStride = packed ? 2 : 1, lumaRow = packed ? fmt.plane(0).bytesPerRow : ow
-    let u = base + (packed ? 0 : fmt.plane(1).offset), v = base + (packed ? 0 : fmt.plane(2).offset)
+    let u = base + (packed ? 1 : fmt.plane(1).offset), v = base + (packed ? 3 : fmt.plane(2).offset)
+    let chromaRows = packed ? oh : oh / 2, chromaRowStep = packed ? 1 : 2, chromaRowOffset = packed ? 0.0 : 0.5
+    let chromaPitch = packed ? lumaRow : ow / 2, chromaStride = packed ? 4 : 1
     var truth: (x: [Double], y: [Double], a: [Double], zoom: [Double]) = ([], [], [], [])
     for t in 0..<frames {
         let pose = poses[t]
@@ -199,25 +201,15 @@ func filmMotion(_ picture: SourcePicture, _ motion: CameraMotion, frames: Int, s
                 base[j * lumaRow + i * lumaStride] = byte(picture.sample(0, px + co * ox - si * oy, py + si * ox + co * oy) + 2 * rng.gaussian())
             }
         }
-        if packed {
-            for j in 0..<oh {
-                let oy = Double(j) - Double(oh - 1) / 2
-                for i in 0..<(ow / 2) {
-                    let ox = Double(2 * i) + 0.5 - Double(ow - 1) / 2
-                    let sxp = px + co * ox - si * oy, syp = py + si * ox + co * oy
-                    base[j * lumaRow + 4 * i + 1] = byte(picture.sample(1, sxp, syp))
-                    base[j * lumaRow + 4 * i + 3] = byte(picture.sample(2, sxp, syp))
-                }
-            }
-        } else {
-            for j in 0..<(oh / 2) {
-                let oy = Double(2 * j) + 0.5 - Double(oh - 1) / 2
-                for i in 0..<(ow / 2) {
-                    let ox = Double(2 * i) + 0.5 - Double(ow - 1) / 2
-                    let sxp = px + co * ox - si * oy, syp = py + si * ox + co * oy
-                    u[j * (ow / 2) + i] = byte(picture.sample(1, sxp, syp))
-                    v[j * (ow / 2) + i] = byte(picture.sample(2, sxp, syp))
-                }
+        // Chroma: YUYV's U and V bytes of each pixel pair on every row, or I420's planes at
+        // every second row; sampled at the centre of the pair (and of the row pair).
+        for j in 0..<chromaRows {
+            let oy = Double(chromaRowStep * j) + chromaRowOffset - Double(oh - 1) / 2
+            for i in 0..<(ow / 2) {
+                let ox = Double(2 * i) + 0.5 - Double(ow - 1) / 2
+                let sxp = px + co * ox - si * oy, syp = py + si * ox + co * oy
+                u[j * chromaPitch + i * chromaStride] = byte(picture.sample(1, sxp, syp))
+                v[j * chromaPitch + i * chromaStride] = byte(picture.sample(2, sxp, syp))
             }
         }
         frame.sequence = UInt64(t)

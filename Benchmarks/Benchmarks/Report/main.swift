@@ -106,7 +106,8 @@ if let i = CommandLine.arguments.firstIndex(of: "--profile"), i + 1 < CommandLin
             }
             // The film (240 frames) is kept in /tmp (raw YUYV frames) for the next run of the same
             // photograph and motion: filming takes ~0.1 s a frame.
-            let count = min(n + 18, 240), format = FrameFormat(.yuyv, width: 1920, height: 1080)
+            // The stage's calls: the look-ahead (15) filled with 17, one untimed, then n timed.
+            let count = min(n + 15 + 3, 240), format = FrameFormat(.yuyv, width: 1920, height: 1080)
             let cache = "/tmp/viewfinder-stab-motions/film-\(name)-\(m)-240.yuyv"
             func newFrame(_ t: Int) -> Frame {
                 let c = Frame(capacity: format.maxByteCount, format: format)
