@@ -243,6 +243,12 @@ public protocol DeviceControlling: AnyObject, Sendable {
     var descriptors: [ControlDescriptor] { get }
     func value(of name: String) throws -> Int64
     func set(_ name: String, to value: Int64) throws
+    /// Writes a control and returns when the device took the value (CLOCK_MONOTONIC ns, the
+    /// clock of frames' `receiveTime`) where the device knows that moment — the sim reads its
+    /// clock under the lock it hands frames out under — or nil where it does not (a V4L2 driver
+    /// takes the value somewhere inside its ioctl). The bench counts a control's latency from the
+    /// newest frame received before that moment. The default calls ``set(_:to:)`` and returns nil.
+    func setReportingTime(_ name: String, to value: Int64) throws -> UInt64?
     /// Writes a standard control. The capture side calls this for every queued request: a device
     /// should do it without allocating (the default looks the descriptor up by name).
     func set(_ standard: StandardControl, to value: Int64) throws
@@ -262,6 +268,10 @@ extension DeviceControlling {
     public func set(_ standard: StandardControl, to value: Int64) throws {
         guard let d = descriptor(standard) else { throw DeviceError.unknownControl(device: "device", control: standard.rawValue, known: descriptors.map(\.name)) }
         try set(d.name, to: value)
+    }
+    public func setReportingTime(_ name: String, to value: Int64) throws -> UInt64? {
+        try set(name, to: value)
+        return nil
     }
 }
 

@@ -42,7 +42,8 @@ public enum ControlLatencyAnalysis {
     /// three of the `window` frames after it (both at least 1). A change smaller than three times
     /// the baseline's spread (or than `minimumChange`) is "no visible change"; otherwise the
     /// latency is the offset of the first frame at least half-way from the baseline to the new
-    /// level.
+    /// level. Where the set was stamped before and after (the device did not say when it took the
+    /// value) and a frame arrived in between, the latency is unknown: the error gives its range.
     public static func response(of step: ControlStep, in samples: [FrameSample], baselineFrames: Int, window: Int, minimumChange: Double) -> StepResponse {
         let baselineFrames = max(1, baselineFrames), window = max(1, window)
         var r = StepResponse(from: step.from, to: step.to, referenceSequence: step.reference, latencyFrames: nil, baseline: 0, baselineSpread: 0, settled: 0, offsets: [], values: [], error: step.error)
@@ -53,9 +54,16 @@ public enum ControlLatencyAnalysis {
         // The newest frame received by the capture thread before the set: later than the one the
         // recorder had in hand when the pipeline runs behind.
         var k = consumedAtSet
+        // Where the device did not say when it took the value: the newest frame received before
+        // the `set` was called. A frame received while the `set` ran may be the reference or not.
+        var earliest = consumedAtSet
         if let t = step.setTime {
             for s in samples where s.received > 0 && s.received <= t && s.sequence > k { k = s.sequence }
+            if let t0 = step.setStart {
+                for s in samples where s.received > 0 && s.received <= t0 && s.sequence > earliest { earliest = s.sequence }
+            }
         }
+        if step.setStart == nil { earliest = k }
         r.referenceSequence = k
         // The stepper moves to the next step `window` frames after the set (and the recorder then
         // measures that step's picture measure, which may be another one): frames after that
@@ -91,6 +99,9 @@ public enum ControlLatencyAnalysis {
             let previous = i > 0 ? after[i - 1].0 : 0
             if previous != off - 1 {
                 r.error = "frames lost around the change: it shows on frame +\(off), frame +\(off - 1) was lost"
+            } else if earliest < k {
+                let during = samples.filter { $0.sequence > earliest && $0.sequence <= k }.map { String($0.sequence) }
+                r.error = "frame \(during.joined(separator: ", ")) arrived while the set ran: latency \(off) to \(off + Int(k - earliest)) frames"
             } else {
                 r.latencyFrames = off
             }

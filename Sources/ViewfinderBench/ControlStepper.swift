@@ -25,8 +25,13 @@ public struct ControlStep: Sendable, Equatable {
     public var to: Int64
     /// Sequence of the frame after whose arrival at the recorder the `set` was made (nil: not made).
     public var reference: UInt64?
-    /// When the `set` returned, CLOCK_MONOTONIC ns (nil: not made).
+    /// When the device took the value, CLOCK_MONOTONIC ns, where it says
+    /// (``DeviceControlling/setReportingTime(_:to:)``); else when the `set` returned (nil: not made).
     public var setTime: UInt64?
+    /// When the `set` was called, where the device did not say when it took the value (nil where
+    /// it did): a frame received between this and ``setTime`` may have arrived before or after
+    /// the device took the value.
+    public var setStart: UInt64?
     /// The error of the `set`, if it failed.
     public var error: String?
 }
@@ -36,10 +41,13 @@ public struct ControlStep: Sendable, Equatable {
 /// reference), then watches `window` more frames before the next step.
 ///
 /// Setting right after a frame arrives keeps the set clear of frame boundaries. The analysis
-/// counts from the newest frame the capture thread had received when the set returned (k, or a
-/// later one when the pipeline runs behind the camera): on a camera whose control applies `L`
-/// frames after the last frame delivered (libcamera's "frame delay"), the first frame showing the
-/// change is that frame + L. Not thread-safe: the recorder calls it under its lock.
+/// counts from the newest frame the capture thread had received when the device took the value
+/// (k, or a later one when the pipeline runs behind the camera): on a camera whose control
+/// applies `L` frames after the last frame delivered (libcamera's "frame delay"), the first frame
+/// showing the change is that frame + L. The device says when it took the value where it knows
+/// (the sim); elsewhere the `set` is stamped before and after, and a frame received in between
+/// leaves that step's reference, and so its latency, unknown. Not thread-safe: the recorder calls
+/// it under its lock.
 public struct ControlStepper: Sendable {
     public private(set) var steps: [ControlStep]
     private let controls: any DeviceControlling
@@ -98,8 +106,13 @@ public struct ControlStepper: Sendable {
         if steps[index].reference == nil {
             guard framesInStep >= baselineFrames else { return }
             do {
-                try controls.set(steps[index].name, to: steps[index].to)
-                steps[index].setTime = monotonicNanoseconds()
+                let start = monotonicNanoseconds()
+                if let taken = try controls.setReportingTime(steps[index].name, to: steps[index].to) {
+                    steps[index].setTime = taken
+                } else {
+                    steps[index].setTime = monotonicNanoseconds()
+                    steps[index].setStart = start
+                }
                 steps[index].reference = sequence
                 framesInStep = 0
             } catch {

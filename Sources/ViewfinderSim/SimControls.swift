@@ -167,6 +167,14 @@ public final class SimControls: DeviceControlling {
     }
 
     public func set(_ name: String, to value: Int64) throws {
+        _ = try setReportingTime(name, to: value)
+    }
+
+    /// Checks and queues a change (``schedule(_:_:internal:)``) and returns the moment it was
+    /// queued: read under the lock that ``delivered(_:)`` stamps each frame's receive time under,
+    /// so a frame received before it is one the change counts from (or from a later one), and a
+    /// frame received after it is not.
+    public func setReportingTime(_ name: String, to value: Int64) throws -> UInt64? {
         guard let d = base.first(where: { $0.name == name }) else {
             throw DeviceError.unknownControl(device: deviceName, control: name, known: base.map(\.name))
         }
@@ -174,7 +182,7 @@ public final class SimControls: DeviceControlling {
         guard d.range.contains(value), (value - d.minimum) % max(d.step, 1) == 0, inMenu else {
             throw DeviceError.controlOutOfRange(device: deviceName, control: name, value: Double(value), range: Double(d.minimum)...Double(d.maximum))
         }
-        schedule(name, value, internal: false)
+        return schedule(name, value, internal: false)
     }
 
     /// Queues a change: applies on frame `lastDelivered + latency` (at once before streaming).
@@ -186,19 +194,22 @@ public final class SimControls: DeviceControlling {
     /// the bench read latency 2 for 1). The wait is at most one frame's render; only a live sim
     /// waits (`setsWaitForRender`). The sim's own auto exposure (`internal`) schedules from
     /// inside the render and does not wait.
-    func schedule(_ name: String, _ value: Int64, internal: Bool) {
+    ///
+    /// Returns when the change was queued (CLOCK_MONOTONIC ns, read under the lock).
+    @discardableResult
+    func schedule(_ name: String, _ value: Int64, internal: Bool) -> UInt64 {
         let latency = UInt64(controlLatencyFrames)
         let waits = !`internal`
         while true {
-            let queued = state.withLock { s -> Bool in
-                if waits && s.streaming && s.rendering { return false }
+            let queued = state.withLock { s -> UInt64? in
+                if waits && s.streaming && s.rendering { return nil }
                 s.requested[name] = value
-                if !s.streaming { s.applied[name] = value; return true }
+                if !s.streaming { s.applied[name] = value; return monotonicNanoseconds() }
                 let at = s.lastDelivered.map { $0 &+ latency } ?? (latency &- 1)
                 s.pending.append(Pending(applyAt: at, name: name, value: value))
-                return true
+                return monotonicNanoseconds()
             }
-            if queued { return }
+            if let queued { return queued }
             sleepUntil(monotonicNanoseconds: monotonicNanoseconds() &+ 100_000)
         }
     }
@@ -226,9 +237,9 @@ public final class SimControls: DeviceControlling {
     /// lock before frame k + 1's time, and one that saw k + 1 after it. The frame's receive time
     /// is this moment, so a bench counting a step's latency from the newest frame received before
     /// the set counts from the frame the sim counted from, however late the capture thread runs.
-    /// One window is left: the bench reads its clock after `set` returns, and a setter paused
-    /// between the lock and that reading for longer than the next frame's wait (up to a frame
-    /// interval) counts from a later frame and reads one frame short.
+    /// The bench takes the moment of the set from ``setReportingTime(_:to:)`` (read under this
+    /// lock too), not from its own clock after `set` returns: a setter paused between the lock
+    /// and such a reading would count from a later frame and read one frame short.
     func delivered(_ sequence: UInt64) -> UInt64 {
         state.withLock { s in
             s.lastDelivered = sequence

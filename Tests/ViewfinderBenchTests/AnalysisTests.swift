@@ -113,6 +113,42 @@ import ViewfinderKit
         #expect(r.offsets.last == 11)
     }
 
+    @Test func aFrameArrivingWhileTheSetRanLeavesTheLatencyUnknown() {
+        // Frames received at s × 16 ms + 1 µs; the change shows on frame 11.
+        let samples = stepSamples(reference: 6, latency: 5, a: 80, b: 140, count: 30)
+        // Stamped before and after the set (the device did not say when it took the value), and
+        // frame 7 arrived in between: the reference is 6 or 7, the latency 5 or 4.
+        var during = ControlStep(control: .exposure, name: "exposure_time_absolute", from: 100, to: 200, reference: 6)
+        during.setStart = 6 * 16_000_000 + 5000
+        during.setTime = 7 * 16_000_000 + 5000
+        let r = ControlLatencyAnalysis.response(of: during, in: samples, baselineFrames: 4, window: 14, minimumChange: 1)
+        #expect(r.latencyFrames == nil)
+        #expect(r.referenceSequence == 7)
+        #expect(r.error == "frame 7 arrived while the set ran: latency 4 to 5 frames")
+        // Nothing arrived while it ran: counted from frame 6.
+        var clear = during
+        clear.setTime = 6 * 16_000_000 + 9000
+        #expect(ControlLatencyAnalysis.response(of: clear, in: samples, baselineFrames: 4, window: 14, minimumChange: 1).latencyFrames == 5)
+        // The device said when it took the value (no start stamp): counted from the newest frame
+        // received before that moment, however long the set took to return.
+        var stamped = during
+        stamped.setStart = nil
+        let s = ControlLatencyAnalysis.response(of: stamped, in: samples, baselineFrames: 4, window: 14, minimumChange: 1)
+        #expect(s.referenceSequence == 7)
+        #expect(s.latencyFrames == 4)
+    }
+
+    @Test func theSimSaysWhenItTookAValue() throws {
+        let controls = SimControls(defaults: SimControlValues(), latency: 2)
+        let before = monotonicNanoseconds()
+        let taken = try #require(try controls.setReportingTime("gain", to: 400))
+        #expect(taken >= before && taken <= monotonicNanoseconds())
+        #expect(try controls.value(of: "gain") == 400)
+        #expect(throws: DeviceError.self) { _ = try controls.setReportingTime("gain", to: 1_000_000) }
+        #expect(throws: DeviceError.self) { _ = try controls.setReportingTime("no_such_control", to: 1) }
+        #expect(try controls.value(of: "gain") == 400)
+    }
+
     @Test func medianLatencyAndAgreement() {
         func resp(_ l: Int?) -> StepResponse {
             StepResponse(from: 0, to: 1, referenceSequence: 1, latencyFrames: l, baseline: 0, baselineSpread: 0, settled: 1, offsets: [], values: [], error: l == nil ? "no visible change" : nil)
