@@ -689,12 +689,13 @@ public final class MotionEstimator {
                 let floor = recentDenseCostMedian()
                 if floor == 0 || b.cost > 1.25 * floor {
                     // Rotation and scale moving the picture's corners less than a pixel are none.
-                    let turnsOrZooms = (abs(b.f.theta) + abs(b.f.k)) * Double(max(width, height)) / 2 > 1
+                    let turnsOrZooms = cornerShift(theta: b.f.theta, k: b.f.k) > 1
                     // Without a turn or zoom of its own the scan holds none (its grid is whole
                     // pixels of 1/4 or 1/2 resolution): a translation-only scan is one sweep of the
                     // points (`vf_dense_scan`) instead of a dense pass at each of 441 translations.
                     for pass in 0..<(turnsOrZooms ? 2 : 1) {
-                        let theta = pass == 0 && turnsOrZooms ? b.f.theta : 0, k = pass == 0 && turnsOrZooms ? b.f.k : 0
+                        let holdsTurn = pass == 0 && turnsOrZooms
+                        let theta = holdsTurn ? b.f.theta : 0, k = holdsTurn ? b.f.k : 0
                         for start in translationScan(theta: theta, k: k, radius: 10, level: scanLevel) {
                             if pass == 0 && abs(start.tx - b.f.tx) + abs(start.ty - b.f.ty) < 1.5 * Double(1 << scanLevel) { continue }
                             guard let r = denseCoarseToFine(from: start, coarsest: scanLevel, finest: finest) else { continue }
@@ -1430,8 +1431,13 @@ public final class MotionEstimator {
     static let denseSameBasin = 0.5
 
     private func sameBasin(_ a: Similarity, _ b: Similarity) -> Bool {
-        let r = Double(max(width, height)) / 2
-        return abs(a.tx - b.tx) + abs(a.ty - b.ty) + (abs(a.theta - b.theta) + abs(a.k - b.k)) * r < Self.denseSameBasin
+        abs(a.tx - b.tx) + abs(a.ty - b.ty) + cornerShift(theta: a.theta - b.theta, k: a.k - b.k) < Self.denseSameBasin
+    }
+
+    /// About how far a turn by `theta` and a zoom by `k` move the picture's corners
+    /// (full-resolution pixels).
+    private func cornerShift(theta: Double, k: Double) -> Double {
+        (abs(theta) + abs(k)) * Double(max(width, height)) / 2
     }
 
     /// The mean robust cost of `level`'s chosen pixels at `f` (Huber at 4 grey levels). Pixels
