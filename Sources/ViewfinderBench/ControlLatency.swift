@@ -4,8 +4,8 @@ import Foundation
 public struct StepResponse: Codable, Sendable, Equatable {
     public var from: Int64
     public var to: Int64
-    /// Sequence of the newest frame the capture thread had received when the `set` returned: the
-    /// frame the latency counts from.
+    /// Sequence of the newest frame the capture thread had received when the device took the value
+    /// (where the device does not say when, when the `set` returned): the frame the latency counts from.
     public var referenceSequence: UInt64?
     /// Frames from the reference to the first frame that moved at least half-way to the new level
     /// (nil: no visible change, or the set failed).
