@@ -247,7 +247,7 @@ public protocol DeviceControlling: AnyObject, Sendable {
     /// clock of frames' `receiveTime`) where the device knows that moment — the sim reads its
     /// clock under the lock it hands frames out under — or nil where it does not (a V4L2 driver
     /// takes the value somewhere inside its ioctl). The bench counts a control's latency from the
-    /// newest frame received before that moment. The default calls ``set(_:to:)`` and returns nil.
+    /// newest frame received before that moment. The default calls `set(name, to: value)` and returns nil.
     func setReportingTime(_ name: String, to value: Int64) throws -> UInt64?
     /// Writes a standard control. The capture side calls this for every queued request: a device
     /// should do it without allocating (the default looks the descriptor up by name).

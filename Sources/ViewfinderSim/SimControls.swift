@@ -170,8 +170,8 @@ public final class SimControls: DeviceControlling {
         _ = try setReportingTime(name, to: value)
     }
 
-    /// Checks and queues a change (``schedule(_:_:internal:)``) and returns the moment it was
-    /// queued: read under the lock that ``delivered(_:)`` stamps each frame's receive time under,
+    /// Checks and queues a change and returns the moment it was queued: read under the lock
+    /// that the sim stamps each frame's receive time under (as it hands the frame out),
     /// so a frame received before it is one the change counts from (or from a later one), and a
     /// frame received after it is not.
     public func setReportingTime(_ name: String, to value: Int64) throws -> UInt64? {
