@@ -664,12 +664,12 @@ public final class MotionEstimator {
             // the scan below always.
             let floor = recentDenseCostMedian()
             for (i, start) in starts.enumerated() {
-                // A start that ended at a cost the scan below would not doubt ends the search:
-                // the other starts, where they ran anyway, gave the same estimate on every frame
-                // of 58 sequences (`--diagnose-motion`: Bridge, Kite and Storm under the eleven
-                // motions at 1080p, with RainDrops and LadyBird under five at 640x360), and
-                // Bridge filmed hand-held at 1080p costs 5 % fewer instructions (a third fewer
-                // dense passes).
+                // A start that ended at a cost the scan below would not doubt ends the search.
+                // Running the other starts anyway gave the same estimate on every frame of 58
+                // sequences (`--diagnose-motion`: Bridge, Kite and Storm under the eleven motions
+                // at 1080p; those and RainDrops and LadyBird under five at 640x360); ending here
+                // costs Bridge filmed hand-held at 1080p 5 % fewer instructions (the dense
+                // passes' a third fewer).
                 if i > 0, let b = best, floor > 0, b.cost <= Self.denseCostDoubt * floor { break }
                 if i > 0, abs(start.tx - blockStart.tx) + abs(start.ty - blockStart.ty) < 1 { continue }
                 guard let r = denseCoarseToFine(from: start, coarsest: 2, finest: finest) else { continue }
