@@ -53,17 +53,13 @@ public enum ControlLatencyAnalysis {
         }
         // The newest frame received by the capture thread before the set: later than the one the
         // recorder had in hand when the pipeline runs behind.
-        var k = consumedAtSet
+        func newestReceived(by t: UInt64) -> UInt64 {
+            samples.reduce(consumedAtSet) { $1.received > 0 && $1.received <= t && $1.sequence > $0 ? $1.sequence : $0 }
+        }
+        let k = step.setTime.map(newestReceived(by:)) ?? consumedAtSet
         // Where the device did not say when it took the value: the newest frame received before
         // the `set` was called. A frame received while the `set` ran may be the reference or not.
-        var earliest = consumedAtSet
-        if let t = step.setTime {
-            for s in samples where s.received > 0 && s.received <= t && s.sequence > k { k = s.sequence }
-            if let t0 = step.setStart {
-                for s in samples where s.received > 0 && s.received <= t0 && s.sequence > earliest { earliest = s.sequence }
-            }
-        }
-        if step.setStart == nil { earliest = k }
+        let earliest = step.setStart.map(newestReceived(by:)) ?? k
         r.referenceSequence = k
         // The stepper moves to the next step `window` frames after the set (and the recorder then
         // measures that step's picture measure, which may be another one): frames after that
