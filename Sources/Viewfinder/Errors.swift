@@ -9,6 +9,8 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
+        case .unknownStage(let n, _) where n.isEmpty:
+            return "a stage in the list has no name (expected name[:key=value…], stages separated by ',', e.g. stabilise:lookahead=15,focus)"
         case .unknownStage(let n, let known):
             return "unknown stage '\(n)' (known stages: \(known.sorted().joined(separator: ", ")))"
         case .unknownOption(let s, let o, let known):

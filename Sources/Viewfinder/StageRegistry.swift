@@ -184,15 +184,24 @@ public struct StageSpec: Sendable, Equatable, Codable, CustomStringConvertible {
     /// Parses a command-line list: `exposure:mode=auto:bias=0.3,focus,deadline:max_age_ms=50`.
     /// Stages are separated by `,`; options follow the name after `:` as `key=value`.
     public static func parseList(_ text: String) throws -> [StageSpec] {
-        try text.split(separator: ",", omittingEmptySubsequences: true).map { item in
+        var previous: String?
+        return try text.split(separator: ",", omittingEmptySubsequences: true).map { item in
             let parts = item.split(separator: ":", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
             guard let name = parts.first, !name.isEmpty else { throw ConfigurationError.unknownStage("", known: []) }
+            // `stabilise:lookahead=5,keep=0.9`: a second option after a ',' (as in device strings).
+            if name.contains("="), let stage = previous {
+                throw ConfigurationError.invalidOption(stage: stage, option: name,
+                                                       reason: "the options of one stage are joined by ':', stages by ',' (e.g. \(stage):\(parts.joined(separator: ":")) after the stage's other options)")
+            }
+            previous = name
             var options: [String: JSONValue] = [:]
             for p in parts.dropFirst() {
                 guard let eq = p.firstIndex(of: "="), eq != p.startIndex else {
                     throw ConfigurationError.invalidOption(stage: name, option: p, reason: "expected key=value")
                 }
-                options[String(p[..<eq])] = JSONValue(commandLine: String(p[p.index(after: eq)...]))
+                let key = String(p[..<eq])
+                guard options[key] == nil else { throw ConfigurationError.invalidOption(stage: name, option: key, reason: "given twice") }
+                options[key] = JSONValue(commandLine: String(p[p.index(after: eq)...]))
             }
             return StageSpec(name: name, options: options)
         }

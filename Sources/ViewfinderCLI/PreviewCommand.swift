@@ -107,10 +107,27 @@ struct PreviewCommand: ParsableCommand {
         done.wait()
         if server.movie.isRecording { server.movie.stopRecording() }
         session.stopRunning()
-        if let e = failure.withLock({ $0 }) { throw RuntimeFailure(message: "preview server: \(e)") }
+        if let e = failure.withLock({ $0 }) { throw RuntimeFailure(message: Self.serverFailure(e, host: bind, port: port)) }
         if let s = session.statistics {
             var stderr = StandardError()
             print("captured \(s.captured), delivered \(s.delivered), dropped \(s.drops.total); preview pictures \(server.output.pictureCount)", to: &stderr)
         }
+    }
+}
+
+extension PreviewCommand {
+    /// The server's failure in words: a socket call that failed (the port taken, an address not
+    /// on this machine) as "cannot listen on HOST:PORT: reason", anything else as it describes
+    /// itself. (SwiftNIO describes a failed call as `bind(descriptor:ptr:bytes:): reason (errno: N)`.)
+    static func serverFailure(_ error: any Error, host: String, port: Int) -> String {
+        let text = "\(error)"
+        for call in ["bind(", "listen(", "socket("] where text.hasPrefix(call) {
+            if let r = text.range(of: "(errno: ", options: .backwards),
+               let n = Int32(text[r.upperBound...].prefix { $0.isNumber }) {
+                let where_ = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+                return "preview server: cannot listen on \(where_): \(String(cString: strerror(n))) (errno \(n))"
+            }
+        }
+        return "preview server: \(text)"
     }
 }

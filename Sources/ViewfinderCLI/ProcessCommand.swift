@@ -22,6 +22,8 @@ struct ProcessCommand: ParsableCommand {
 
     func run() throws {
         let registry = StageRegistry.builtIn
+        try refuseOverwritingInput(output, inputs: [input])
+        try refuseOverwritingInput(metadata, inputs: [input], what: "metadata file")
         let specs = try StageSpec.parseList(stages).filter(\.enabled)
         let built = try specs.map { try registry.makeStage($0) }
         let reader = try Y4MReader(path: input)
@@ -41,8 +43,8 @@ struct ProcessCommand: ParsableCommand {
         var written = 0
         var writeError: (any Error)?
         let context = StageContext(format: format, frameIntervalNanoseconds: reader.header.interval?.nanoseconds ?? 0, controls: nil, isLive: false)
+        // The chain lends each frame for the call and releases it afterwards itself.
         try chain.prepare(format: format, context: context) { frame in
-            defer { frame.release() }
             guard writeError == nil else { return }
             do {
                 try writer.write(frame)

@@ -82,6 +82,12 @@ struct RunCommand: ParsableCommand {
         } else if let stages {
             specs = try StageSpec.parseList(stages)
         }
+        let source = inputFile(ofDevice: deviceOptions.device ?? fileDevice)
+        try refuseOverwritingInput(frameOutput.output, inputs: [source])
+        try refuseOverwritingInput(metadata, inputs: [source, config], what: "metadata file")
+        if let metadata, !FileManager.default.createFile(atPath: metadata, contents: nil) {
+            throw RuntimeFailure(message: "cannot create the metadata file '\(metadata)': \(String(cString: strerror(errno)))")
+        }
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: fileDevice, registry: .builtIn)
         session.beginConfiguration()
         try session.setStages(specs)
@@ -124,7 +130,7 @@ struct RunCommand: ParsableCommand {
         let outputsSummary = frameOutputs.summary(stats)
         let report = json ? jsonString(summary.dictionary.merging(outputsSummary) { a, _ in a }) : summary.text + frameOutputs.text(stats)
         FrameOutputs.printSummary(report, toStderr: frameOutput.usesStdout)
-        if let w = writer, let f = w.failure { throw DeviceError.io(device: w.path, operation: "write metadata", errno: 0, message: f) }
+        if let w = writer, let f = w.failure { throw RuntimeFailure(message: "writing the metadata file '\(w.path)' failed: \(f)") }
         // The run's first error, with its type: the exit code follows from it.
         if let e = runErrors.first { throw e }
     }

@@ -24,6 +24,29 @@ func refuseExisting(_ path: String, force: Bool) throws {
     }
 }
 
+/// The file a device string reads (`dump:FILE[,options]`), if it names one.
+func inputFile(ofDevice device: String?) -> String? {
+    guard let d = device, d.hasPrefix("dump:") else { return nil }
+    return try? DumpSource.parse(device: d).path
+}
+
+/// Whether two paths name the same existing file (the same device and inode: also through links
+/// and other spellings of the path).
+func sameFile(_ a: String, _ b: String) -> Bool {
+    var sa = stat(), sb = stat()
+    guard stat(a, &sa) == 0, stat(b, &sb) == 0 else { return false }
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino
+}
+
+/// Refuses an output that is one of the command's inputs: opening it for writing would destroy
+/// what is to be read (even with --force). `-` (stdin/stdout) is never a file here.
+func refuseOverwritingInput(_ output: String?, inputs: [String?], what: String = "output") throws {
+    guard let output, output != "-" else { return }
+    for case let input? in inputs where input != "-" && sameFile(input, output) {
+        throw ValidationError("the \(what) '\(output)' is the input '\(input)': writing it would destroy what is being read; choose another file")
+    }
+}
+
 /// Stops the session on Ctrl-C (once), running `body` first.
 func onInterrupt(_ body: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
     signal(SIGINT, SIG_IGN)
@@ -80,7 +103,9 @@ struct SnapCommand: ParsableCommand {
     @Flag(help: "Save the untouched buffer with a header describing it (.vfraw) instead of a JPEG.") var raw = false
     @Flag(help: "Save a raw companion next to each JPEG.") var rawCompanion = false
     @Option(help: "Burst: this many consecutive frames.") var burst = 1
-    @Option(help: "Exposure bracket: comma-separated EV biases, e.g. -2,0,2.") var bracket: String?
+    // Unconditional: the README's `--bracket -2,0,2` starts with a dash, which the parser would
+    // otherwise take for an option.
+    @Option(parsing: .unconditional, help: "Exposure bracket: comma-separated EV biases, e.g. -2,0,2.") var bracket: String?
     @Option(help: "Frames to let pass before capturing (exposure and focus settle).") var warmup = 10
     @Option(help: "Stages to run before the photo output.") var stages: String?
     @Flag(help: "Overwrite existing files.") var force = false
@@ -192,6 +217,7 @@ struct RecordCommand: ParsableCommand {
 
     func run() throws {
         try refuseExisting(output, force: force)
+        try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
         var s = MovieOutputSettings()
         s.quality = quality
         s.encoderThreads = threads
@@ -235,6 +261,9 @@ struct RecordCommand: ParsableCommand {
         if let a = session.audioStatistics { print(recordedAudioText(a, movie.audioAlignment)) }
         print("ended: \(summary.reason.rawValue)\(err.map { " (\($0))" } ?? ""); file complete: \(summary.successfullyFinished ? "yes" : "no")")
         if let err, !summary.successfullyFinished { throw err }
+        // A full disk ends the recording early: the file is complete up to there, and the command
+        // says it did not record what was asked (exit 1), as `dump` does.
+        if summary.reason == .diskFull { throw err ?? MovieRecordingError.diskFull(path: output) }
         session.deliverPendingEvents()
         if let e = runtimeErrors.withLock({ $0.first }) { throw e }
     }
@@ -268,6 +297,7 @@ struct DumpCommand: ParsableCommand {
 
     func run() throws {
         try refuseExisting(output, force: force)
+        try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
         let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
         out.bufferBudget = try bufferOptions.budget
@@ -310,18 +340,34 @@ struct ExportCommand: ParsableCommand {
     @Option(help: "JPEG quality for .mov output.") var quality = 85
     @Flag(help: "Overwrite an existing file.") var force = false
 
+    func validate() throws {
+        // A dump converts to y4m or a movie; any other name would get y4m under the wrong name.
+        if !input.hasSuffix(".y4m") && output != "-" && !output.hasSuffix(".y4m") && !output.hasSuffix(".mov") {
+            throw ValidationError("a dump exports to .y4m (or - for stdout) or .mov; '\(output)' is neither (to copy a dump, copy the file)")
+        }
+    }
+
     func run() throws {
         if output != "-" { try refuseExisting(output, force: force) }
+        try refuseOverwritingInput(output, inputs: [input])
         if input.hasSuffix(".y4m") {
             let r = try DumpConversion.importY4M(input, to: output, overwrite: force)
             print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)")
         } else if output.hasSuffix(".mov") {
             let r = try DumpConversion.exportMovie(dump: input, to: output, quality: quality, overwrite: force)
-            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s\(r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? "")")
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + Self.damageText(r))
         } else {
             let r = try DumpConversion.exportY4M(dump: input, to: output, overwrite: force)
             var err = StandardError()
-            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s\(r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? "")", to: &err)
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + Self.damageText(r), to: &err)
         }
+    }
+
+    /// What of the dump was left out: a damaged tail, and frames that failed their checksum or did
+    /// not decode (skipped; the frames after them are converted).
+    static func damageText(_ r: DumpConversion.Result) -> String {
+        var s = r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? ""
+        if r.skippedFrames > 0 { s += "; \(r.skippedFrames) corrupt frame\(r.skippedFrames == 1 ? "" : "s") left out (the first: \(r.firstSkipReason ?? "?"))" }
+        return s
     }
 }

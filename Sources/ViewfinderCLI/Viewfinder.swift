@@ -71,6 +71,8 @@ enum CLIExit {
         case BenchError.badBaseline: return usage
         case is BenchError: return runtime
         case DeviceError.invalidDeviceOption: return usage
+        // Photo settings out of range (--bracket=-20,20) or contradictory (--burst with --bracket).
+        case PhotoCaptureError.invalidSettings: return usage
         case is DeviceError, is SessionError, is RuntimeFailure: return runtime
         default:
             // The parser's own errors (unknown flag, missing value) are usage errors; anything else

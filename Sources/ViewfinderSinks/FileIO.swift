@@ -160,6 +160,8 @@ public enum AtomicFile {
             try f.sync()
         } catch {
             unlink(tmp)
+            // The user named `path`: say that (the temporary file's name means nothing to them).
+            if let e = error as? SinkError { throw e.naming(path, insteadOf: tmp) }
             throw error
         }
         if overwrite {

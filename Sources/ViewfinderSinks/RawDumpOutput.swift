@@ -229,6 +229,32 @@ public enum DumpConversion {
         public var duration: Double
         /// The damaged tail of the input dump, if any (its complete frames were converted).
         public var damage: DumpDamage?
+        /// Frames left out because their record failed its checksum or did not decode (a corrupt
+        /// JPEG from the camera): the frames after them are still converted, as replay drops such
+        /// a frame as `corrupt` and carries on.
+        public var skippedFrames = 0
+        /// Why the first of them was left out.
+        public var firstSkipReason: String?
+
+        init(frames: Int, duration: Double, damage: DumpDamage?, skippedFrames: Int = 0, firstSkipReason: String? = nil) {
+            self.frames = frames; self.duration = duration; self.damage = damage
+            self.skippedFrames = skippedFrames; self.firstSkipReason = firstSkipReason
+        }
+    }
+
+    /// Counts the frames a conversion leaves out, and ends it when none could be converted.
+    struct Skips {
+        var count = 0
+        var first: String?
+        mutating func skip(_ error: any Error) {
+            count += 1
+            if first == nil { first = "\(error)" }
+        }
+        func checkSomethingConverted(_ written: Int, dump: String) throws {
+            if written == 0, count > 0 {
+                throw DumpError.unsupported("no frame of '\(dump)' could be read (\(count) corrupt; the first: \(first ?? "?"))")
+            }
+        }
     }
 
     /// Writes the frames of a dump to a `.y4m` file (`-` for stdout). The y4m frame rate is the
@@ -247,9 +273,16 @@ public enum DumpConversion {
             let decoder = try JPEGDecoder()
             var writer: Y4MWriter?
             var planar: Frame?
+            var skips = Skips(), written = 0
             for i in 0..<reader.frameCount {
-                try reader.read(i, into: frame)
-                let d = try decoder.decodePlanes(UnsafeRawBufferPointer(frame.bytes))
+                let d: (width: Int, height: Int, subsampling: ChromaSubsampling, y: [UInt8], u: [UInt8], v: [UInt8])
+                do {
+                    try reader.read(i, into: frame)
+                    d = try decoder.decodePlanes(UnsafeRawBufferPointer(frame.bytes))
+                } catch {
+                    skips.skip(error)
+                    continue
+                }
                 if writer == nil {
                     let pf: PixelFormat = d.subsampling == .s420 ? .i420 : d.subsampling == .grey ? .grey : .yuv422p
                     guard d.subsampling != .s444 else { throw DumpError.unsupported("y4m export of 4:4:4 JPEG is not supported") }
@@ -258,23 +291,29 @@ public enum DumpConversion {
                     writer = try Y4MWriter(path: output, format: f, interval: interval)
                 }
                 guard let p = planar, let w = writer, d.width == p.format.width, d.height == p.format.height else {
-                    throw DumpError.formatMismatch(path: dump, expected: "\(planar?.format.description ?? "?")", got: "\(d.width)x\(d.height) JPEG")
+                    skips.skip(DumpError.formatMismatch(path: dump, expected: "\(planar?.format.description ?? "?")", got: "\(d.width)x\(d.height) JPEG"))
+                    continue
                 }
-                try copyPlanes(d, into: p)
+                do { try copyPlanes(d, into: p) } catch { skips.skip(error); continue }
                 try w.write(p)
+                written += 1
             }
             try writer?.flush()
             writer?.close()
-            return Result(frames: reader.frameCount, duration: Self.duration(reader, interval), damage: reader.damage)
+            try skips.checkSomethingConverted(written, dump: dump)
+            return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
         }
         let writer = try Y4MWriter(path: output, format: reader.format, interval: interval)
+        var skips = Skips(), written = 0
         for i in 0..<reader.frameCount {
-            try reader.read(i, into: frame)
+            do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
             try writer.write(frame)
+            written += 1
         }
         try writer.flush()
         writer.close()
-        return Result(frames: reader.frameCount, duration: Self.duration(reader, interval), damage: reader.damage)
+        try skips.checkSomethingConverted(written, dump: dump)
+        return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
     }
 
     static func duration(_ reader: RawDumpReader, _ interval: FrameInterval) -> Double {
@@ -330,9 +369,11 @@ extension DumpConversion {
         let writer = try MovieWriter(path: output, tracks: [.mjpegVideo(width: reader.format.width, height: reader.format.height)], overwrite: overwrite)
         let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
         let encoder = try JPEGEncoder()
+        var skips = Skips(), written = 0
         try withExtendedLifetime(encoder) {
             for i in 0..<reader.frameCount {
-                try reader.read(i, into: frame)
+                do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
+                written += 1
                 let ts = frame.timestamp.nanoseconds
                 if frame.format.pixelFormat == .mjpeg {
                     try writer.appendVideo(UnsafeRawBufferPointer(frame.bytes), timestampNanoseconds: ts)
@@ -343,6 +384,7 @@ extension DumpConversion {
         }
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval.nanoseconds : nil
         try writer.finish(lastFrameDurationNanoseconds: interval)
-        return Result(frames: reader.frameCount, duration: writer.durationWritten, damage: reader.damage)
+        try skips.checkSomethingConverted(written, dump: dump)
+        return Result(frames: written, duration: writer.durationWritten, damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
     }
 }

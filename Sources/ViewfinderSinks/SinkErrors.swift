@@ -31,6 +31,15 @@ public enum SinkError: Error, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The same error about `path` where it names `other` (a temporary file written for `path`).
+    func naming(_ path: String, insteadOf other: String) -> SinkError {
+        switch self {
+        case .io(let p, let op, let e, let m) where p == other: return .io(path: path, operation: op, errno: e, message: m)
+        case .diskFull(let p) where p == other: return .diskFull(path: path)
+        default: return self
+        }
+    }
+
     /// The error for a failed system call with the current `errno`.
     static func fromErrno(path: String, operation: String, errno e: Int32 = errno) -> SinkError {
         if e == ENOSPC || e == EDQUOT { return .diskFull(path: path) }

@@ -1,0 +1,159 @@
+import Testing
+import Foundation
+import ArgumentParser
+@testable import ViewfinderCLI
+import ViewfinderKit
+
+/// What an outside user's first session with the command line tried (29 Nov sweep): files from
+/// `process`, an input given as the output, exports of damaged dumps, the README's own examples.
+@Suite struct UserInputTests {
+    /// A scratch folder of its own, removed afterwards.
+    final class Scratch {
+        let dir: String
+        init() {
+            dir = NSTemporaryDirectory() + "vf-cli-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+            try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        }
+        deinit { try? FileManager.default.removeItem(atPath: dir) }
+        func path(_ name: String) -> String { dir + "/" + name }
+    }
+
+    static func framesIn(y4m path: String) throws -> Int {
+        let r = try Y4MReader(path: path)
+        let f = Frame(capacity: r.format.maxByteCount, format: r.format)
+        var n = 0
+        while try r.read(into: f) { n += 1 }
+        return n
+    }
+
+    static func size(_ path: String) -> Int {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1
+    }
+
+    @Test func processWritesEveryFrameWithAndWithoutStages() throws {
+        let s = Scratch()
+        let input = s.path("in.y4m")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=96,height=64,frames=8", "--output", input]) == 0)
+        #expect(try Self.framesIn(y4m: input) == 8)
+        // No stages, a stage without delay, and one that holds frames (handed out at the end).
+        for stages in [[], ["--stages", "null"], ["--stages", "stabilise:lookahead=3"]] {
+            let out = s.path("out\(stages.count).y4m")
+            #expect(CLIExit.run(["process", "--input", input, "--output", out, "--quiet"] + stages) == 0, "\(stages)")
+            #expect(try Self.framesIn(y4m: out) == 8, "\(stages)")
+        }
+    }
+
+    @Test func anInputIsNeverTheOutput() throws {
+        let s = Scratch()
+        let y4m = s.path("a.y4m"), dump = s.path("a.vfdump")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=4", "--output", y4m]) == 0)
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=4", "--output", dump]) == 0)
+        let (y4mSize, dumpSize) = (Self.size(y4m), Self.size(dump))
+        #expect(y4mSize > 0 && dumpSize > 0)
+        // Also through another spelling of the path.
+        let other = s.dir + "/./a.vfdump"
+        #expect(CLIExit.run(["run", "--device", "dump:" + dump, "--output", other]) == 64)
+        #expect(CLIExit.run(["run", "--device", "dump:" + dump, "--metadata", dump]) == 64)
+        #expect(CLIExit.run(["dump", "--device", "dump:" + dump, "--output", dump, "--force"]) == 64)
+        #expect(CLIExit.run(["record", "--device", "dump:" + dump, "--output", dump, "--force"]) == 64)
+        #expect(CLIExit.run(["export", dump, other, "--force"]) == 64)
+        #expect(CLIExit.run(["export", y4m, y4m, "--force"]) == 64)
+        #expect(CLIExit.run(["process", "--input", y4m, "--output", y4m]) == 64)
+        #expect(Self.size(y4m) == y4mSize && Self.size(dump) == dumpSize)
+        #expect(try Self.framesIn(y4m: y4m) == 4)
+        #expect(try RawDumpReader(path: dump).frameCount == 4)
+    }
+
+    @Test func aDumpExportsOnlyToY4MOrAMovie() {
+        let s = Scratch()
+        let dump = s.path("a.vfdump")
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=3", "--output", dump]) == 0)
+        #expect(CLIExit.run(["export", dump, s.path("b.vfdump")]) == 64)
+        #expect(CLIExit.run(["export", dump, s.path("b.bin")]) == 64)
+        #expect(!FileManager.default.fileExists(atPath: s.path("b.vfdump")))
+        #expect(CLIExit.run(["export", dump, s.path("b.y4m")]) == 0)
+        #expect(CLIExit.run(["export", dump, s.path("b.mov")]) == 0)
+    }
+
+    /// A frame whose record fails its checksum is left out and counted; the frames after it are
+    /// exported (replay does the same), and a dump with no readable frame is an error.
+    @Test func exportSkipsACorruptFrameAndKeepsTheRest() throws {
+        let s = Scratch()
+        let dump = s.path("a.vfdump")
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=6", "--output", dump, "--compression", "none"]) == 0)
+        let entries = try RawDumpReader(path: dump).entries
+        #expect(entries.count == 6)
+        // Flip bytes in the middle of frame 2's payload.
+        let h = try #require(FileHandle(forUpdatingAtPath: dump))
+        let at = entries[2].offset + UInt64(entries[2].storedLength) / 2 + 64
+        try h.seek(toOffset: at)
+        let old = try #require(try h.read(upToCount: 16))
+        try h.seek(toOffset: at)
+        try h.write(contentsOf: Data(old.map { $0 ^ 0x5A }))
+        try h.close()
+        let r = try DumpConversion.exportY4M(dump: dump, to: s.path("out.y4m"))
+        #expect(r.frames == 5 && r.skippedFrames == 1)
+        #expect(r.firstSkipReason?.contains("frame 2") == true)
+        #expect(try Self.framesIn(y4m: s.path("out.y4m")) == 5)
+        let m = try DumpConversion.exportMovie(dump: dump, to: s.path("out.mov"))
+        #expect(m.frames == 5 && m.skippedFrames == 1)
+        #expect(CLIExit.run(["export", dump, s.path("cli.y4m")]) == 0)
+    }
+
+    @Test func theREADMEsBracketParses() throws {
+        let c = try ViewfinderCommand.parseAsRoot(["snap", "--device", "sim", "--bracket", "-2,0,2"])
+        let snap = try #require(c as? SnapCommand)
+        #expect(snap.bracket == "-2,0,2")
+    }
+
+    @Test func stageListMistakesSayWhatToWrite() {
+        #expect(throws: ConfigurationError.self) { _ = try StageSpec.parseList("stabilise:lookahead=5,keep=0.9") }
+        do {
+            _ = try StageSpec.parseList("stabilise:lookahead=5,keep=0.9")
+        } catch {
+            #expect("\(error)".contains("stabilise:keep=0.9"))
+            #expect(CLIExit.status(for: error) == 64)
+        }
+        #expect(throws: ConfigurationError.invalidOption(stage: "stabilise", option: "lookahead", reason: "given twice")) {
+            _ = try StageSpec.parseList("stabilise:lookahead=5:lookahead=60")
+        }
+        do {
+            _ = try StageSpec.parseList(":")
+            Issue.record("an empty stage name parsed")
+        } catch {
+            #expect("\(error)".contains("has no name"))
+        }
+        // What works stays as it was.
+        #expect((try? StageSpec.parseList("exposure:mode=continuous,focus,stabilise:lookahead=15").count) == 3)
+    }
+}
+
+extension UserInputTests {
+    @Test func photoSettingsOutOfRangeAreUsageErrors() {
+        #expect(CLIExit.status(for: PhotoCaptureError.invalidSettings("bias -20.0 EV is outside -8...8")) == 64)
+        #expect(CLIExit.status(for: PhotoCaptureError.timedOut) == 1)
+    }
+
+    @Test func aTakenPortIsSaidInWords() {
+        struct NIOLike: Error, CustomStringConvertible {
+            var description: String { "bind(descriptor:ptr:bytes:): Address already in use) (errno: 98)" }
+        }
+        struct Other: Error, CustomStringConvertible { var description: String { "something else" } }
+        #expect(PreviewCommand.serverFailure(NIOLike(), host: "127.0.0.1", port: 8080)
+                == "preview server: cannot listen on 127.0.0.1:8080: \(String(cString: strerror(98))) (errno 98)")
+        #expect(PreviewCommand.serverFailure(Other(), host: "::1", port: 1) == "preview server: something else")
+    }
+
+    /// An atomic write into a folder that does not exist names the user's file, not the
+    /// temporary one beside it.
+    @Test func aFailedStillNamesTheUsersFile() {
+        let path = "/nonexistent-\(getpid())/still.jpg"
+        do {
+            try AtomicFile.write([1, 2, 3], to: path)
+            Issue.record("wrote into a folder that does not exist")
+        } catch {
+            #expect("\(error)".contains("'\(path)'"), "\(error)")
+            #expect(!"\(error)".contains(".tmp"), "\(error)")
+        }
+    }
+}
