@@ -507,8 +507,12 @@ public final class RawDumpReader {
         scratch = .allocate(byteCount: scratchCapacity, alignment: 64)
         do {
             var head = [UInt8](repeating: 0, count: 16)
-            guard try RawDumpReader.pread(fd, &head, 0, path) == 16, Array(head[0..<8]) == RawDumpFormat.fileMagic else {
+            let got = try RawDumpReader.pread(fd, &head, 0, path)
+            guard got >= 8, Array(head[0..<8]) == RawDumpFormat.fileMagic else {
                 throw DumpError.notADump(path: path, reason: "no VFDUMP magic at the start")
+            }
+            guard got == 16 else {
+                throw DumpError.corruptRecord(path: path, offset: 0, reason: "the file ends after \(fileSize) bytes, inside its header (truncated)")
             }
             version = Int(head[8]) | Int(head[9]) << 8
             guard RawDumpFormat.readableVersions.contains(version) else { throw DumpError.unsupportedVersion(path: path, version: version) }

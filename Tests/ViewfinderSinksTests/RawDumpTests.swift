@@ -410,6 +410,12 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         let path = dir + "/x.vfdump"
         try Data("hello world, not a dump at all".utf8).write(to: URL(fileURLWithPath: path))
         #expect(throws: DumpError.notADump(path: path, reason: "no VFDUMP magic at the start")) { _ = try RawDumpReader(path: path) }
+        // A dump cut inside its first 16 bytes is a truncated dump, not "not a dump".
+        let cut = dir + "/cut.vfdump"
+        try Data(RawDumpFormat.fileMagic + [1, 0]).write(to: URL(fileURLWithPath: cut))
+        #expect(throws: DumpError.corruptRecord(path: cut, offset: 0, reason: "the file ends after 10 bytes, inside its header (truncated)")) {
+            _ = try RawDumpReader(path: cut)
+        }
         #expect(throws: DeviceError.self) { _ = try DumpProvider().open("dump:" + path) }
         #expect(throws: DeviceError.invalidDeviceOption(device: "dump:\(path),speed=2", option: "speed", reason: "unknown option (known: paced, loop, rebase, threads)")) {
             _ = try DumpSource(device: "dump:\(path),speed=2")
