@@ -157,3 +157,22 @@ extension UserInputTests {
         }
     }
 }
+
+extension UserInputTests {
+    /// The commands no other test ran to success: a burst and a bracket of stills, the controls,
+    /// the device and stage lists.
+    @Test func stillsControlsAndListsSucceed() throws {
+        let s = Scratch()
+        let burst = s.path("b.jpg"), bracket = s.path("k.jpg")
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", burst, "--burst", "2"]) == 0)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", bracket, "--bracket", "-1,1"]) == 0)
+        for name in ["b-1.jpg", "b-2.jpg", "k-1.jpg", "k-2.jpg"] {
+            let data = try Data(contentsOf: URL(fileURLWithPath: s.path(name)))
+            #expect(data.count > 200 && data.prefix(2) == Data([0xFF, 0xD8]), "\(name)")
+        }
+        #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=200"]) == 0)
+        #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=99999"]) == 1)
+        #expect(CLIExit.run(["devices", "--json"]) == 0)
+        #expect(CLIExit.run(["stages"]) == 0)
+    }
+}
