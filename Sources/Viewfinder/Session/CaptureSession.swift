@@ -281,10 +281,20 @@ public final class CaptureSession: @unchecked Sendable {
         hub.drain()
     }
 
-    /// Waits until the engine finishes by itself (frame or duration limit, end of a file, error).
+    /// Waits until the engine finishes by itself (frame or duration limit, end of a file, error),
+    /// or the session is stopped. A change of configuration while running (stages switched on or
+    /// off, a new preset) restarts the engine: that is not the end, and the wait goes on with the
+    /// new engine.
     public func waitUntilFinished() {
-        let e = lock.withLock { engine }
-        e?.waitUntilFinished()
+        var waited: CaptureEngine?
+        while true {
+            // A change in progress holds `transition` from taking the old engine out until the
+            // new one runs: wait for it to finish, then see which engine the session has.
+            let e = transition.withLock { lock.withLock { engine } }
+            guard let e, e !== waited else { return }
+            e.waitUntilFinished()
+            waited = e
+        }
     }
 
     /// Whether the session is waiting for its disconnected device to come back.
