@@ -109,11 +109,9 @@ struct RunCommand: ParsableCommand {
         let errors = LockedBox<[any Error]>([])
         session.onEvent { e in if let error = e.error { errors.withLock { $0.append(error) } } }
 
-        // Ctrl-C stops capture; what was captured still flows out.
-        signal(SIGINT, SIG_IGN)
-        let sigint = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        sigint.setEventHandler { session.stopRunning() }
-        sigint.resume()
+        // Ctrl-C or SIGTERM stops capture; what was captured still flows out.
+        let interrupt = onInterrupt { session.stopRunning() }
+        defer { interrupt.cancel() }
 
         try session.startRunning()
         let showStatus = !json && isatty(STDERR_FILENO) != 0

@@ -47,14 +47,24 @@ func refuseOverwritingInput(_ output: String?, inputs: [String?], what: String =
     }
 }
 
-/// Stops the session on Ctrl-C (once), running `body` first.
-func onInterrupt(_ body: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
-    signal(SIGINT, SIG_IGN)
-    let s = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-    s.setEventHandler(handler: body)
-    s.resume()
-    return s
+/// Ctrl-C (SIGINT) and SIGTERM (`kill`, a service manager, a container stopping) run `body`:
+/// the command then ends as it does at a limit — files finished, rings removed, the summary
+/// printed — instead of being killed mid-write.
+final class InterruptHandler {
+    private let sources: [any DispatchSourceSignal]
+    init(_ body: @escaping @Sendable () -> Void) {
+        sources = [SIGINT, SIGTERM].map { sig in
+            signal(sig, SIG_IGN)
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            s.setEventHandler(handler: body)
+            s.resume()
+            return s
+        }
+    }
+    func cancel() { for s in sources { s.cancel() } }
 }
+
+func onInterrupt(_ body: @escaping @Sendable () -> Void) -> InterruptHandler { InterruptHandler(body) }
 
 func formatBytes(_ b: UInt64) -> String {
     b >= 1 << 20 ? String(format: "%.1f MiB", Double(b) / 1048576) : b >= 1 << 10 ? String(format: "%.1f KiB", Double(b) / 1024) : "\(b) B"
