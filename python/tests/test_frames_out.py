@@ -12,7 +12,9 @@ import uuid
 
 import numpy as np
 
-from viewfinder_frames import FrameReader, RingNotFound, _convert
+import threading
+
+from viewfinder_frames import FrameReader, RingNotFound, WriterGone, _convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("VIEWFINDER_BIN", os.path.join(ROOT, ".build", "debug", "viewfinder"))
@@ -162,6 +164,85 @@ class SharedMemoryTests(unittest.TestCase):
         self.assertFalse(os.path.exists("/dev/shm/" + name))
         with self.assertRaises(RingNotFound):
             FrameReader(name)
+
+
+class SharedMemoryFaultTests(unittest.TestCase):
+    """What an outside user's session found (29 Nov): metadata read after the slot was reused, a
+    reader waiting at a dead run's ring, read() after the writer was killed, MJPEG planes."""
+
+    def test_metadata_stays_its_frames_after_the_slot_is_reused(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=160,height=120,fps=60,paced=true,frames=60", "--shm", name,
+                      "--shm-slots", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            with FrameReader(name, wait=10) as reader:
+                frame = reader.read(timeout=5)
+                self.assertIsNotNone(frame)
+                time.sleep(0.2)                      # 12 frames at 60 fps: the 2 slots are reused
+                self.assertFalse(frame.valid())
+                self.assertEqual(frame.metadata["sequence"], frame.sequence)
+        finally:
+            proc.wait(timeout=30)
+
+    def test_read_says_when_the_writer_was_killed(self):
+        name = ring_name()
+        proc = start(["--device", "pattern:width=160,height=120,fps=50,paced=true", "--shm", name],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            with FrameReader(name, wait=10) as reader:
+                self.assertIsNotNone(reader.read(timeout=5))
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+                deadline = time.monotonic() + 10
+                with self.assertRaises(WriterGone):
+                    while time.monotonic() < deadline:
+                        reader.read(timeout=0.2)
+                self.assertFalse(reader.finished)
+        finally:
+            if os.path.exists("/dev/shm/" + name):
+                os.unlink("/dev/shm/" + name)
+
+    def test_a_waiting_reader_skips_a_dead_runs_ring_for_the_next_writer(self):
+        name = ring_name()
+        killed = start(["--device", "pattern:width=160,height=120,fps=50,paced=true", "--shm", name],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with FrameReader(name, wait=10) as reader:
+            self.assertIsNotNone(reader.read(timeout=5))
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=10)
+        self.assertTrue(os.path.exists("/dev/shm/" + name))
+        got = {}
+
+        def wait_and_read():
+            with FrameReader(name, wait=20) as r:
+                got["pid"] = r.writer_pid
+                got["frames"] = sum(1 for _ in r)
+
+        t = threading.Thread(target=wait_and_read)
+        t.start()
+        time.sleep(0.5)                              # the reader is waiting at the dead ring
+        proc = start(["--device", "pattern:width=160,height=120,fps=50,paced=true,frames=30", "--shm", name])
+        out, err = proc.communicate(timeout=60)
+        t.join(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertEqual(got.get("pid"), proc.pid)
+        self.assertGreater(got.get("frames", 0), 10)
+
+    def test_mjpeg_frames_say_to_decode(self):
+        name = ring_name()
+        proc = start(["--device", "sim:width=160,height=120,format=mjpeg,paced=true", "--frames", "20", "--shm", name],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            with FrameReader(name, wait=20) as reader:
+                frame = reader.read(timeout=10)
+                self.assertIsNotNone(frame)
+                self.assertEqual(frame.format, "mjpeg")
+                for attribute in ("array", "y", "u"):
+                    with self.assertRaises(ValueError):
+                        getattr(frame, attribute)
+                self.assertEqual(bytes(frame.data[:2]), b"\xff\xd8")
+        finally:
+            proc.wait(timeout=60)
 
 
 class PipeTests(unittest.TestCase):

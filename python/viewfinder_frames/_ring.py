@@ -41,6 +41,12 @@ class RingFinished(Exception):
     """The writer has ended the run and every frame was offered."""
 
 
+class WriterGone(RingFinished):
+    """The writer's process is gone (killed) without ending the run; no frame will come. A
+    RingFinished, so code that stops at the end stops here too; ``except WriterGone`` tells
+    the two apart."""
+
+
 class _timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
@@ -98,11 +104,17 @@ class Frame:
         per = {"yuyv": [2], "uyvy": [2], "rgb24": [3], "nv12": [1, 2]}.get(self.format, [1, 1, 1])
         return [self._plane(i, per[min(i, len(per) - 1)]) for i in range(len(self._reader._planes))]
 
+    def _first_plane(self):
+        if self.format == "mjpeg":
+            raise ValueError("an MJPEG frame carries the camera's JPEG, not planes: use to_bgr() "
+                             "(decodes it) or data (the JPEG's bytes)")
+        return self.planes[0]
+
     @property
     def array(self):
         """The picture in its natural shape: (h, w, 2) for YUYV/UYVY, (h, w, 3) for RGB24,
-        (h, w) for GREY and the luma of planar formats."""
-        p = self.planes[0]
+        (h, w) for GREY and the luma of planar formats. (MJPEG: ValueError; use to_bgr().)"""
+        p = self._first_plane()
         if self.format in ("yuyv", "uyvy"):
             return p.reshape(self.height, self.width, 2)
         if self.format == "rgb24":
@@ -111,8 +123,8 @@ class Frame:
 
     @property
     def y(self):
-        """Luma, (h, w); a strided view for packed 4:2:2."""
-        a = self.planes[0]
+        """Luma, (h, w); a strided view for packed 4:2:2. (MJPEG: ValueError; use to_bgr().)"""
+        a = self._first_plane()
         if self.format == "yuyv":
             return a[:, 0::2]
         if self.format == "uyvy":
@@ -129,6 +141,8 @@ class Frame:
 
     def _chroma(self, k):
         f = self.format
+        if f == "mjpeg":
+            self._first_plane()
         if f in ("yuyv", "uyvy"):
             return self.planes[0][:, (1 if f == "yuyv" else 0) + 2 * k::4]
         if f == "nv12":
@@ -146,7 +160,8 @@ class Frame:
     @property
     def metadata(self):
         """The frame's metadata (the same JSON object as ``viewfinder run --metadata``), parsed
-        on first use; None when it did not fit the slot."""
+        on first use; None when it did not fit the slot. Its bytes are copied when the frame is
+        read, so it stays this frame's after the writer reuses the slot."""
         if self._metadata is None and self._meta_raw is not None:
             self._metadata = json.loads(bytes(self._meta_raw))
         return self._metadata
@@ -162,7 +177,7 @@ class Frame:
         for k in _COPIED:
             setattr(c, k, getattr(self, k))
         c.data = np.array(self.data, copy=True)
-        c._meta_raw = bytes(self._meta_raw) if self._meta_raw is not None else None
+        c._meta_raw = self._meta_raw
         c._metadata = self._metadata
         c._owned_planes = [np.array(p, copy=True) for p in self.planes]
         if not self.valid():
@@ -204,7 +219,13 @@ class FrameReader:
         while True:
             try:
                 size = self._open()
-                break
+                # A ring left behind by a killed run: while there is time to wait, wait for the
+                # next writer (it replaces the file) instead of attaching to the dead one.
+                if not self._is_stale() or time.monotonic() >= deadline:
+                    break
+                self._mm = None
+                time.sleep(0.01)
+                continue
             except (RingNotFound, _Incomplete) as e:
                 # Not there yet, or its writer is still laying out the header (magic goes last).
                 if time.monotonic() >= deadline:
@@ -260,6 +281,11 @@ class FrameReader:
     def finished(self):
         return int(self._words32[140 // 4]) == STATE_FINISHED
 
+    def _is_stale(self):
+        """The ring's run neither ended nor has a live writer."""
+        state = struct.unpack_from("<I", self._mm, 140)[0]
+        return state != STATE_FINISHED and not self.writer_alive()
+
     def writer_alive(self):
         """Whether the writer's process still runs (a killed run leaves its ring behind)."""
         try:
@@ -279,7 +305,8 @@ class FrameReader:
     # --- reading ------------------------------------------------------------------------------
     def read(self, timeout=None):
         """The next frame; None after ``timeout`` seconds without one (None: ``self.timeout``).
-        Raises RingFinished once the run has ended and every frame was offered."""
+        Raises RingFinished once the run has ended and every frame was offered, and WriterGone
+        (a RingFinished) when no frame came within the timeout and the writer's process is gone."""
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         words = self._words
@@ -299,6 +326,9 @@ class FrameReader:
                 raise RingFinished(self.name)
             left = deadline - time.monotonic()
             if left <= 0:
+                if not self.writer_alive():
+                    raise WriterGone("the writer of '%s' (pid %d) is gone without ending the run"
+                                     % (self.name, self.writer_pid))
                 return None
             if _WAIT is not None:
                 _WAIT(self._futex_address, seen, min(left, 0.1))
@@ -329,7 +359,9 @@ class FrameReader:
         start = slot + self.pixel_offset
         f.data = np.ndarray((f.bytes_used,), np.uint8, self._mm, start)
         m0 = slot + SLOT_HEADER_SIZE
-        f._meta_raw = None if flags & 1 else memoryview(self._mm)[m0:m0 + min(mlen, self.metadata_capacity)]
+        # The metadata's bytes are copied now (a few hundred bytes): parsed later from the slot,
+        # they could be another frame's once the writer has reused it.
+        f._meta_raw = None if flags & 1 else bytes(self._mm[m0:m0 + min(mlen, self.metadata_capacity)])
         f._reader, f._slot, f._seq = self, slot, seq
         if int(self._words[slot // 8]) != seq:
             return None
