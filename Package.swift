@@ -131,7 +131,7 @@ let package = Package(
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels"]),
         .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
-        .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI"]),
+        .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI", "ViewfinderBench"]),
         .testTarget(name: "ViewfinderPreviewTests", dependencies: [
             "ViewfinderPreview", "ViewfinderKit", "CTurboJPEG",
         ]),

@@ -56,6 +56,9 @@ public enum DeviceError: Error, Equatable, CustomStringConvertible {
         case .io(let d, let op, let e, let m): return "device '\(d)': \(op) failed: \(m) (errno \(e))"
         case .unknownControl(let d, let c, let known):
             return "device '\(d)' has no control '\(c)' (its controls: \(known.joined(separator: ", ")))"
+        case .controlOutOfRange(let d, let c, let v, let r) where r.contains(v):
+            // Inside the range, refused all the same: off the control's step, or no item of its menu.
+            return "device '\(d)': value \(v) for '\(c)' is within \(r.lowerBound)...\(r.upperBound) but not one of its values (off its step, or not an item of its menu: `viewfinder controls --device \(d)` lists them)"
         case .controlOutOfRange(let d, let c, let v, let r):
             return "device '\(d)': value \(v) for '\(c)' is outside \(r.lowerBound)...\(r.upperBound)"
         case .notRunning(let d): return "device '\(d)' is not streaming"

@@ -174,17 +174,23 @@ public final class LatencyHistogram: @unchecked Sendable {
         return out
     }
 
-    /// The latency below which `q` (0…1) of the samples fall, in nanoseconds (bucket upper bound).
+    /// The latency below which `q` (0…1) of the samples fall, in nanoseconds (bucket upper bound,
+    /// but never above the largest sample seen: a quantile above the maximum reads as nonsense).
     public func quantile(_ q: Double) -> UInt64 {
         let n = count
         guard n > 0 else { return 0 }
         let target = UInt64((Double(n) * q).rounded(.up))
         var acc: UInt64 = 0
+        let largest = maximum
         for i in 0..<Self.bucketCount {
             acc += buckets[i].load(ordering: .relaxed)
-            if acc >= max(target, 1) { return UInt64(pow(2, Double(i + 1) / Double(Self.perOctave)) * 1000) }
+            if acc >= max(target, 1) {
+                let upper = UInt64(pow(2, Double(i + 1) / Double(Self.perOctave)) * 1000)
+                return largest > 0 ? min(upper, largest) : upper
+            }
         }
-        return UInt64(pow(2, Double(Self.octaves)) * 1000)
+        let top = UInt64(pow(2, Double(Self.octaves)) * 1000)
+        return largest > 0 ? min(top, largest) : top
     }
 }
 

@@ -58,3 +58,48 @@ public enum JSONValue: Sendable, Equatable, Codable, CustomStringConvertible {
         }
     }
 }
+
+/// A JSON decoding error in the words of the file or request a person wrote: where (the key path
+/// as the JSON spells it, `stages[0].enabled`, snake_case when `snakeCase`) and what was wrong
+/// (`true or false`, `a number`), without Swift's type names or coding-key dumps.
+package func jsonDecodingFailure(_ error: any Error, snakeCase: Bool = false) -> String {
+    guard let e = error as? DecodingError else { return "\(error)" }
+    func name(_ key: String) -> String {
+        guard snakeCase else { return key }
+        var out = ""
+        for c in key {
+            if c.isUppercase { out += "_" + c.lowercased() } else { out.append(c) }
+        }
+        return out
+    }
+    func path(_ keys: [any CodingKey]) -> String {
+        var s = ""
+        for k in keys {
+            if let i = k.intValue { s += "[\(i)]" } else { s += (s.isEmpty ? "" : ".") + name(k.stringValue) }
+        }
+        return s
+    }
+    func at(_ keys: [any CodingKey]) -> String { keys.isEmpty ? "the top level" : "'\(path(keys))'" }
+    func kind(_ t: Any.Type) -> String {
+        switch t {
+        case is Bool.Type: return "true or false"
+        case is String.Type: return "a string"
+        case is Int.Type, is Int64.Type, is Int32.Type, is UInt64.Type, is UInt32.Type, is UInt.Type, is Double.Type, is Float.Type: return "a number"
+        default:
+            let n = String(describing: t)
+            return n.hasPrefix("Array") || n.hasPrefix("[") ? "a list" : "an object"
+        }
+    }
+    switch e {
+    case .keyNotFound(let k, let c): return "\(at(c.codingPath + [k])) is missing"
+    case .typeMismatch(let t, let c): return "\(at(c.codingPath)) must be \(kind(t))"
+    case .valueNotFound(let t, let c): return "\(at(c.codingPath)) is null where \(kind(t)) belongs"
+    case .dataCorrupted(let c):
+        if c.codingPath.isEmpty {
+            let detail = (c.underlyingError as NSError?)?.userInfo[NSDebugDescriptionErrorKey].map { "\($0)" }
+            return "not valid JSON" + (detail.map { " (\($0))" } ?? "")
+        }
+        return "\(at(c.codingPath)): \(c.debugDescription)"
+    @unknown default: return "\(error)"
+    }
+}

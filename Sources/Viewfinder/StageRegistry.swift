@@ -277,14 +277,5 @@ public struct PipelineConfiguration: Sendable, Equatable, Codable {
         }
     }
 
-    static func describe(_ error: any Error) -> String {
-        switch error {
-        case DecodingError.typeMismatch(let t, let c), DecodingError.valueNotFound(let t, let c):
-            return "expected \(t) at \(c.codingPath.map(\.stringValue).joined(separator: "."))"
-        case DecodingError.keyNotFound(let k, _): return "missing key '\(k.stringValue)'"
-        case DecodingError.dataCorrupted(let c):
-            return c.underlyingError.map { "\($0.localizedDescription)" } ?? c.debugDescription
-        default: return "\(error)"
-        }
-    }
+    static func describe(_ error: any Error) -> String { jsonDecodingFailure(error) }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Viewfinder
 
 /// The result of a `viewfinder bench` run: the `--json` output (keys in snake case) and the input
 /// of the HTML report and of a later `--baseline` comparison.
@@ -162,8 +163,13 @@ extension BenchReport {
     /// Reads a report written by ``jsonData()``. Throws ``BenchError/badBaseline(path:reason:)``.
     public static func load(path: String) throws -> BenchReport {
         let data: Data
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
+            throw BenchError.badBaseline(path: path, reason: "it is a folder, not a report")
+        }
         do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-            throw BenchError.badBaseline(path: path, reason: "cannot read it: \(error.localizedDescription)")
+            let reason = access(path, F_OK) == 0 ? String(cString: strerror(EACCES)) : String(cString: strerror(ENOENT))
+            throw BenchError.badBaseline(path: path, reason: "cannot read it: \(reason)")
         }
         let d = JSONDecoder()
         d.keyDecodingStrategy = .convertFromSnakeCase
@@ -175,7 +181,7 @@ extension BenchReport {
             }
             return r
         } catch let e as BenchError { throw e } catch {
-            throw BenchError.badBaseline(path: path, reason: "not a bench report: \(error)")
+            throw BenchError.badBaseline(path: path, reason: "not a bench report: \(jsonDecodingFailure(error, snakeCase: true))")
         }
     }
 }

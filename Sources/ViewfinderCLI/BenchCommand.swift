@@ -56,8 +56,10 @@ struct BenchCommand: ParsableCommand {
     }
 
     func run() throws {
-        // Read the baseline first: a bad one is found before a long run.
+        // Read the baseline and check the report's folder first: a bad one is found before a
+        // long run, not after it.
         let old = try baseline.map { try BenchReport.load(path: $0) }
+        if let report { try Self.checkWritable(report) }
         var cfg = BenchConfiguration(device: device)
         cfg.stages = stages ?? ""
         cfg.durationSeconds = duration
@@ -70,18 +72,36 @@ struct BenchCommand: ParsableCommand {
         cfg.sweepSeconds = sweepSeconds
         var result = try BenchRunner(configuration: cfg).run()
         if let old { result.comparison = result.compared(with: old) }
-        if let report {
-            do { try HTMLReport.render(result).write(toFile: report, atomically: true, encoding: .utf8) } catch {
-                throw BenchError.cannotWrite(path: report, reason: error.localizedDescription)
-            }
-        }
+        // The measurements first: a report that cannot be written does not lose them.
         if json {
             print(String(decoding: try result.jsonData(), as: UTF8.self))
         } else {
             print(BenchCommand.summary(result))
         }
+        if let report {
+            do { try HTMLReport.render(result).write(toFile: report, atomically: true, encoding: .utf8) } catch {
+                throw BenchError.cannotWrite(path: report, reason: (error as NSError).localizedFailureReason ?? error.localizedDescription)
+            }
+        }
         if failOnRegression, let c = result.comparison, c.regressions > 0 {
             throw RuntimeFailure(message: "\(c.regressions) regression(s) against \(baseline ?? "the baseline"): " + c.metrics.filter { $0.verdict == .regression }.map(\.metric).joined(separator: ", "))
+        }
+    }
+
+    /// Whether `path` can take the report: not a folder, in a folder that exists and may be
+    /// written.
+    static func checkWritable(_ path: String) throws {
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
+            throw BenchError.cannotWrite(path: path, reason: "it is a folder; give a file name such as report.html")
+        }
+        let dir = (path as NSString).deletingLastPathComponent
+        let folder = dir.isEmpty ? "." : dir
+        guard FileManager.default.fileExists(atPath: folder, isDirectory: &isFolder), isFolder.boolValue else {
+            throw BenchError.cannotWrite(path: path, reason: "the folder '\(folder)' does not exist")
+        }
+        guard access(folder, W_OK) == 0 else {
+            throw BenchError.cannotWrite(path: path, reason: "the folder '\(folder)' cannot be written: \(String(cString: strerror(errno)))")
         }
     }
 

@@ -22,7 +22,9 @@ struct FrameOutputOptions: ParsableArguments {
         if output == nil && outputFormat != "y4m" { throw ValidationError("--output-format needs --output") }
         if output == "-" && isatty(STDOUT_FILENO) != 0 { throw ValidationError("refusing to write frames to a terminal: pipe --output - into a program, or give a file") }
         if !(2...1024).contains(shmSlots) { throw ValidationError("--shm-slots must be within 2…1024") }
-        if let s = shm, s.isEmpty || s.contains("/") { throw ValidationError("--shm takes a bare name (no '/'); the ring is /dev/shm/NAME") }
+        if let s = shm, s.isEmpty || s.contains("/") || s == "." || s == ".." || s.utf8.count > 200 {
+            throw ValidationError("--shm takes a bare name (no '/', not '.' or '..', at most 200 bytes); the ring is /dev/shm/NAME")
+        }
     }
 
     /// Whether the frames go to stdout (then the summary goes to stderr).

@@ -73,6 +73,8 @@ enum CLIExit {
         case DeviceError.invalidDeviceOption: return usage
         // Photo settings out of range (--bracket=-20,20) or contradictory (--burst with --bracket).
         case PhotoCaptureError.invalidSettings: return usage
+        // A malformed --audio-format (rate=0, format=u8, an unknown key).
+        case AudioError.invalidRequest: return usage
         case is DeviceError, is SessionError, is RuntimeFailure: return runtime
         default:
             // The parser's own errors (unknown flag, missing value) are usage errors; anything else

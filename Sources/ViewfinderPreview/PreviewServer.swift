@@ -3,6 +3,7 @@ import Hummingbird
 import Logging
 import ServiceLifecycle
 import Synchronization
+import Viewfinder
 import ViewfinderKit
 
 /// How a ``PreviewServer`` listens and where it writes.
@@ -267,7 +268,7 @@ public final class PreviewServer: Sendable {
         }
         let data = Data(buffer.readableBytesView)
         do { return try JSONDecoder().decode(T.self, from: data.isEmpty ? Data("{}".utf8) : data) } catch {
-            throw HTTPError(.badRequest, message: "bad JSON body: \(error)")
+            throw HTTPError(.badRequest, message: "bad JSON body: \(jsonDecodingFailure(error))")
         }
     }
 }

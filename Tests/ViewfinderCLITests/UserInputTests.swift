@@ -3,6 +3,7 @@ import Foundation
 import ArgumentParser
 @testable import ViewfinderCLI
 import ViewfinderKit
+import ViewfinderBench
 
 /// What an outside user's first session with the command line tried (29 Nov sweep): files from
 /// `process`, an input given as the output, exports of damaged dumps, the README's own examples.
@@ -174,5 +175,60 @@ extension UserInputTests {
         #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=99999"]) == 1)
         #expect(CLIExit.run(["devices", "--json"]) == 0)
         #expect(CLIExit.run(["stages"]) == 0)
+    }
+}
+
+extension UserInputTests {
+    @Test func aControlValueOffItsStepSaysSo() {
+        let m = CLIExit.message(for: DeviceError.controlOutOfRange(device: "sim", control: "white_balance_temperature", value: 3005, range: 2800...6500))
+        #expect(m.contains("within 2800.0...6500.0 but not one of its values"))
+        let o = CLIExit.message(for: DeviceError.controlOutOfRange(device: "sim", control: "gain", value: 50, range: 100...1600))
+        #expect(o.contains("is outside 100.0...1600.0"))
+    }
+
+    @Test func malformedRequestsExit64() {
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--audio", "null", "--audio-format", "rate=0"]) == 64)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--shm", ".."]) == 64)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--shm", String(repeating: "a", count: 201)]) == 64)
+    }
+
+    /// A JSON mistake in the words of the JSON: the key path as written, what belongs there.
+    @Test func jsonMistakesAreSaidInTheFilesWords() throws {
+        let s = Scratch()
+        let file = s.path("p.json")
+        try Data(#"{"device": "sim", "stages": [{"name": "exposure", "enabled": "yes"}]}"#.utf8).write(to: URL(fileURLWithPath: file))
+        do {
+            _ = try PipelineConfiguration.load(path: file)
+            Issue.record("a string for enabled was accepted")
+        } catch {
+            #expect("\(error)".contains("'stages[0].enabled' must be true or false"), "\(error)")
+        }
+        let empty = s.path("empty.json")
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: empty))
+        do {
+            _ = try BenchReport.load(path: empty)
+            Issue.record("an empty baseline was accepted")
+        } catch {
+            #expect("\(error)".contains("'schema_version' is missing"), "\(error)")
+        }
+        do {
+            _ = try BenchReport.load(path: s.dir)
+            Issue.record("a folder was read as a baseline")
+        } catch {
+            #expect("\(error)".contains("it is a folder"), "\(error)")
+        }
+    }
+
+    @Test func aReportThatCannotBeWrittenIsFoundBeforeTheRun() {
+        #expect(throws: BenchError.self) { try BenchCommand.checkWritable("/nonexistent-\(getpid())/r.html") }
+        #expect(throws: BenchError.self) { try BenchCommand.checkWritable(NSTemporaryDirectory()) }
+        #expect(throws: Never.self) { try BenchCommand.checkWritable(NSTemporaryDirectory() + "r.html") }
+    }
+
+    @Test func aQuantileIsNeverAboveTheLargestSample() {
+        let h = LatencyHistogram()
+        for ns in [17_000, 18_000, 24_600] as [UInt64] { h.record(nanoseconds: ns) }
+        #expect(h.quantile(0.99) == 24_600)
+        #expect(h.quantile(0.5) <= 24_600)
     }
 }
