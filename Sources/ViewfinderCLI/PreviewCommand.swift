@@ -78,7 +78,10 @@ struct PreviewCommand: ParsableCommand {
         let task = Task {
             do {
                 try await server.run { port in
-                    let host = bindHost.contains(":") ? "[\(bindHost)]" : bindHost
+                    // A wildcard address is no place to browse to: show this machine's name.
+                    let wildcard = bindHost == "0.0.0.0" || bindHost == "::" || bindHost == "[::]"
+                    let shown = wildcard ? Self.hostName() : bindHost
+                    let host = shown.contains(":") ? "[\(shown)]" : shown
                     var line = "viewfinder preview: http://\(host):\(port)/"
                     if let t = shownToken { line += "?token=\(t)" }
                     if madeToken { line += "  (token made for this run)" }
@@ -116,6 +119,14 @@ struct PreviewCommand: ParsableCommand {
 }
 
 extension PreviewCommand {
+    /// This machine's host name (for the URL printed when listening on every address).
+    static func hostName() -> String {
+        var buf = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buf, buf.count - 1) == 0 else { return "localhost" }
+        let name = String(cString: buf)
+        return name.isEmpty ? "localhost" : name
+    }
+
     /// The server's failure in words: a socket call that failed (the port taken, an address not
     /// on this machine) as "cannot listen on HOST:PORT: reason", anything else as it describes
     /// itself. (SwiftNIO describes a failed call as `bind(descriptor:ptr:bytes:): reason (errno: N)`.)

@@ -287,7 +287,10 @@ struct TokenMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let token, !openPaths.contains(request.uri.path) else { return try await next(request, context) }
         var given: Substring?
-        if let auth = request.headers[.authorization], auth.hasPrefix("Bearer ") { given = auth.dropFirst(7) }
+        // The scheme's name is case-insensitive (RFC 9110 §11.1): "bearer" as well as "Bearer".
+        if let auth = request.headers[.authorization], auth.count > 7, auth.prefix(7).lowercased() == "bearer " {
+            given = auth.dropFirst(7).drop(while: { $0 == " " })
+        }
         if given == nil, let q = request.uri.queryParameters.get("token") { given = Substring(q) }
         guard let given, Self.constantTimeEqual(Array(given.utf8), token) else {
             return Response(status: .unauthorized, headers: [.wwwAuthenticate: "Bearer realm=\"viewfinder\"", .contentType: "text/plain"],

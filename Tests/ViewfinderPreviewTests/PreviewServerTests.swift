@@ -346,6 +346,10 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         let page = try await fetch(request(run.url("/")))
         #expect(page.status == 200 && page.body.contains("<canvas"), "the page itself needs no token")
         #expect(try await fetch(request(run.url("/metrics"), token: token)).status == 200)
+        // The scheme's name in any case (RFC 9110): curl users write "bearer".
+        var lower = request(run.url("/metrics"))
+        lower.headers.append((name: "Authorization", value: "bearer \(token)"))
+        #expect(try await fetch(lower).status == 200)
         #expect(try await fetch(request(run.url("/api/state?token=\(token)"))).status == 200)
         #expect(try await fetch(request(run.url("/api/point"), method: .POST, token: token, json: #"{"x": 0.5, "y": 0.5}"#)).status == 200)
         let pictures = try await readPictures(run, count: 1, token: token)
