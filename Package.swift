@@ -107,6 +107,7 @@ let package = Package(
             dependencies: [
                 "ViewfinderKit", "ViewfinderPreview", "ViewfinderBench",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
 

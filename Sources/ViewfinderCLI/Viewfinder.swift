@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 import ViewfinderKit
 import ViewfinderBench
 
@@ -21,7 +22,20 @@ struct ViewfinderCommand: ParsableCommand {
 
     /// Parses, runs, and turns every error into the one-line format and its exit status.
     static func main() {
+        bootstrapLogging()
         Foundation.exit(CLIExit.run(Array(CommandLine.arguments.dropFirst())))
+    }
+
+    /// The libraries' log lines on standard error from `warning` up (the server's "listening" and
+    /// other notes are not a command's output); `VIEWFINDER_LOG_LEVEL` (trace, debug, info,
+    /// notice, warning, error, critical) sets another level.
+    static func bootstrapLogging() {
+        let level = ProcessInfo.processInfo.environment["VIEWFINDER_LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0.lowercased()) } ?? .warning
+        LoggingSystem.bootstrap { label in
+            var h = StreamLogHandler.standardError(label: label)
+            h.logLevel = level
+            return h
+        }
     }
 }
 
