@@ -29,6 +29,25 @@ def start(args, **kw):
                             stderr=kw.pop("stderr", subprocess.PIPE), **kw)
 
 
+def kill_writer_after_a_frame(name):
+    """Starts a paced writer on ring `name`, reads one frame, kills the writer (SIGKILL) and
+    returns its process: the ring is left behind, as a crashed run leaves it."""
+    killed = start(["--device", "pattern:width=160,height=120,fps=50,paced=true", "--shm", name],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with FrameReader(name, wait=10) as reader:
+        if reader.read(timeout=5) is None:
+            raise AssertionError("no frame from the writer")
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=10)
+        if not os.path.exists("/dev/shm/" + name):
+            raise AssertionError("a killed run should leave its ring behind")
+        if reader.writer_alive():
+            raise AssertionError("the killed writer still counts as alive")
+        reader.timeout = 0.2
+        list(reader)                                       # iteration ends: the writer is gone
+    return killed
+
+
 def summary(proc, text):
     """The run's JSON summary (on stdout, or stderr when stdout carries frames)."""
     start = text.index("{")
@@ -145,16 +164,7 @@ class SharedMemoryTests(unittest.TestCase):
 
     def test_stale_ring_of_a_killed_run_is_replaced_and_removed_at_the_end(self):
         name = ring_name()
-        killed = start(["--device", "pattern:width=160,height=120,fps=50,paced=true", "--shm", name],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with FrameReader(name, wait=10) as reader:
-            self.assertIsNotNone(reader.read(timeout=5))
-            os.kill(killed.pid, signal.SIGKILL)
-            killed.wait(timeout=10)
-            self.assertTrue(os.path.exists("/dev/shm/" + name))   # a killed run leaves it behind
-            self.assertFalse(reader.writer_alive())
-            reader.timeout = 0.2
-            list(reader)                                   # iteration ends: the writer is gone
+        killed = kill_writer_after_a_frame(name)
         proc = start(["--device", "pattern:width=160,height=120,fps=50,paced=true,frames=20", "--shm", name])
         out, err = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 0, err)
@@ -204,13 +214,7 @@ class SharedMemoryFaultTests(unittest.TestCase):
 
     def test_a_waiting_reader_skips_a_dead_runs_ring_for_the_next_writer(self):
         name = ring_name()
-        killed = start(["--device", "pattern:width=160,height=120,fps=50,paced=true", "--shm", name],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with FrameReader(name, wait=10) as reader:
-            self.assertIsNotNone(reader.read(timeout=5))
-        os.kill(killed.pid, signal.SIGKILL)
-        killed.wait(timeout=10)
-        self.assertTrue(os.path.exists("/dev/shm/" + name))
+        kill_writer_after_a_frame(name)
         got = {}
 
         def wait_and_read():
