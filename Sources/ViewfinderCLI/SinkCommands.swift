@@ -226,8 +226,9 @@ struct RecordCommand: ParsableCommand {
     }
 
     func run() throws {
-        try refuseExisting(output, force: force)
+        // Same file first: --force, which "exists" would suggest, must not look like the way out.
         try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
+        try refuseExisting(output, force: force)
         var s = MovieOutputSettings()
         s.quality = quality
         s.encoderThreads = threads
@@ -306,8 +307,9 @@ struct DumpCommand: ParsableCommand {
     }
 
     func run() throws {
-        try refuseExisting(output, force: force)
+        // Same file first: --force, which "exists" would suggest, must not look like the way out.
         try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
+        try refuseExisting(output, force: force)
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
         let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
         out.bufferBudget = try bufferOptions.budget
@@ -358,8 +360,8 @@ struct ExportCommand: ParsableCommand {
     }
 
     func run() throws {
-        if output != "-" { try refuseExisting(output, force: force) }
         try refuseOverwritingInput(output, inputs: [input])
+        if output != "-" { try refuseExisting(output, force: force) }
         if input.hasSuffix(".y4m") {
             let r = try DumpConversion.importY4M(input, to: output, overwrite: force)
             print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)")

@@ -60,6 +60,14 @@ import ViewfinderBench
         #expect(CLIExit.run(["export", dump, other, "--force"]) == 64)
         #expect(CLIExit.run(["export", y4m, y4m, "--force"]) == 64)
         #expect(CLIExit.run(["process", "--input", y4m, "--output", y4m]) == 64)
+        // Without --force too, the error is that it is the input (not "add --force").
+        do {
+            let e = try ExportCommand.parse([y4m, y4m])
+            try e.run()
+            Issue.record("imported a y4m onto itself")
+        } catch {
+            #expect("\(error)".contains("is the input"), "\(error)")
+        }
         #expect(Self.size(y4m) == y4mSize && Self.size(dump) == dumpSize)
         #expect(try Self.framesIn(y4m: y4m) == 4)
         #expect(try RawDumpReader(path: dump).frameCount == 4)
