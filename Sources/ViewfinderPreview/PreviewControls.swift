@@ -139,8 +139,10 @@ final class PreviewControls: Sendable {
         return FileReply(file: name, bytes: p.fileDataRepresentation().count, recording: nil)
     }
 
-    /// Starts or stops the movie recording.
-    func record(_ r: RecordRequest) throws -> FileReply {
+    /// Starts or stops the movie recording. Stopping answers once the file is finished (a
+    /// recording ends on the output's thread after the frames already captured), with its size
+    /// on disk; at most 10 s are waited for.
+    func record(_ r: RecordRequest) async throws -> FileReply {
         if r.recording {
             guard session.isRunning else { throw HTTPError(.conflict, message: "the session is not running") }
             if let current = recordingFile.withLock({ $0 }), movie.isRecording {
@@ -159,7 +161,10 @@ final class PreviewControls: Sendable {
             }
             movie.stopRecording()
             recordingFile.withLock { $0 = nil }
-            return FileReply(file: name, bytes: Int(movie.recordedFileSize), recording: false)
+            let deadline = monotonicNanoseconds() + 10_000_000_000
+            while movie.isRecording && monotonicNanoseconds() < deadline { try? await Task.sleep(nanoseconds: 10_000_000) }
+            let onDisk = (try? FileManager.default.attributesOfItem(atPath: (folder as NSString).appendingPathComponent(name))[.size] as? Int) ?? nil
+            return FileReply(file: name, bytes: onDisk ?? Int(movie.recordedFileSize), recording: false)
         }
     }
 

@@ -196,7 +196,7 @@ public final class PreviewServer: Sendable {
         }
         router.post("/api/record") { request, context in
             let body: RecordRequest = try await Self.decode(request, context: context)
-            return Self.json(try self.controls.record(body))
+            return Self.json(try await self.controls.record(body))
         }
         router.post("/api/stage") { request, context in
             let body: StageRequest = try await Self.decode(request, context: context)

@@ -330,6 +330,8 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         while run.server.movie.isRecording && monotonicNanoseconds() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
         let size = (try? FileManager.default.attributesOfItem(atPath: run.folder + "/" + movieName)[.size] as? Int) ?? 0
         #expect(size > 10_000, "the recording has frames (\(size) bytes)")
+        // The reply came once the file was finished: its size is the file's on disk.
+        #expect(try jsonObject(stop.body)["bytes"] as? Int == size, "\(stop.body) against \(size) bytes on disk")
         await run.stop()
     }
 
