@@ -167,9 +167,12 @@ extension BenchReport {
         if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
             throw BenchError.badBaseline(path: path, reason: "it is a folder, not a report")
         }
+        // The system's own reason (no such file, permission denied), not Foundation's error domain.
+        guard access(path, R_OK) == 0 else {
+            throw BenchError.badBaseline(path: path, reason: "cannot read it: \(String(cString: strerror(errno)))")
+        }
         do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-            let reason = access(path, F_OK) == 0 ? String(cString: strerror(EACCES)) : String(cString: strerror(ENOENT))
-            throw BenchError.badBaseline(path: path, reason: "cannot read it: \(reason)")
+            throw BenchError.badBaseline(path: path, reason: "cannot read it: \((error as NSError).localizedFailureReason ?? error.localizedDescription)")
         }
         let d = JSONDecoder()
         d.keyDecodingStrategy = .convertFromSnakeCase

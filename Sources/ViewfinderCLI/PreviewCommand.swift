@@ -81,8 +81,7 @@ struct PreviewCommand: ParsableCommand {
                     // A wildcard address is no place to browse to: show this machine's name.
                     let wildcard = bindHost == "0.0.0.0" || bindHost == "::" || bindHost == "[::]"
                     let shown = wildcard ? Self.hostName() : bindHost
-                    let host = shown.contains(":") ? "[\(shown)]" : shown
-                    var line = "viewfinder preview: http://\(host):\(port)/"
+                    var line = "viewfinder preview: http://\(Self.address(shown, port))/"
                     if let t = shownToken { line += "?token=\(t)" }
                     if madeToken { line += "  (token made for this run)" }
                     FileHandle.standardOutput.write(Data((line + "\n").utf8))
@@ -93,16 +92,10 @@ struct PreviewCommand: ParsableCommand {
             }
             done.signal()
         }
-        // Ctrl-C (or the duration's end) stops the server, then the session.
-        signal(SIGINT, SIG_IGN)
-        signal(SIGTERM, SIG_IGN)
+        // Ctrl-C, SIGTERM (or the duration's end) stops the server, then the session.
         let stop: @Sendable () -> Void = { task.cancel() }
-        let sigint = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        sigint.setEventHandler(handler: stop)
-        sigint.resume()
-        let sigterm = DispatchSource.makeSignalSource(signal: SIGTERM, queue: .global())
-        sigterm.setEventHandler(handler: stop)
-        sigterm.resume()
+        let interrupt = onInterrupt(stop)
+        defer { interrupt.cancel() }
         DispatchQueue.global().async {
             session.waitUntilFinished()
             stop()
@@ -119,6 +112,11 @@ struct PreviewCommand: ParsableCommand {
 }
 
 extension PreviewCommand {
+    /// `host:port`, an IPv6 address in brackets.
+    static func address(_ host: String, _ port: Int) -> String {
+        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+
     /// This machine's host name (for the URL printed when listening on every address).
     static func hostName() -> String {
         var buf = [CChar](repeating: 0, count: 256)
@@ -135,8 +133,7 @@ extension PreviewCommand {
         for call in ["bind(", "listen(", "socket("] where text.hasPrefix(call) {
             if let r = text.range(of: "(errno: ", options: .backwards),
                let n = Int32(text[r.upperBound...].prefix { $0.isNumber }) {
-                let where_ = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-                return "preview server: cannot listen on \(where_): \(String(cString: strerror(n))) (errno \(n))"
+                return "preview server: cannot listen on \(address(host, port)): \(String(cString: strerror(n))) (errno \(n))"
             }
         }
         return "preview server: \(text)"
