@@ -14,6 +14,9 @@ public enum AssetWriterError: Error, Equatable, CustomStringConvertible {
     case formatMismatch(String)
     /// Writing the file failed (the underlying sink error's description).
     case writeFailed(String)
+    /// The path names a kind of file the writer does not make: it writes QuickTime movies
+    /// (`.mov`, `.qt`), as `AVAssetWriter` with `fileType: .mov`.
+    case unsupportedFileType(path: String)
 
     public var description: String {
         switch self {
@@ -21,6 +24,8 @@ public enum AssetWriterError: Error, Equatable, CustomStringConvertible {
         case .cannotAddInput(let why): return "cannot add input: \(why)"
         case .formatMismatch(let why): return "format mismatch: \(why)"
         case .writeFailed(let why): return "writing failed: \(why)"
+        case .unsupportedFileType(let path):
+            return "'\(path)': the writer makes QuickTime movies, name the file .mov (or .qt)"
         }
     }
 }
@@ -267,6 +272,9 @@ public final class AssetWriter: @unchecked Sendable {
         let inputs = try state.withLock { s throws(AssetWriterError) -> [AssetWriterInput] in
             guard s.status == .unknown else { throw .invalidStatus(operation: "startWriting()", status: s.status) }
             guard !s.inputs.isEmpty else { throw .cannotAddInput("a writer needs at least one input") }
+            // Not an .mp4 (or any other kind) under a QuickTime movie's bytes.
+            let ext = (path as NSString).pathExtension.lowercased()
+            guard ext == "mov" || ext == "qt" else { throw .unsupportedFileType(path: path) }
             return s.inputs
         }
         let video = inputs.first { $0.mediaType == .video }

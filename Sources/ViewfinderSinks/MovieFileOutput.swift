@@ -103,7 +103,10 @@ public struct MovieOutputSettings: Sendable, Equatable {
     public var audio: PCMFormat? = nil
     /// Clockwise rotation players apply when they show the movie: 0, 90, 180 or 270 degrees,
     /// written into the video track's matrix (the pixels are stored as captured, as cameras do).
-    /// A session's `CaptureConnection.videoRotationAngle` is the usual source of it.
+    /// 0 (the default) takes the rotation of the output's video connection in a session
+    /// (`CaptureConnection.videoRotationAngle`) when a recording starts, as AVFoundation's movie
+    /// output does; any other value is used as it is. The connection's mirroring is not written
+    /// (a track matrix that flips is shown mirrored by few players).
     public var rotation: Int = 0
     public init() {}
 }
@@ -159,6 +162,11 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private var pendingAudioBytes = 0
     /// The session's microphone feeds this output (``prepareAudio(format:)``) and is still running.
     private var sessionAudioLive = false
+    /// The audio format ``prepareAudio(format:)`` put into the settings (nil when the settings'
+    /// own format stands): replaced by the next run's microphone, removed by a run without one.
+    private var sessionAudioFormat: PCMFormat?
+    /// The session's video connection (its rotation, when the settings give none).
+    let connectionBox = LockedBox(WeakConnection(nil))
     /// Frames given through ``appendAudio(_:timestamp:)`` (their positions).
     private var appendedAudioFrames: UInt64 = 0
     private var finishedCount = 0
@@ -199,7 +207,13 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     /// The settings; changes apply to the next recording (encoder settings at the next session start).
     public var settings: MovieOutputSettings {
         get { lock.withLock { settingsValue } }
-        set { lock.withLock { settingsValue = newValue } }
+        set {
+            lock.withLock {
+                // An audio format the app sets is its own, kept across runs.
+                if newValue.audio != settingsValue.audio { sessionAudioFormat = nil }
+                settingsValue = newValue
+            }
+        }
     }
 
     public var isRecording: Bool { lock.withLock { activePath != nil } }
@@ -245,7 +259,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private func makeWriter(path: String, overwrite: Bool, configuration cfg: StreamConfiguration) throws -> MovieWriter {
         var tracks: [MovieTrackDescription] = [.mjpegVideo(width: cfg.format.width, height: cfg.format.height)]
         if let a = settingsValue.audio { tracks.append(.pcmAudio(sampleRate: a.sampleRate, channels: a.channels)) }
-        let writer = try MovieWriter(path: path, tracks: tracks, fragmentInterval: settingsValue.fragmentInterval, overwrite: overwrite, rotation: settingsValue.rotation)
+        var rotation = settingsValue.rotation
+        if rotation == 0, let angle = connectionBox.withLock({ $0.connection?.videoRotationAngle }) { rotation = angle }
+        let writer = try MovieWriter(path: path, tracks: tracks, fragmentInterval: settingsValue.fragmentInterval, overwrite: overwrite, rotation: rotation)
         writer.syncEachFragment = settingsValue.syncFragments
         return writer
     }
@@ -582,10 +598,16 @@ public struct MovieAudioAlignment: Sendable, Equatable, Codable {
 
 extension MovieFileOutput: AudioConsumer {
     /// The session's microphone: the movie gets an audio track in its format (as 16-bit PCM)
-    /// unless ``MovieOutputSettings/audio`` was set.
+    /// unless ``MovieOutputSettings/audio`` was set. Each run of the session brings its own
+    /// microphone's format (an output used again after the microphone changed records the new
+    /// one), and a run without a microphone records no audio track.
     public func prepareAudio(format: AudioStreamFormat) {
         lock.withLock {
-            if settingsValue.audio == nil { settingsValue.audio = PCMFormat(sampleRate: format.sampleRate, channels: format.channels) }
+            if settingsValue.audio == nil || settingsValue.audio == sessionAudioFormat {
+                let f = PCMFormat(sampleRate: format.sampleRate, channels: format.channels)
+                settingsValue.audio = f
+                sessionAudioFormat = f
+            }
             sessionAudioLive = true
         }
     }
@@ -599,6 +621,11 @@ extension MovieFileOutput: AudioConsumer {
     }
 
     public func finishAudio(error: (any Error)?) {
-        lock.withLock { sessionAudioLive = false }
+        lock.withLock {
+            sessionAudioLive = false
+            // The run's microphone is gone: the next run brings its own, or none.
+            if let f = sessionAudioFormat, settingsValue.audio == f { settingsValue.audio = nil }
+            sessionAudioFormat = nil
+        }
     }
 }

@@ -30,6 +30,17 @@ extension PhotoOutput: CaptureOutput {
 
 extension MovieFileOutput: CaptureOutput {
     public var acceptedMediaTypes: Set<MediaType> { [.video, .audio] }
+
+    /// Remembers the video connection: a recording started with ``MovieOutputSettings/rotation``
+    /// 0 takes the connection's rotation into the movie's track matrix.
+    public func sessionDidConnect(_ connection: CaptureConnection) {
+        guard connection.mediaType == .video else { return }
+        connectionBox.withLock { $0 = WeakConnection(connection) }
+    }
+
+    public func sessionDidDisconnect(_ connection: CaptureConnection) {
+        connectionBox.withLock { if $0.connection === connection { $0 = WeakConnection(nil) } }
+    }
 }
 
 extension RawDumpOutput: CaptureOutput {

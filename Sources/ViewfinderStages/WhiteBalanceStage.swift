@@ -10,7 +10,8 @@ public enum WhiteBalanceCorrection: String, OptionChoice {
     /// Drive the device's `white_balance_temperature` (its automatic white balance switched off);
     /// what is beyond the control's range is corrected in software.
     case device
-    /// Gains on the chroma of each frame (YUV formats; MJPEG frames are only measured).
+    /// Gains on the chroma of each frame (on MJPEG, RGB and Bayer streams on the frame's
+    /// full-size decoded view, which the sinks encode).
     case software
     /// Measure and report only.
     case none
@@ -273,6 +274,11 @@ public final class WhiteBalanceStage: Stage {
             return
         }
         try context.needStatistics(Self.name, minimumWidth: 160)
+        // Corrected in software on MJPEG, RGB or Bayer frames: the gains go on the full-size
+        // decoded view (which the sinks then encode instead of the camera's bytes).
+        if applySoftware && !useDevice && !format.pixelFormat.hasYUVPlanes && context.pixels.available {
+            try context.pixels.need(.modify, stage: Self.name)
+        }
         targetMired = 1e6 / options.temperatureK
         state = options.mode == .locked ? .locked : .adjusting
         if let c = context.controls, let d = temperatureControl {

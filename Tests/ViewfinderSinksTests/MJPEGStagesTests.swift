@@ -27,9 +27,11 @@ final class CameraBytesRecorder: FrameConsumer, @unchecked Sendable {
 struct MJPEGStagesTests {
     struct Run { var movie: String; var dump: String; var camera: [UInt64: [UInt8]]; var modified: Int; var statistics: EngineStatistics; var dir: String }
 
-    func record(_ stages: String, frames: Int = 40, name: String = #function) throws -> Run {
+    func record(_ stages: String, frames: Int = 40, camera: String = "", ownBalanceOff: Bool = false, name: String = #function) throws -> Run {
         let dir = makeTempDirectory(name)
-        let cam = try SimCamera(deviceString: "sim:paced=false,shake=3,seed=3,format=mjpeg,width=320,height=240,frames=\(frames)")
+        let cam = try SimCamera(deviceString: "sim:paced=false,shake=3,seed=3,format=mjpeg,width=320,height=240,frames=\(frames)\(camera)")
+        // A camera whose own balance is off shows the light's cast (at its native 5200 K balance).
+        if ownBalanceOff { try cam.controls?.set(.whiteBalanceAuto, to: 0); try cam.controls?.set(.whiteBalanceTemperature, to: 5200) }
         let cfg = try cam.configure(StreamRequest(pixelFormat: .mjpeg, width: 320, height: 240, fps: 30, bufferCount: 48))
         let movie = MovieFileOutput()
         let events = RecordingEvents()
@@ -66,6 +68,38 @@ struct MJPEGStagesTests {
         #expect(s.count == 40)
         for (i, sample) in s.enumerated() { #expect(sample == r.camera[UInt64(i)], "sample \(i) is not the camera's JPEG") }
         try? FileManager.default.removeItem(atPath: r.dir)
+    }
+
+    /// A camera without a balance control (software correction): the gains go on the decoded
+    /// pixels and the movie carries them (the stage used to measure MJPEG frames only, leaving
+    /// the picture as warm as the camera sent it). On the camera's JPEGs the estimate is noisier
+    /// than on YUYV — 3200–4700 K here under a 3000 K light whether it corrects or only measures,
+    /// against 3000–3130 K on YUYV (29 Nov): JPEG smears chroma at the edges the estimator weighs
+    /// most — so this asserts that the movie carries a correction (10.5 levels of cast, 7.1 left).
+    @Test("white balance in software on an MJPEG camera: the movie is corrected")
+    func whiteBalanceCorrectsMJPEG() throws {
+        func meanChroma(_ jpeg: [UInt8]) throws -> (cb: Double, cr: Double) {
+            let d = try jpeg.withUnsafeBytes { try JPEGDecoder().decodePlanes($0) }
+            return (Double(d.u.reduce(0) { $0 + Int($1) }) / Double(d.u.count), Double(d.v.reduce(0) { $0 + Int($1) }) / Double(d.v.count))
+        }
+        let warm = try record("white_balance:mode=continuous:correction=software", frames: 60, camera: ",colortemp=3000", ownBalanceOff: true)
+        let native = try record("null", frames: 60, camera: ",colortemp=5200", ownBalanceOff: true)
+        defer { try? FileManager.default.removeItem(atPath: warm.dir); try? FileManager.default.removeItem(atPath: native.dir) }
+        #expect(warm.statistics.delivered == 60 && warm.statistics.drops.total == 0)
+        #expect(warm.modified >= 55, "\(warm.modified) of 60 frames corrected")
+        let s = try samples(warm.movie, dir: warm.dir)
+        try #require(s.count == 60)
+        // Frames 20-59: the warm light's cast in Cb (camera against the same scene under the
+        // camera's own balance), and what is left of it in the movie.
+        var cast = 0.0, left = 0.0
+        for k in 20..<60 {
+            let neutral = try meanChroma(try #require(native.camera[UInt64(k)]))
+            cast += neutral.cb - (try meanChroma(try #require(warm.camera[UInt64(k)]))).cb
+            left += neutral.cb - (try meanChroma(s[k])).cb
+        }
+        cast /= 40; left /= 40
+        #expect(cast > 8, "the light's cast: \(cast) levels of Cb")
+        #expect(left < cast * 0.85, "left in the movie: \(left) of \(cast) levels of Cb")
     }
 
     @Test("with stabilise: the movie is re-encoded from the warped pixels; the raw dump keeps the camera's bytes")

@@ -163,6 +163,9 @@ struct WhiteBalanceTests {
         try device.lockForConfiguration()
         #expect(throws: SessionError.self) { try device.setWhiteBalanceModeLocked(with: WhiteBalanceGains(redGain: 0.5, greenGain: 1, blueGain: 1)) }
         #expect(throws: SessionError.self) { try device.setWhiteBalanceModeLocked(with: WhiteBalanceGains(redGain: 5, greenGain: 1, blueGain: 1)) }
+        // Within maxGain but balancing for no light in range (a red alone: it read back as
+        // r 2.053 g 1 b 1.616, a magenta picture): refused, not changed into another colour.
+        #expect(throws: SessionError.self) { try device.setWhiteBalanceModeLocked(with: WhiteBalanceGains(redGain: 3, greenGain: 1, blueGain: 1)) }
         try device.setWhiteBalanceModeLocked(with: gains)
         device.unlockForConfiguration()
         #expect(device.settings.whiteBalanceMode == .locked)

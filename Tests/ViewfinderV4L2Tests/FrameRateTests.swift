@@ -73,5 +73,7 @@ import ViewfinderTestSupport
         #expect(kernel.frameInterval() == FrameInterval(numerator: 1, denominator: 15))
         #expect(kernel.statistics().streamOnCount == 1)
         #expect(session.isRunning)
+        // The session's account of the stream follows (it said 30 fps after the change).
+        #expect(session.streamConfiguration?.interval == FrameInterval(numerator: 1, denominator: 15))
     }
 }

@@ -68,6 +68,19 @@ extension CaptureDevice {
 
     // MARK: ISO
 
+    /// The shortest exposure, µs (AVFoundation's `activeFormat.minExposureDuration`): the
+    /// `exposure_time_absolute` control's minimum (100 µs units); nil without the control.
+    public var minExposureDurationMicroseconds: Double? {
+        controls?.descriptor(.exposureTime).map { Double(max(1, $0.minimum)) * 100 }
+    }
+
+    /// The longest exposure, µs (AVFoundation's `activeFormat.maxExposureDuration`): the
+    /// `exposure_time_absolute` control's maximum; nil without the control. (A custom exposure
+    /// longer than the frame duration lowers the frame rate where the driver allows it.)
+    public var maxExposureDurationMicroseconds: Double? {
+        controls?.descriptor(.exposureTime).map { Double($0.maximum) * 100 }
+    }
+
     /// The lowest ISO (AVFoundation's `activeFormat.minISO`): 100, unity gain. ISO maps linearly
     /// onto gain, ISO 100 = gain 1× = `gain` control value ``gainUnit``; custom exposure never
     /// goes below unity gain.

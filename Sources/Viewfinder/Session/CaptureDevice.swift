@@ -207,7 +207,16 @@ public final class CaptureDevice: @unchecked Sendable {
         guard isExposureModeSupported(mode) else {
             throw SessionError.unsupportedMode(device: uniqueID, mode: "exposure mode \(mode.rawValue)", reason: "it has no exposure time or gain control")
         }
-        try stage { $0.exposureMode = mode }
+        guard mode == .custom else { try stage { $0.exposureMode = mode }; return }
+        // As AVFoundation's: custom without a duration or gain set keeps the ones in use now.
+        let staged = state.withLock { $0.staged }
+        var duration = staged?.customExposureDuration, gain = staged?.customGain
+        if duration == nil { duration = exposureDurationMicroseconds }
+        if gain == nil { gain = currentGain }
+        guard let duration, let gain else {
+            throw SessionError.invalidConfiguration(reason: "custom exposure needs a duration and a gain, and the current exposure duration is not known yet (no frame seen, no exposure control): use setExposureModeCustom")
+        }
+        try stage { $0.exposureMode = .custom; $0.customExposureDuration = duration; $0.customGain = gain }
     }
 
     public func setFocusMode(_ mode: FocusMode) throws {
@@ -260,7 +269,7 @@ public final class CaptureDevice: @unchecked Sendable {
 
     /// Every mode is supported: a device with `white_balance_automatic`/`white_balance_temperature`
     /// is driven through them, any other gets the software `white_balance` stage (gains on the
-    /// chroma of YUV frames; MJPEG frames are measured but not corrected). A device without those
+    /// chroma; on MJPEG, RGB and Bayer streams on the frames' decoded views). A device without those
     /// controls starts `.locked` (no stage runs until a mode is chosen).
     public func isWhiteBalanceModeSupported(_ mode: WhiteBalanceMode) -> Bool { true }
 
@@ -281,6 +290,14 @@ public final class CaptureDevice: @unchecked Sendable {
             throw SessionError.invalidConfiguration(reason: "white balance gains \(gains) are outside 1...\(maxWhiteBalanceGain)")
         }
         let tt = temperatureAndTintValues(for: gains)
+        // Gains are applied as the light they balance for: ones far off the black-body locus (a
+        // strong red alone) have no such light in range, and would come out as another colour.
+        let back = WhiteBalanceModel.gains(for: tt), want = gains.normalized
+        let roundTrips = abs(back.redGain / want.redGain - 1) < 1e-6 && abs(back.greenGain / want.greenGain - 1) < 1e-6
+            && abs(back.blueGain / want.blueGain - 1) < 1e-6
+        guard WhiteBalanceModel.temperatureRange.contains(tt.temperature), (-150...150).contains(tt.tint), roundTrips else {
+            throw SessionError.invalidConfiguration(reason: "white balance gains \(gains) balance for no light within \(WhiteBalanceModel.temperatureRange) K, tint -150...150 (they give \(Int(tt.temperature.rounded())) K, tint \(Int(tt.tint.rounded())))")
+        }
         try stage { $0.whiteBalanceMode = .locked; $0.whiteBalanceTemperatureAndTint = tt }
     }
 

@@ -43,6 +43,9 @@ public final class CaptureSession: @unchecked Sendable {
     /// The counts of the last run, kept after it stops.
     private var lastStatistics: EngineStatistics?
     private var resolved: StreamConfiguration?
+    /// The frame interval the running stream has now (set at the start, changed by a new frame
+    /// duration while running); its own lock, since the device's settings callback sets it.
+    private let liveInterval = LockedBox<FrameInterval?>(nil)
     private let hub = SessionEventHub()
     private let relay = SettingsRelay()
     /// Counts starts and stops: a run's callbacks act only while their run is the current one.
@@ -156,16 +159,27 @@ public final class CaptureSession: @unchecked Sendable {
         return seen
     }
 
+    /// Makes the connections match the committed inputs and outputs. A pair that stays keeps its
+    /// connection object, and with it the rotation, mirroring and enabled flag the app set (as
+    /// AVFoundation's connections do across `commitConfiguration`); only the pairs that go are
+    /// disconnected and only the new ones connected.
     private func rebuildConnections() {
-        for c in connectionsStore { c.output.sessionDidDisconnect(c) }
-        connectionsStore = []
+        var old = connectionsStore
+        var kept: [CaptureConnection] = [], added: [CaptureConnection] = []
         for i in committed.inputs {
             for o in committed.outputs where o.acceptedMediaTypes.contains(i.mediaType) {
-                let c = CaptureConnection(mediaType: i.mediaType, input: i, output: o)
-                connectionsStore.append(c)
-                o.sessionDidConnect(c)
+                if let k = old.firstIndex(where: { $0.input === i && $0.output === o && $0.mediaType == i.mediaType }) {
+                    kept.append(old.remove(at: k))
+                } else {
+                    let c = CaptureConnection(mediaType: i.mediaType, input: i, output: o)
+                    kept.append(c)
+                    added.append(c)
+                }
             }
         }
+        for c in old { c.output.sessionDidDisconnect(c) }
+        connectionsStore = kept
+        for c in added { c.output.sessionDidConnect(c) }
     }
 
     /// The connections between inputs and outputs.
@@ -243,7 +257,12 @@ public final class CaptureSession: @unchecked Sendable {
     public var isRunning: Bool { lock.withLock { engine != nil && !(engine!.isFinished) } }
 
     /// What the device streams, once running.
-    public var streamConfiguration: StreamConfiguration? { lock.withLock { resolved } }
+    public var streamConfiguration: StreamConfiguration? {
+        guard var cfg = lock.withLock({ resolved }) else { return nil }
+        // A frame duration changed while running (setActiveVideoMinFrameDuration) is the stream's now.
+        if let iv = liveInterval.withLock({ $0 }) { cfg.interval = iv }
+        return cfg
+    }
 
     /// The running (or last) engine's counts.
     public var statistics: EngineStatistics? { lock.withLock { engine?.statistics ?? lastStatistics } }
@@ -349,6 +368,8 @@ public final class CaptureSession: @unchecked Sendable {
         relay.publish(settings)
         let relay = self.relay
         let appliedInterval = LockedBox<FrameInterval>(cfg.interval)
+        let liveInterval = self.liveInterval
+        liveInterval.withLock { $0 = cfg.interval }
         let logger = self.logger, hub = self.hub, source = device.source
         device.onSettingsChange = { [weak device] s in
             var s = s
@@ -359,6 +380,7 @@ public final class CaptureSession: @unchecked Sendable {
                     let change = try source.setFrameInterval(iv)
                     device?.noteFrameRateChange(change)
                     appliedInterval.withLock { $0 = change.interval }
+                    liveInterval.withLock { $0 = change.interval }
                     s.activeVideoMinFrameDuration = change.interval
                     logger.info("\(source.info.id): frame interval \(change)")
                 } catch {

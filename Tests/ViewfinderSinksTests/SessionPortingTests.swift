@@ -1,0 +1,123 @@
+import Foundation
+import Testing
+import Viewfinder
+import ViewfinderSim
+@testable import ViewfinderSinks
+
+/// What an app ported from AVFoundation does with a session's connections, outputs and device,
+/// found by porting the seeds' examples (29 Nov): each case here behaved otherwise before.
+@Suite struct SessionPortingTests {
+    func session(_ device: String, outputs: [any CaptureOutput]) throws -> (CaptureSession, CaptureDevice) {
+        let dev = try CaptureDevice.open(device, directory: .core)
+        let session = CaptureSession()
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: dev))
+        try session.setSessionPreset(.inputPriority)
+        for o in outputs { try session.addOutput(o) }
+        try session.commitConfiguration()
+        return (session, dev)
+    }
+
+    /// A connection set up by the app (rotation, mirroring, enabled) stays the same object with
+    /// the same settings when the session's configuration changes around it; it was rebuilt by
+    /// every commit, the settings lost and the app's reference stale.
+    @Test func connectionsKeepTheirSettingsAcrossConfigurationChanges() throws {
+        let photo = PhotoOutput()
+        let (session, _) = try session("sim:width=320,height=240", outputs: [photo])
+        let connection = try #require(session.connections.first { $0.output === photo })
+        try connection.setVideoRotationAngle(90)
+        connection.isVideoMirrored = true
+        let movie = MovieFileOutput()
+        try session.addOutput(movie)
+        #expect(session.connections.count == 2)
+        let after = try #require(session.connections.first { $0.output === photo })
+        #expect(after === connection)
+        #expect(after.videoRotationAngle == 90 && after.isVideoMirrored)
+        #expect(photo.connectionOrientation == .leftMirrored)
+        // Removing the other output leaves it too; removing its own output ends it.
+        session.removeOutput(movie)
+        #expect(session.connections.count == 1 && session.connections.first === connection)
+        session.removeOutput(photo)
+        #expect(session.connections.isEmpty)
+        try session.addOutput(photo)
+        let fresh = try #require(session.connections.first)
+        #expect(fresh !== connection && fresh.videoRotationAngle == 0)
+    }
+
+    /// The movie output takes its connection's rotation into the track matrix (seed 000 sets the
+    /// movie connection's orientation); it wrote 0 whatever the connection said.
+    @Test func theMovieTakesItsConnectionsRotation() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let movie = MovieFileOutput()
+        let (session, _) = try session("sim:width=320,height=240,fps=30,paced=false,frames=10", outputs: [movie])
+        try #require(session.connections.first { $0.output === movie && $0.mediaType == .video }).setVideoRotationAngle(90)
+        let events = RecordingEvents()
+        try movie.startRecording(to: dir + "/r.mov", delegate: events)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        #expect(events.waitFinished())
+        let (_, out, _) = try run("/usr/bin/ffprobe", ["-v", "error", "-select_streams", "v", "-show_entries", "stream_side_data=rotation", "-of", "csv=p=0", dir + "/r.mov"])
+        let reported = Int(Double(out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
+        #expect((360 - reported) % 360 == 90, "ffprobe rotation '\(out)'")
+    }
+
+    /// A movie output used again: each run's microphone gives the audio track its format, a run
+    /// without one gives no audio track; an audio format the app set stays. (The first run's
+    /// format stuck, and the later runs' sound was dropped as not matching it.)
+    @Test func eachRunsMicrophoneSetsTheMoviesAudioFormat() throws {
+        let movie = MovieFileOutput()
+        movie.prepareAudio(format: AudioStreamFormat(sampleFormat: .s16, sampleRate: 48000, channels: 2))
+        #expect(movie.settings.audio == PCMFormat(sampleRate: 48000, channels: 2))
+        movie.finishAudio(error: nil)
+        #expect(movie.settings.audio == nil)
+        movie.prepareAudio(format: AudioStreamFormat(sampleFormat: .s16, sampleRate: 16000, channels: 1))
+        #expect(movie.settings.audio == PCMFormat(sampleRate: 16000, channels: 1))
+        movie.finishAudio(error: nil)
+        #expect(movie.settings.audio == nil)
+        // The app's own format is kept, run after run.
+        var s = movie.settings
+        s.audio = PCMFormat(sampleRate: 44100, channels: 1)
+        movie.settings = s
+        movie.prepareAudio(format: AudioStreamFormat(sampleFormat: .s16, sampleRate: 48000, channels: 2))
+        movie.finishAudio(error: nil)
+        #expect(movie.settings.audio == PCMFormat(sampleRate: 44100, channels: 1))
+    }
+
+    /// `exposureMode = .custom` through the lock keeps the exposure in use now, as AVFoundation's
+    /// (it was staged with no duration and no gain, which `configure` refuses).
+    @Test func customExposureThroughTheLockKeepsTheCurrentExposure() throws {
+        let device = try CaptureDevice.open("sim:width=320,height=240,exposure=8,gain=2", directory: .core)
+        try device.lockForConfiguration()
+        try device.setExposureMode(.custom)
+        device.unlockForConfiguration()
+        #expect(device.settings.exposureMode == .custom)
+        let d = try #require(device.settings.customExposureDuration)
+        let g = try #require(device.settings.customGain)
+        #expect(abs(d - 8000) < 100, "\(d) µs")
+        #expect(abs(g - 2) < 0.01, "gain \(g)")
+        // The range a slider for it needs (seed 000): the control's, in µs.
+        let range = try #require(device.controls?.descriptor(.exposureTime))
+        #expect(device.minExposureDurationMicroseconds == Double(max(1, range.minimum)) * 100)
+        #expect(device.maxExposureDurationMicroseconds == Double(range.maximum) * 100)
+        #expect(device.minExposureDurationMicroseconds! < d && d < device.maxExposureDurationMicroseconds!)
+        let pattern = CaptureDevice(source: try PatternSource(deviceString: "pattern:width=64,height=32"))
+        #expect(pattern.minExposureDurationMicroseconds == nil && pattern.maxExposureDurationMicroseconds == nil)
+    }
+
+    /// An asset writer makes QuickTime movies: a path named otherwise is refused at
+    /// `startWriting` (an `.mp4` got a QuickTime file under its name).
+    @Test func anAssetWriterRefusesAFileTypeItDoesNotWrite() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let writer = AssetWriter(path: dir + "/out.mp4")
+        try writer.add(AssetWriterInput(settings: .video(width: 64, height: 48)))
+        #expect(throws: AssetWriterError.unsupportedFileType(path: dir + "/out.mp4")) { try writer.startWriting() }
+        #expect(!FileManager.default.fileExists(atPath: dir + "/out.mp4"))
+        let ok = AssetWriter(path: dir + "/out.MOV")
+        try ok.add(AssetWriterInput(settings: .video(width: 64, height: 48)))
+        try ok.startWriting()
+        ok.cancelWriting()
+    }
+}
