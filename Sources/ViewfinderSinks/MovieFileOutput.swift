@@ -227,19 +227,22 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
 
     /// Starts recording to `path` (a `.mov`). When the output is running the file is created now,
     /// so a bad path or an existing file (without `overwrite`) throws here; before the session starts
-    /// the request waits for the stream format (an existing file still throws at once) and a later
-    /// failure to create the file comes as `didFinish` with the error. The first frame goes in at
-    /// the next frame.
+    /// (the first time, or again after a stop while the output stays in the session) the request
+    /// waits for the stream format (an existing file still throws at once) and a later failure to
+    /// create the file comes as `didFinish` with the error. The first frame goes in at the next frame.
     public func startRecording(to path: String, overwrite: Bool = false, delegate: (any MovieRecordingDelegate)?) throws {
         lock.lock()
         defer { lock.unlock() }
         if let p = activePath { throw MovieRecordingError.alreadyRecording(path: p) }
-        guard !ended else { throw MovieRecordingError.notRunning }
+        // After a run: still connected to a session, the recording waits for its next start (as
+        // before the first one); on its own, the output has nothing to record.
+        let connected = connectionBox.withLock { $0.connection != nil }
+        guard !ended || connected else { throw MovieRecordingError.notRunning }
         if !overwrite && FileManager.default.fileExists(atPath: path) { throw SinkError.fileExists(path: path) }
         activePath = path
         stopRequested = false
         publishedDuration = 0
-        if let cfg = configuration {
+        if let cfg = configuration, !ended {
             do {
                 let writer = try makeWriter(path: path, overwrite: overwrite, configuration: cfg)
                 pendingStart = (writer, delegate)

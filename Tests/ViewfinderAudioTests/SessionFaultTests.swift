@@ -133,6 +133,35 @@ final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
         #expect(counter.count > 24000 && steps.allSatisfy { $0 >= 1 && $0 < 32768 }, "\(samples.count) samples, \(alignment)")
     }
 
+    /// One movie output over two runs: the first with the microphone, the second after it was
+    /// removed. The second movie has no audio track and the session no sound counts (the first
+    /// run's format stuck to the output: the second movie declared a track and held no sample,
+    /// and `audioStatistics` still gave the first run's figures).
+    @Test func aRunWithoutTheMicrophoneRecordsNoSoundAfterOneWithIt() throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-runs-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (session, movie, first) = try startTwoSecondMovie(of: ScriptedAudioSource(periodFrames: 480), to: dir + "/one.mov")
+        _ = try #require(first.wait(seconds: 60))
+        session.stopRunning()
+        #expect(session.audioStatistics != nil)
+        #expect(try movieAudioSamples(dir + "/one.mov").count > 48000)
+        session.beginConfiguration()
+        for i in session.inputs where i is AudioDeviceInput { session.removeInput(i) }
+        try session.commitConfiguration()
+        // Asked for before the session runs again, as before its first run (this threw
+        // `notRunning` after a first run).
+        let second = SummaryWaiter()
+        try movie.startRecording(to: dir + "/two.mov", delegate: second)
+        try session.startRunning()
+        let (summary, _) = try #require(second.wait(seconds: 60))
+        session.stopRunning()
+        #expect(summary.successfullyFinished)
+        #expect(session.audioStatistics == nil)
+        let (rc, out) = try runTool("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=codec_type", "-of", "csv=p=0", dir + "/two.mov"])
+        #expect(rc == 0 && out.split(separator: "\n") == ["video"], "streams: \(out)")
+    }
+
     /// A request the device cannot meet is one typed error at start; the session does not run.
     @Test func anUnsupportedFormatIsATypedErrorAtStart() throws {
         let session = CaptureSession(registry: .builtIn)

@@ -30,7 +30,8 @@ extension CaptureSession {
     /// video cannot start). A device that fails later is reported as an interruption and a
     /// runtime error; the video goes on, and the movie keeps the sound captured so far.
     func startAudio(_ engine: AudioCaptureEngine?, hub: SessionEventHub) throws {
-        guard let engine else { return }
+        // A run without a microphone has no sound counts (not the last run's).
+        guard let engine else { audioRun.withLock { $0.last = nil }; return }
         engine.onRuntimeError = { error in
             if case AudioError.deviceGone = error { hub.post(.wasInterrupted(reason: .audioDeviceNotAvailable)) }
             hub.post(.runtimeError(error))

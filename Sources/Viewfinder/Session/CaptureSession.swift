@@ -271,7 +271,7 @@ public final class CaptureSession: @unchecked Sendable {
     /// ``CaptureEngine/ringOccupancy``.
     public var ringOccupancy: [RingOccupancy] { lock.withLock { engine?.ringOccupancy ?? [] } }
 
-    /// The microphone's counts: running, or of the last run.
+    /// The microphone's counts: running, or of the last run (nil when that run had no microphone).
     public var audioStatistics: AudioStatistics? { audioRun.withLock { $0.engine?.statistics ?? $0.last } }
 
     public func startRunning() throws {
