@@ -109,8 +109,12 @@ struct BenchCommand: ParsableCommand {
         let c = r.camera
         var s = r.device
         if let f = r.format { s += ": \(f.pixelFormat) \(f.width)x\(f.height) at \(String(format: "%.2f", f.nominalFps)) fps nominal" }
-        s += String(format: "\n  measured %.3f fps (%.3f delivered) over %d frames; %d gaps (%llu missing); interval p50 %.2f p99 %.2f max %.2f ms; timestamp jitter %.3f ms",
-                    c.measuredFps, c.deliveredFps, c.frames, c.sequenceGaps, c.framesMissing, c.intervalMs.p50, c.intervalMs.p99, c.intervalMs.max, c.timestampJitterMs)
+        // Intervals are between consecutive sequence numbers only (a gap's span is in the gaps).
+        let intervals = c.intervalMs.count == 0
+            ? "interval between consecutive frames: none (every pair had a gap)"
+            : String(format: "interval between consecutive frames (%d) p50 %.2f p99 %.2f max %.2f ms", c.intervalMs.count, c.intervalMs.p50, c.intervalMs.p99, c.intervalMs.max)
+        s += String(format: "\n  measured %.3f fps (%.3f delivered) over %d frames; %d gaps (%llu missing); %@; timestamp jitter %.3f ms",
+                    c.measuredFps, c.deliveredFps, c.frames, c.sequenceGaps, c.framesMissing, intervals, c.timestampJitterMs)
         s += String(format: "\n  driver to process p50 %.2f p99 %.2f ms; capture to output p50 %.2f p99 %.2f ms", c.driverToProcessMs.p50, c.driverToProcessMs.p99,
                     r.pipeline.captureToOutputMs.p50, r.pipeline.captureToOutputMs.p99)
         if let o = c.openToFirstFrameMs { s += String(format: "; open to first frame %.1f ms", o) }
