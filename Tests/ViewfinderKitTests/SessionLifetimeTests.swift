@@ -81,4 +81,64 @@ private func runAndStop(_ device: String, seconds: Double, in dir: String, tag: 
         #expect(dump == nil, "the dump output")
         #expect(video == nil, "the video data output")
     }
+
+    /// A session whose last reference goes while it runs stops, as AVFoundation's does: frames stop
+    /// coming, the recording is complete, and the device goes (it ran on for good, the camera
+    /// held, the delegate called 30 times a second).
+    @Test func aRunningSessionNobodyHoldsStops() throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = CountingSink()
+        let events = MovieEnd()
+        weak var session: CaptureSession?, device: CaptureDevice?
+        try {
+            let d = try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)
+            let s = CaptureSession(registry: .builtIn)
+            let video = VideoDataOutput()
+            let movie = MovieFileOutput()
+            s.beginConfiguration()
+            try s.addInput(CaptureDeviceInput(device: d))
+            try s.setSessionPreset(.inputPriority)
+            try s.addOutput(video)
+            try s.addOutput(movie)
+            video.setDelegate(sink, queue: nil)
+            try s.commitConfiguration()
+            try movie.startRecording(to: dir + "/dropped.mov", delegate: events)
+            try s.startRunning()
+            session = s; device = d
+            let deadline = monotonicNanoseconds() + 10_000_000_000
+            while sink.frames.withLock({ $0 }) < 10 && monotonicNanoseconds() < deadline { usleep(10_000) }
+        }()
+        #expect(session == nil)
+        #expect(events.ended.wait(timeout: .now() + 10) == .success, "the recording did not end")
+        let after = sink.frames.withLock { $0 }
+        #expect(after >= 10)
+        usleep(500_000)
+        #expect(sink.frames.withLock { $0 } <= after + 1, "frames kept coming after the session went")
+        let deadline = monotonicNanoseconds() + 5_000_000_000
+        while device != nil && monotonicNanoseconds() < deadline { usleep(10_000) }
+        #expect(device == nil, "the device is still held")
+        let (rc, out) = try probeFrames(dir + "/dropped.mov")
+        #expect(rc == 0 && (Int(out) ?? 0) >= 10, "ffprobe: \(out)")
+    }
+}
+
+/// Signals when a recording ends.
+private final class MovieEnd: MovieRecordingDelegate, @unchecked Sendable {
+    let ended = DispatchSemaphore(value: 0)
+    func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+        ended.signal()
+    }
+}
+
+/// The number of video frames ffprobe counts in a movie.
+private func probeFrames(_ path: String) throws -> (Int32, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/ffprobe")
+    p.arguments = ["-v", "error", "-count_frames", "-select_streams", "v", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path]
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    try p.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
 }

@@ -69,6 +69,21 @@ public final class CaptureSession: @unchecked Sendable {
         self.logger = logger
     }
 
+    /// A session whose last reference goes while it runs stops, as AVFoundation's does: the
+    /// device is released and the outputs finish (their recordings complete). The threads end on
+    /// their own; a helper thread reaps them, so the last reference may go on any thread, one of
+    /// the session's own delegate threads included.
+    deinit {
+        let (e, w) = lock.withLock { (engine, watcher.withLock { $0 }) }
+        guard e != nil || w != nil else { return }
+        e?.stop()
+        w?.cancel()
+        EngineThread(name: "vf-session-end") {
+            e?.waitUntilFinished()
+            w?.join()
+        }.detach()
+    }
+
     // MARK: Events
 
     /// Registers a handler for session events. Handlers run on the session's event queue, one
