@@ -120,4 +120,42 @@ import ViewfinderSim
         try ok.startWriting()
         ok.cancelWriting()
     }
+
+    /// `startRunning()` between `beginConfiguration()` and `commitConfiguration()` says so (it
+    /// said "the session has no video input" with one staged), as AVFoundation refuses it.
+    @Test func startingInsideABatchSaysTheBatchIsOpen() throws {
+        let session = CaptureSession()
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: try CaptureDevice.open("sim:width=320,height=240", directory: .core)))
+        try session.addOutput(VideoDataOutput())
+        #expect(throws: SessionError.invalidConfiguration(reason: "startRunning() inside a configuration batch: call commitConfiguration() first")) {
+            try session.startRunning()
+        }
+        try session.commitConfiguration()
+        try session.startRunning()
+        session.stopRunning()
+    }
+
+    /// An output is in one session at a time (it could be added to two, and its delegate got both
+    /// streams interleaved); removed from the first, or the first gone, it may join another.
+    @Test func anOutputIsInOneSessionAtATime() throws {
+        let video = VideoDataOutput()
+        let (first, _) = try session("sim:width=320,height=240", outputs: [video])
+        let second = CaptureSession()
+        #expect(!second.canAddOutput(video))
+        #expect(throws: SessionError.cannotAddOutput(reason: "it is in another session (remove it there first)")) { try second.addOutput(video) }
+        first.removeOutput(video)
+        #expect(second.canAddOutput(video))
+        try second.addOutput(video)
+        #expect(!first.canAddOutput(video))
+        // A session that goes frees its outputs.
+        var third: CaptureSession? = CaptureSession()
+        let photo = PhotoOutput()
+        try third!.addOutput(photo)
+        #expect(!second.canAddOutput(photo))
+        third = nil
+        #expect(second.canAddOutput(photo))
+        try second.addOutput(photo)
+        _ = third
+    }
 }

@@ -142,6 +142,7 @@ public final class CaptureSession: @unchecked Sendable {
         let (old, running) = lock.withLock { (committed, detachEngine()) }
         if let running { finish(running) }
         lock.withLock { committed = c; rebuildConnections() }
+        OutputClaims.set(c.outputs, for: self)
         guard running != nil else { return }
         do { try lock.withLock { try startEngine() } } catch {
             logger.warning("new configuration failed to start, keeping the old one: \(error)")
@@ -150,12 +151,16 @@ public final class CaptureSession: @unchecked Sendable {
                 rebuildConnections()
                 try? startEngine()
             }
+            OutputClaims.set(old.outputs, for: self)
             throw error
         }
     }
 
     private func validate(_ c: Configuration) throws {
         try validateAudio(c)
+        if c.outputs.contains(where: { OutputClaims.isHeld($0, byAnotherThan: self) }) {
+            throw SessionError.cannotAddOutput(reason: "an output of the batch is in another session (remove it there first)")
+        }
         let videoInputs = c.inputs.compactMap { $0 as? CaptureDeviceInput }
         if videoInputs.count > 1 { throw SessionError.cannotAddInput(reason: "the session already has a video input (one camera per session)") }
         if let d = videoInputs.first?.device {
@@ -227,10 +232,13 @@ public final class CaptureSession: @unchecked Sendable {
     }
 
     public func canAddOutput(_ output: any CaptureOutput) -> Bool {
-        lock.withLock { !current().outputs.contains { $0 === output } }
+        lock.withLock { !current().outputs.contains { $0 === output } } && !OutputClaims.isHeld(output, byAnotherThan: self)
     }
 
     public func addOutput(_ output: any CaptureOutput) throws {
+        // One session at a time, as AVFoundation: two engines would feed one output's thread and
+        // delegate with two streams interleaved.
+        if OutputClaims.isHeld(output, byAnotherThan: self) { throw SessionError.cannotAddOutput(reason: "it is in another session (remove it there first)") }
         try change { c in
             if c.outputs.contains(where: { $0 === output }) { throw SessionError.cannotAddOutput(reason: "it is already in the session") }
             c.outputs.append(output)
@@ -293,6 +301,11 @@ public final class CaptureSession: @unchecked Sendable {
         try transition.withLock {
             try lock.withLock {
                 if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
+                // As AVFoundation: not between begin and commit (the batch is not the session's
+                // configuration yet; this said "no video input" with one staged).
+                if pending != nil {
+                    throw SessionError.invalidConfiguration(reason: "startRunning() inside a configuration batch: call commitConfiguration() first")
+                }
                 // Not joined here: its thread may be waiting for `transition` to resume the
                 // session (it will see the cancel and return). Unjoined, it would be a thread
                 // leak (ThreadSanitizer's report on the whole suite, 26 Nov).
@@ -512,6 +525,30 @@ public final class CaptureSession: @unchecked Sendable {
         if s.focusMode == .locked, let p = s.lensPosition, controls.supports(.focusAbsolute) {
             if controls.supports(.focusAuto) { try? controls.set(.focusAuto, to: 0) }
             try controls.set(.focusAbsolute, to: Int64(p.rounded()))
+        }
+    }
+}
+
+/// Which session holds each output: an output is in one session at a time. Weak both ways, so an
+/// output or a session that goes frees its claim (and a new object at the same address is not
+/// taken for the old one).
+enum OutputClaims {
+    private struct Claim { weak var output: AnyObject?; weak var session: CaptureSession? }
+    private static let claims = LockedBox<[ObjectIdentifier: Claim]>([:])
+
+    /// Whether a live session other than `session` holds `output`.
+    static func isHeld(_ output: any CaptureOutput, byAnotherThan session: CaptureSession) -> Bool {
+        claims.withLock { c in
+            guard let claim = c[ObjectIdentifier(output)], claim.output === output, let holder = claim.session else { return false }
+            return holder !== session
+        }
+    }
+
+    /// Makes `outputs` the ones `session` holds (its committed configuration's).
+    static func set(_ outputs: [any CaptureOutput], for session: CaptureSession) {
+        claims.withLock { c in
+            c = c.filter { $0.value.output != nil && $0.value.session != nil && $0.value.session !== session }
+            for o in outputs { c[ObjectIdentifier(o)] = Claim(output: o, session: session) }
         }
     }
 }
