@@ -6,14 +6,18 @@ import Foundation
 /// Records what every frame was taken with and runs scripted device changes at given frames
 /// (on the output's thread, while the session runs).
 final class AppliedRecorder: VideoDataOutputDelegate, @unchecked Sendable {
-    struct Applied: Equatable { var lens: Double?; var exposure: Double?; var gain: Double? }
+    struct Applied: Equatable {
+        var lens: Double?; var exposure: Double?; var gain: Double?
+        /// What the capture side recorded as written (`exposedWith`: 100 µs units, gain × 100).
+        var exposedTime: Int64? = nil; var exposedGain: Int64? = nil
+    }
     let frames = LockedBox<[Applied]>([])
     let errors = LockedBox<[String]>([])
     let actions: [Int: @Sendable () throws -> Void]
     init(_ actions: [Int: @Sendable () throws -> Void]) { self.actions = actions }
     func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
         let m = sampleBuffer.frame.metadata
-        let n = frames.withLock { f -> Int in f.append(Applied(lens: m.lensPosition, exposure: m.exposureTime, gain: m.gain)); return f.count }
+        let n = frames.withLock { f -> Int in f.append(Applied(lens: m.lensPosition, exposure: m.exposureTime, gain: m.gain, exposedTime: m.exposedWith.exposureTime, exposedGain: m.exposedWith.gain)); return f.count }
         if let a = actions[n] {
             do { try a() } catch { errors.withLock { $0.append("frame \(n): \(error)") } }
         }
@@ -107,6 +111,12 @@ func locked(_ d: CaptureDevice, _ body: () throws -> Void) throws {
         #expect(settled(48..<55) == [[10_000, 8]], "\(f.map { ($0.exposure, $0.gain) })")
         #expect(settled(65..<75) == [[5_000, 8]], "\(f.map { ($0.exposure, $0.gain) })")
         #expect(dev.iso == 800 && dev.exposureDurationMicroseconds == 5_000)
+        // The capture side's record of what each frame was exposed with follows too (it kept
+        // the values from before the first change: the custom values were written around it).
+        func exposed(_ range: Range<Int>) -> Set<[Int64]> { Set(f[range].map { [$0.exposedTime ?? -1, $0.exposedGain ?? -1] }) }
+        #expect(exposed(30..<40) == [[100, 400]], "\(f.map { ($0.exposedTime, $0.exposedGain) })")
+        #expect(exposed(48..<55) == [[100, 800]])
+        #expect(exposed(65..<75) == [[50, 800]])
     }
 }
 

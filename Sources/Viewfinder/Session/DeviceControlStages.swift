@@ -84,7 +84,12 @@ final class DeviceControlStages: Stage {
                     // exposure loop's limit follows it.
                     var c = c
                     if let iv = settings.activeVideoMinFrameDuration { c.frameIntervalNanoseconds = iv.nanoseconds }
-                    for s in fresh { try s.prepare(format: f, context: c) }
+                    // Frames are flowing: what the fresh stages write in `prepare` (a custom
+                    // exposure, a white balance) goes through the capture side's queue like any
+                    // request, so the frames' `exposedWith` follows it (it kept the old values).
+                    var streaming = c
+                    if let base = c.controls, let q = c.controlRequests { streaming.controls = QueuedControls(base: base, queue: q) }
+                    for s in fresh { try s.prepare(format: f, context: streaming) }
                     prepared = (f, c)
                     if c.frameIntervalNanoseconds > 0 { frameSeconds = Double(c.frameIntervalNanoseconds) / 1e9 }
                 }
@@ -139,6 +144,29 @@ final class DeviceControlStages: Stage {
         if z != 1 || zoom.target != 1 {
             _ = frame.metadata.custom.set(zoomKey, z)
             device?.noteZoom(z)
+        }
+    }
+}
+
+/// A device's controls as a stage sees them while frames flow: reads from the device, writes
+/// queued for the capture side (``ControlRequestQueue``), which applies them between frames and
+/// records when they take effect.
+final class QueuedControls: DeviceControlling {
+    let base: any DeviceControlling
+    let queue: ControlRequestQueue
+    init(base: any DeviceControlling, queue: ControlRequestQueue) { self.base = base; self.queue = queue }
+    var descriptors: [ControlDescriptor] { base.descriptors }
+    var controlLatencyFrames: Int { base.controlLatencyFrames }
+    func value(of name: String) throws -> Int64 { try base.value(of: name) }
+    func set(_ name: String, to value: Int64) throws {
+        // A control with no standard meaning cannot be queued: written as before.
+        guard let std = descriptors.first(where: { $0.name == name })?.standard else { return try base.set(name, to: value) }
+        try set(std, to: value)
+    }
+    func set(_ standard: StandardControl, to value: Int64) throws {
+        guard supports(standard) else { return try base.set(standard, to: value) }
+        guard queue.request(standard, to: value) else {
+            throw DeviceError.io(device: "controls", operation: "queue \(standard.rawValue)", errno: 105, message: "the control request queue is full")
         }
     }
 }
