@@ -53,4 +53,7 @@ MJPEG: ran negative,null on 30 frames; 30 carried the negative stage's metadata"
 if "$DEMO" "negative:strenght=1" 2>/dev/null; then
     echo "an unknown option of the user's stage was accepted" >&2; exit 1
 fi
+# The stage's own test ("Writing a stage", Step 8, as the article shows it) builds and passes.
+flock "$LOCK" swift test --package-path "$CONSUMER" --scratch-path "$CONSUMER/.build" 2>&1 | tail -5
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "the example's test (the article's Step 8) failed" >&2; exit 1; }
 echo "URL dependency test passed" >&2

@@ -3,6 +3,7 @@
 // the StageRegistryPlugin registers it (as `StageRegistry.myStages`).
 //
 //   swift run custom-stage-demo
+//   swift test
 import Foundation
 import PackageDescription
 
@@ -23,5 +24,7 @@ let package = Package(
             name: "custom-stage-demo",
             dependencies: ["MyStages", .product(name: "ViewfinderKit", package: viewfinder)]
         ),
+        // "Writing a stage", Step 8: the stage's own test.
+        .testTarget(name: "MyStagesTests", dependencies: ["MyStages", .product(name: "Viewfinder", package: viewfinder)]),
     ]
 )
