@@ -65,6 +65,14 @@ public final class DropCounters: Sendable {
 
 }
 
+extension DropCounters: CustomStringConvertible {
+    /// The total and the non-zero counts by reason, e.g. `3 dropped (late 2, ring_full 1)`, or `none dropped`.
+    public var description: String {
+        let parts = DropReason.allCases.filter { self[$0] > 0 }.map { "\($0.name) \(self[$0])" }
+        return parts.isEmpty ? "none dropped" : "\(total) dropped (\(parts.joined(separator: ", ")))"
+    }
+}
+
 /// The drops one consumer is told about, queued by whichever thread dropped the frame and handed
 /// to the consumer on its own thread (``FrameConsumer/didDrop(sequence:count:reason:)``).
 ///

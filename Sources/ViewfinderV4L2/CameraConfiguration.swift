@@ -34,7 +34,7 @@ extension V4L2Camera {
         let c = StreamConfiguration(format: Self.frameFormat(request.pixelFormat, pix), interval: interval,
                                     bufferCount: min(Self.maximumBuffers, max(options.minimumBuffers, request.bufferCount)))
         lock.withLock { config = c }
-        logger.info("\(path): configured \(c.format) bytesPerRow \(c.format.bytesPerRow) at \(c.interval)")
+        logger.debug("\(path): configured \(c.format) bytesPerRow \(c.format.bytesPerRow) at \(c.interval)")
         return c
     }
 

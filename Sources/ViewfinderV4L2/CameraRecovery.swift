@@ -90,7 +90,7 @@ extension V4L2Camera {
             case .success(let got):
                 let chosen = got.numerator > 0 && got.denominator > 0 ? got : interval
                 config?.interval = chosen
-                logger.info("\(path): frame interval \(chosen)\(streaming ? " while streaming" : "")")
+                logger.debug("\(path): frame interval \(chosen)\(streaming ? " while streaming" : "")")
                 return streaming ? .appliedWhileStreaming(chosen) : .appliedAtNextStart(chosen)
             case .failure(.busy) where streaming:
                 pendingInterval = interval

@@ -92,7 +92,7 @@ extension V4L2Camera {
         queuedCount = n
         starved = false
         streaming = true
-        logger.info("\(path): streaming \(cfg.format) with \(n) mmap buffers")
+        logger.debug("\(path): streaming \(cfg.format) with \(n) mmap buffers")
     }
 
     /// STREAMOFF; buffers still lent out stay mapped until released. Idempotent.

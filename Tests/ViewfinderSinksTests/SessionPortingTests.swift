@@ -158,4 +158,19 @@ import ViewfinderSim
         try second.addOutput(photo)
         _ = third
     }
+
+    /// What `print(output.droppedFrames)` shows (it printed the type's name), and AVFoundation's
+    /// name for a video data output's delegate.
+    @Test func dropCountersDescribeThemselvesAndTheDelegateHasAVFoundationsName() {
+        let d = DropCounters()
+        #expect(d.description == "none dropped")
+        d.count(.late, 2)
+        d.count(.ringFull)
+        #expect("\(d)" == "3 dropped (late 2, ring_full 1)")
+        final class Sink: VideoDataOutputDelegate, @unchecked Sendable {
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {}
+        }
+        let video = VideoDataOutput()
+        video.setSampleBufferDelegate(Sink(), queue: nil)
+    }
 }

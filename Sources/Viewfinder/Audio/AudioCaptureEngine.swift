@@ -194,7 +194,7 @@ public final class AudioCaptureEngine: @unchecked Sendable {
                 selfPaced.store(true, ordering: .relaxed)
                 let media = Double(position) / rate
                 let elapsed = Double(monotonicNanoseconds() &- pacing.start) / 1e9
-                logger.info("audio: '\(source.info.id)' is returning audio faster than real time after its start (\(media) s in \(elapsed) s): pacing it by the clock")
+                logger.debug("audio: '\(source.info.id)' is returning audio faster than real time after its start (\(media) s in \(elapsed) s): pacing it by the clock")
             }
             if slot == slotCount {
                 ringDrops.add(1, ordering: .relaxed)
@@ -228,7 +228,7 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             selfPaced.store(true, ordering: .relaxed)
             let media = Double(period.position + UInt64(period.frames)) / Double(format.sampleRate)
             let elapsed = Double(monotonicNanoseconds() &- p.start) / 1e9
-            logger.info("audio: '\(source.info.id)' delivered \(media) s in \(elapsed) s with no timestamps that follow it: not a real-time device, pacing it by the clock")
+            logger.debug("audio: '\(source.info.id)' delivered \(media) s in \(elapsed) s with no timestamps that follow it: not a real-time device, pacing it by the clock")
             for i in p.held.indices {
                 p.held[i].period.timestamp = Timestamp(nanoseconds: p.start &+ UInt64(Double(p.held[i].period.position) * 1e9 / Double(format.sampleRate)))
             }

@@ -70,6 +70,11 @@ public final class AudioDataOutput: CaptureOutput, AudioConsumer, @unchecked Sen
         state.withLock { $0.delegate = delegate; $0.queue = delegate == nil ? nil : (queue ?? DispatchQueue(label: "viewfinder.audio-data")) }
     }
 
+    /// The same as ``setSampleBufferDelegate(_:queue:)``, by the video data output's name.
+    public func setDelegate(_ delegate: (any AudioDataOutputDelegate)?, queue: DispatchQueue?) {
+        setSampleBufferDelegate(delegate, queue: queue)
+    }
+
     /// The audio buffers as an async sequence; it ends when the session's audio stops.
     public func buffers(bufferingNewest limit: Int = 256) -> AsyncStream<AudioSampleBuffer> {
         AsyncStream(bufferingPolicy: .bufferingNewest(limit)) { continuation in

@@ -410,7 +410,7 @@ public final class CaptureSession: @unchecked Sendable {
                     appliedInterval.withLock { $0 = change.interval }
                     liveInterval.withLock { $0 = change.interval }
                     s.activeVideoMinFrameDuration = change.interval
-                    logger.info("\(source.info.id): frame interval \(change)")
+                    logger.debug("\(source.info.id): frame interval \(change)")
                 } catch {
                     logger.error("\(source.info.id): the frame interval \(iv) could not be applied: \(error)")
                     s.activeVideoMinFrameDuration = appliedInterval.withLock { $0 }

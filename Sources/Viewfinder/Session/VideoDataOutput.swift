@@ -124,6 +124,11 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         state.withLock { $0.delegate = delegate; $0.queue = queue }
     }
 
+    /// AVFoundation's name for ``setDelegate(_:queue:)`` (the audio data output has both too).
+    public func setSampleBufferDelegate(_ delegate: (any VideoDataOutputDelegate)?, queue: DispatchQueue?) {
+        setDelegate(delegate, queue: queue)
+    }
+
     /// Frames as an async sequence. With late-frame discarding only the newest unconsumed frame is
     /// kept; otherwise up to 8 are buffered. Each sample buffer gives its frame back when the last
     /// reference to it goes.
