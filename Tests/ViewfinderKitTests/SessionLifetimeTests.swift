@@ -11,6 +11,17 @@ private final class CountingSink: VideoDataOutputDelegate, @unchecked Sendable {
     }
 }
 
+/// A batch begun on a session of `device` at `.inputPriority` with `outputs`, for the caller to
+/// add to and commit.
+private func stagedSession(_ device: CaptureDevice, outputs: [any CaptureOutput]) throws -> CaptureSession {
+    let session = CaptureSession(registry: .builtIn)
+    session.beginConfiguration()
+    try session.addInput(CaptureDeviceInput(device: device))
+    try session.setSessionPreset(.inputPriority)
+    for o in outputs { try session.addOutput(o) }
+    return session
+}
+
 /// The objects of one finished run of the soak's configuration.
 private struct Run {
     let session: CaptureSession, device: CaptureDevice
@@ -22,17 +33,11 @@ private struct Run {
 /// output) run for `seconds` on `device`, stopped, its files deleted.
 private func runAndStop(_ device: String, seconds: Double, in dir: String, tag: Int) throws -> Run {
     let device = try CaptureDevice.open(device, directory: .standard)
-    let session = CaptureSession(registry: .builtIn)
     let movie = MovieFileOutput()
     let dump = RawDumpOutput(path: dir + "/d\(tag).vfdump", overwrite: true)
     let video = VideoDataOutput()
     let sink = CountingSink()
-    session.beginConfiguration()
-    try session.addInput(CaptureDeviceInput(device: device))
-    try session.setSessionPreset(.inputPriority)
-    try session.addOutput(movie)
-    try session.addOutput(dump)
-    try session.addOutput(video)
+    let session = try stagedSession(device, outputs: [movie, dump, video])
     try video.setVideoSettings(VideoOutputSettings(pixelFormat: .nv12))
     video.setDelegate(sink, queue: nil)
     try session.setStages(StageSpec.parseList("exposure,focus,white_balance,stabilise:lookahead=5,deadline:max_age_ms=60000,null"))
@@ -92,14 +97,9 @@ private func runAndStop(_ device: String, seconds: Double, in dir: String, tag: 
         weak var session: CaptureSession?, device: CaptureDevice?
         try {
             let d = try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)
-            let s = CaptureSession(registry: .builtIn)
             let video = VideoDataOutput()
             let movie = MovieFileOutput()
-            s.beginConfiguration()
-            try s.addInput(CaptureDeviceInput(device: d))
-            try s.setSessionPreset(.inputPriority)
-            try s.addOutput(video)
-            try s.addOutput(movie)
+            let s = try stagedSession(d, outputs: [video, movie])
             video.setDelegate(sink, queue: nil)
             try s.commitConfiguration()
             try movie.startRecording(to: dir + "/dropped.mov", delegate: events)

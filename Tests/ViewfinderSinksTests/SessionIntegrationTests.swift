@@ -8,15 +8,7 @@ import ViewfinderSim
 /// exposure physics).
 @Suite struct SessionIntegrationTests {
     func session(_ device: String, outputs: [any CaptureOutput]) throws -> (CaptureSession, CaptureDevice) {
-        let dev = try CaptureDevice.open(device, directory: .core)
-        let session = CaptureSession()
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: dev))
-        try dev.configure { s in s.exposureMode = .locked; s.focusMode = .locked }
-        try session.setSessionPreset(.inputPriority)
-        for o in outputs { try session.addOutput(o) }
-        try session.commitConfiguration()
-        return (session, dev)
+        try simSession(device, outputs: outputs, lockLoops: true)
     }
 
     @Test func bracketThroughTheSimCameraControls() throws {
@@ -48,12 +40,7 @@ import ViewfinderSim
         let movie = MovieFileOutput()
         let dump = RawDumpOutput(path: dir + "/s.vfdump")
         let (session, _) = try session("sim:width=320,height=240,fps=30,paced=false,frames=45", outputs: [movie, dump])
-        let events = RecordingEvents()
-        try movie.startRecording(to: dir + "/s.mov", delegate: events)
-        try session.startRunning()
-        session.waitUntilFinished()
-        session.stopRunning()
-        #expect(events.waitFinished())
+        let events = try recordWholeRun(session, movie, to: dir + "/s.mov")
         let (_, summary, error) = events.finished[0]
         #expect(error == nil)
         #expect(summary.frames == 45)

@@ -8,14 +8,7 @@ import ViewfinderSim
 /// found by porting the seeds' examples (29 Nov): each case here behaved otherwise before.
 @Suite struct SessionPortingTests {
     func session(_ device: String, outputs: [any CaptureOutput]) throws -> (CaptureSession, CaptureDevice) {
-        let dev = try CaptureDevice.open(device, directory: .core)
-        let session = CaptureSession()
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: dev))
-        try session.setSessionPreset(.inputPriority)
-        for o in outputs { try session.addOutput(o) }
-        try session.commitConfiguration()
-        return (session, dev)
+        try simSession(device, outputs: outputs)
     }
 
     /// A connection set up by the app (rotation, mirroring, enabled) stays the same object with
@@ -52,12 +45,7 @@ import ViewfinderSim
         let movie = MovieFileOutput()
         let (session, _) = try session("sim:width=320,height=240,fps=30,paced=false,frames=10", outputs: [movie])
         try #require(session.connections.first { $0.output === movie && $0.mediaType == .video }).setVideoRotationAngle(90)
-        let events = RecordingEvents()
-        try movie.startRecording(to: dir + "/r.mov", delegate: events)
-        try session.startRunning()
-        session.waitUntilFinished()
-        session.stopRunning()
-        #expect(events.waitFinished())
+        _ = try recordWholeRun(session, movie, to: dir + "/r.mov")
         let (_, out, _) = try run("/usr/bin/ffprobe", ["-v", "error", "-select_streams", "v", "-show_entries", "stream_side_data=rotation", "-of", "csv=p=0", dir + "/r.mov"])
         let reported = Int(Double(out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
         #expect((360 - reported) % 360 == 90, "ffprobe rotation '\(out)'")

@@ -1,5 +1,6 @@
 import Foundation
 import Viewfinder
+import Testing
 @testable import ViewfinderSinks
 
 /// A fresh empty directory under /tmp for one test.
@@ -170,4 +171,30 @@ final class HashingWitness: FrameConsumer, @unchecked Sendable {
         let s = frame.sequence
         seen.withLock { $0.append((s, h)) }
     }
+}
+
+/// A session of `device` (opened through the core directory) at `.inputPriority` with `outputs`,
+/// committed; with `lockLoops`, the device's exposure and focus locked first.
+func simSession(_ device: String, outputs: [any CaptureOutput], lockLoops: Bool = false) throws -> (CaptureSession, CaptureDevice) {
+    let dev = try CaptureDevice.open(device, directory: .core)
+    let session = CaptureSession()
+    session.beginConfiguration()
+    try session.addInput(CaptureDeviceInput(device: dev))
+    if lockLoops { try dev.configure { s in s.exposureMode = .locked; s.focusMode = .locked } }
+    try session.setSessionPreset(.inputPriority)
+    for o in outputs { try session.addOutput(o) }
+    try session.commitConfiguration()
+    return (session, dev)
+}
+
+/// Records `movie` to `path` over the whole run of `session` (a source that ends by itself) and
+/// waits for the recording's end.
+func recordWholeRun(_ session: CaptureSession, _ movie: MovieFileOutput, to path: String) throws -> RecordingEvents {
+    let events = RecordingEvents()
+    try movie.startRecording(to: path, delegate: events)
+    try session.startRunning()
+    session.waitUntilFinished()
+    session.stopRunning()
+    #expect(events.waitFinished())
+    return events
 }
