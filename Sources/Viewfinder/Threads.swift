@@ -31,11 +31,18 @@ public final class EngineThread: @unchecked Sendable {
             let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
             // Linux limits thread names to 15 bytes.
             Thread.current.name = String(box.name.prefix(15))
+            Thread.current.threadDictionary[EngineThread.marker] = true
             box.body()
             return nil
         }, box)
         precondition(rc == 0, "pthread_create failed: \(rc)")
     }
+
+    static let marker = "viewfinder.engine-thread"
+
+    /// Whether the calling thread is one of Viewfinder's own (an engine's capture, stage, decode or
+    /// consumer thread, a session's watcher): one that must not wait for an engine to end.
+    static var isCurrent: Bool { Thread.current.threadDictionary[marker] != nil }
 
     /// Waits for the thread to end. Safe to call any number of times, from any threads at once:
     /// every caller returns once the thread has ended (after a ``detach()``, at once). From the

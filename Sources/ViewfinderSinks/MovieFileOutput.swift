@@ -270,13 +270,24 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     }
 
     /// Ends the current recording after the frames already captured; `didFinish` follows on the
-    /// output's thread (or on this one if the session has already ended).
+    /// output's thread. A recording still waiting for its session to start is withdrawn: no file is
+    /// made and `didFinish` comes on this thread (0 frames, `.stopped`).
     public func stopRecording() {
-        lock.withLock {
-            guard activePath != nil else { return }
+        let withdrawn = lock.withLock { () -> (path: String, delegate: (any MovieRecordingDelegate)?)? in
+            guard activePath != nil else { return nil }
+            if let d = deferredStart {
+                deferredStart = nil
+                activePath = nil
+                return (d.path, d.delegate)
+            }
             stopRequested = true
             stopTime = monotonicNanoseconds()
             lock.broadcast()
+            return nil
+        }
+        if let (path, delegate) = withdrawn {
+            let summary = MovieRecordingSummary(path: path, frames: 0, preRollFrames: 0, duration: 0, bytes: 0, droppedFrames: 0, reason: .stopped, successfullyFinished: false)
+            delegate?.movieOutput(self, didFinishRecordingTo: path, summary: summary, error: nil)
         }
     }
 

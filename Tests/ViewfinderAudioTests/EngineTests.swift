@@ -17,6 +17,8 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
     let closed = Atomic<Bool>(false)
     /// Set by a test: the next read fails as if the device was unplugged.
     let unplugged = Atomic<Bool>(false)
+    /// Set by a test: `start()` fails (a device that opens, then refuses to stream).
+    let refusesToStart = Atomic<Bool>(false)
     private var produced = 0
     /// 1 ms periods unless told (a real request's default is 10 ms).
     init(overrunEvery: Int? = nil, failAfter: Int? = nil, slowReads: Int = 0, periodFrames: Int = 48) {
@@ -26,7 +28,7 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         if let f = request.sampleFormat, f != .s16 { throw AudioError.unsupportedFormat(device: info.id, requested: f.rawValue, available: "S16_LE") }
         return AudioStreamFormat(sampleFormat: .s16, sampleRate: 48000, channels: 1)
     }
-    func start() throws {}
+    func start() throws { if refusesToStart.load(ordering: .relaxed) { throw AudioError.deviceGone(info.id) } }
     func read(into buffer: UnsafeMutableRawPointer, frames: Int) throws -> AudioReadResult {
         let k = reads.add(1, ordering: .relaxed).newValue
         if let f = failAfter, k > f { throw AudioError.deviceGone(info.id) }

@@ -162,6 +162,38 @@ final class SummaryWaiter: MovieRecordingDelegate, @unchecked Sendable {
         #expect(rc == 0 && out.split(separator: "\n") == ["video"], "streams: \(out)")
     }
 
+    /// A microphone that opens and then fails to start: the session does not start, and the movie
+    /// output, told the microphone's format before it failed, does not keep it — the next run,
+    /// without the microphone, records no audio track.
+    @Test func aMicrophoneThatFailsToStartLeavesNoFormatBehind() throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-refuses-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let source = ScriptedAudioSource(periodFrames: 480)
+        source.refusesToStart.store(true, ordering: .relaxed)
+        let session = CaptureSession(registry: .builtIn)
+        var settings = MovieOutputSettings()
+        settings.maximumDuration = 1
+        let movie = MovieFileOutput(settings: settings)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)))
+        let failing = AudioDeviceInput(device: AudioCaptureDevice(source: source))
+        try session.addInput(failing)
+        try session.setSessionPreset(.inputPriority)
+        try session.addOutput(movie)
+        try session.commitConfiguration()
+        #expect(throws: AudioError.self) { try session.startRunning() }
+        #expect(movie.settings.audio == nil, "the failed microphone's format stayed: \(String(describing: movie.settings.audio))")
+        session.removeInput(failing)
+        let waiter = SummaryWaiter()
+        try movie.startRecording(to: dir + "/two.mov", delegate: waiter)
+        try session.startRunning()
+        _ = try #require(waiter.wait(seconds: 60))
+        session.stopRunning()
+        let (rc, out) = try runTool("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=codec_type", "-of", "csv=p=0", dir + "/two.mov"])
+        #expect(rc == 0 && out.split(separator: "\n") == ["video"], "streams: \(out)")
+    }
+
     /// A request the device cannot meet is one typed error at start; the session does not run.
     @Test func anUnsupportedFormatIsATypedErrorAtStart() throws {
         let session = CaptureSession(registry: .builtIn)

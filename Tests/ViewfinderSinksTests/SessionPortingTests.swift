@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Viewfinder
+@testable import Viewfinder
 import ViewfinderSim
 @testable import ViewfinderSinks
 
@@ -160,5 +160,67 @@ import ViewfinderSim
         }
         let video = VideoDataOutput()
         video.setSampleBufferDelegate(Sink(), queue: nil)
+    }
+
+    /// `setExposureMode(.custom)` after a custom spell and a return to auto keeps the exposure in
+    /// use now, not the old custom values (which it brought back).
+    @Test func customAgainKeepsTheCurrentExposureNotTheOldCustomOne() throws {
+        let device = try CaptureDevice.open("sim:width=320,height=240,exposure=8,gain=2", directory: .core)
+        try device.lockForConfiguration()
+        try device.setExposureModeCustom(durationMicroseconds: 1_000, iso: 100)
+        device.unlockForConfiguration()
+        try device.lockForConfiguration()
+        try device.setExposureMode(.continuous)
+        device.unlockForConfiguration()
+        try device.lockForConfiguration()
+        try device.setExposureMode(.custom)
+        device.unlockForConfiguration()
+        // Not running: what is in use is the controls' (8 ms, gain 2), not the old 1 ms.
+        #expect(device.settings.customExposureDuration == 8_000)
+        #expect(device.settings.customGain == 2)
+    }
+
+    /// A recording asked for between two runs waits for the next; stopped before it, it is
+    /// withdrawn at once: `didFinish` with 0 frames, no file, not recording (it stayed
+    /// "recording" and blocked every later start with `alreadyRecording`).
+    @Test func aWaitingRecordingCanBeWithdrawn() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let movie = MovieFileOutput()
+        let (session, _) = try session("sim:width=320,height=240,fps=30,paced=false,frames=5", outputs: [movie])
+        _ = try recordWholeRun(session, movie, to: dir + "/first.mov")
+        let events = RecordingEvents()
+        try movie.startRecording(to: dir + "/waiting.mov", delegate: events)
+        #expect(movie.isRecording)
+        movie.stopRecording()
+        #expect(events.waitFinished(timeout: 1))
+        #expect(!movie.isRecording)
+        #expect(events.finished.first?.1.frames == 0 && events.finished.first?.1.reason == .stopped)
+        #expect(!FileManager.default.fileExists(atPath: dir + "/waiting.mov"))
+        _ = try recordWholeRun(session, movie, to: dir + "/second.mov")
+    }
+
+    /// A session that goes while running leaves its outputs to the next session at once (the deinit
+    /// waits for its engine), and a session's end still under way on another thread keeps them.
+    @Test func aSessionsOutputsAreFreeWhenItHasGone() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let movie = MovieFileOutput()
+        let events = RecordingEvents()
+        try {
+            let (s, _) = try session("sim:width=320,height=240,fps=30", outputs: [movie])
+            try movie.startRecording(to: dir + "/first.mov", delegate: events)
+            try s.startRunning()
+            usleep(300_000)
+        }()
+        // The first session's movie is complete when its deinit returns.
+        #expect(events.finished.count == 1 && events.finished.first?.2 == nil)
+        let (next, _) = try session("sim:width=320,height=240,fps=30,paced=false,frames=5", outputs: [movie])
+        _ = try recordWholeRun(next, movie, to: dir + "/second.mov")
+        let token = OutputClaims.hold([movie])
+        #expect(!CaptureSession().canAddOutput(movie))
+        OutputClaims.release(token)
+        next.removeOutput(movie)
+        #expect(CaptureSession().canAddOutput(movie))
     }
 }

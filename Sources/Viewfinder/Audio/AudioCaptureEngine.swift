@@ -101,6 +101,12 @@ public final class AudioCaptureEngine: @unchecked Sendable {
 
     private var prepared = false
 
+    /// Tells the consumers that the run ends without this device's sound (it failed to start after
+    /// ``prepare()`` told them its format).
+    func abandon(error: any Error) {
+        for c in consumers { c.finishAudio(error: error) }
+    }
+
     /// Tells the consumers the format (before the video starts, so that a movie has its track).
     public func prepare() {
         guard !prepared else { return }

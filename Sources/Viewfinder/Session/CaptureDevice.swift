@@ -208,12 +208,14 @@ public final class CaptureDevice: @unchecked Sendable {
             throw SessionError.unsupportedMode(device: uniqueID, mode: "exposure mode \(mode.rawValue)", reason: "it has no exposure time or gain control")
         }
         guard mode == .custom else { try stage { $0.exposureMode = mode }; return }
-        // As AVFoundation's: custom without a duration or gain set keeps the ones in use now.
+        // As AVFoundation's: custom keeps the exposure in use now — the custom values staged in
+        // this lock when it is custom already (setExposureModeCustom), else what the frames are
+        // taken with (not the values of an earlier custom spell, which the loop has left).
         let staged = state.withLock { $0.staged }
-        var duration = staged?.customExposureDuration, gain = staged?.customGain
-        if duration == nil { duration = exposureDurationMicroseconds }
-        if gain == nil { gain = currentGain }
-        guard let duration, let gain else {
+        let keep = staged?.exposureMode == .custom
+        let duration = (keep ? staged?.customExposureDuration : nil) ?? exposureDurationMicroseconds
+        let gain = (keep ? staged?.customGain : nil) ?? min(max(currentGain, minISO / 100), maxISO / 100)
+        guard let duration else {
             throw SessionError.invalidConfiguration(reason: "custom exposure needs a duration and a gain, and the current exposure duration is not known yet (no frame seen, no exposure control): use setExposureModeCustom")
         }
         try stage { $0.exposureMode = .custom; $0.customExposureDuration = duration; $0.customGain = gain }
@@ -269,7 +271,8 @@ public final class CaptureDevice: @unchecked Sendable {
 
     /// Every mode is supported: a device with `white_balance_automatic`/`white_balance_temperature`
     /// is driven through them, any other gets the software `white_balance` stage (gains on the
-    /// chroma; on MJPEG, RGB and Bayer streams on the frames' decoded views). A device without those
+    /// chroma; on MJPEG, RGB and Bayer streams on the frames' decoded views, from the session's
+    /// start: a mode first chosen while running corrects from the next start). A device without those
     /// controls starts `.locked` (no stage runs until a mode is chosen).
     public func isWhiteBalanceModeSupported(_ mode: WhiteBalanceMode) -> Bool { true }
 

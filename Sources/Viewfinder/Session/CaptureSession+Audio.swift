@@ -40,6 +40,8 @@ extension CaptureSession {
             try engine.start()
         } catch {
             engine.source.close()
+            // The outputs were told this device's format: they hear that its run is over.
+            engine.abandon(error: error)
             throw error
         }
         audioRun.withLock { $0.engine = engine }

@@ -70,17 +70,27 @@ public final class CaptureSession: @unchecked Sendable {
     }
 
     /// A session whose last reference goes while it runs stops, as AVFoundation's does: the
-    /// device is released and the outputs finish (their recordings complete). The threads end on
-    /// their own; a helper thread reaps them, so the last reference may go on any thread, one of
-    /// the session's own delegate threads included.
+    /// device is released, the outputs finish (their recordings complete) and are disconnected.
+    /// The deinit waits for that, so the outputs and the device are free for another session when
+    /// it returns — except on one of the engine's own threads (a delegate called without a queue),
+    /// which cannot wait for itself: there a helper thread waits, and the outputs stay claimed
+    /// (no other session can take them) until it is done.
     deinit {
-        let (e, w) = lock.withLock { (engine, watcher.withLock { $0 }) }
-        guard e != nil || w != nil else { return }
+        let (e, w, conns, config) = lock.withLock { (engine, watcher.withLock { $0 }, connectionsStore, committed) }
+        guard e != nil || w != nil || !conns.isEmpty else { return }
         e?.stop()
         w?.cancel()
-        EngineThread(name: "vf-session-end") {
+        let end: @Sendable () -> Void = {
             e?.waitUntilFinished()
             w?.join()
+            // The connections' inputs and outputs are `unowned`: `config` holds them until here.
+            withExtendedLifetime(config) { for c in conns { c.output.sessionDidDisconnect(c) } }
+        }
+        guard EngineThread.isCurrent else { end(); return }
+        let token = OutputClaims.hold(config.outputs)
+        EngineThread(name: "vf-session-end") {
+            end()
+            OutputClaims.release(token)
         }.detach()
     }
 
@@ -139,10 +149,11 @@ public final class CaptureSession: @unchecked Sendable {
     /// `transition` held; the old engine is waited for without `lock`.
     private func apply(_ c: Configuration) throws {
         try validate(c)
+        // Checked and taken at once: two sessions committing one output together cannot both win.
+        try OutputClaims.claim(c.outputs, for: self)
         let (old, running) = lock.withLock { (committed, detachEngine()) }
         if let running { finish(running) }
         lock.withLock { committed = c; rebuildConnections() }
-        OutputClaims.set(c.outputs, for: self)
         guard running != nil else { return }
         do { try lock.withLock { try startEngine() } } catch {
             logger.warning("new configuration failed to start, keeping the old one: \(error)")
@@ -151,7 +162,7 @@ public final class CaptureSession: @unchecked Sendable {
                 rebuildConnections()
                 try? startEngine()
             }
-            OutputClaims.set(old.outputs, for: self)
+            try? OutputClaims.claim(old.outputs, for: self)
             throw error
         }
     }
@@ -399,8 +410,16 @@ public final class CaptureSession: @unchecked Sendable {
         let liveInterval = self.liveInterval
         liveInterval.withLock { $0 = cfg.interval }
         let logger = self.logger, hub = self.hub, source = device.source
+        // Software white balance on frames without YUV planes corrects the full-size decoded
+        // view, whose size the engine picks at its start: a balance first chosen while running
+        // is measured, not applied, until the next start. Said once, when it happens.
+        let balanceNeedsRestart = !cfg.format.pixelFormat.hasYUVPlanes && !(device.controls?.supports(.whiteBalanceTemperature) ?? false)
+        let balanceAtStart = LockedBox(settings.whiteBalanceMode)
         device.onSettingsChange = { [weak device] s in
             var s = s
+            if balanceNeedsRestart, s.whiteBalanceMode != .locked, balanceAtStart.withLock({ m in defer { m = s.whiteBalanceMode }; return m == .locked }) {
+                logger.warning("\(source.info.id): white balance \(s.whiteBalanceMode) chosen while running on \(cfg.format.pixelFormat) frames: measured, and applied to the picture from the next startRunning() (choose it before starting)")
+            }
             // A new frame duration on a running session: the source changes its rate now (S_PARM
             // mid-stream, or a restart around it); the control stages get the interval it chose.
             if let iv = s.activeVideoMinFrameDuration, appliedInterval.withLock({ $0 != iv }) {
@@ -533,22 +552,42 @@ public final class CaptureSession: @unchecked Sendable {
 /// output or a session that goes frees its claim (and a new object at the same address is not
 /// taken for the old one).
 enum OutputClaims {
-    private struct Claim { weak var output: AnyObject?; weak var session: CaptureSession? }
+    /// Held by a session (weakly), or by a session's end still under way (`ending`, strongly).
+    private struct Claim { weak var output: AnyObject?; weak var session: CaptureSession?; var ending: Ending? }
+    /// The claim of a session that is gone while its engine still finishes.
+    final class Ending: Sendable {}
     private static let claims = LockedBox<[ObjectIdentifier: Claim]>([:])
 
-    /// Whether a live session other than `session` holds `output`.
+    private static func holder(_ c: [ObjectIdentifier: Claim], _ output: any CaptureOutput) -> AnyObject? {
+        guard let claim = c[ObjectIdentifier(output)], claim.output === output else { return nil }
+        return claim.session ?? claim.ending
+    }
+
+    /// Whether something other than `session` holds `output`: a live session, or the end of one.
     static func isHeld(_ output: any CaptureOutput, byAnotherThan session: CaptureSession) -> Bool {
-        claims.withLock { c in
-            guard let claim = c[ObjectIdentifier(output)], claim.output === output, let holder = claim.session else { return false }
-            return holder !== session
+        claims.withLock { c in holder(c, output).map { $0 !== session } ?? false }
+    }
+
+    /// Makes `outputs` the ones `session` holds (its configuration's), or throws, changing
+    /// nothing, when another holds one of them.
+    static func claim(_ outputs: [any CaptureOutput], for session: CaptureSession) throws {
+        try claims.withLock { c in
+            if outputs.contains(where: { o in holder(c, o).map { $0 !== session } ?? false }) {
+                throw SessionError.cannotAddOutput(reason: "an output of the batch is in another session (remove it there first)")
+            }
+            c = c.filter { $0.value.output != nil && ($0.value.session != nil || $0.value.ending != nil) && $0.value.session !== session }
+            for o in outputs { c[ObjectIdentifier(o)] = Claim(output: o, session: session, ending: nil) }
         }
     }
 
-    /// Makes `outputs` the ones `session` holds (its committed configuration's).
-    static func set(_ outputs: [any CaptureOutput], for session: CaptureSession) {
-        claims.withLock { c in
-            c = c.filter { $0.value.output != nil && $0.value.session != nil && $0.value.session !== session }
-            for o in outputs { c[ObjectIdentifier(o)] = Claim(output: o, session: session) }
-        }
+    /// Holds `outputs` for a session's end that is still under way; ``release(_:)`` frees them.
+    static func hold(_ outputs: [any CaptureOutput]) -> Ending {
+        let token = Ending()
+        claims.withLock { c in for o in outputs { c[ObjectIdentifier(o)] = Claim(output: o, session: nil, ending: token) } }
+        return token
+    }
+
+    static func release(_ token: Ending) {
+        claims.withLock { c in c = c.filter { $0.value.ending !== token } }
     }
 }
