@@ -73,8 +73,8 @@ public final class CaptureSession: @unchecked Sendable {
     /// device is released, the outputs finish (their recordings complete) and are disconnected.
     /// The deinit waits for that, so the outputs and the device are free for another session when
     /// it returns — except on one of the engine's own threads (a delegate called without a queue),
-    /// which cannot wait for itself: there a helper thread waits, and the outputs stay claimed
-    /// (no other session can take them) until it is done.
+    /// which cannot wait for itself: there a helper thread waits. Either way the outputs stay
+    /// claimed (no other session can take them) until the engine is done.
     deinit {
         let (e, w, conns, config) = lock.withLock { (engine, watcher.withLock { $0 }, connectionsStore, committed) }
         guard e != nil || w != nil || !conns.isEmpty else { return }
@@ -86,8 +86,10 @@ public final class CaptureSession: @unchecked Sendable {
             // The connections' inputs and outputs are `unowned`: `config` holds them until here.
             withExtendedLifetime(config) { for c in conns { c.output.sessionDidDisconnect(c) } }
         }
-        guard EngineThread.isCurrent else { end(); return }
+        // Claimed by the ending run from here (the session's own claim went with its last
+        // reference) until its engine is done: no other session may take an output before.
         let token = OutputClaims.hold(config.outputs)
+        guard EngineThread.isCurrent else { end(); OutputClaims.release(token); return }
         EngineThread(name: "vf-session-end") {
             end()
             OutputClaims.release(token)
