@@ -19,7 +19,7 @@ extension PhotoOutput: CaptureOutput {
     }
 
     public func sessionDidDisconnect(_ connection: CaptureConnection) {
-        connectionBox.withLock { if $0.connection === connection { $0 = WeakConnection(nil) } }
+        connectionBox.forget(connection)
     }
 
     /// The orientation the connection asks for (rotation and mirroring), `.up` without one.
@@ -39,7 +39,7 @@ extension MovieFileOutput: CaptureOutput {
     }
 
     public func sessionDidDisconnect(_ connection: CaptureConnection) {
-        connectionBox.withLock { if $0.connection === connection { $0 = WeakConnection(nil) } }
+        connectionBox.forget(connection)
     }
 }
 
@@ -61,4 +61,11 @@ struct WeakConnection: Sendable {
     // The connection is Sendable (its state is locked); weak so the output never extends its life.
     weak var connection: CaptureConnection?
     init(_ c: CaptureConnection?) { connection = c }
+}
+
+extension LockedBox where Value == WeakConnection {
+    /// Forgets `connection` if it is the one held (an output's `sessionDidDisconnect`).
+    func forget(_ connection: CaptureConnection) {
+        withLock { if $0.connection === connection { $0 = WeakConnection(nil) } }
+    }
 }

@@ -44,7 +44,8 @@ public final class CaptureSession: @unchecked Sendable {
     private var lastStatistics: EngineStatistics?
     private var resolved: StreamConfiguration?
     /// The frame interval the running stream has now (set at the start, changed by a new frame
-    /// duration while running); its own lock, since the device's settings callback sets it.
+    /// duration while running; the settings callback compares requests with it); its own lock,
+    /// since the device's settings callback sets it.
     private let liveInterval = LockedBox<FrameInterval?>(nil)
     private let hub = SessionEventHub()
     private let relay = SettingsRelay()
@@ -171,9 +172,6 @@ public final class CaptureSession: @unchecked Sendable {
 
     private func validate(_ c: Configuration) throws {
         try validateAudio(c)
-        if c.outputs.contains(where: { OutputClaims.isHeld($0, byAnotherThan: self) }) {
-            throw SessionError.cannotAddOutput(reason: "an output of the batch is in another session (remove it there first)")
-        }
         let videoInputs = c.inputs.compactMap { $0 as? CaptureDeviceInput }
         if videoInputs.count > 1 { throw SessionError.cannotAddInput(reason: "the session already has a video input (one camera per session)") }
         if let d = videoInputs.first?.device {
@@ -408,7 +406,6 @@ public final class CaptureSession: @unchecked Sendable {
         if settings.activeVideoMinFrameDuration != nil { settings.activeVideoMinFrameDuration = cfg.interval }
         relay.publish(settings)
         let relay = self.relay
-        let appliedInterval = LockedBox<FrameInterval>(cfg.interval)
         let liveInterval = self.liveInterval
         liveInterval.withLock { $0 = cfg.interval }
         let logger = self.logger, hub = self.hub, source = device.source
@@ -424,17 +421,16 @@ public final class CaptureSession: @unchecked Sendable {
             }
             // A new frame duration on a running session: the source changes its rate now (S_PARM
             // mid-stream, or a restart around it); the control stages get the interval it chose.
-            if let iv = s.activeVideoMinFrameDuration, appliedInterval.withLock({ $0 != iv }) {
+            if let iv = s.activeVideoMinFrameDuration, liveInterval.withLock({ $0 != iv }) {
                 do {
                     let change = try source.setFrameInterval(iv)
                     device?.noteFrameRateChange(change)
-                    appliedInterval.withLock { $0 = change.interval }
                     liveInterval.withLock { $0 = change.interval }
                     s.activeVideoMinFrameDuration = change.interval
                     logger.debug("\(source.info.id): frame interval \(change)")
                 } catch {
                     logger.error("\(source.info.id): the frame interval \(iv) could not be applied: \(error)")
-                    s.activeVideoMinFrameDuration = appliedInterval.withLock { $0 }
+                    s.activeVideoMinFrameDuration = liveInterval.withLock { $0 }
                     hub.post(.runtimeError(error))
                 }
             }
