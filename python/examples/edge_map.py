@@ -8,6 +8,7 @@ Each frame's luma is a NumPy view of the shared memory (no copy); Canny reads it
 the script was too slow for are skipped (the camera is never held up) and counted.
 """
 import argparse
+import os
 import time
 
 import cv2
@@ -24,6 +25,8 @@ def main():
     ap.add_argument("--low", type=int, default=60)
     ap.add_argument("--high", type=int, default=150)
     args = ap.parse_args()
+    if args.save is None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        ap.error("no display to show a window on (DISPLAY is not set): add --save FILE.png to write the edge map instead")
 
     shown = 0
     started = time.monotonic()

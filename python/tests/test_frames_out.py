@@ -340,6 +340,40 @@ class ExampleTests(unittest.TestCase):
         subprocess.run(["rm", "-rf", directory], check=True)
 
 
+    def test_edge_map_without_a_display_asks_for_save(self):
+        env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+        done = subprocess.run([sys.executable, os.path.join(self.EXAMPLES, "edge_map.py"), "cam"],
+                              capture_output=True, timeout=60, env=env)
+        self.assertEqual(done.returncode, 2, done.stderr.decode())     # argparse's usage error
+        self.assertIn("--save", done.stderr.decode())
+
+    def test_readme_loop_converts_then_copies_the_first_frames_in_a_fresh_process(self):
+        # The README's loop in a new interpreter (OpenCV not loaded yet): to_bgr() on the first
+        # frame used to load OpenCV (about a second) while the 8-slot ring at 30 fps lapped the
+        # reader, and the copy() after it raised BufferError on frame 0.
+        name = ring_name()
+        proc = start(["--device", "sim:width=320,height=240,fps=30", "--frames", "9000", "--shm", name],
+                     stdout=subprocess.DEVNULL)
+        code = ("import sys\n"
+                "from viewfinder_frames import FrameReader\n"
+                "n = 0\n"
+                "with FrameReader(sys.argv[1], wait=30) as reader:\n"
+                "    for frame in reader:\n"
+                "        bgr = frame.to_bgr()\n"
+                "        keep = frame.copy()\n"
+                "        n += 1\n"
+                "        if n == 5: break\n"
+                "print('read', n)\n")
+        try:
+            done = subprocess.run([sys.executable, "-c", code, name], capture_output=True, timeout=120)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+            proc.stderr.close()
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        self.assertIn("read 5", done.stdout.decode())
+
+
 def _read_png_size(path):
     with open(path, "rb") as f:
         head = f.read(24)

@@ -181,7 +181,9 @@ class Frame:
         c._metadata = self._metadata
         c._owned_planes = [np.array(p, copy=True) for p in self.planes]
         if not self.valid():
-            raise BufferError("frame %d was overwritten while it was copied" % self.index)
+            raise BufferError("frame %d was overwritten by the writer before its copy was complete: the reader "
+                              "fell more than %d frames behind (the ring's slots); take copy() first, work faster, or "
+                              "give the run more --shm-slots" % (self.index, self._reader.slot_count))
         c._owned = True
         return c
 
@@ -213,6 +215,9 @@ class FrameReader:
             raise ValueError("give the bare ring name (it lives in /dev/shm)")
         self.name = name
         self.timeout = timeout
+        # Load the converters (and OpenCV, which takes about a second) now, not inside the first
+        # frame's to_bgr(): a ring of 8 slots at 30 fps is lapped in 0.27 s.
+        from . import _convert  # noqa: F401
         self.missed = 0
         self._mm = None
         deadline = time.monotonic() + wait
