@@ -15,7 +15,7 @@ public struct DeviceDirectory: Sendable {
     /// Opens `device`, or throws ``DeviceError/unknownDevice(_:reason:)`` naming it.
     public func open(_ device: String) throws -> any CaptureSource {
         guard let p = providers.first(where: { $0.handles(device) }) else {
-            throw DeviceError.unknownDevice(device, reason: "not a known kind of device (expected sim[:options], /dev/videoN or dump:FILE)")
+            throw DeviceError.unknownDevice(device, reason: "not a known kind of device (expected sim[:options], pattern[:options], /dev/videoN or dump:FILE; `viewfinder devices` lists them)")
         }
         return try p.open(device)
     }

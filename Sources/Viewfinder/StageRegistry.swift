@@ -251,7 +251,8 @@ public struct PipelineConfiguration: Sendable, Equatable, Codable {
         }
         let top: JSONValue
         do { top = try JSONDecoder().decode(JSONValue.self, from: data) } catch {
-            throw ConfigurationError.invalidConfigFile(path: path, reason: "not valid JSON (\(Self.describe(error)))")
+            let d = Self.describe(error)
+            throw ConfigurationError.invalidConfigFile(path: path, reason: d.hasPrefix("not valid JSON") ? d : "not valid JSON (\(d))")
         }
         guard case .object(let obj) = top else {
             throw ConfigurationError.invalidConfigFile(path: path, reason: "the top level must be an object with \"stages\"")

@@ -43,6 +43,9 @@ struct FrameOutputOptions: ParsableArguments {
             outs.pipe = pipe
         }
         if let shm {
+            // A ring another running writer holds is refused now, before anything is captured
+            // (the output itself would find out at the stream's start and publish nothing).
+            try ShmRingWriter.checkAvailable(name: shm)
             let ring = SharedMemoryOutput(name: shm, slots: shmSlots)
             try session.addOutput(ring)
             outs.shm = ring

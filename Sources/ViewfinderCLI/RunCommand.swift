@@ -217,7 +217,7 @@ struct Summary {
         for (n, us) in zip(stats.stageNames, stats.stageMeanMicroseconds) { s += String(format: "\n  stage %@: %.1f µs/frame", n, us) }
         for c in stats.consumers where c.name != "null" {
             s += "\n  output \(c.name): \(c.consumed) frames"
-            if c.drops.total > 0 { s += ", dropped \(c.drops.byName)" }
+            if c.drops.total > 0 { s += ", \(c.drops)" }
         }
         if let audio { s += "\n  " + audioText(audio) + "  samples \(audio.frames)" }
         if let metadataPath { s += "\n  metadata: \(metadataLines ?? 0) lines in \(metadataPath)" }

@@ -367,7 +367,9 @@ struct ExportCommand: ParsableCommand {
             print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)")
         } else if output.hasSuffix(".mov") {
             let r = try DumpConversion.exportMovie(dump: input, to: output, quality: quality, overwrite: force)
-            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + Self.damageText(r))
+            var sound = r.audioDuration > 0 ? String(format: ", with %.2f s of sound", r.audioDuration) : ""
+            if r.skippedAudioRecords > 0 { sound += " (\(r.skippedAudioRecords) damaged sound records left out)" }
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + sound + Self.damageText(r))
         } else {
             let r = try DumpConversion.exportY4M(dump: input, to: output, overwrite: force)
             var err = StandardError()

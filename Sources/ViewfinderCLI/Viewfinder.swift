@@ -85,6 +85,8 @@ enum CLIExit {
         case BenchError.badBaseline: return usage
         case is BenchError: return runtime
         case DeviceError.invalidDeviceOption: return usage
+        // A control named or valued wrongly by the user (`controls --set gain=99999`, `--set nosuch=1`).
+        case DeviceError.unknownControl, DeviceError.controlOutOfRange: return usage
         // Photo settings out of range (--bracket=-20,20) or contradictory (--burst with --bracket).
         case PhotoCaptureError.invalidSettings: return usage
         // A malformed --audio-format (rate=0, format=u8, an unknown key).

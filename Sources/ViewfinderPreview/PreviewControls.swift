@@ -182,6 +182,11 @@ final class PreviewControls: Sendable {
             throw HTTPError(.badRequest, message: "unknown stage '\(r.name)' (this session's stages: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
         }
         if specs[i].enabled != r.enabled {
+            // A change restarts the session's engine, which ends a recording: refuse it while one
+            // runs instead of cutting the movie short behind the user's back.
+            if let file = currentRecording {
+                throw HTTPError(.conflict, message: "recording to \(file): switching a stage restarts the session and would end the recording; stop recording first")
+            }
             specs[i].enabled = r.enabled
             do { try session.setStages(specs) } catch {
                 throw HTTPError(.conflict, message: "the session refused the change: \(error)")

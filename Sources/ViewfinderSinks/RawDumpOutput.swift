@@ -235,6 +235,10 @@ public enum DumpConversion {
         public var skippedFrames = 0
         /// Why the first of them was left out.
         public var firstSkipReason: String?
+        /// Seconds of sound written (a movie exported from a dump recorded with sound); 0 without.
+        public var audioDuration: Double = 0
+        /// Sound records left out because they failed their checksum or changed format mid-dump.
+        public var skippedAudioRecords = 0
 
         init(frames: Int, duration: Double, damage: DumpDamage?, skippedFrames: Int = 0, firstSkipReason: String? = nil) {
             self.frames = frames; self.duration = duration; self.damage = damage
@@ -363,13 +367,49 @@ extension FrameInterval {
 extension DumpConversion {
     /// Makes a Motion-JPEG movie from a dump with its recorded timestamps (MJPEG dumps are passed
     /// through, raw frames encoded with TurboJPEG).
+    /// A dump recorded with sound (`viewfinder dump --audio`) gives the movie its sound track too,
+    /// laid on the video's timeline as a recording does (``AudioTimelineAligner``: the first video
+    /// frame is time zero; gaps are filled with silence, the card's clock drift absorbed).
     public static func exportMovie(dump: String, to output: String, quality: Int = 85, overwrite: Bool = false) throws -> Result {
         let reader = try RawDumpReader(path: dump)
         guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
-        let writer = try MovieWriter(path: output, tracks: [.mjpegVideo(width: reader.format.width, height: reader.format.height)], overwrite: overwrite)
+        var tracks: [MovieTrackDescription] = [.mjpegVideo(width: reader.format.width, height: reader.format.height)]
+        var scratch: [UInt8] = []
+        // The sound's format: the first readable record's.
+        var sound: AudioStreamFormat?
+        for i in reader.audioEntries.indices {
+            scratch.removeAll(keepingCapacity: true)
+            if let p = try? reader.readAudio(i, into: &scratch) { sound = p.format; break }
+        }
+        if let a = sound { tracks.append(.pcmAudio(sampleRate: a.sampleRate, channels: a.channels)) }
+        let writer = try MovieWriter(path: output, tracks: tracks, overwrite: overwrite)
         let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
         let encoder = try JPEGEncoder()
         var skips = Skips(), written = 0
+        var aligner: AudioTimelineAligner?
+        var nextAudio = 0, skippedAudio = 0
+        var pcm: [Int16] = []
+        // Feeds the sound captured up to half a second past `end` to the aligner and writes the
+        // track up to `end` (the movie's timeline starts at the first video frame, `origin`).
+        func writeSound(upTo end: UInt64, origin: UInt64) throws {
+            guard let a = sound else { return }
+            if aligner == nil { aligner = AudioTimelineAligner(sampleRate: a.sampleRate, channels: a.channels, origin: origin) }
+            while nextAudio < reader.audioEntries.count, reader.audioEntries[nextAudio].timestampNanoseconds <= end &+ 500_000_000 {
+                defer { nextAudio += 1 }
+                scratch.removeAll(keepingCapacity: true)
+                guard let p = try? reader.readAudio(nextAudio, into: &scratch), p.format.sampleRate == a.sampleRate, p.format.channels == a.channels else {
+                    skippedAudio += 1
+                    continue
+                }
+                scratch.withUnsafeBytes { aligner!.add($0, format: p.format.sampleFormat, position: p.position, timestampNanoseconds: p.timestamp.nanoseconds, discontinuity: p.discontinuity) }
+            }
+            pcm.removeAll(keepingCapacity: true)
+            let first = aligner!.emit(upTo: end, into: &pcm)
+            guard !pcm.isEmpty else { return }
+            let ts = origin + UInt64((Double(first) * 1e9 / Double(a.sampleRate)).rounded())
+            try pcm.withUnsafeBytes { try writer.appendAudio($0, timestampNanoseconds: ts) }
+        }
+        var origin: UInt64?, last: UInt64 = 0
         try withExtendedLifetime(encoder) {
             for i in 0..<reader.frameCount {
                 do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
@@ -380,11 +420,18 @@ extension DumpConversion {
                 } else {
                     try writer.appendVideo(try encoder.encode(frame, quality: quality), timestampNanoseconds: ts)
                 }
+                if origin == nil { origin = ts }
+                last = max(last, ts)
+                try writeSound(upTo: last, origin: origin!)
             }
         }
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval.nanoseconds : nil
+        if let origin { try writeSound(upTo: last &+ (interval ?? 0), origin: origin) }
         try writer.finish(lastFrameDurationNanoseconds: interval)
         try skips.checkSomethingConverted(written, dump: dump)
-        return Result(frames: written, duration: writer.durationWritten, damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
+        var r = Result(frames: written, duration: writer.durationWritten, damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
+        if let a = aligner, let s = sound { r.audioDuration = Double(a.emitted) / Double(s.sampleRate) }
+        r.skippedAudioRecords = skippedAudio
+        return r
     }
 }

@@ -114,9 +114,21 @@ public final class ShmRingWriter {
         for (i, b) in ShmRingLayout.magic.enumerated() { map.base.storeBytes(of: b, toByteOffset: H.magic + i, as: UInt8.self) }
     }
 
-    /// Removes a ring left by a run that ended or was killed; returns that writer's pid.
-    private static func removeStale(name: String) throws -> Int32 {
+    /// Checks, without changing anything, that a ring `name` could be created now: throws
+    /// ``ShmRingError/inUse(name:pid:)`` while another running writer holds it and
+    /// ``ShmRingError/notARing(name:)`` for a file that is not a ring — what ``init(name:format:interval:slotCount:metadataCapacity:)``
+    /// would throw once the stream starts. (A ring of a finished or killed run is fine: it is replaced.)
+    /// For a command that should refuse before it captures anything.
+    public static func checkAvailable(name: String) throws {
+        try ShmRingError.validate(name: name)
+        _ = try inspectExisting(name: name)
+    }
+
+    /// An existing ring's writer pid when its writer no longer runs (nil: there is no ring);
+    /// throws `inUse` while it runs, `notARing` for another file.
+    private static func inspectExisting(name: String) throws -> Int32? {
         let fd = shm_open("/" + name, O_RDONLY | O_CLOEXEC, 0)
+        if fd < 0 && errno == ENOENT { return nil }
         guard fd >= 0 else { throw ShmRingError.fromErrno(name, "shm_open existing") }
         defer { Glibc.close(fd) }
         var st = stat()
@@ -131,6 +143,13 @@ public final class ShmRingWriter {
         if running && ShmProcess.isAlive(pid: pid, startTicks: m.u64(ShmRingLayout.Header.writerStartTicks)) {
             throw ShmRingError.inUse(name: name, pid: pid)
         }
+        return pid
+    }
+
+    /// Removes a ring left by a run that ended or was killed; returns that writer's pid (nil when
+    /// the ring went meanwhile).
+    private static func removeStale(name: String) throws -> Int32? {
+        guard let pid = try inspectExisting(name: name) else { return nil }
         guard shm_unlink("/" + name) == 0 || errno == ENOENT else { throw ShmRingError.fromErrno(name, "shm_unlink stale ring") }
         return pid
     }

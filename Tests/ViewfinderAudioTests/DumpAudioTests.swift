@@ -148,6 +148,37 @@ import ViewfinderKit
         #expect(wrong == 0, "\(wrong) of \(samples.count / 2) samples are not the recorded ones")
     }
 
+    /// `viewfinder export DUMP out.mov` on a dump recorded with sound: the movie has the sound
+    /// (it had video only), the recorded samples in order, as long as the video, starting at the
+    /// sample taken at the first frame's time.
+    @Test func aMovieExportedFromADumpWithSoundHasItsSound() throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-export-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let dump = try Self.makeDump(dir)
+        let reader = try RawDumpReader(path: dump)
+        let firstVideo = try #require(reader.entries.first).timestampNanoseconds
+        let a0 = try #require(reader.audioEntries.last { $0.timestampNanoseconds <= firstVideo } ?? reader.audioEntries.first)
+        let expectedFirst = Int(a0.position) + Int((Double(Int64(bitPattern: firstVideo &- a0.timestampNanoseconds)) * 48000 / 1e9).rounded())
+        let movie = dir + "/export.mov"
+        let r = try DumpConversion.exportMovie(dump: dump, to: movie)
+        #expect(r.frames == reader.frameCount && r.skippedAudioRecords == 0)
+        #expect(abs(r.audioDuration - r.duration) < 1.0 / 30, "sound \(r.audioDuration) s, video \(r.duration) s")
+        if let d = try ffprobeDurations(movie) {
+            #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s")
+        }
+        let samples = try movieAudioSamples(movie)
+        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
+        let n0 = try #require(ALSAFixture.frameNumber(at: first, in: samples), "the track from its first sound on is not the input's frames")
+        #expect(abs((n0 - first) - expectedFirst) <= 48, "movie sample 0 is recorded sample \(n0 - first), expected \(expectedFirst)")
+        var wrong = 0
+        for k in first..<(samples.count / 2) {
+            let n = n0 + (k - first)
+            if samples[2 * k + 1] != ALSAFixture.right(n) || samples[2 * k] != ALSAFixture.left(n) { wrong += 1 }
+        }
+        #expect(wrong == 0, "\(wrong) of \(samples.count / 2) samples are not the recorded ones")
+    }
+
     @Test func loopsRepeatTheSoundAndADumpWithoutSoundHasNone() throws {
         let dir = NSTemporaryDirectory() + "vfaudio-loop-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)

@@ -180,7 +180,7 @@ extension UserInputTests {
             #expect(data.count > 200 && data.prefix(2) == Data([0xFF, 0xD8]), "\(name)")
         }
         #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=200"]) == 0)
-        #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=99999"]) == 1)
+        #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=99999"]) == 64)   // a value out of its range: usage
         #expect(CLIExit.run(["devices", "--json"]) == 0)
         #expect(CLIExit.run(["stages"]) == 0)
     }
@@ -224,6 +224,48 @@ extension UserInputTests {
             Issue.record("a folder was read as a baseline")
         } catch {
             #expect("\(error)".contains("it is a folder"), "\(error)")
+        }
+    }
+
+    /// From the README sweep (29 Nov, second session).
+    @Test func aRingAnotherRunningWriterHoldsIsRefusedBeforeCapturing() throws {
+        let name = "vf-cli-busy-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let held = try ShmRingWriter(name: name, format: FrameFormat(.yuyv, width: 64, height: 32), interval: FrameInterval(numerator: 1, denominator: 30))
+        defer { held.close(unlink: true) }
+        let t0 = monotonicNanoseconds()
+        // Paced for 10 s: it used to capture all of it, publish nothing and fail at the end.
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,fps=30,paced=true", "--duration", "10", "--shm", name]) == 1)
+        #expect(monotonicNanoseconds() - t0 < 8_000_000_000, "refused after \(Double(monotonicNanoseconds() - t0) / 1e9) s")
+        #expect(throws: ShmRingError.inUse(name: name, pid: getpid())) { try ShmRingWriter.checkAvailable(name: name) }
+        #expect(throws: Never.self) { try ShmRingWriter.checkAvailable(name: name + "-free") }
+    }
+
+    @Test func aControlValueOutOfRangeOrAnUnknownControlIsAUsageError() {
+        #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=99999"]) == 64)
+        #expect(CLIExit.run(["controls", "--device", "sim", "--set", "nosuch=1"]) == 64)
+        #expect(CLIExit.run(["controls", "--device", "sim", "--set", "gain=abc"]) == 64)
+    }
+
+    @Test func anUnknownDeviceNamesEveryKind() {
+        do {
+            _ = try DeviceDirectory.standard.open("nosuchdev")
+            Issue.record("'nosuchdev' opened")
+        } catch {
+            let m = CLIExit.message(for: error)
+            #expect(m.contains("pattern[:options]") && m.contains("sim[:options]") && m.contains("dump:FILE") && m.contains("/dev/videoN"), "\(m)")
+        }
+    }
+
+    @Test func aFileThatIsNotJSONIsSaidOnce() throws {
+        let s = Scratch()
+        let file = s.path("bad.json")
+        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: file))
+        do {
+            _ = try PipelineConfiguration.load(path: file)
+            Issue.record("not JSON was accepted")
+        } catch {
+            let m = "\(error)"
+            #expect(m.contains("not valid JSON") && m.components(separatedBy: "not valid JSON").count == 2, "\(m)")
         }
     }
 

@@ -321,6 +321,10 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         let start = try await fetch(request(run.url("/api/record"), method: .POST, json: #"{"recording": true}"#))
         #expect(start.status == 200, "\(start.body)")
         #expect(try await fetch(request(run.url("/api/record"), method: .POST, json: #"{"recording": true}"#)).status == 409)
+        // A stage switch would restart the session and end the recording: refused while it runs.
+        let during = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "null", "enabled": true}"#))
+        #expect(during.status == 409 && during.body.contains("stop recording first"), "\(during.body)")
+        #expect(run.session.stages.first?.enabled == false && run.server.movie.isRecording)
         try await Task.sleep(nanoseconds: 700_000_000)
         let stop = try await fetch(request(run.url("/api/record"), method: .POST, json: #"{"recording": false}"#))
         #expect(stop.status == 200, "\(stop.body)")
