@@ -290,7 +290,7 @@ struct DumpCommand: ParsableCommand {
     @Option(help: "Stop after this many frames.") var frames: UInt64?
     @Option(help: "Stop after this many seconds.") var duration: Double?
     @Option(help: "LZ4 acceleration of --compression lz4 (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
-    @Option(help: "How frames are stored: auto (packed 4:2:2 split into planes, each coded as delta bit-planes: 2–3x on noisy sensors; other frames as lz4), lz4 (the packed bytes at --acceleration), none (as they are).")
+    @Option(help: "How frames are stored: auto (packed 4:2:2 frames of 1 MiB or more — 1280x720 and up — split into planes, each coded as delta bit-planes: 2–3x on noisy sensors; other frames as lz4), lz4 (the packed bytes at --acceleration), none (as they are).")
     var compression = "auto"
     @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
     @Flag(help: "Overwrite an existing file.") var force = false

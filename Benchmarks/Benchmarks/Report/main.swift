@@ -13,6 +13,27 @@ import StageTiming
 import Synchronization
 import ViewfinderKit
 
+if CommandLine.arguments.contains("--help") || CommandLine.arguments.contains("-h") {
+    print("""
+    viewfinder-report: Viewfinder's measurements next to the peers', measured in the same run.
+
+    USAGE: viewfinder-report [--quick] [SECTION]
+      (no section)          the whole report: rings, engine overhead, sim camera, stages, sinks, peers
+      --ring                the rings only (the engine's, a mutex baseline, boost's spsc_queue)
+      --stages              the stage kernels and stages at 1920x1080 (GREY, YUYV, NV12)
+      --frames-out          the pipe and shared-memory outputs
+      --dump | --record     the raw dump / the movie against their peers
+      --formats             throughput per pixel format
+      --stabilise           the stabiliser against vidstab and deshake (sim sequences)
+      --stabilise-motions   the stabiliser on real photographs along every motion (long)
+      --autofocus           autofocus on real photographs
+      --kernels             the C kernels, portable and AVX2
+      --profile NAME        a loop for a profiler (stabilise-only-yuyv, stabilise-yuyv, warp-yuyv, …)
+      --quick               fewer iterations (figures are less steady)
+    See README.md, "Benchmarks", for what each figure means and the commands that produced the published ones.
+    """)
+    exit(0)
+}
 let quick = CommandLine.arguments.contains("--quick")
 /// `--ring` measures only the rings (the engine's, the mutex baseline, boost's).
 let ringOnly = CommandLine.arguments.contains("--ring")
