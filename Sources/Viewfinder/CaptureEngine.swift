@@ -474,7 +474,8 @@ public final class CaptureEngine: @unchecked Sendable {
 
     private func captureLoop() {
         let limit = options.frameLimit
-        let deadline = options.durationSeconds.map { monotonicNanoseconds() &+ UInt64($0 * 1e9) }
+        // (A duration beyond ~30 years, or not finite, is no deadline: UInt64 would trap.)
+        let deadline = options.durationSeconds.flatMap { $0.isFinite && $0 < 1e9 ? monotonicNanoseconds() &+ UInt64(max(0, $0) * 1e9) : nil }
         let stallNs = UInt64(options.stallTimeoutSeconds * 1e9)
         var lastFrameAt = monotonicNanoseconds()
         var lastSequence: UInt64? = nil

@@ -34,8 +34,9 @@ struct BenchCommand: ParsableCommand {
     @Flag(help: "Exit 1 when the comparison with --baseline finds a regression.") var failOnRegression = false
 
     func validate() throws {
-        if !(duration > 0) { throw ValidationError("--duration must be positive") }
-        if !(sweepSeconds > 0) { throw ValidationError("--sweep-seconds must be positive") }
+        // The bench keeps every frame's record in memory: an hour per run is its limit.
+        try checkDuration(duration, limit: 3600)
+        try checkDuration(sweepSeconds, option: "--sweep-seconds", limit: 600)
         if !(1...30).contains(steps) { throw ValidationError("--steps must be 1...30, got \(steps)") }
         if !(1...60).contains(maxControlLatency) { throw ValidationError("--max-control-latency must be 1...60 frames, got \(maxControlLatency)") }
         _ = try steppedControls()
@@ -79,8 +80,8 @@ struct BenchCommand: ParsableCommand {
             print(BenchCommand.summary(result))
         }
         if let report {
-            do { try HTMLReport.render(result).write(toFile: report, atomically: true, encoding: .utf8) } catch {
-                throw BenchError.cannotWrite(path: report, reason: (error as NSError).localizedFailureReason ?? error.localizedDescription)
+            do { try AtomicFile.write(Array(HTMLReport.render(result).utf8), to: report, overwrite: true) } catch {
+                throw BenchError.cannotWrite(path: report, reason: "\(error)")
             }
         }
         if failOnRegression, let c = result.comparison, c.regressions > 0 {

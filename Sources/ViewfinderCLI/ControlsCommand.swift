@@ -18,6 +18,8 @@ struct ControlsCommand: ParsableCommand {
         let source = try DeviceDirectory.standard.open(device)
         defer { source.stop() }
         guard let controls = source.controls else {
+            // Asked to set something on a device that has nothing to set: not a silent success.
+            if !assignments.isEmpty { throw ValidationError("'\(device)' has no controls to set (--set \(assignments.joined(separator: " --set ")))") }
             print("\(device): no controls")
             return
         }

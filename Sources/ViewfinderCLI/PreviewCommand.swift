@@ -33,7 +33,7 @@ struct PreviewCommand: ParsableCommand {
         if !(64...7680).contains(previewWidth) { throw ValidationError("--preview-width must be in 64…7680") }
         if !(1...100).contains(previewQuality) { throw ValidationError("--preview-quality must be in 1…100") }
         if ![0, 90, 180, 270].contains(rotation) { throw ValidationError("--rotation must be 0, 90, 180 or 270") }
-        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+        try checkDuration(duration)
     }
 
     func run() throws {

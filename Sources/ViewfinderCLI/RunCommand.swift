@@ -69,7 +69,20 @@ struct RunCommand: ParsableCommand {
     func validate() throws {
         if stages != nil && config != nil { throw ValidationError("give --stages or --config, not both") }
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
-        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+        try checkDuration(duration)
+    }
+
+    /// Whether `path` can be written (a file is created if missing, never truncated or replaced
+    /// here; a fifo or a device is checked for permission only).
+    static func canWrite(_ path: String) -> Bool {
+        // A fifo or a device is not opened here: opening and closing a fifo would end its reader
+        // (it sees the end of the stream) before the writer starts.
+        var st = stat()
+        if stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG { return access(path, W_OK) == 0 }
+        let fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0o644)
+        if fd < 0 { return errno == ENXIO }
+        close(fd)
+        return true
     }
 
     func run() throws {
@@ -85,7 +98,9 @@ struct RunCommand: ParsableCommand {
         let source = inputFile(ofDevice: deviceOptions.device ?? fileDevice)
         try refuseOverwritingInput(frameOutput.output, inputs: [source])
         try refuseOverwritingInput(metadata, inputs: [source, config], what: "metadata file")
-        if let metadata, !FileManager.default.createFile(atPath: metadata, contents: nil) {
+        // Checked by opening it for writing as the writer will (createFile wrote a new file and
+        // renamed it over the path: a device node, a fifo or a symbolic link there was replaced).
+        if let metadata, !Self.canWrite(metadata) {
             throw RuntimeFailure(message: "cannot create the metadata file '\(metadata)': \(String(cString: strerror(errno)))")
         }
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: fileDevice, registry: .builtIn)
@@ -131,6 +146,10 @@ struct RunCommand: ParsableCommand {
         if let w = writer, let f = w.failure { throw RuntimeFailure(message: "writing the metadata file '\(w.path)' failed: \(f)") }
         // The run's first error, with its type: the exit code follows from it.
         if let e = runErrors.first { throw e }
+        // A frame output that failed (a full disk under --output) fails the run, as `dump` and
+        // `record` do; a reader that closed the pipe does not (the run ends, as it asked).
+        if let p = frameOutputs.pipe, let e = p.error { throw RuntimeFailure(message: "writing '\(p.path)' failed: \(e)") }
+        if let r = frameOutputs.shm, let e = r.error { throw RuntimeFailure(message: "shared-memory ring '\(r.ringName)': \(e)") }
     }
 }
 

@@ -18,6 +18,14 @@ func parseByteSize(_ s: String) throws -> UInt64 {
     return v
 }
 
+/// A `--duration` a command can keep: positive and finite, at most `limit` seconds (a value
+/// beyond it overflowed the engine's nanosecond deadline and crashed the run).
+func checkDuration(_ d: Double?, option: String = "--duration", limit: Double = 10_000_000) throws {
+    guard let d else { return }
+    guard d > 0, d.isFinite else { throw ValidationError("\(option) must be a positive number of seconds, got \(d)") }
+    guard d <= limit else { throw ValidationError("\(option) must be at most \(Int(limit)) s (\(String(format: "%.0f", limit / 86400)) days), got \(d)") }
+}
+
 func refuseExisting(_ path: String, force: Bool) throws {
     if !force && FileManager.default.fileExists(atPath: path) {
         throw ValidationError("'\(path)' exists; add --force to overwrite it")
@@ -216,7 +224,7 @@ struct RecordCommand: ParsableCommand {
     @OptionGroup var bufferOptions: BufferBudgetOptions
 
     func validate() throws {
-        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+        try checkDuration(duration)
         if let p = preRoll, !(p > 0 && p <= 60) { throw ValidationError("--pre-roll must be in (0, 60] seconds") }
         guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
         guard (1...16).contains(threads) else { throw ValidationError("--threads must be 1...16") }
@@ -299,7 +307,7 @@ struct DumpCommand: ParsableCommand {
 
     func validate() throws {
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
-        if let d = duration, !(d > 0) { throw ValidationError("--duration must be positive") }
+        try checkDuration(duration)
         guard (1...65537).contains(acceleration) else { throw ValidationError("--acceleration must be 1...65537") }
         guard RawDumpCompression(rawValue: compression) != nil else {
             throw ValidationError("unknown --compression '\(compression)' (known: \(RawDumpCompression.allCases.map(\.rawValue).joined(separator: ", ")))")
@@ -353,6 +361,9 @@ struct ExportCommand: ParsableCommand {
     @Flag(help: "Overwrite an existing file.") var force = false
 
     func validate() throws {
+        // Before anything is opened: a bad quality found at the first frame left the old movie
+        // replaced by a stub.
+        if !(1...100).contains(quality) { throw ValidationError("--quality must be 1...100, got \(quality)") }
         // A dump converts to y4m or a movie; any other name would get y4m under the wrong name.
         if !input.hasSuffix(".y4m") && output != "-" && !output.hasSuffix(".y4m") && !output.hasSuffix(".mov") {
             throw ValidationError("a dump exports to .y4m (or - for stdout) or .mov; '\(output)' is neither (to copy a dump, copy the file)")

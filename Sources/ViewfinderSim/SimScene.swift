@@ -25,6 +25,12 @@ struct SimImage: Sendable {
 
     /// Reads a JPEG (TurboJPEG) or a binary PPM (P6) / PGM (P5) file.
     static func load(path: String) throws -> SimImage {
+        // A file, not a fifo (opening one waits for a writer for ever), a directory or a device.
+        var st = stat()
+        if stat(path, &st) == 0 && (st.st_mode & S_IFMT) != S_IFREG {
+            let kind = (st.st_mode & S_IFMT) == S_IFDIR ? "a directory" : (st.st_mode & S_IFMT) == S_IFIFO ? "a fifo" : "not a regular file"
+            throw SimSceneError.unreadable(path: path, reason: "\(kind); the scene is an image file")
+        }
         guard let fp = fopen(path, "rb") else {
             throw SimSceneError.unreadable(path: path, reason: String(cString: strerror(errno)))
         }

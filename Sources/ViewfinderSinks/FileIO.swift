@@ -149,8 +149,19 @@ final class OutputFile {
 public enum AtomicFile {
     /// Writes `bytes` to `path`. Without `overwrite`, an existing file is an error
     /// (``SinkError/fileExists(path:)``), checked atomically at the rename (`link`+`unlink`).
+    ///
+    /// A symbolic link is kept: its target is written (atomically). A path that is not a regular
+    /// file — a device such as `/dev/stdout`'s terminal, a fifo — is written into, not replaced by
+    /// a file.
     public static func write(_ bytes: UnsafeRawBufferPointer, to path: String, overwrite: Bool = false) throws {
         if !overwrite && access(path, F_OK) == 0 { throw SinkError.fileExists(path: path) }
+        let path = resolvingLink(path)
+        var st = stat()
+        if stat(path, &st) == 0, case let kind = st.st_mode & S_IFMT, kind != S_IFREG, kind != S_IFDIR {
+            let f = try OutputFile(path: path, exclusive: false, truncate: false)
+            try f.write(bytes)
+            return
+        }
         let dir = (path as NSString).deletingLastPathComponent
         let base = (path as NSString).lastPathComponent
         let tmp = (dir.isEmpty ? "" : dir + "/") + ".\(base).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
@@ -190,6 +201,25 @@ public enum AtomicFile {
             }
         }
         syncDirectory(of: path)
+    }
+
+    /// The file a symbolic link at `path` points to (followed to the end; a dangling link's own
+    /// target), else `path`.
+    public static func resolvingLink(_ path: String) -> String {
+        var lst = stat()
+        guard lstat(path, &lst) == 0, lst.st_mode & S_IFMT == S_IFLNK else { return path }
+        if let r = realpath(path, nil) {
+            defer { free(r) }
+            return String(cString: r)
+        }
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink(path, &buf, buf.count - 1)
+        guard n > 0 else { return path }
+        buf[n] = 0
+        let target = String(cString: buf)
+        if target.hasPrefix("/") { return target }
+        let dir = (path as NSString).deletingLastPathComponent
+        return (dir.isEmpty ? "" : dir + "/") + target
     }
 
     public static func write(_ bytes: [UInt8], to path: String, overwrite: Bool = false) throws {

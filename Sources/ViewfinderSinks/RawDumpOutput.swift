@@ -307,6 +307,9 @@ public enum DumpConversion {
             try skips.checkSomethingConverted(written, dump: dump)
             return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
         }
+        // A dump with no complete frame (cut after its header) has nothing to export: said before
+        // the output is opened, as replaying it says.
+        guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
         let writer = try Y4MWriter(path: output, format: reader.format, interval: interval)
         var skips = Skips(), written = 0
         for i in 0..<reader.frameCount {
@@ -344,17 +347,20 @@ public enum DumpConversion {
     public static func importY4M(_ input: String, to dump: String, overwrite: Bool = false, startNanoseconds: UInt64 = 0) throws -> Result {
         let reader = try Y4MReader(path: input)
         let interval = reader.header.interval ?? FrameInterval(fps: 30)
-        let writer = try RawDumpWriter(path: dump, format: reader.format, interval: interval, device: "y4m:\(input)", overwrite: overwrite)
         let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
+        // The first frame before the dump is opened: a y4m without one (a header alone) is an
+        // error, and an existing dump is not replaced by an empty one.
+        guard try reader.read(into: frame) else { throw DumpError.unsupported("'\(input)' holds no frame (a y4m header alone)") }
+        let writer = try RawDumpWriter(path: dump, format: reader.format, interval: interval, device: "y4m:\(input)", overwrite: overwrite)
         var n = 0
-        while try reader.read(into: frame) {
+        repeat {
             frame.sequence = UInt64(n)
             frame.timestamp = Timestamp(nanoseconds: startNanoseconds &+ UInt64(n) &* interval.nanoseconds)
             frame.receiveTime = 0
             frame.metadata = FrameMetadata()
             try writer.append(frame)
             n += 1
-        }
+        } while try reader.read(into: frame)
         try writer.close()
         return Result(frames: n, duration: Double(n) * interval.seconds, damage: nil)
     }
@@ -371,6 +377,7 @@ extension DumpConversion {
     /// laid on the video's timeline as a recording does (``AudioTimelineAligner``: the first video
     /// frame is time zero; gaps are filled with silence, the card's clock drift absorbed).
     public static func exportMovie(dump: String, to output: String, quality: Int = 85, overwrite: Bool = false) throws -> Result {
+        guard (1...100).contains(quality) else { throw SinkError.invalidArgument(name: "quality", reason: "\(quality) is outside 1...100") }
         let reader = try RawDumpReader(path: dump)
         guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
         var tracks: [MovieTrackDescription] = [.mjpegVideo(width: reader.format.width, height: reader.format.height)]

@@ -7,10 +7,34 @@ import ViewfinderAudio
 @Suite struct NegotiationLimitTests {
     @Test(arguments: ["rate=4294967296", "rate=9223372036854775807", "channels=4294967296", "period=9223372036854775807", "periods=9223372036854775807"])
     func outOfRangeRequestsAreErrors(_ options: String) throws {
+        // The parser refuses them (a usage error on the command line)…
+        #expect(throws: AudioError.self) { _ = try AudioStreamRequest(options: options) }
+        // …and a request built in code with the same values is refused by the negotiation.
+        let kv = options.split(separator: "=").map(String.init)
+        let v = try #require(Int(kv[1]))
+        var request = AudioStreamRequest()
+        switch kv[0] {
+        case "rate": request.sampleRate = v
+        case "channels": request.channels = v
+        case "period": request.periodFrames = v
+        default: request.periods = v
+        }
         let source = try ALSACaptureSource(name: "null")
         defer { source.close() }
-        let request = try AudioStreamRequest(options: options)
         #expect(throws: (any Error).self) { try source.configure(request) }
+    }
+
+    /// Requests no sound card serves (a bad-input sweep, 29 Nov): a 1 Hz rate hung the run past
+    /// Ctrl-C (one period every 8 minutes), a million channels crashed allocating 62 GB.
+    @Test(arguments: ["rate=1", "rate=999", "rate=1000000", "channels=0", "channels=65", "channels=1000000", "period=8", "periods=1", "rate=8000,period=16000"])
+    func requestsNoSoundCardServesAreRefusedByTheParser(_ options: String) {
+        #expect(throws: AudioError.self) { _ = try AudioStreamRequest(options: options) }
+    }
+
+    @Test func ordinaryRequestsParse() throws {
+        for o in ["rate=8000,channels=1", "rate=48000,channels=2,format=s16,period=480,periods=4", "rate=768000,channels=64", "rate=44100,period=1024,periods=2"] {
+            _ = try AudioStreamRequest(options: o)
+        }
     }
 
     /// An ordinary request still negotiates with the same PCM.

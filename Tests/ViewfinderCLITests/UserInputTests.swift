@@ -269,6 +269,86 @@ extension UserInputTests {
         }
     }
 
+    /// From the bad-input sweep (29 Nov, second session).
+    @Test func aDurationBeyondAnyRunIsAUsageErrorNotACrash() {
+        // `inf` and 2e10 s trapped converting the deadline to nanoseconds (SIGILL).
+        for d in ["inf", "2e10", "nan"] {
+            #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--duration", d]) == 64, "\(d)")
+            #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=2", "--duration", d, "--output", "/tmp/vf-never-\(getpid()).vfdump"]) == 64, "\(d)")
+        }
+        #expect(CLIExit.run(["bench", "--device", "pattern:width=64,height=32", "--duration", "1e300"]) == 64)
+        #expect(CLIExit.run(["bench", "--device", "pattern:width=64,height=32", "--sweep", "--sweep-seconds", "inf"]) == 64)
+        // The largest allowed runs (it ends at its 2 frames).
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--duration", "9000000"]) == 0)
+    }
+
+    @Test func aFifoAsTheSimsSceneIsRefusedNotWaitedOnForEver() throws {
+        let s = Scratch()
+        let fifo = s.path("scene.jpg")
+        #expect(mkfifo(fifo, 0o644) == 0)
+        #expect(CLIExit.run(["run", "--device", "sim:paced=false,width=64,height=48,scene=\(fifo)", "--frames", "2"]) == 64)   // a bad device option: usage
+        #expect(CLIExit.run(["run", "--device", "sim:paced=false,width=64,height=48,scene=\(s.dir)", "--frames", "2"]) == 64)   // a bad device option: usage
+    }
+
+    @Test func outputsWriteThroughSymbolicLinksAndIntoDevicesInsteadOfReplacingThem() throws {
+        let s = Scratch()
+        let target = s.path("target.jsonl"), link = s.path("link.jsonl")
+        #expect(symlink(target, link) == 0)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--metadata", link]) == 0)
+        var st = stat()
+        #expect(lstat(link, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK, "the link was replaced by a file")
+        #expect(try String(contentsOfFile: target, encoding: .utf8).split(separator: "\n").count == 3)
+        // A still through a link: the link stays, its target is the JPEG.
+        let still = s.path("still.jpg"), stillLink = s.path("still-link.jpg")
+        #expect(symlink(still, stillLink) == 0)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", stillLink]) == 0)
+        #expect(lstat(stillLink, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: still)).prefix(2) == Data([0xFF, 0xD8]))
+        // A fifo with a reader: the lines go to the reader and the fifo stays a fifo.
+        let fifo = s.path("meta.fifo")
+        #expect(mkfifo(fifo, 0o644) == 0)
+        let got = LockedBox<Data?>(nil)
+        let reader = Thread {
+            // As `cat FIFO` would: open (waits for the writer), read to its end.
+            let fd = open(fifo, O_RDONLY)
+            var data = Data(), buf = [UInt8](repeating: 0, count: 4096)
+            while fd >= 0, case let n = read(fd, &buf, buf.count), n > 0 { data.append(contentsOf: buf[0..<n]) }
+            if fd >= 0 { close(fd) }
+            got.withLock { $0 = data }
+        }
+        reader.start()
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--metadata", fifo]) == 0)
+        let deadline = Date().addingTimeInterval(10)
+        while got.withLock({ $0 }) == nil && Date() < deadline { usleep(10_000) }
+        #expect(String(decoding: got.withLock { $0 } ?? Data(), as: UTF8.self).split(separator: "\n").count == 3)
+        #expect(lstat(fifo, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
+    }
+
+    @Test func aFailedFrameOutputFailsTheRun() {
+        // /dev/full: every write fails with ENOSPC, as on a full disk (it exited 0).
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=5", "--output", "/dev/full"]) == 1)
+    }
+
+    @Test func aBadQualityIsRefusedBeforeAnExistingMovieIsTouched() throws {
+        let s = Scratch()
+        let dump = s.path("a.vfdump"), movie = s.path("good.mov")
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=4", "--output", dump]) == 0)
+        #expect(CLIExit.run(["export", dump, movie]) == 0)
+        let before = try Data(contentsOf: URL(fileURLWithPath: movie))
+        #expect(CLIExit.run(["export", dump, movie, "--force", "--quality", "0"]) == 64)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: movie)) == before)
+    }
+
+    @Test func nothingToExportOrToSetIsAnError() throws {
+        let s = Scratch()
+        let y4m = s.path("header.y4m"), dump = s.path("h.vfdump")
+        try Data("YUV4MPEG2 W16 H16 F30:1 C420jpeg\n".utf8).write(to: URL(fileURLWithPath: y4m))
+        #expect(CLIExit.run(["export", y4m, dump]) == 1)
+        #expect(!FileManager.default.fileExists(atPath: dump))
+        #expect(CLIExit.run(["controls", "--device", "pattern", "--set", "gain=200"]) == 64)
+        #expect(CLIExit.run(["controls", "--device", "pattern"]) == 0)
+    }
+
     @Test func aReportThatCannotBeWrittenIsFoundBeforeTheRun() {
         #expect(throws: BenchError.self) { try BenchCommand.checkWritable("/nonexistent-\(getpid())/r.html") }
         #expect(throws: BenchError.self) { try BenchCommand.checkWritable(NSTemporaryDirectory()) }

@@ -64,7 +64,26 @@ public struct AudioStreamRequest: Sendable, Equatable {
             default: throw AudioError.invalidRequest("unknown option '\(kv[0])' (rate, channels, format, period, periods)")
             }
         }
+        // What any sound card does: a rate of 1 Hz (a period of 480 frames every 8 minutes: a run
+        // that never stopped) or a million channels (62 GB of buffers: a crash) is a mistake.
+        if let r = sampleRate, !Self.rates.contains(r) {
+            throw AudioError.invalidRequest("rate=\(r) (\(Self.rates.lowerBound)...\(Self.rates.upperBound) Hz)")
+        }
+        if let c = channels, !Self.channelCounts.contains(c) {
+            throw AudioError.invalidRequest("channels=\(c) (\(Self.channelCounts.lowerBound)...\(Self.channelCounts.upperBound))")
+        }
+        if !(16...(1 << 20)).contains(periodFrames) || !(2...1024).contains(periods) {
+            throw AudioError.invalidRequest("period=\(periodFrames) periods=\(periods) (period 16...1048576 frames, periods 2...1024)")
+        }
+        if let r = sampleRate, Double(periodFrames) / Double(r) > 1 {
+            throw AudioError.invalidRequest("period=\(periodFrames) at \(r) Hz is \(String(format: "%.1f", Double(periodFrames) / Double(r))) s; at most 1 s")
+        }
     }
+
+    /// Sample rates a request may name, Hz.
+    public static let rates = 1000...768_000
+    /// Channel counts a request may name.
+    public static let channelCounts = 1...64
 }
 
 /// A sound capture device and what it can do.
