@@ -33,10 +33,13 @@ struct ProcessCommand: ParsableCommand {
         let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval)
         var meta: FileHandle?
         if let path = metadata {
-            guard FileManager.default.createFile(atPath: path, contents: nil), let h = FileHandle(forWritingAtPath: path) else {
-                throw RuntimeFailure(message: "cannot create the metadata file '\(path)'")
+            // Opened in place (created or truncated): createFile wrote a new file and renamed it
+            // over the path, replacing a device node, a fifo or a symbolic link there.
+            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard fd >= 0 else {
+                throw RuntimeFailure(message: "cannot create the metadata file '\(path)': \(String(cString: strerror(errno)))")
             }
-            meta = h
+            meta = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         }
         defer { try? meta?.close() }
 
