@@ -53,8 +53,25 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
     public init(path: String) { self.path = path }
 
     public func start(configuration: StreamConfiguration) throws {
-        guard let f = fopen(path, "w") else {
-            throw DeviceError.io(device: path, operation: "open for writing", errno: errno, message: String(cString: strerror(errno)))
+        // A fifo or pipe whose reader goes away gives this thread EPIPE, not the process SIGPIPE.
+        var pipeSignal = sigset_t()
+        sigemptyset(&pipeSignal)
+        sigaddset(&pipeSignal, SIGPIPE)
+        pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
+        // Opened without waiting: a fifo nobody reads is an error now, not a thread blocked in
+        // open() for ever (the run could then never finish, Ctrl-C included). Then blocking
+        // writes as usual.
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            let e = errno
+            let message = e == ENXIO ? "a fifo with no reader (start the reader first)" : String(cString: strerror(e))
+            throw DeviceError.io(device: path, operation: "open for writing", errno: e, message: message)
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        guard let f = fdopen(fd, "w") else {
+            let e = errno
+            close(fd)
+            throw DeviceError.io(device: path, operation: "open for writing", errno: e, message: String(cString: strerror(e)))
         }
         file = f
     }

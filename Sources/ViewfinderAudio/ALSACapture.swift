@@ -41,6 +41,9 @@ public final class ALSACaptureSource: AudioCaptureSource, @unchecked Sendable {
 
     /// Negotiates the stream; a source closed by an earlier run opens its PCM again first.
     public func configure(_ request: AudioStreamRequest) throws -> AudioStreamFormat {
+        // A request built in code is held to the parser's limits too (a million channels of the
+        // null plugin allocated 62 GB).
+        try request.validate()
         if pcm == nil { pcm = try Self.open(info.id) }
         guard let pcm else { throw AudioError.notConfigured }
         var hw: OpaquePointer?

@@ -34,6 +34,12 @@ struct PreviewCommand: ParsableCommand {
         if !(1...100).contains(previewQuality) { throw ValidationError("--preview-quality must be in 1…100") }
         if ![0, 90, 180, 270].contains(rotation) { throw ValidationError("--rotation must be 0, 90, 180 or 270") }
         try checkDuration(duration)
+        // A folder named for stills and recordings that cannot take them is found now, not at the
+        // page's first Still or Record. (The default, the working folder, is not checked: a
+        // preview that never saves needs no writable folder.)
+        if output != ".", FileManager.default.fileExists(atPath: output), faccessat(AT_FDCWD, output, W_OK | X_OK, AT_EACCESS) != 0 {
+            throw ValidationError("--output '\(output)' cannot take new files (\(String(cString: strerror(errno))))")
+        }
     }
 
     func run() throws {

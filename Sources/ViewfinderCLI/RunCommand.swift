@@ -78,7 +78,10 @@ struct RunCommand: ParsableCommand {
         // A fifo or a device is not opened here: opening and closing a fifo would end its reader
         // (it sees the end of the stream) before the writer starts.
         var st = stat()
-        if stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG { return access(path, W_OK) == 0 }
+        if stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
+            if st.st_mode & S_IFMT == S_IFDIR { errno = EISDIR; return false }
+            return access(path, W_OK) == 0
+        }
         let fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0o644)
         if fd < 0 { return errno == ENXIO }
         close(fd)

@@ -23,7 +23,10 @@ func parseByteSize(_ s: String) throws -> UInt64 {
 func checkDuration(_ d: Double?, option: String = "--duration", limit: Double = 10_000_000) throws {
     guard let d else { return }
     guard d > 0, d.isFinite else { throw ValidationError("\(option) must be a positive number of seconds, got \(d)") }
-    guard d <= limit else { throw ValidationError("\(option) must be at most \(Int(limit)) s (\(String(format: "%.0f", limit / 86400)) days), got \(d)") }
+    guard d <= limit else {
+        let days = limit >= 86400 ? String(format: " (%.0f days)", limit / 86400) : ""
+        throw ValidationError("\(option) must be at most \(Int(limit)) s\(days), got \(d)")
+    }
 }
 
 func refuseExisting(_ path: String, force: Bool) throws {

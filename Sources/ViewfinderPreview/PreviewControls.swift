@@ -184,7 +184,8 @@ final class PreviewControls: Sendable {
         if specs[i].enabled != r.enabled {
             // A change restarts the session's engine, which ends a recording: refuse it while one
             // runs instead of cutting the movie short behind the user's back.
-            if let file = currentRecording {
+            if movie.isRecording || recordingFile.withLock({ $0 }) != nil {
+                let file = recordingFile.withLock { $0 } ?? "a movie"
                 throw HTTPError(.conflict, message: "recording to \(file): switching a stage restarts the session and would end the recording; stop recording first")
             }
             specs[i].enabled = r.enabled

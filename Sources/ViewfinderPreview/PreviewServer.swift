@@ -46,8 +46,6 @@ public enum PreviewError: Error, Equatable, CustomStringConvertible {
     case invalidToken
     /// The output folder does not exist or is not a folder.
     case outputDirectory(path: String)
-    /// The output folder cannot take new files (read-only, no permission).
-    case outputDirectoryNotWritable(path: String)
     /// A preview setting is out of range.
     case invalidSetting(name: String, reason: String)
 
@@ -56,7 +54,6 @@ public enum PreviewError: Error, Equatable, CustomStringConvertible {
         case .tokenRequired(let h): return "listening on \(h) (not loopback) needs a token: give --token or let the server make one"
         case .invalidToken: return "the token must be 8 to 128 characters of A-Z, a-z, 0-9, '-', '_' or '.'"
         case .outputDirectory(let p): return "output folder '\(p)' does not exist or is not a folder"
-        case .outputDirectoryNotWritable(let p): return "output folder '\(p)' cannot take new files (read-only or no permission)"
         case .invalidSetting(let n, let r): return "preview setting \(n): \(r)"
         }
     }
@@ -103,10 +100,6 @@ public final class PreviewServer: Sendable {
         var isDir: ObjCBool = false
         guard FileManager.default.fileExists(atPath: configuration.outputDirectory, isDirectory: &isDir), isDir.boolValue else {
             throw PreviewError.outputDirectory(path: configuration.outputDirectory)
-        }
-        // Found now, not at the first Still or Record the page asks for.
-        guard access(configuration.outputDirectory, W_OK | X_OK) == 0 else {
-            throw PreviewError.outputDirectoryNotWritable(path: configuration.outputDirectory)
         }
         guard (0...65535).contains(configuration.port) else { throw PreviewError.invalidSetting(name: "port", reason: "\(configuration.port) is outside 0…65535") }
         guard configuration.statisticsInterval >= 0.02 && configuration.statisticsInterval <= 10 else {

@@ -158,6 +158,7 @@ public enum AtomicFile {
         let path = resolvingLink(path)
         var st = stat()
         if stat(path, &st) == 0, case let kind = st.st_mode & S_IFMT, kind != S_IFREG, kind != S_IFDIR {
+            guard kind != S_IFBLK else { throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is a block device") }
             let f = try OutputFile(path: path, exclusive: false, truncate: false)
             try f.write(bytes)
             return
@@ -203,23 +204,30 @@ public enum AtomicFile {
         syncDirectory(of: path)
     }
 
-    /// The file a symbolic link at `path` points to (followed to the end; a dangling link's own
-    /// target), else `path`.
+    /// The file a symbolic link at `path` points to, link after link (at most 40: a loop is left
+    /// as it is), else `path`. Only links the kernel itself would follow for this process are
+    /// followed (`fs.protected_symlinks`: in a sticky, world-writable folder such as /tmp, a link
+    /// owned by someone else — neither this user nor the folder's owner — is not), so another
+    /// user's link cannot aim the write at this user's files; such a link is replaced, not followed.
     public static func resolvingLink(_ path: String) -> String {
-        var lst = stat()
-        guard lstat(path, &lst) == 0, lst.st_mode & S_IFMT == S_IFLNK else { return path }
-        if let r = realpath(path, nil) {
-            defer { free(r) }
-            return String(cString: r)
+        var current = path
+        for _ in 0..<40 {
+            var lst = stat()
+            guard lstat(current, &lst) == 0, lst.st_mode & S_IFMT == S_IFLNK else { return current }
+            let dir = (current as NSString).deletingLastPathComponent
+            var dst = stat()
+            if stat(dir.isEmpty ? "." : dir, &dst) == 0, dst.st_mode & S_ISVTX != 0, dst.st_mode & S_IWOTH != 0,
+               lst.st_uid != geteuid(), lst.st_uid != dst.st_uid {
+                return path
+            }
+            var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let n = readlink(current, &buf, buf.count - 1)
+            guard n > 0 else { return path }
+            buf[n] = 0
+            let target = String(cString: buf)
+            current = target.hasPrefix("/") ? target : (dir.isEmpty ? "" : dir + "/") + target
         }
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink(path, &buf, buf.count - 1)
-        guard n > 0 else { return path }
-        buf[n] = 0
-        let target = String(cString: buf)
-        if target.hasPrefix("/") { return target }
-        let dir = (path as NSString).deletingLastPathComponent
-        return (dir.isEmpty ? "" : dir + "/") + target
+        return path
     }
 
     public static func write(_ bytes: [UInt8], to path: String, overwrite: Bool = false) throws {

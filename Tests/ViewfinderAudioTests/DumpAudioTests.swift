@@ -84,6 +84,27 @@ import ViewfinderKit
         return path
     }
 
+    /// The recorded sample at the dump's first frame's time: where a movie's sound must start.
+    static func firstSampleOfTheVideo(_ reader: RawDumpReader) throws -> Int {
+        let firstVideo = try #require(reader.entries.first).timestampNanoseconds
+        let a0 = try #require(reader.audioEntries.last { $0.timestampNanoseconds <= firstVideo } ?? reader.audioEntries.first)
+        return Int(a0.position) + Int((Double(Int64(bitPattern: firstVideo &- a0.timestampNanoseconds)) * 48000 / 1e9).rounded())
+    }
+
+    /// A movie's stereo samples are the recorded ones, in order, from its first sound on, and its
+    /// sample 0 is recorded sample `expectedFirst` (within a millisecond).
+    static func expectTheRecordedSamples(_ samples: [Int16], startingAt expectedFirst: Int) throws {
+        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
+        let n0 = try #require(ALSAFixture.frameNumber(at: first, in: samples), "the track from its first sound on is not the input's frames")
+        #expect(abs((n0 - first) - expectedFirst) <= 48, "movie sample 0 is recorded sample \(n0 - first), expected \(expectedFirst); first sound at \(first); \(samples.count / 2) samples")
+        var wrong = 0
+        for k in first..<(samples.count / 2) {
+            let n = n0 + (k - first)
+            if samples[2 * k + 1] != ALSAFixture.right(n) || samples[2 * k] != ALSAFixture.left(n) { wrong += 1 }
+        }
+        #expect(wrong == 0, "\(wrong) of \(samples.count / 2) samples are not the recorded ones")
+    }
+
     /// Replays `device` into a movie with the dump's own sound; returns the movie's samples.
     static func replay(_ device: String, to movie: String) throws -> (samples: [Int16], stats: AudioStatistics, frames: UInt64) {
         let session = CaptureSession(registry: .builtIn)
@@ -118,9 +139,7 @@ import ViewfinderKit
         let reader = try RawDumpReader(path: dump)
         let firstVideo = try #require(reader.entries.first).timestampNanoseconds
         let lastVideo = try #require(reader.entries.last).timestampNanoseconds
-        // The recorded sample at the first frame's time: where the movie's sound must start.
-        let a0 = try #require(reader.audioEntries.last { $0.timestampNanoseconds <= firstVideo } ?? reader.audioEntries.first)
-        let expectedFirst = Int(a0.position) + Int((Double(Int64(bitPattern: firstVideo &- a0.timestampNanoseconds)) * 48000 / 1e9).rounded())
+        let expectedFirst = try Self.firstSampleOfTheVideo(reader)
 
         let movie = dir + "/replay.mov"
         let (samples, stats, frames) = try Self.replay("dump:\(dump),\(pacing)", to: movie)
@@ -137,15 +156,7 @@ import ViewfinderKit
             #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s; the dump's sound ends at \(soundEnd) s")
         }
         // The recorded frames, in order, from where the first frame was (within a millisecond).
-        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
-        let n0 = try #require(ALSAFixture.frameNumber(at: first, in: samples), "the track from its first sound on is not the input's frames")
-        #expect(abs((n0 - first) - expectedFirst) <= 48, "movie sample 0 is recorded sample \(n0 - first), expected \(expectedFirst); first sound at \(first); \(samples.count / 2) samples")
-        var wrong = 0
-        for k in first..<(samples.count / 2) {
-            let n = n0 + (k - first)
-            if samples[2 * k + 1] != ALSAFixture.right(n) || samples[2 * k] != ALSAFixture.left(n) { wrong += 1 }
-        }
-        #expect(wrong == 0, "\(wrong) of \(samples.count / 2) samples are not the recorded ones")
+        try Self.expectTheRecordedSamples(samples, startingAt: expectedFirst)
     }
 
     /// `viewfinder export DUMP out.mov` on a dump recorded with sound: the movie has the sound
@@ -157,9 +168,7 @@ import ViewfinderKit
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let dump = try Self.makeDump(dir)
         let reader = try RawDumpReader(path: dump)
-        let firstVideo = try #require(reader.entries.first).timestampNanoseconds
-        let a0 = try #require(reader.audioEntries.last { $0.timestampNanoseconds <= firstVideo } ?? reader.audioEntries.first)
-        let expectedFirst = Int(a0.position) + Int((Double(Int64(bitPattern: firstVideo &- a0.timestampNanoseconds)) * 48000 / 1e9).rounded())
+        let expectedFirst = try Self.firstSampleOfTheVideo(reader)
         let movie = dir + "/export.mov"
         let r = try DumpConversion.exportMovie(dump: dump, to: movie)
         #expect(r.frames == reader.frameCount && r.skippedAudioRecords == 0)
@@ -167,16 +176,7 @@ import ViewfinderKit
         if let d = try ffprobeDurations(movie) {
             #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s")
         }
-        let samples = try movieAudioSamples(movie)
-        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
-        let n0 = try #require(ALSAFixture.frameNumber(at: first, in: samples), "the track from its first sound on is not the input's frames")
-        #expect(abs((n0 - first) - expectedFirst) <= 48, "movie sample 0 is recorded sample \(n0 - first), expected \(expectedFirst)")
-        var wrong = 0
-        for k in first..<(samples.count / 2) {
-            let n = n0 + (k - first)
-            if samples[2 * k + 1] != ALSAFixture.right(n) || samples[2 * k] != ALSAFixture.left(n) { wrong += 1 }
-        }
-        #expect(wrong == 0, "\(wrong) of \(samples.count / 2) samples are not the recorded ones")
+        try Self.expectTheRecordedSamples(try movieAudioSamples(movie), startingAt: expectedFirst)
     }
 
     @Test func loopsRepeatTheSoundAndADumpWithoutSoundHasNone() throws {

@@ -31,6 +31,14 @@ import ViewfinderAudio
         #expect(throws: AudioError.self) { _ = try AudioStreamRequest(options: options) }
     }
 
+    @Test func aRequestBuiltInCodeIsHeldToTheSameLimits() throws {
+        var request = AudioStreamRequest()
+        request.channels = 1_000_000   // the null plugin takes it: 62 GB of buffers
+        let source = try ALSACaptureSource(name: "null")
+        defer { source.close() }
+        #expect(throws: AudioError.self) { try source.configure(request) }
+    }
+
     @Test func ordinaryRequestsParse() throws {
         for o in ["rate=8000,channels=1", "rate=48000,channels=2,format=s16,period=480,periods=4", "rate=768000,channels=64", "rate=44100,period=1024,periods=2"] {
             _ = try AudioStreamRequest(options: o)

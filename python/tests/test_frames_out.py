@@ -347,20 +347,24 @@ class ExampleTests(unittest.TestCase):
         self.assertEqual(done.returncode, 2, done.stderr.decode())     # argparse's usage error
         self.assertIn("--save", done.stderr.decode())
 
-    def test_readme_loop_converts_then_copies_the_first_frames_in_a_fresh_process(self):
-        # The README's loop in a new interpreter (OpenCV not loaded yet): to_bgr() on the first
-        # frame used to load OpenCV (about a second) while the 8-slot ring at 30 fps lapped the
-        # reader, and the copy() after it raised BufferError on frame 0.
+    def test_readme_loop_in_a_fresh_process_has_opencv_loaded_before_the_first_frame(self):
+        # In a new interpreter to_bgr() on the first frame used to load OpenCV (about a second)
+        # while the 8-slot ring at 30 fps lapped the reader: the README's loop then raised
+        # BufferError on frame 0.
         name = ring_name()
         proc = start(["--device", "sim:width=320,height=240,fps=30", "--frames", "9000", "--shm", name],
                      stdout=subprocess.DEVNULL)
-        code = ("import sys\n"
+        # The cause is checked directly (OpenCV is loaded once the reader exists), then the loop
+        # runs as the README shows it (copy first).
+        code = ("import importlib.util, sys\n"
                 "from viewfinder_frames import FrameReader\n"
                 "n = 0\n"
                 "with FrameReader(sys.argv[1], wait=30) as reader:\n"
+                "    if importlib.util.find_spec('cv2') is not None and 'cv2' not in sys.modules:\n"
+                "        sys.exit('OpenCV was not loaded with the reader')\n"
                 "    for frame in reader:\n"
-                "        bgr = frame.to_bgr()\n"
                 "        keep = frame.copy()\n"
+                "        bgr = frame.to_bgr()\n"
                 "        n += 1\n"
                 "        if n == 5: break\n"
                 "print('read', n)\n")

@@ -4,7 +4,7 @@ import numpy as np
 
 try:  # OpenCV is optional
     import cv2
-except ImportError:  # pragma: no cover - depends on the machine
+except Exception:  # pragma: no cover - not installed, or broken (an ABI mismatch with NumPy)
     cv2 = None
 
 

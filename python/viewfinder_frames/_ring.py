@@ -217,7 +217,10 @@ class FrameReader:
         self.timeout = timeout
         # Load the converters (and OpenCV, which takes about a second) now, not inside the first
         # frame's to_bgr(): a ring of 8 slots at 30 fps is lapped in 0.27 s.
-        from . import _convert  # noqa: F401
+        try:
+            from . import _convert  # noqa: F401
+        except Exception:  # pragma: no cover - a broken OpenCV install: to_bgr() will say so
+            pass
         self.missed = 0
         self._mm = None
         deadline = time.monotonic() + wait

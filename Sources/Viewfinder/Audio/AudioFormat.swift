@@ -64,8 +64,13 @@ public struct AudioStreamRequest: Sendable, Equatable {
             default: throw AudioError.invalidRequest("unknown option '\(kv[0])' (rate, channels, format, period, periods)")
             }
         }
-        // What any sound card does: a rate of 1 Hz (a period of 480 frames every 8 minutes: a run
-        // that never stopped) or a million channels (62 GB of buffers: a crash) is a mistake.
+        try validate()
+    }
+
+    /// Checks the request against what any sound card does: a rate of 1 Hz (a period of 480
+    /// frames every 8 minutes: a run that never stopped) or a million channels (62 GB of buffers:
+    /// a crash) is a mistake. The parser and every capture source's `configure` call it.
+    public func validate() throws {
         if let r = sampleRate, !Self.rates.contains(r) {
             throw AudioError.invalidRequest("rate=\(r) (\(Self.rates.lowerBound)...\(Self.rates.upperBound) Hz)")
         }
@@ -75,7 +80,10 @@ public struct AudioStreamRequest: Sendable, Equatable {
         if !(16...(1 << 20)).contains(periodFrames) || !(2...1024).contains(periods) {
             throw AudioError.invalidRequest("period=\(periodFrames) periods=\(periods) (period 16...1048576 frames, periods 2...1024)")
         }
-        if let r = sampleRate, Double(periodFrames) / Double(r) > 1 {
+        // (Against the rate asked for, else the usual 48 kHz; a card that gives a lower rate
+        // gets a longer period.)
+        let r = sampleRate ?? 48_000
+        if Double(periodFrames) / Double(r) > 1 {
             throw AudioError.invalidRequest("period=\(periodFrames) at \(r) Hz is \(String(format: "%.1f", Double(periodFrames) / Double(r))) s; at most 1 s")
         }
     }
