@@ -374,7 +374,7 @@ extension DumpConversion {
     /// Makes a Motion-JPEG movie from a dump with its recorded timestamps (MJPEG dumps are passed
     /// through, raw frames encoded with TurboJPEG).
     /// A dump recorded with sound (`viewfinder dump --audio`) gives the movie its sound track too,
-    /// laid on the video's timeline as a recording does (``AudioTimelineAligner``: the first video
+    /// laid on the video's timeline as a recording does (`AudioTimelineAligner`: the first video
     /// frame is time zero; gaps are filled with silence, the card's clock drift absorbed).
     public static func exportMovie(dump: String, to output: String, quality: Int = 85, overwrite: Bool = false) throws -> Result {
         guard (1...100).contains(quality) else { throw SinkError.invalidArgument(name: "quality", reason: "\(quality) is outside 1...100") }

@@ -116,7 +116,7 @@ public final class ShmRingWriter {
 
     /// Checks, without changing anything, that a ring `name` could be created now: throws
     /// ``ShmRingError/inUse(name:pid:)`` while another running writer holds it and
-    /// ``ShmRingError/notARing(name:)`` for a file that is not a ring — what ``init(name:format:interval:slotCount:metadataCapacity:)``
+    /// ``ShmRingError/notARing(name:)`` for a file that is not a ring — what the initializer
     /// would throw once the stream starts. (A ring of a finished or killed run is fine: it is replaced.)
     /// For a command that should refuse before it captures anything.
     public static func checkAvailable(name: String) throws {
