@@ -58,16 +58,8 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
         sigemptyset(&pipeSignal)
         sigaddset(&pipeSignal, SIGPIPE)
         pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
-        // Opened without waiting: a fifo nobody reads is an error now, not a thread blocked in
-        // open() for ever (the run could then never finish, Ctrl-C included). Then blocking
-        // writes as usual.
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0o644)
-        guard fd >= 0 else {
-            let e = errno
-            let message = e == ENXIO ? "a fifo with no reader (start the reader first)" : String(cString: strerror(e))
-            throw DeviceError.io(device: path, operation: "open for writing", errno: e, message: message)
-        }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        // Opened in place, without waiting for a fifo's reader (`StreamFile`).
+        let fd = try StreamFile.openForWriting(path)
         guard let f = fdopen(fd, "w") else {
             let e = errno
             close(fd)

@@ -74,6 +74,7 @@ struct FrameOutputs {
             var e: [String: Any] = ["name": s.ringName, "slots": s.slotCount, "frames": s.framesPublished,
                                     "consumer_late": late(s.consumerName), "mismatched": s.framesMismatched]
             if let pid = s.replacedStaleWriter { e["replaced_stale_ring_of_pid"] = pid }
+            if let err = s.error { e["error"] = "\(err)" }
             d["shm"] = e
         }
         return d
@@ -86,6 +87,14 @@ struct FrameOutputs {
             s += "\n  \(key): " + e.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         }
         return s
+    }
+
+    /// Throws the failure of an output that could not go on (a full disk under `--output`, a
+    /// ring that could not be created): it fails the run, as `dump`'s and `record`'s outputs do.
+    /// A reader that closed the pipe is no failure (the run ends, as it asked).
+    func checkFailures() throws {
+        if let p = pipe, let e = p.error { throw RuntimeFailure(message: "writing '\(p.path)' failed: \(e)") }
+        if let r = shm, let e = r.error { throw RuntimeFailure(message: "shared-memory ring '\(r.ringName)': \(e)") }
     }
 
     /// Where the summary goes: stderr when stdout carries the frames.

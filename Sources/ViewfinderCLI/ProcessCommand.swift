@@ -30,18 +30,19 @@ struct ProcessCommand: ParsableCommand {
         let format = reader.format
         let drops = DropCounters()
         let chain = StageChain(stages: built, drops: drops)
-        let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval)
         var meta: FileHandle?
         if let path = metadata {
-            // Opened in place (created or truncated): createFile wrote a new file and renamed it
-            // over the path, replacing a device node, a fifo or a symbolic link there.
-            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            guard fd >= 0 else {
-                throw RuntimeFailure(message: "cannot create the metadata file '\(path)': \(String(cString: strerror(errno)))")
+            // Opened in place, as `run --metadata` opens it (`StreamFile`): a fifo or a device
+            // there is written into, not replaced.
+            let fd: Int32
+            do { fd = try StreamFile.openForWriting(path) } catch {
+                throw RuntimeFailure.cannotCreate("metadata file", path, error)
             }
             meta = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         }
         defer { try? meta?.close() }
+        // (The metadata file first: a bad one leaves the output as it was.)
+        let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval)
 
         var written = 0
         var writeError: (any Error)?

@@ -72,22 +72,6 @@ struct RunCommand: ParsableCommand {
         try checkDuration(duration)
     }
 
-    /// Whether `path` can be written (a file is created if missing, never truncated or replaced
-    /// here; a fifo or a device is checked for permission only).
-    static func canWrite(_ path: String) -> Bool {
-        // A fifo or a device is not opened here: opening and closing a fifo would end its reader
-        // (it sees the end of the stream) before the writer starts.
-        var st = stat()
-        if stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
-            if st.st_mode & S_IFMT == S_IFDIR { errno = EISDIR; return false }
-            return access(path, W_OK) == 0
-        }
-        let fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0o644)
-        if fd < 0 { return errno == ENXIO }
-        close(fd)
-        return true
-    }
-
     func run() throws {
         var specs: [StageSpec] = []
         var fileDevice: String?
@@ -101,10 +85,11 @@ struct RunCommand: ParsableCommand {
         let source = inputFile(ofDevice: deviceOptions.device ?? fileDevice)
         try refuseOverwritingInput(frameOutput.output, inputs: [source])
         try refuseOverwritingInput(metadata, inputs: [source, config], what: "metadata file")
-        // Checked by opening it for writing as the writer will (createFile wrote a new file and
-        // renamed it over the path: a device node, a fifo or a symbolic link there was replaced).
-        if let metadata, !Self.canWrite(metadata) {
-            throw RuntimeFailure(message: "cannot create the metadata file '\(metadata)': \(String(cString: strerror(errno)))")
+        // Checked before anything is captured, by the rule the writer opens it by (`StreamFile`).
+        if let metadata {
+            do { try StreamFile.checkWritable(metadata) } catch {
+                throw RuntimeFailure.cannotCreate("metadata file", metadata, error)
+            }
         }
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: fileDevice, registry: .builtIn)
         session.beginConfiguration()
@@ -149,10 +134,7 @@ struct RunCommand: ParsableCommand {
         if let w = writer, let f = w.failure { throw RuntimeFailure(message: "writing the metadata file '\(w.path)' failed: \(f)") }
         // The run's first error, with its type: the exit code follows from it.
         if let e = runErrors.first { throw e }
-        // A frame output that failed (a full disk under --output) fails the run, as `dump` and
-        // `record` do; a reader that closed the pipe does not (the run ends, as it asked).
-        if let p = frameOutputs.pipe, let e = p.error { throw RuntimeFailure(message: "writing '\(p.path)' failed: \(e)") }
-        if let r = frameOutputs.shm, let e = r.error { throw RuntimeFailure(message: "shared-memory ring '\(r.ringName)': \(e)") }
+        try frameOutputs.checkFailures()
     }
 }
 

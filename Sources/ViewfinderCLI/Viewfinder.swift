@@ -103,6 +103,14 @@ enum CLIExit {
 /// A runtime failure the command found itself (no error type of the library says it).
 struct RuntimeFailure: Error, CustomStringConvertible { let message: String; var description: String { message } }
 
+extension RuntimeFailure {
+    /// "cannot create the metadata file 'm.jsonl': a fifo with no reader …" from `StreamFile`'s error.
+    static func cannotCreate(_ what: String, _ path: String, _ error: any Error) -> RuntimeFailure {
+        if case DeviceError.io(_, _, _, let message) = error { return RuntimeFailure(message: "cannot create the \(what) '\(path)': \(message)") }
+        return RuntimeFailure(message: "cannot create the \(what) '\(path)': \(error)")
+    }
+}
+
 struct StandardError: TextOutputStream {
     mutating func write(_ s: String) { FileHandle.standardError.write(Data(s.utf8)) }
 }

@@ -556,11 +556,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         for a in audio[head...] {
             a.bytes.withUnsafeBytes { rec.aligner!.add($0, format: a.format, position: a.position, timestampNanoseconds: a.timestamp, discontinuity: a.discontinuity) }
         }
-        rec.audioOut.removeAll(keepingCapacity: true)
-        let first = rec.aligner!.emit(upTo: time, into: &rec.audioOut)
-        guard !rec.audioOut.isEmpty else { return }
-        let ts = origin + UInt64((Double(first) * 1e9 / Double(rate)).rounded())
-        try rec.audioOut.withUnsafeBytes { try rec.writer.appendAudio($0, timestampNanoseconds: ts) }
+        try rec.writer.appendAudio(from: &rec.aligner!, upTo: time, buffer: &rec.audioOut)
     }
 
     /// At the end of a recording: waits (at most 300 ms) for the audio of the last frame's time

@@ -1,4 +1,5 @@
 import Foundation
+import Viewfinder
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -308,6 +309,18 @@ public final class MovieWriter {
         st.payload.append(contentsOf: jpeg)
         st.held = (jpeg.count, t)
         try flushIfDue()
+    }
+
+    /// Writes the audio track up to `endNanoseconds` from `aligner` (as far as it holds input):
+    /// the aligner's samples for that time, stamped with their place on its timeline
+    /// (`origin + first/rate`). `buffer` is scratch space, kept between calls to spare allocations.
+    /// What a recording and a dump's export both do with their sound.
+    public func appendAudio(from aligner: inout AudioTimelineAligner, upTo endNanoseconds: UInt64, buffer: inout [Int16]) throws {
+        buffer.removeAll(keepingCapacity: true)
+        let first = aligner.emit(upTo: endNanoseconds, into: &buffer)
+        guard !buffer.isEmpty else { return }
+        let ts = aligner.origin + UInt64((Double(first) * 1e9 / Double(aligner.sampleRate)).rounded())
+        try buffer.withUnsafeBytes { try appendAudio($0, timestampNanoseconds: ts) }
     }
 
     /// Appends a block of interleaved 16-bit PCM frames for the audio track, whose first frame was

@@ -410,11 +410,7 @@ extension DumpConversion {
                 }
                 scratch.withUnsafeBytes { aligner!.add($0, format: p.format.sampleFormat, position: p.position, timestampNanoseconds: p.timestamp.nanoseconds, discontinuity: p.discontinuity) }
             }
-            pcm.removeAll(keepingCapacity: true)
-            let first = aligner!.emit(upTo: end, into: &pcm)
-            guard !pcm.isEmpty else { return }
-            let ts = origin + UInt64((Double(first) * 1e9 / Double(a.sampleRate)).rounded())
-            try pcm.withUnsafeBytes { try writer.appendAudio($0, timestampNanoseconds: ts) }
+            try writer.appendAudio(from: &aligner!, upTo: end, buffer: &pcm)
         }
         var origin: UInt64?, last: UInt64 = 0
         try withExtendedLifetime(encoder) {

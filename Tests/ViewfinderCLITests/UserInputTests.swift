@@ -318,6 +318,13 @@ extension UserInputTests {
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--metadata", lonely]) == 1)
         // A folder is no metadata file: refused before the run.
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--metadata", s.dir]) == 1)
+        // `process --metadata` opens by the same rule: the lonely fifo is an error, the folder too.
+        let input = s.path("in.y4m")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--output", input]) == 0)
+        #expect(CLIExit.run(["process", "--input", input, "--output", s.path("out.y4m"), "--metadata", lonely]) == 1)
+        #expect(access(s.path("out.y4m"), F_OK) != 0, "the output was created before the metadata file was found bad")
+        #expect(CLIExit.run(["process", "--input", input, "--output", s.path("out.y4m"), "--metadata", s.dir]) == 1)
+        #expect(lstat(lonely, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
     }
 
     @Test func aFailedFrameOutputFailsTheRun() {

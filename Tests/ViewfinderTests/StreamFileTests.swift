@@ -1,0 +1,53 @@
+import Foundation
+import Testing
+@testable import Viewfinder
+
+/// The rule per-frame metadata and other streams are opened by (`StreamFile`).
+@Suite struct StreamFileTests {
+    private func folder() -> String {
+        let d = NSTemporaryDirectory() + "vf-streamfile-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try? FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)
+        return d
+    }
+
+    @Test func aFifoWithNoReaderIsAnErrorAtOnceNotAWaitForEver() throws {
+        let d = folder()
+        defer { try? FileManager.default.removeItem(atPath: d) }
+        let fifo = d + "/lonely"
+        #expect(mkfifo(fifo, 0o644) == 0)
+        #expect(throws: DeviceError.io(device: fifo, operation: "open for writing", errno: ENXIO, message: "a fifo with no reader (start the reader first)")) {
+            _ = try StreamFile.openForWriting(fifo)
+        }
+        // With a reader the descriptor writes, blocking as usual.
+        let reader = open(fifo, O_RDONLY | O_NONBLOCK)
+        defer { close(reader) }
+        let fd = try StreamFile.openForWriting(fifo)
+        defer { close(fd) }
+        #expect(fcntl(fd, F_GETFL) & O_NONBLOCK == 0)
+        #expect(write(fd, "x\n", 2) == 2)
+        var b = [UInt8](repeating: 0, count: 4)
+        #expect(read(reader, &b, 4) == 2)
+    }
+
+    @Test func theCheckChangesNothingThereAndRefusesAFolder() throws {
+        let d = folder()
+        defer { try? FileManager.default.removeItem(atPath: d) }
+        let file = d + "/kept.jsonl"
+        try Data("earlier run\n".utf8).write(to: URL(fileURLWithPath: file))
+        try StreamFile.checkWritable(file)
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == "earlier run\n", "the check truncated the file")
+        let fresh = d + "/new.jsonl"
+        try StreamFile.checkWritable(fresh)
+        #expect(FileManager.default.fileExists(atPath: fresh))
+        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(d) }
+        // A fifo nobody reads passes the check (it is not opened: that would end a reader's
+        // stream); opening it then is the error above.
+        let fifo = d + "/f"
+        #expect(mkfifo(fifo, 0o644) == 0)
+        try StreamFile.checkWritable(fifo)
+        // Opening truncates in place, as a shell's `>`.
+        let fd = try StreamFile.openForWriting(file)
+        close(fd)
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == "")
+    }
+}
