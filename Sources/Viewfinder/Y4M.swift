@@ -10,7 +10,7 @@ public enum Y4MError: Error, Equatable, CustomStringConvertible {
     case malformedHeader(offset: Int, reason: String)
     /// A valid header asks for something not supported (10-bit, 4:4:4, …).
     case unsupported(offset: Int, reason: String)
-    /// A frame header is not `FRAME[ params]\n`.
+    /// A frame header is not `FRAME[ params]\n` (`frame` -1: a header line that does not end).
     case malformedFrame(offset: Int, frame: Int, reason: String)
     /// The stream ended inside a frame.
     case truncatedFrame(offset: Int, frame: Int, expected: Int, got: Int)
@@ -23,7 +23,9 @@ public enum Y4MError: Error, Equatable, CustomStringConvertible {
         switch self {
         case .malformedHeader(let o, let r): return "YUV4MPEG2: bad stream header at byte \(o): \(r)"
         case .unsupported(let o, let r): return "YUV4MPEG2: unsupported stream at byte \(o): \(r)"
-        case .malformedFrame(let o, let f, let r): return "YUV4MPEG2: bad frame header of frame \(f) at byte \(o): \(r)"
+        case .malformedFrame(let o, let f, let r):
+            // (-1: a header line read before it is known whose it is.)
+            return f < 0 ? "YUV4MPEG2: bad header line at byte \(o): \(r)" : "YUV4MPEG2: bad frame header of frame \(f) at byte \(o): \(r)"
         case .truncatedFrame(let o, let f, let e, let g):
             return "YUV4MPEG2: frame \(f) is truncated at byte \(o): expected \(e) bytes of picture, got \(g)"
         case .formatMismatch(let e, let g): return "YUV4MPEG2: frame format \(g) does not match the stream (\(e))"

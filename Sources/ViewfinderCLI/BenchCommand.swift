@@ -19,9 +19,9 @@ struct BenchCommand: ParsableCommand {
     @Option(help: "Stages of the measured pipeline, e.g. exposure:mode=continuous,focus.") var stages: String?
     @Option(help: "Seconds of the pipeline run.") var duration: Double = 5
     @Option(help: "Pixel format to request (yuyv, nv12, mjpeg, …).") var format: String?
-    @Option(help: "Width to request, pixels.") var width: Int?
-    @Option(help: "Height to request, pixels.") var height: Int?
-    @Option(help: "Frame rate to request, frames per second.") var fps: Double?
+    @Option(parsing: .unconditional, help: "Width to request, pixels.") var width: Int?
+    @Option(parsing: .unconditional, help: "Height to request, pixels.") var height: Int?
+    @Option(parsing: .unconditional, help: "Frame rate to request, frames per second.") var fps: Double?
     @Option(help: "Controls to step for the control latency: \(SteppedControl.allCases.map(\.rawValue).joined(separator: ", ")), or none.")
     var controls: String = "exposure,gain,focus"
     @Option(help: "Steps per control (alternately away from the current value and back).") var steps: Int = 3
@@ -37,6 +37,7 @@ struct BenchCommand: ParsableCommand {
         // The bench keeps every frame's record in memory: an hour per run is its limit.
         try checkDuration(duration, limit: 3600)
         try checkDuration(sweepSeconds, option: "--sweep-seconds", limit: 600)
+        try checkStreamRequest(width: width, height: height, fps: fps)
         if !(1...30).contains(steps) { throw ValidationError("--steps must be 1...30, got \(steps)") }
         if !(1...60).contains(maxControlLatency) { throw ValidationError("--max-control-latency must be 1...60 frames, got \(maxControlLatency)") }
         _ = try steppedControls()
@@ -96,7 +97,17 @@ struct BenchCommand: ParsableCommand {
         if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
             throw BenchError.cannotWrite(path: path, reason: "it is a folder; give a file name such as report.html")
         }
-        let dir = (path as NSString).deletingLastPathComponent
+        // Where AtomicFile will write: a link's target; a fifo or a device (`/dev/stdout`) is
+        // written into, so its own permission counts, not its folder's.
+        let target = AtomicFile.resolvingLink(path)
+        var st = stat()
+        if stat(target, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
+            guard access(target, W_OK) == 0 else {
+                throw BenchError.cannotWrite(path: path, reason: String(cString: strerror(errno)))
+            }
+            return
+        }
+        let dir = (target as NSString).deletingLastPathComponent
         let folder = dir.isEmpty ? "." : dir
         guard FileManager.default.fileExists(atPath: folder, isDirectory: &isFolder), isFolder.boolValue else {
             throw BenchError.cannotWrite(path: path, reason: "the folder '\(folder)' does not exist")

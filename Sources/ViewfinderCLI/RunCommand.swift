@@ -10,9 +10,14 @@ struct DeviceOptions: ParsableArguments {
     @Option(help: "Session preset: \(SessionPreset.allCases.map(\.rawValue).joined(separator: ", ")). Default: inputPriority (the device's own format).")
     var preset: String?
     @Option(help: "Pixel format to request (yuyv, nv12, mjpeg, …).") var format: String?
-    @Option(help: "Width to request, pixels.") var width: Int?
-    @Option(help: "Height to request, pixels.") var height: Int?
-    @Option(help: "Frame rate to request, frames per second.") var fps: Double?
+    @Option(parsing: .unconditional, help: "Width to request, pixels.") var width: Int?
+    @Option(parsing: .unconditional, help: "Height to request, pixels.") var height: Int?
+    @Option(parsing: .unconditional, help: "Frame rate to request, frames per second.") var fps: Double?
+
+    func validate() throws {
+        // (`--width -5` is read as the value -5 and refused here, not as a missing value.)
+        try checkStreamRequest(width: width, height: height, fps: fps)
+    }
 
     /// Opens the device and makes a session with it as the input.
     func makeSession(defaultDevice: String?, registry: StageRegistry) throws -> (CaptureSession, CaptureDevice) {

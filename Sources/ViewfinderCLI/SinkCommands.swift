@@ -29,6 +29,17 @@ func checkDuration(_ d: Double?, option: String = "--duration", limit: Double = 
     }
 }
 
+/// The size and rate asked of a device: a usage error (64) when they could name no mode —
+/// 1...16384 pixels, a rate above 0 and at most 10000 frames per second.
+func checkStreamRequest(width: Int?, height: Int?, fps: Double?) throws {
+    for (name, v) in [("--width", width), ("--height", height)] {
+        if let v, !(1...16384).contains(v) { throw ValidationError("\(name) must be 1...16384 pixels, got \(v)") }
+    }
+    if let fps, !(fps > 0 && fps <= 10000) {
+        throw ValidationError("--fps must be a rate above 0 and at most 10000 frames per second, got \(fps)")
+    }
+}
+
 func refuseExisting(_ path: String, force: Bool) throws {
     if !force && FileManager.default.fileExists(atPath: path) {
         throw ValidationError("'\(path)' exists; add --force to overwrite it")

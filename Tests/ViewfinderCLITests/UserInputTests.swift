@@ -197,6 +197,12 @@ extension UserInputTests {
     @Test func malformedRequestsExit64() {
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--audio", "null", "--audio-format", "rate=0"]) == 64)
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--shm", ".."]) == 64)
+        // A size or rate no mode can have is a usage error, "-5" included (read as the value).
+        for args in [["--width", "-5"], ["--width", "0"], ["--height", "100000"], ["--fps", "0"], ["--fps", "nan"], ["--fps", "-30"], ["--fps", "inf"]] {
+            #expect(CLIExit.run(["run", "--device", "sim:paced=false", "--frames", "2"] + args) == 64, "\(args)")
+            #expect(CLIExit.run(["bench", "--device", "sim:paced=false", "--duration", "1"] + args) == 64, "\(args)")
+        }
+        #expect(CLIExit.run(["run", "--device", "sim:paced=false", "--frames", "2", "--width", "160", "--height", "120", "--fps", "30"]) == 0)
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--shm", String(repeating: "a", count: 201)]) == 64)
     }
 
@@ -356,6 +362,14 @@ extension UserInputTests {
         #expect(throws: BenchError.self) { try BenchCommand.checkWritable("/nonexistent-\(getpid())/r.html") }
         #expect(throws: BenchError.self) { try BenchCommand.checkWritable(NSTemporaryDirectory()) }
         #expect(throws: Never.self) { try BenchCommand.checkWritable(NSTemporaryDirectory() + "r.html") }
+        // A device is written into (its own permission counts), and a link is checked where it
+        // leads: one into a missing folder is refused before the run, not after it.
+        #expect(throws: Never.self) { try BenchCommand.checkWritable("/dev/null") }
+        let dangling = NSTemporaryDirectory() + "vf-report-link-\(getpid())"
+        unlink(dangling)
+        #expect(symlink("/nonexistent-\(getpid())/r.html", dangling) == 0)
+        defer { unlink(dangling) }
+        #expect(throws: BenchError.self) { try BenchCommand.checkWritable(dangling) }
     }
 
     @Test func aQuantileIsNeverAboveTheLargestSample() {
