@@ -24,20 +24,34 @@ public enum StreamFile {
     }
 
     /// Checks, before a run, that ``openForWriting(_:)`` will be able to open `path`, changing
-    /// nothing that is there: a missing file is created empty, an existing file is not truncated,
-    /// and a fifo or a device is checked for permission only (opening and closing a fifo would
-    /// end its reader's stream before the writer starts). A folder is refused.
+    /// nothing: a missing file is not created (its folder must exist and take new files), an
+    /// existing file is opened without truncating it, and a fifo or a device is checked for
+    /// permission only (opening and closing a fifo would end its reader's stream before the
+    /// writer starts). A folder is refused.
     /// - Throws: the error ``openForWriting(_:)`` would throw.
     public static func checkWritable(_ path: String) throws {
         var st = stat()
-        if stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
-            if st.st_mode & S_IFMT == S_IFDIR { throw openError(path, EISDIR) }
-            if access(path, W_OK) != 0 { throw openError(path, errno) }
+        guard stat(path, &st) == 0 else {
+            let e = errno
+            guard e == ENOENT else { throw openError(path, e) }
+            let slash = path.lastIndex(of: "/")
+            let folder = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+            var fst = stat()
+            guard stat(folder, &fst) == 0 else { throw openError(path, errno) }
+            guard fst.st_mode & S_IFMT == S_IFDIR else { throw openError(path, ENOTDIR) }
+            guard access(folder, W_OK | X_OK) == 0 else { throw openError(path, errno) }
             return
         }
-        let fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw openError(path, errno) }
-        close(fd)
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR:
+            throw openError(path, EISDIR)
+        case S_IFREG:
+            let fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else { throw openError(path, errno) }
+            close(fd)
+        default:
+            guard access(path, W_OK) == 0 else { throw openError(path, errno) }
+        }
     }
 
     static func openError(_ path: String, _ e: Int32) -> DeviceError {

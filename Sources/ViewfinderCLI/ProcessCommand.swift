@@ -30,6 +30,11 @@ struct ProcessCommand: ParsableCommand {
         let format = reader.format
         let drops = DropCounters()
         let chain = StageChain(stages: built, drops: drops)
+        // Both files are checked before either is opened (opening truncates): a bad one leaves
+        // the other as it was.
+        if output != "-" {
+            do { try StreamFile.checkWritable(output) } catch { throw RuntimeFailure.cannotCreate("output", output, error) }
+        }
         var meta: FileHandle?
         if let path = metadata {
             // Opened in place, as `run --metadata` opens it (`StreamFile`): a fifo or a device
@@ -41,7 +46,6 @@ struct ProcessCommand: ParsableCommand {
             meta = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         }
         defer { try? meta?.close() }
-        // (The metadata file first: a bad one leaves the output as it was.)
         let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval)
 
         var written = 0

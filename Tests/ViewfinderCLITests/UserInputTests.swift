@@ -331,6 +331,11 @@ extension UserInputTests {
         #expect(access(s.path("out.y4m"), F_OK) != 0, "the output was created before the metadata file was found bad")
         #expect(CLIExit.run(["process", "--input", input, "--output", s.path("out.y4m"), "--metadata", s.dir]) == 1)
         #expect(lstat(lonely, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
+        // An output that cannot be created leaves an earlier metadata file as it was.
+        let kept = s.path("kept.jsonl")
+        #expect(FileManager.default.createFile(atPath: kept, contents: Data("earlier\n".utf8)))
+        #expect(CLIExit.run(["process", "--input", input, "--output", "/nonexistent-\(getpid())/out.y4m", "--metadata", kept]) == 1)
+        #expect(try String(contentsOfFile: kept, encoding: .utf8) == "earlier\n")
     }
 
     @Test func aFailedFrameOutputFailsTheRun() {

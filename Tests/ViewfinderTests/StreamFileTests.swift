@@ -38,8 +38,10 @@ import Testing
         #expect(try String(contentsOfFile: file, encoding: .utf8) == "earlier run\n", "the check truncated the file")
         let fresh = d + "/new.jsonl"
         try StreamFile.checkWritable(fresh)
-        #expect(FileManager.default.fileExists(atPath: fresh))
+        #expect(!FileManager.default.fileExists(atPath: fresh), "the check left a file behind")
         #expect(throws: DeviceError.self) { try StreamFile.checkWritable(d) }
+        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(d + "/missing/m.jsonl") }
+        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(file + "/m.jsonl") }   // a file as the folder
         // A fifo nobody reads passes the check (it is not opened: that would end a reader's
         // stream); opening it then is the error above.
         let fifo = d + "/f"
