@@ -11,6 +11,7 @@ let package = Package(
         // Benchmarks sub-package. Not part of ViewfinderKit.
         .library(name: "ViewfinderTestSupport", targets: ["ViewfinderTestSupport"]),
         .executable(name: "viewfinder", targets: ["ViewfinderCLI"]),
+        .library(name: "ViewfinderCommandLine", targets: ["ViewfinderCommandLine"]),
         .plugin(name: "StageRegistryPlugin", targets: ["StageRegistryPlugin"]),
     ],
     dependencies: [
@@ -102,14 +103,17 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .executableTarget(
-            name: "ViewfinderCLI",
+        // The `viewfinder` command line as a library: the `viewfinder` executable runs it with the
+        // built-in stages, a user's own program with theirs added (`ViewfinderCommandLine.main(stages:)`).
+        .target(
+            name: "ViewfinderCommandLine",
             dependencies: [
                 "ViewfinderKit", "ViewfinderPreview", "ViewfinderBench",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .executableTarget(name: "ViewfinderCLI", dependencies: ["ViewfinderCommandLine"]),
 
         // The soak test of issue 15 (scripts/soak.sh): the sim at 1080p through every stage into a
         // movie, a dump and a video data output, sampling memory, descriptors and threads.
@@ -132,7 +136,7 @@ let package = Package(
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels"]),
         .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),
-        .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCLI", "ViewfinderBench"]),
+        .testTarget(name: "ViewfinderCLITests", dependencies: ["ViewfinderCommandLine", "ViewfinderBench"]),
         .testTarget(name: "ViewfinderPreviewTests", dependencies: [
             "ViewfinderPreview", "ViewfinderKit", "CTurboJPEG",
         ]),

@@ -12,7 +12,7 @@ export PATH="$PATH:/opt/swift/usr/bin"
 LOCK=${VF_BUILD_LOCK:-/tmp/vf-build.lock}
 modules=("$@")
 if [ ${#modules[@]} -eq 0 ]; then
-    modules=(Viewfinder ViewfinderSim ViewfinderStages ViewfinderV4L2 ViewfinderSinks ViewfinderAudio ViewfinderKit ViewfinderPreview)
+    modules=(Viewfinder ViewfinderSim ViewfinderStages ViewfinderV4L2 ViewfinderSinks ViewfinderAudio ViewfinderKit ViewfinderPreview ViewfinderCommandLine)
 fi
 targets=()
 for m in "${modules[@]}"; do targets+=(--target "$m"); done

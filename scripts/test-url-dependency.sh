@@ -53,6 +53,16 @@ MJPEG: ran negative,null on 30 frames; 30 carried the negative stage's metadata"
 if "$DEMO" "negative:strenght=1" 2>/dev/null; then
     echo "an unknown option of the user's stage was accepted" >&2; exit 1
 fi
+# The user's own `viewfinder` (ViewfinderCommandLine with their stages): the stage by name on the
+# command line, its metadata in the JSON lines, and the stock command still refusing it.
+MYVF="$CONSUMER/.build/debug/my-viewfinder"
+"$MYVF" stages | grep -q '^negative' || { echo "my-viewfinder does not list the user's stage" >&2; exit 1; }
+"$MYVF" run --device "pattern:width=64,height=32,frames=5" --stages negative:strength=1 --metadata "$WORK/m.jsonl" >/dev/null
+[ "$(grep -c '"negative.mean_luma"' "$WORK/m.jsonl")" = 5 ] || { echo "my-viewfinder run: the stage's metadata is not in every line" >&2; exit 1; }
+set +e
+"$MYVF" run --device "pattern:width=64,height=32,frames=5" --stages negative:strenght=1 2>/dev/null; rc=$?
+set -e
+[ "$rc" = 64 ] || { echo "my-viewfinder: an unknown option of the user's stage gave $rc, not 64" >&2; exit 1; }
 # The stage's own test ("Writing a stage", Step 8, as the article shows it) builds and passes.
 flock "$LOCK" swift test --package-path "$CONSUMER" --scratch-path "$CONSUMER/.build" 2>&1 | tail -5
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "the example's test (the article's Step 8) failed" >&2; exit 1; }

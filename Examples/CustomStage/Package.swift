@@ -3,6 +3,7 @@
 // the StageRegistryPlugin registers it (as `StageRegistry.myStages`).
 //
 //   swift run custom-stage-demo
+//   swift run my-viewfinder run --device sim --stages negative --metadata m.jsonl
 //   swift test
 import Foundation
 import PackageDescription
@@ -23,6 +24,11 @@ let package = Package(
         .executableTarget(
             name: "custom-stage-demo",
             dependencies: ["MyStages", .product(name: "ViewfinderKit", package: viewfinder)]
+        ),
+        // The whole `viewfinder` command line, with the user's stages known by name.
+        .executableTarget(
+            name: "my-viewfinder",
+            dependencies: ["MyStages", .product(name: "ViewfinderKit", package: viewfinder), .product(name: "ViewfinderCommandLine", package: viewfinder)]
         ),
         // "Writing a stage", Step 8: the stage's own test.
         .testTarget(name: "MyStagesTests", dependencies: ["MyStages", .product(name: "Viewfinder", package: viewfinder)]),

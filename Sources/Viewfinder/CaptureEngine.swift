@@ -169,6 +169,12 @@ public final class EngineStatistics: Sendable {
 
     func countCaptured(_ n: UInt64 = 1) { capturedCount.add(n, ordering: .relaxed) }
     func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
+    private let refusedMetadataCount = Atomic<UInt64>(0)
+    /// Frames that left the stage chain with custom metadata keys refused (every one of the
+    /// frame's ``CustomMetadata/capacity`` slots was taken: ``CustomMetadata/refused``).
+    public var framesWithRefusedMetadata: UInt64 { refusedMetadataCount.load(ordering: .relaxed) }
+    /// Counts a frame with refused keys; true for the run's first (to be logged once).
+    func countRefusedMetadata() -> Bool { refusedMetadataCount.add(1, ordering: .relaxed).oldValue == 0 }
     func markStart() { startTime.store(monotonicNanoseconds(), ordering: .relaxed) }
     func markEnd() { endTime.store(monotonicNanoseconds(), ordering: .relaxed) }
     /// Copies the chain's per-stage means into the shared snapshot, in place: no allocation.
@@ -329,11 +335,15 @@ public final class CaptureEngine: @unchecked Sendable {
         let threaded = threadedConsumers
         let onStage = stageConsumers
         let stageRing = stageChannel
+        let logger = self.logger
         try chain.prepare(format: configuration.format, context: context) { frame in
             // Lent by the chain: consumers on the stage thread use it during their call, each
             // channel gets a reference of its own.
             stats.countDelivered()
             stats.latency.record(nanoseconds: CaptureEngine.age(of: frame))
+            if frame.metadata.custom.refused != 0, stats.countRefusedMetadata() {
+                logger.warning("frame \(frame.sequence): \(frame.metadata.custom.refused) custom metadata key(s) not stored: all \(CustomMetadata.capacity) slots taken (\(frame.metadata.custom.entries.map { $0.0.description }.joined(separator: ", "))); counted in framesWithRefusedMetadata")
+            }
             onStage?.consume(frame, waiting: stageRing.count)
             let n = threaded.count
             if n == 0 { return }

@@ -114,53 +114,49 @@ public struct MetadataKey: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// Up to eight custom numeric values per frame, stored inline so that no frame allocates.
+/// Up to ``capacity`` (32) custom numeric values per frame, stored inline so that no frame
+/// allocates. The built-in stages use up to six (`ae.exposure_us`, `ae.gain`, `ae.spot_x`,
+/// `ae.spot_y`, `af.lens_target`, `zoom.factor`); the rest are the user's stages'.
+///
+/// A key set when every slot holds another key is not stored: ``set(_:_:)`` returns false and the
+/// frame counts it in ``refused``, which `MetadataWriter` writes as `custom_refused` and the engine
+/// counts in ``EngineStatistics/framesWithRefusedMetadata`` (and logs once per run) — a value is
+/// never lost without a trace.
 public struct CustomMetadata: Sendable, Equatable {
-    public static let capacity = 8
-    @usableFromInline var keys: (Int32, Int32, Int32, Int32, Int32, Int32, Int32, Int32) = (-1, -1, -1, -1, -1, -1, -1, -1)
-    @usableFromInline var values: (Double, Double, Double, Double, Double, Double, Double, Double) = (0, 0, 0, 0, 0, 0, 0, 0)
+    public static let capacity = 32
+    @usableFromInline var keys = InlineArray<32, Int32>(repeating: -1)
+    @usableFromInline var values = InlineArray<32, Double>(repeating: 0)
     public private(set) var count: Int = 0
+    /// Keys set on this frame that found no free slot (each distinct `set` call counts).
+    public private(set) var refused: Int = 0
 
     public init() {}
 
     public static func == (a: CustomMetadata, b: CustomMetadata) -> Bool {
-        a.count == b.count && a.entries.elementsEqual(b.entries, by: { $0.0 == $1.0 && $0.1 == $1.1 })
+        a.count == b.count && a.refused == b.refused && a.entries.elementsEqual(b.entries, by: { $0.0 == $1.0 && $0.1 == $1.1 })
     }
 
-    /// Sets `key` to `value`. Returns false when all slots are taken by other keys.
+    /// Sets `key` to `value`. Returns false, and counts the key in ``refused``, when all slots are
+    /// taken by other keys.
     @discardableResult
     public mutating func set(_ key: MetadataKey, _ value: Double) -> Bool {
-        withUnsafeMutableBytes(of: &keys) { kb in
-            withUnsafeMutableBytes(of: &values) { vb in
-                let k = kb.bindMemory(to: Int32.self)
-                let v = vb.bindMemory(to: Double.self)
-                for i in 0..<count where k[i] == key.id { v[i] = value; return true }
-                guard count < CustomMetadata.capacity else { return false }
-                k[count] = key.id; v[count] = value; count += 1
-                return true
-            }
-        }
+        for i in 0..<count where keys[i] == key.id { values[i] = value; return true }
+        guard count < CustomMetadata.capacity else { refused &+= 1; return false }
+        keys[count] = key.id; values[count] = value; count += 1
+        return true
     }
 
     public func value(_ key: MetadataKey) -> Double? {
-        entries.first(where: { $0.0 == key })?.1
+        for i in 0..<count where keys[i] == key.id { return values[i] }
+        return nil
     }
 
     /// The stored (key, value) pairs.
     public var entries: [(MetadataKey, Double)] {
-        var out: [(MetadataKey, Double)] = []
-        withUnsafeBytes(of: keys) { kb in
-            withUnsafeBytes(of: values) { vb in
-                for i in 0..<count {
-                    out.append((MetadataKey(unchecked: kb.load(fromByteOffset: i * 4, as: Int32.self)),
-                                vb.load(fromByteOffset: i * 8, as: Double.self)))
-                }
-            }
-        }
-        return out
+        (0..<count).map { (MetadataKey(unchecked: keys[$0]), values[$0]) }
     }
 
-    public mutating func removeAll() { count = 0 }
+    public mutating func removeAll() { count = 0; refused = 0 }
 }
 
 extension MetadataKey {

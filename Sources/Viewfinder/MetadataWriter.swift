@@ -32,6 +32,7 @@ extension Frame {
         if m.droppedBefore > 0 { s += ",\"dropped_before\":\(m.droppedBefore)" }
         s += ",\"stage_ns\":\(m.stageNanoseconds)"
         for (k, v) in m.custom.entries where v.isFinite { s += ",\"\(k.description)\":\(v)" }
+        if m.custom.refused > 0 { s += ",\"custom_refused\":\(m.custom.refused)" }
         s += "}"
         return s
     }

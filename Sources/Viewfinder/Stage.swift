@@ -158,6 +158,21 @@ extension OptionTable {
         return o
     }
 
+    /// Holds options set in code to the rules the same values given as text would meet (each
+    /// field's range, a finite number, a point within 0...1): every field's value is read back
+    /// through its own parser. A typed spec (`StageSpec.stage(_:options:enabled:)`) is checked so
+    /// before its stage is made, as a spec by name is when it is decoded.
+    public func checkFields() throws(OptionProblem) {
+        var scratch = self
+        for f in Self.fields {
+            do { try f.apply(&scratch, f.encode(self)) } catch let e as OptionValueError {
+                throw .invalid(option: f.name, reason: e.reason)
+            } catch {
+                throw .invalid(option: f.name, reason: "\(error)")
+            }
+        }
+    }
+
     /// The documentation of every option, with the defaults of ``init()``.
     public static var documentation: [OptionDocumentation] {
         let defaults = Self()

@@ -218,6 +218,8 @@ struct TypedStage: Sendable {
         self.type = type
         self.options = options
         self.make = {
+            // The same rules as the options by name: each field's range, then the stage's own.
+            do throws(OptionProblem) { try options.checkFields() } catch { throw ConfigurationError(error, stage: S.name) }
             try options.validate(stage: S.name)
             return try S(options: options)
         }

@@ -8,6 +8,8 @@ public struct BenchConfiguration: Sendable {
     public var device: String
     /// The pipeline's stages, in `--stages` syntax (empty: none).
     public var stages: String = ""
+    /// The stages `stages` names (the built-in ones; merge yours in to measure them).
+    public var registry: StageRegistry = .builtIn
     /// Seconds of the pipeline run (camera timing and stage times).
     public var durationSeconds: Double = 5
     /// The mode to request (nil fields: the device's own).
@@ -97,7 +99,7 @@ public struct BenchRunner {
     /// and a recorder made for the mode's rate.
     func makeSession(device: CaptureDevice, specs: [StageSpec], request: StreamRequest?, duration: Double,
                      recorder make: (Double) -> FrameRecorder) throws -> (CaptureSession, FrameRecorder) {
-        let session = CaptureSession(registry: .builtIn, logger: logger)
+        let session = CaptureSession(registry: configuration.registry, logger: logger)
         session.beginConfiguration()
         try session.addInput(CaptureDeviceInput(device: device))
         try device.configure { s in

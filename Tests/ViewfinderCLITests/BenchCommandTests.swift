@@ -1,6 +1,6 @@
 import Testing
 import Foundation
-@testable import ViewfinderCLI
+@testable import ViewfinderCommandLine
 import ViewfinderBench
 
 /// `viewfinder bench`: its usage and runtime errors follow the CLI's scheme, and a short run on

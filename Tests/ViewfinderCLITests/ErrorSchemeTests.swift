@@ -1,7 +1,7 @@
 import Testing
 import Foundation
 import ArgumentParser
-@testable import ViewfinderCLI
+@testable import ViewfinderCommandLine
 import ViewfinderKit
 
 /// Every command's errors: one line, `viewfinder: error: …`, 64 for usage errors, 1 for runtime ones.

@@ -1,6 +1,6 @@
 import Testing
 import Foundation
-@testable import ViewfinderCLI
+@testable import ViewfinderCommandLine
 
 /// `viewfinder preview`: its usage errors, and a whole run that ends with its source.
 @Suite struct PreviewCommandTests {

@@ -1,7 +1,7 @@
 import Testing
 import Foundation
 import ArgumentParser
-@testable import ViewfinderCLI
+@testable import ViewfinderCommandLine
 import ViewfinderKit
 import ViewfinderBench
 

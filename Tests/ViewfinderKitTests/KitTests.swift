@@ -36,6 +36,12 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
             let t = try StageRegistry.builtIn.type(named: n)
             #expect(!t.summary.isEmpty)
             for o in t.optionDocumentation { #expect(!o.summary.isEmpty, "\(n).\(o.name)") }
+            // Every default meets its own field's rules: a typed spec with the defaults is made.
+            func defaultsPass<S: Stage>(_ type: S.Type) throws {
+                try S.Options().checkFields()
+                _ = try StageRegistry.builtIn.makeStage(.stage(type))
+            }
+            #expect(throws: Never.self, "\(n)") { try defaultsPass(t) }
         }
     }
 

@@ -108,6 +108,26 @@ func patternSession(_ device: String, output: (any CaptureOutput)? = nil) throws
         #expect(session.stages.isEmpty)
     }
 
+    @Test func typedOptionsAreHeldToTheFieldsRangesAsTheSameOptionsByName() throws {
+        let session = try patternSession("pattern:width=64,height=32,frames=5")
+        // By name the range refuses 500; set in code it is refused the same, with the same words
+        // (a stage may size its tables from the documented range).
+        let registry = try StageRegistry([TaggingStage.self])
+        #expect(throws: ConfigurationError.invalidOption(stage: "tagging", option: "every", reason: "500 is outside 1...100")) {
+            _ = try registry.makeStage(StageSpec(name: "tagging", options: ["every": .number(500), "limit": .number(1000)]))
+        }
+        #expect(throws: ConfigurationError.invalidOption(stage: "tagging", option: "every", reason: "500 is outside 1...100")) {
+            try session.setStages([.stage(TaggingStage.self) { $0.every = 500; $0.limit = 1000 }])
+        }
+        #expect(throws: ConfigurationError.invalidOption(stage: "tagging", option: "limit", reason: "0 is outside 1...1000")) {
+            try session.setStages([.stage(TaggingStage.self) { $0.limit = 0 }])
+        }
+        #expect(session.stages.isEmpty)
+        // Within the ranges it is made as before.
+        try session.setStages([.stage(TaggingStage.self) { $0.every = 100; $0.limit = 1000 }])
+        #expect(session.stages.count == 1)
+    }
+
     @Test func typedSpecsEncodeAsTheirNameAndChangedOptions() throws {
         let spec = StageSpec.stage(DelayStage.self) { $0.frames = 7 }
         let data = try JSONEncoder().encode(spec)

@@ -96,7 +96,7 @@ struct RunCommand: ParsableCommand {
                 throw RuntimeFailure.cannotCreate("metadata file", metadata, error)
             }
         }
-        let (session, dev) = try deviceOptions.makeSession(defaultDevice: fileDevice, registry: .builtIn)
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: fileDevice, registry: ViewfinderCommandLine.stages)
         session.beginConfiguration()
         try session.setStages(specs)
         var options = EngineOptions(frameLimit: frames, durationSeconds: duration)
@@ -210,6 +210,7 @@ struct Summary {
         if !errors.isEmpty { d["errors"] = errors }
         if let audio { d["audio"] = audioDictionary(audio) }
         if let metadataPath { d["metadata"] = ["path": metadataPath, "lines": metadataLines ?? 0] }
+        if stats.framesWithRefusedMetadata > 0 { d["frames_with_refused_metadata"] = stats.framesWithRefusedMetadata }
         return d
     }
 
@@ -230,6 +231,9 @@ struct Summary {
         }
         if let audio { s += "\n  " + audioText(audio) + "  samples \(audio.frames)" }
         if let metadataPath { s += "\n  metadata: \(metadataLines ?? 0) lines in \(metadataPath)" }
+        if stats.framesWithRefusedMetadata > 0 {
+            s += "\n  custom metadata: keys refused on \(stats.framesWithRefusedMetadata) frames (all \(CustomMetadata.capacity) slots taken)"
+        }
         for e in errors { s += "\n  error: \(e)" }
         return s
     }

@@ -44,7 +44,7 @@ struct PreviewCommand: ParsableCommand {
 
     func run() throws {
         let specs = try stages.map { try StageSpec.parseList($0) } ?? []
-        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
         // The page's taps drive the exposure and focus loops: run them where the device has them.
         try dev.configure { s in
             if dev.isExposureModeSupported(.continuous) { s.exposureMode = .continuous }

@@ -4,7 +4,41 @@ import Logging
 import ViewfinderKit
 import ViewfinderBench
 
-@main
+/// The `viewfinder` command line, for the `viewfinder` executable and for a program of your own
+/// that runs it with stages of its own: every command — `run`, `process`, `bench`, `preview`,
+/// `snap`, `record`, `dump`, `stages` — then knows them by name, as it knows the built-in ones.
+///
+/// ```swift
+/// // Sources/my-viewfinder/main.swift, in a package whose MyStages target uses StageRegistryPlugin
+/// import MyStages
+/// import ViewfinderCommandLine
+///
+/// ViewfinderCommandLine.main(stages: try .builtIn.merging(.myStages))
+/// ```
+///
+/// `swift run my-viewfinder run --device sim --stages negative:strength=0.5 --metadata m.jsonl`
+public enum ViewfinderCommandLine {
+    private static let registry = LockedBox<StageRegistry>(.builtIn)
+
+    /// The stages the commands know by name.
+    static var stages: StageRegistry { registry.withLock { $0 } }
+
+    /// Runs the command line (`CommandLine.arguments`) with `stages` and exits with its status:
+    /// 0, 64 for a usage error, 1 for a runtime error (`viewfinder --help`). Log lines go to
+    /// standard error from `warning` up (`VIEWFINDER_LOG_LEVEL` sets another level).
+    public static func main(stages: StageRegistry = .builtIn) -> Never {
+        ViewfinderCommand.bootstrapLogging()
+        Foundation.exit(run(Array(CommandLine.arguments.dropFirst()), stages: stages))
+    }
+
+    /// Runs one command line (`["run", "--device", "sim", …]`, without the program's name) with
+    /// `stages` and returns its exit status; errors are printed to standard error as `main` does.
+    public static func run(_ arguments: [String], stages: StageRegistry = .builtIn) -> Int32 {
+        registry.withLock { $0 = stages }
+        return CLIExit.run(arguments)
+    }
+}
+
 struct ViewfinderCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "viewfinder",
@@ -19,12 +53,6 @@ struct ViewfinderCommand: ParsableCommand {
         """,
         subcommands: CLISubcommands.all
     )
-
-    /// Parses, runs, and turns every error into the one-line format and its exit status.
-    static func main() {
-        bootstrapLogging()
-        Foundation.exit(CLIExit.run(Array(CommandLine.arguments.dropFirst())))
-    }
 
     /// The libraries' log lines on standard error from `warning` up (the server's "listening" and
     /// other notes are not a command's output); `VIEWFINDER_LOG_LEVEL` (trace, debug, info,

@@ -21,7 +21,7 @@ struct ProcessCommand: ParsableCommand {
     @Flag(help: "Print no summary on stderr.") var quiet = false
 
     func run() throws {
-        let registry = StageRegistry.builtIn
+        let registry = ViewfinderCommandLine.stages
         try refuseOverwritingInput(output, inputs: [input])
         try refuseOverwritingInput(metadata, inputs: [input], what: "metadata file")
         let specs = try StageSpec.parseList(stages).filter(\.enabled)

@@ -64,6 +64,7 @@ struct BenchCommand: ParsableCommand {
         if let report { try Self.checkWritable(report) }
         var cfg = BenchConfiguration(device: device)
         cfg.stages = stages ?? ""
+        cfg.registry = ViewfinderCommandLine.stages
         cfg.durationSeconds = duration
         cfg.pixelFormat = format.flatMap { PixelFormat(name: $0) }
         cfg.width = width; cfg.height = height; cfg.fps = fps

@@ -174,7 +174,7 @@ struct SnapCommand: ParsableCommand {
             if !raw { try refuseExisting(path(index: n, raw: false), force: force) }
         }
 
-        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
         let photo = PhotoOutput()
         session.beginConfiguration()
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
@@ -263,7 +263,7 @@ struct RecordCommand: ParsableCommand {
         let movie = MovieFileOutput(settings: s)
         movie.bufferBudget = try bufferOptions.budget
         let waiter = RecordingWaiter()
-        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
         session.beginConfiguration()
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         if !dev.source.isLive { var o = EngineOptions(); o.stallTimeoutSeconds = 30; try session.setEngineOptions(o) }
@@ -332,7 +332,7 @@ struct DumpCommand: ParsableCommand {
         // Same file first: --force, which "exists" would suggest, must not look like the way out.
         try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
         try refuseExisting(output, force: force)
-        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: .builtIn)
+        let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
         let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
         out.bufferBudget = try bufferOptions.budget
         session.beginConfiguration()

@@ -73,7 +73,7 @@ struct StagesCommand: ParsableCommand {
     @Flag(help: "Print JSON for scripts.") var json = false
 
     func run() throws {
-        let reg = StageRegistry.builtIn
+        let reg = ViewfinderCommandLine.stages
         if json {
             struct Entry: Encodable { let name: String; let summary: String; let options: [OptionDocumentation] }
             let out = try reg.names.map { n in let t = try reg.type(named: n); return Entry(name: n, summary: t.summary, options: t.optionDocumentation) }
