@@ -168,6 +168,32 @@ public final class EngineStatistics: Sendable {
     }
 
     func countCaptured(_ n: UInt64 = 1) { capturedCount.add(n, ordering: .relaxed) }
+
+    private let firstFrameTime = Atomic<UInt64>(0)
+    private let lastFrameTime = Atomic<UInt64>(0)
+    /// Notes a frame's arrival (capture thread).
+    func noteFrameArrival(_ t: UInt64) {
+        if firstFrameTime.load(ordering: .relaxed) == 0 { firstFrameTime.store(t, ordering: .relaxed) }
+        lastFrameTime.store(t, ordering: .relaxed)
+    }
+    /// Seconds from the first frame's arrival to the last's (0 before a second frame): the span
+    /// the rates are measured over, without the time to open and start the device.
+    public var frameSpanSeconds: Double {
+        let a = firstFrameTime.load(ordering: .relaxed), b = lastFrameTime.load(ordering: .relaxed)
+        return a > 0 && b > a ? Double(b - a) / 1e9 : 0
+    }
+    /// The camera's rate: frames it made (``captured``, the lost ones included) per second of
+    /// ``frameSpanSeconds``. 0 before a second frame.
+    public var capturedFps: Double {
+        let span = frameSpanSeconds
+        return span > 0 && captured > 1 ? Double(captured - 1) / span : 0
+    }
+    /// Frames per second that left the stage chain, over the same span (below ``capturedFps``
+    /// by the drops).
+    public var deliveredFps: Double {
+        let span = frameSpanSeconds, c = captured
+        return span > 0 && c > 1 ? Double(c - 1) / span * Double(delivered) / Double(c) : 0
+    }
     func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
     private let refusedMetadataCount = Atomic<UInt64>(0)
     /// Frames that left the stage chain with custom metadata keys refused (every one of the
@@ -506,6 +532,7 @@ public final class CaptureEngine: @unchecked Sendable {
             case .frame(let f):
                 if f.receiveTime == 0 { f.receiveTime = monotonicNanoseconds() }
                 lastFrameAt = f.receiveTime
+                statistics.noteFrameArrival(f.receiveTime)
                 if let last = lastSequence, f.sequence > last &+ 1 {
                     // A gap the source did not report itself.
                     let gap = f.sequence - last - 1

@@ -25,7 +25,7 @@ public final class PatternSource: CaptureSource, @unchecked Sendable {
                 .int("width", \.width, range: 16...7680, unit: "pixels", "Frame width (even for 4:2:2 and 4:2:0 formats)"),
                 .int("height", \.height, range: 16...4320, unit: "pixels", "Frame height (even for 4:2:0 formats)"),
                 .pixelFormat("format", \.format, allowed: formats, "Pixel format"),
-                .double("fps", \.fps, range: 0.01...1000, unit: "frames/s", "Nominal rate; timestamps advance by 1/fps"),
+                .double("fps", \.fps, range: 0.01...1000, unit: "frames/s", "Nominal rate: paced, frames come and are stamped every 1/fps; unpaced, as fast as they are made, stamped when made"),
                 .bool("paced", \.paced, "true: real time at fps (a live source); false: as fast as possible"),
                 .int("frames", \.frames, unit: "frames", "End after this many frames (0: never)"),
                 .bool("copy", \.copy, "false skips the per-frame copy (the frame keeps whatever pattern its buffer had)"),

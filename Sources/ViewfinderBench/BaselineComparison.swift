@@ -7,7 +7,9 @@ public struct MetricComparison: Codable, Sendable, Equatable {
     public var metric: String
     public var baseline: Double
     public var current: Double
-    /// The noise allowed: a change within it is `unchanged`.
+    /// The change allowed (the threshold, not the measured noise: three times the larger run's
+    /// own noise, at least 10 % of the baseline and the metric's floor): a change within it is
+    /// `unchanged`. (Named `noise` in the JSON since schema 1.)
     public var noise: Double
     public var higherIsBetter: Bool
     public var verdict: Verdict
@@ -17,6 +19,12 @@ public struct MetricComparison: Codable, Sendable, Equatable {
 public struct BaselineComparison: Codable, Sendable, Equatable {
     public var baselineDevice: String
     public var metrics: [MetricComparison]
+    /// How the baseline was measured differently (device, mode, stages), one line each, e.g.
+    /// `stages: exposure → exposure, stabilise`: the figures then compare unlike runs. Empty when
+    /// alike. (Absent in reports before it was added.)
+    public var setupChanges: [String]? = nil
+    /// Metrics in one run only (a stage or a control measured in one of them), not compared.
+    public var notCompared: [String]? = nil
     public var regressions: Int { metrics.filter { $0.verdict == .regression }.count }
 }
 
@@ -83,7 +91,15 @@ extension BenchReport {
             out.append(MetricComparison(metric: m.name, baseline: b.value, current: m.value, noise: noise, higherIsBetter: m.higherIsBetter,
                                         verdict: worse ? .regression : better ? .improvement : .unchanged))
         }
-        return BaselineComparison(baselineDevice: baseline.device, metrics: out)
+        var changes: [String] = []
+        if baseline.device != device { changes.append("device: \(baseline.device) → \(device)") }
+        func mode(_ f: FormatSummary?) -> String { f.map { "\($0.pixelFormat) \($0.width)x\($0.height) at \(String(format: "%.2f", $0.nominalFps)) fps" } ?? "unknown" }
+        if baseline.format != format { changes.append("mode: \(mode(baseline.format)) → \(mode(format))") }
+        func list(_ s: [String]) -> String { s.isEmpty ? "none" : s.joined(separator: ", ") }
+        if baseline.stages != stages { changes.append("stages: \(list(baseline.stages)) → \(list(stages))") }
+        let names = Set(metrics.map(\.name))
+        let oneSided = Set(old.keys).symmetricDifference(names).sorted()
+        return BaselineComparison(baselineDevice: baseline.device, metrics: out, setupChanges: changes, notCompared: oneSided)
     }
 
     /// The smallest change of a metric that counts, by its unit: 0.2 ms for times in ms (a

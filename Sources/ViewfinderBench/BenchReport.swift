@@ -44,6 +44,10 @@ public struct CameraSummary: Codable, Sendable {
     public var deliveredFps: Double
     /// Frames the bench received.
     public var frames: Int
+    /// Set when the run was ended before its duration, after this many frames: the bench keeps
+    /// 1.5 × duration × the nominal rate + 256 frames, and a source faster than its nominal rate
+    /// (an unpaced one) filled them. The figures cover those frames. (Absent in earlier reports.)
+    public var endedEarlyAfterFrames: Int?
     /// Places where the sequence numbers skipped, and the frames missing there in total.
     public var sequenceGaps: Int
     public var framesMissing: UInt64

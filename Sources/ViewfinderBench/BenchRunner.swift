@@ -52,6 +52,10 @@ public struct BenchRunner {
         let (session, recorder) = try makeSession(device: device, specs: specs, request: requestedMode(device), duration: c.durationSeconds, recorder: { fps in
             FrameRecorder(capacity: Int(c.durationSeconds * max(fps, 1) * 1.5) + 256)
         })
+        // A source faster than its nominal rate (an unpaced one) fills the frames kept for the
+        // duration asked: the run ends there and the report says so, rather than measuring the
+        // first part of the run as if it were all of it.
+        recorder.whenFull { DispatchQueue.global().async { session.stopRunning() } }
         let before = ThreadCPU.sample()
         let startedAt = monotonicNanoseconds()
         try session.startRunning()
@@ -66,6 +70,7 @@ public struct BenchRunner {
         let cfg = session.streamConfiguration
         let nominal = cfg?.interval.fps ?? 0
         var camera = BenchAnalysis.camera(samples, nominalFps: nominal)
+        if recorder.overflow > 0 { camera.endedEarlyAfterFrames = samples.count }
         camera.openToFirstFrameMs = samples.first.map { Double($0.received &- openedAt) / 1e6 }
         camera.startToFirstFrameMs = samples.first.map { Double($0.received &- startedAt) / 1e6 }
         let pipeline = BenchAnalysis.pipeline(stats, samples: samples, threads: sampler.cpu.values.map { ($0.name, $0.last - $0.first) }, wallSeconds: wall, timeline: sampler.points, ringCapacities: sampler.ringCapacities)

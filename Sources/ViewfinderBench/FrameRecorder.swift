@@ -54,6 +54,11 @@ public final class FrameRecorder: FrameConsumer, CaptureOutput, Sendable {
     }
     private let state: LockedBox<State>
     private let capacity: Int
+    private let fullAction = LockedBox<(@Sendable () -> Void)?>(nil)
+
+    /// Runs `action` once, on the consumer's thread, when the first frame finds the storage full
+    /// (the bench ends its run there: what it reports covers the frames it kept).
+    public func whenFull(_ action: @escaping @Sendable () -> Void) { fullAction.withLock { $0 = action } }
 
     /// A recorder for up to `capacity` frames; with `stepper`, a control run (it needs pixels).
     public init(name: String = "bench", capacity: Int, stepper: ControlStepper? = nil) {
@@ -68,12 +73,15 @@ public final class FrameRecorder: FrameConsumer, CaptureOutput, Sendable {
 
     public func consume(_ frame: Frame) {
         let now = monotonicNanoseconds()
-        state.withLock { s in
+        let firstOverflow = state.withLock { s -> Bool in
             var sample = FrameSample(sequence: frame.sequence, timestamp: frame.timestamp.nanoseconds, received: frame.receiveTime, consumed: now)
             if let measure = s.stepper?.currentMeasure { sample.measure = measure.value(of: frame) }
-            if s.samples.count < capacity { s.samples.append(sample) } else { s.overflow += 1 }
+            var first = false
+            if s.samples.count < capacity { s.samples.append(sample) } else { s.overflow += 1; first = s.overflow == 1 }
             s.stepper?.frameArrived(sequence: frame.sequence, measure: sample.measure)
+            return first
         }
+        if firstOverflow, let action = fullAction.withLock({ $0 }) { action() }
     }
 
     /// The frames recorded so far, in arrival order.

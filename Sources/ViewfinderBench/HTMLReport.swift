@@ -49,6 +49,9 @@ public enum HTMLReport {
         let c = r.camera
         var h = "<h2>Camera</h2>\n<table>\n"
         h += row(["nominal rate", "\(num(c.nominalFps)) fps"]) + row(["measured rate (sequence over timestamps)", "\(num(c.measuredFps, 3)) fps"])
+        if let n = c.endedEarlyAfterFrames {
+            h += row(["ended early", "after \(n) frames: the source delivered faster than its nominal rate and filled the frames kept for the duration asked; the figures cover those frames"])
+        }
         h += row(["delivered rate (frames received over timestamps)", "\(num(c.deliveredFps, 3)) fps"])
         h += row(["frames received", "\(c.frames)"]) + row(["sequence gaps", "\(c.sequenceGaps) (\(c.framesMissing) frames missing)"])
         h += row(["timestamp jitter (RMS from a straight line)", "\(num(c.timestampJitterMs, 3)) ms"])
@@ -181,8 +184,13 @@ public enum HTMLReport {
     }
 
     static func comparisonSection(_ c: BaselineComparison) -> String {
-        var h = "<h2>Against the baseline</h2>\n<p>\(c.regressions) regression(s) beyond the measured noise (baseline device \(esc(c.baselineDevice))).</p>\n<table>\n"
-        h += row(["metric", "baseline", "now", "change", "allowed noise", "verdict"], header: true)
+        var h = "<h2>Against the baseline</h2>\n<p>\(c.regressions) regression(s) beyond the allowed change (baseline device \(esc(c.baselineDevice))).</p>\n"
+        if let changes = c.setupChanges, !changes.isEmpty {
+            h += "<p>The baseline was measured differently: " + changes.map(esc).joined(separator: "; ") + ".</p>\n"
+        }
+        if let n = c.notCompared, !n.isEmpty { h += "<p>Not compared (in one run only): " + n.map(esc).joined(separator: ", ") + ".</p>\n" }
+        h += "<table>\n"
+        h += row(["metric", "baseline", "now", "change", "allowed change (±)", "verdict"], header: true)
         for m in c.metrics {
             let change = m.baseline != 0 ? String(format: "%+.1f %%", 100 * (m.current - m.baseline) / abs(m.baseline)) : "—"
             h += row([esc(m.metric), num(m.baseline, 3), num(m.current, 3), change, num(m.noise, 3), m.verdict.rawValue], cls: m.verdict == .unchanged ? nil : m.verdict.rawValue)

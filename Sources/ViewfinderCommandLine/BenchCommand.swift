@@ -17,7 +17,7 @@ struct BenchCommand: ParsableCommand {
 
     @Option(help: "Device: sim[:options], /dev/videoN, dump:FILE, pattern[:options].") var device: String = "sim"
     @Option(help: "Stages of the measured pipeline, e.g. exposure:mode=continuous,focus.") var stages: String?
-    @Option(help: "Seconds of the pipeline run.") var duration: Double = 5
+    @Option(parsing: .unconditional, help: "Seconds of the pipeline run.") var duration: Double = 5
     @Option(help: "Pixel format to request (yuyv, nv12, mjpeg, …).") var format: String?
     @Option(parsing: .unconditional, help: "Width to request, pixels.") var width: Int?
     @Option(parsing: .unconditional, help: "Height to request, pixels.") var height: Int?
@@ -27,7 +27,7 @@ struct BenchCommand: ParsableCommand {
     @Option(help: "Steps per control (alternately away from the current value and back).") var steps: Int = 3
     @Option(help: "The largest control latency looked for, frames.") var maxControlLatency: Int = 10
     @Flag(help: "Also measure every listed mode (format and size at its fastest listed rate).") var sweep = false
-    @Option(help: "Seconds per mode of --sweep.") var sweepSeconds: Double = 1.5
+    @Option(parsing: .unconditional, help: "Seconds per mode of --sweep.") var sweepSeconds: Double = 1.5
     @Flag(help: "Print the report as JSON (a stable schema) instead of a summary.") var json = false
     @Option(help: "Write the HTML report (self-contained, with SVG plots) to this file.") var report: String?
     @Option(help: "Compare with an earlier --json report and mark regressions beyond the measured noise.") var baseline: String?
@@ -128,6 +128,9 @@ struct BenchCommand: ParsableCommand {
             : String(format: "interval between consecutive frames (%d) p50 %.2f p99 %.2f max %.2f ms", c.intervalMs.count, c.intervalMs.p50, c.intervalMs.p99, c.intervalMs.max)
         s += String(format: "\n  measured %.3f fps (%.3f delivered) over %d frames; %d gaps (%llu missing); %@; timestamp jitter %.3f ms",
                     c.measuredFps, c.deliveredFps, c.frames, c.sequenceGaps, c.framesMissing, intervals, c.timestampJitterMs)
+        if let n = c.endedEarlyAfterFrames {
+            s += "\n  ended early, after \(n) frames (\(String(format: "%.2f", r.durationSeconds)) s): the source delivered faster than its nominal rate and filled the frames kept for the duration asked; the figures cover those frames"
+        }
         s += String(format: "\n  driver to process p50 %.2f p99 %.2f ms; capture to output p50 %.2f p99 %.2f ms", c.driverToProcessMs.p50, c.driverToProcessMs.p99,
                     r.pipeline.captureToOutputMs.p50, r.pipeline.captureToOutputMs.p99)
         if let o = c.openToFirstFrameMs { s += String(format: "; open to first frame %.1f ms", o) }
@@ -138,8 +141,10 @@ struct BenchCommand: ParsableCommand {
         if !r.pipeline.drops.isEmpty { s += "\n  dropped: " + r.pipeline.drops.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") }
         for e in r.sweep { s += "\n  mode \(e.pixelFormat) \(e.width)x\(e.height) @ \(String(format: "%.1f", e.nominalFps)): " + (e.deliveredFps.map { String(format: "%.2f fps delivered%@", $0, e.deliversNominalRate ? "" : " (short)") } ?? "failed: \(e.error ?? "")") }
         if let cmp = r.comparison {
-            s += "\n  against the baseline: \(cmp.regressions) regression(s)"
-            for m in cmp.metrics where m.verdict != .unchanged { s += String(format: "\n    %@ %@: %.3f → %.3f (noise %.3f)", m.verdict.rawValue, m.metric, m.baseline, m.current, m.noise) }
+            s += "\n  against the baseline: \(cmp.regressions) regression(s) in \(cmp.metrics.count) metrics compared"
+            for change in cmp.setupChanges ?? [] { s += "\n    measured differently — \(change)" }
+            for m in cmp.metrics where m.verdict != .unchanged { s += String(format: "\n    %@ %@: %.3f → %.3f (allowed ±%.3f)", m.verdict.rawValue, m.metric, m.baseline, m.current, m.noise) }
+            if let n = cmp.notCompared, !n.isEmpty { s += "\n    not compared (in one run only): " + n.joined(separator: ", ") }
         }
         return s
     }

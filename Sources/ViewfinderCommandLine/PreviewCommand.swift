@@ -26,7 +26,7 @@ struct PreviewCommand: ParsableCommand {
     @Option(help: "JPEG quality of the preview pictures, 1–100.") var previewQuality: Int = 75
     @Option(help: "Clockwise rotation of the picture as shown: 0, 90, 180 or 270 degrees.") var rotation: Int = 0
     @Flag(help: "Mirror the picture left-right (after rotation), as a front camera.") var mirror = false
-    @Option(help: "Stop after this many seconds (default: until Ctrl-C).") var duration: Double?
+    @Option(parsing: .unconditional, help: "Stop after this many seconds (default: until Ctrl-C).") var duration: Double?
 
     func validate() throws {
         if !(0...65535).contains(port) { throw ValidationError("--port must be in 0…65535") }

@@ -65,7 +65,7 @@ struct RunCommand: ParsableCommand {
     @Option(help: "Stages, e.g. exposure:mode=continuous,focus,deadline:max_age_ms=50.") var stages: String?
     @Option(help: "A pipeline file (JSON: {\"device\": ..., \"stages\": [{\"name\": ..., \"options\": {...}}]}).") var config: String?
     @Option(help: "Stop after this many frames have been captured.") var frames: UInt64?
-    @Option(help: "Stop after this many seconds.") var duration: Double?
+    @Option(parsing: .unconditional, help: "Stop after this many seconds.") var duration: Double?
     @Flag(help: "Print the summary as one JSON object.") var json = false
     @Option(help: "Write one JSON line of metadata per frame to this file.") var metadata: String?
     @OptionGroup var frameOutput: FrameOutputOptions
@@ -198,7 +198,10 @@ struct Summary {
             "dropped": stats.drops.byName,
             "dropped_total": stats.drops.total,
             "seconds": stats.elapsedSeconds,
-            "fps": stats.elapsedSeconds > 0 ? Double(stats.captured) / stats.elapsedSeconds : 0,
+            // Rates over the span from the first frame to the last (not the device's start-up).
+            "fps": stats.capturedFps,
+            "delivered_fps": stats.deliveredFps,
+            "frames_seconds": stats.frameSpanSeconds,
             "latency_ms": ["p50": Double(stats.latency.quantile(0.5)) / 1e6, "p99": Double(stats.latency.quantile(0.99)) / 1e6],
             "stages": zip(stats.stageNames, stats.stageMeanMicroseconds).map { ["name": $0.0, "mean_us": $0.1] },
             "outputs": stats.consumers.map { ["name": $0.name, "consumed": $0.consumed, "dropped": $0.drops.byName] as [String: Any] },
@@ -222,7 +225,9 @@ struct Summary {
         s += "\n  captured \(stats.captured), delivered \(stats.delivered), dropped \(stats.drops.total)"
         let drops = stats.drops.byName
         if !drops.isEmpty { s += " (" + drops.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")" }
-        s += String(format: "\n  %.2f s, %.1f fps, latency p50 %.2f ms, p99 %.2f ms", stats.elapsedSeconds, stats.elapsedSeconds > 0 ? Double(stats.captured) / stats.elapsedSeconds : 0, Double(stats.latency.quantile(0.5)) / 1e6, Double(stats.latency.quantile(0.99)) / 1e6)
+        s += String(format: "\n  %.2f s (frames over %.2f s): %.1f fps from the camera, %.1f delivered; latency p50 %.2f ms, p99 %.2f ms",
+                    stats.elapsedSeconds, stats.frameSpanSeconds, stats.capturedFps, stats.deliveredFps,
+                    Double(stats.latency.quantile(0.5)) / 1e6, Double(stats.latency.quantile(0.99)) / 1e6)
         if stats.decodeScale > 0 { s += String(format: "\n  decoded view for the stages (1/%d): %.1f µs/frame", stats.decodeScale, stats.decodeMeanMicroseconds) }
         for (n, us) in zip(stats.stageNames, stats.stageMeanMicroseconds) { s += String(format: "\n  stage %@: %.1f µs/frame", n, us) }
         for c in stats.consumers where c.name != "null" {

@@ -224,7 +224,7 @@ struct RecordCommand: ParsableCommand {
 
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(name: .shortAndLong, help: "Output .mov file.") var output = "movie.mov"
-    @Option(help: "Stop after this many seconds of movie.") var duration: Double?
+    @Option(parsing: .unconditional, help: "Stop after this many seconds of movie.") var duration: Double?
     @Option(help: "Stop before the file passes this size (e.g. 50M).") var maxSize: String?
     @Option(help: "Stop when the disk has less free space than this (e.g. 500M).") var minFree: String?
     @Option(help: "Buffer this many seconds before starting the file, and put them at its start.") var preRoll: Double?
@@ -310,7 +310,7 @@ struct DumpCommand: ParsableCommand {
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(name: .shortAndLong, help: "Output dump file.") var output = "capture.vfdump"
     @Option(help: "Stop after this many frames.") var frames: UInt64?
-    @Option(help: "Stop after this many seconds.") var duration: Double?
+    @Option(parsing: .unconditional, help: "Stop after this many seconds.") var duration: Double?
     @Option(help: "LZ4 acceleration of --compression lz4 (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
     @Option(help: "How frames are stored: auto (packed 4:2:2 frames of 1 MiB or more — 1280x720 and up — split into planes, each coded as delta bit-planes: 2–3x on noisy sensors; other frames as lz4), lz4 (the packed bytes at --acceleration), none (as they are).")
     var compression = "auto"

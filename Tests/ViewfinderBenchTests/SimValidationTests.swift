@@ -128,7 +128,32 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         let cmp = worse.compared(with: steady)
         #expect(cmp.metrics.first { $0.metric == "pipeline.capture_to_output_ms.p50" }?.verdict == .regression)
         #expect(cmp.metrics.first { $0.metric == "camera.measured_fps" }?.verdict == .unchanged)
+        #expect(cmp.setupChanges == [] && cmp.notCompared == [])
         #expect(throws: BenchError.self) { try BenchReport.load(path: "/nonexistent/old.json") }
+        // A baseline measured differently is said to be so, line by line; metrics of one run only
+        // are listed, not dropped without a word.
+        var other = back
+        other.device = "pattern:paced=true"
+        other.format?.width = 640
+        other.stages = ["exposure"]
+        other.pipeline.stages.append(StageTimeSummary(name: "exposure", calls: 10, meanUs: 10, p50Us: 10, p99Us: 20, maxUs: 30, buckets: []))
+        let unlike = other.compared(with: back)
+        #expect(unlike.setupChanges?.count == 3)
+        #expect(unlike.setupChanges?.first?.hasPrefix("device: sim:fps=60,width=320,height=240 → pattern:paced=true") == true)
+        #expect(unlike.setupChanges?.last == "stages: none → exposure")
+        #expect(unlike.notCompared == ["stage.exposure.p50_us", "stage.exposure.p99_us"])
+    }
+
+    @Test func aSourceFasterThanItsRateEndsTheRunWhenTheFramesKeptAreFullAndSaysSo() throws {
+        // Unpaced: frames come as fast as they are made, far above the nominal 30 fps.
+        let r = try bench("pattern:width=64,height=32", duration: 2, controls: [])
+        let kept = Int(2 * 30 * 1.5) + 256
+        #expect(r.camera.frames == kept)
+        #expect(r.camera.endedEarlyAfterFrames == kept)
+        #expect(r.durationSeconds < 2, "the run went on after the frames kept were full")
+        // A paced source keeps its run and says nothing.
+        let paced = try bench("sim:fps=30,width=160,height=120", duration: 0.5, controls: [])
+        #expect(paced.camera.endedEarlyAfterFrames == nil)
     }
 
     @Test func htmlReportIsSelfContainedWithPlots() throws {
