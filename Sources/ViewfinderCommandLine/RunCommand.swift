@@ -122,6 +122,8 @@ struct RunCommand: ParsableCommand {
         defer { interrupt.cancel() }
 
         try session.startRunning()
+        // Ctrl-C while the session was starting: stop now, not at the limit.
+        if interrupt.requested { session.stopRunning() }
         let showStatus = !json && isatty(STDERR_FILENO) != 0
         let status = showStatus ? StatusLine(session: session) : nil
         session.waitUntilFinished()

@@ -72,17 +72,25 @@ func refuseOverwritingInput(_ output: String?, inputs: [String?], what: String =
 /// Ctrl-C (SIGINT) and SIGTERM (`kill`, a service manager, a container stopping) run `body`:
 /// the command then ends as it does at a limit — files finished, rings removed, the summary
 /// printed — instead of being killed mid-write.
+///
+/// Install it before the session starts and check ``requested`` once it has: a signal that comes
+/// while the session is starting asks for a stop the session cannot take yet (it is not running),
+/// and the flag is what keeps that request from being lost (the run went on to its end).
 final class InterruptHandler {
     private let sources: [any DispatchSourceSignal]
+    private let flag = LockedBox(false)
     init(_ body: @escaping @Sendable () -> Void) {
+        let flag = self.flag
         sources = [SIGINT, SIGTERM].map { sig in
             signal(sig, SIG_IGN)
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            s.setEventHandler(handler: body)
+            s.setEventHandler { flag.withLock { $0 = true }; body() }
             s.resume()
             return s
         }
     }
+    /// Whether Ctrl-C or SIGTERM came.
+    var requested: Bool { flag.withLock { $0 } }
     func cancel() { for s in sources { s.cancel() } }
 }
 
@@ -274,15 +282,18 @@ struct RecordCommand: ParsableCommand {
         // and complete, and the command still exits with the error (as `run` does).
         let runtimeErrors = LockedBox<[any Error]>([])
         session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
-        if preRoll == nil { try movie.startRecording(to: output, overwrite: force, delegate: waiter) }
-        try session.startRunning()
         let sig = onInterrupt { movie.stopRecording() }
         defer { sig.cancel() }
+        if preRoll == nil { try movie.startRecording(to: output, overwrite: force, delegate: waiter) }
+        try session.startRunning()
+        // Ctrl-C while the session was starting: the recording ends now, not at its limit.
+        if sig.requested { movie.stopRecording() }
         if let p = preRoll {
             // The trigger: after the pre-roll has filled.
             let until = monotonicNanoseconds() + UInt64(p * 1e9)
-            while monotonicNanoseconds() < until && session.isRunning { usleep(10_000) }
+            while monotonicNanoseconds() < until && session.isRunning && !sig.requested { usleep(10_000) }
             try movie.startRecording(to: output, overwrite: force, delegate: waiter)
+            if sig.requested { movie.stopRecording() }
         }
         // Until a limit ends the recording, Ctrl-C stops it, or the source ends.
         while !waiter.isDone && session.isRunning { usleep(20_000) }
@@ -347,10 +358,14 @@ struct DumpCommand: ParsableCommand {
         // still exits with the error (as `run` does) instead of 0.
         let runtimeErrors = LockedBox<[any Error]>([])
         session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
-        let t0 = monotonicNanoseconds()
-        try session.startRunning()
+        // A write that fails (a full disk) ends the run: nothing captured after it could be kept.
+        out.onFailure = { _ in DispatchQueue.global().async { session.stopRunning() } }
         let sig = onInterrupt { session.stopRunning() }
         defer { sig.cancel() }
+        let t0 = monotonicNanoseconds()
+        try session.startRunning()
+        // Ctrl-C while the session was starting: stop now, not at the limit.
+        if sig.requested || out.error != nil { session.stopRunning() }
         session.waitUntilFinished()
         session.stopRunning()
         let secs = Double(monotonicNanoseconds() - t0) / 1e9

@@ -345,7 +345,9 @@ public final class AssetWriter: @unchecked Sendable {
         guard was == .writing || was == .unknown else { return }
         for i in inputs { i.markAsFinished() }
         queue.sync { movie = nil }
-        try? FileManager.default.removeItem(atPath: path)
+        // Only a regular file (what the movie writer made): never a device node or a folder.
+        var st = stat()
+        if lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG { unlink(path) }
     }
 
     func fail(_ error: any Error) {

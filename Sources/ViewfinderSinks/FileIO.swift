@@ -52,9 +52,26 @@ final class OutputFile {
     /// Bytes written so far (the end of the last complete write).
     private(set) var offset: UInt64 = 0
 
-    /// Opens `path` for writing. `exclusive` fails when the file exists (O_EXCL).
-    init(path: String, exclusive: Bool, truncate: Bool = true) throws {
+    /// Opens `path` for writing. `exclusive` fails when the file exists (O_EXCL). With
+    /// `regularFile` (movies and dumps, which are patched in place as they grow), anything at
+    /// `path` that is not a regular file — a device, a fifo, a folder — is refused before it is
+    /// opened, and the file is then known to be one this writer may remove (``discard()``).
+    init(path: String, exclusive: Bool, truncate: Bool = true, regularFile: Bool = false) throws {
         self.path = path
+        if regularFile {
+            var st = stat()
+            if stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
+                let kind: String
+                switch st.st_mode & S_IFMT {
+                case S_IFCHR: kind = "a character device"
+                case S_IFBLK: kind = "a block device"
+                case S_IFIFO: kind = "a fifo"
+                case S_IFDIR: kind = "a folder"
+                default: kind = "not a regular file"
+                }
+                throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is \(kind): this file is patched in place as it is written and needs a regular file")
+            }
+        }
         var flags = O_WRONLY | O_CREAT | O_CLOEXEC
         if exclusive { flags |= O_EXCL }
         if truncate { flags |= O_TRUNC }
@@ -67,6 +84,16 @@ final class OutputFile {
     }
 
     deinit { close(fd) }
+
+    /// Removes the file this writer made when it fails before anything worth keeping is in it —
+    /// only if `path` is still a regular file and the one this descriptor has open (never a
+    /// device node or a file put there since).
+    func discard() {
+        var a = stat(), b = stat()
+        guard fstat(fd, &a) == 0, lstat(path, &b) == 0, b.st_mode & S_IFMT == S_IFREG,
+              a.st_dev == b.st_dev, a.st_ino == b.st_ino else { return }
+        unlink(path)
+    }
 
     /// Writes all of `buffer` at the current end. On failure the file is cut back to where it was,
     /// so that it never ends in a half-written record.

@@ -160,11 +160,11 @@ public final class MovieWriter {
             case .pcmAudio(let r, _): return TrackState(timescale: UInt32(r), isVideo: false)
             }
         }
-        self.file = try OutputFile(path: path, exclusive: !overwrite)
+        self.file = try OutputFile(path: path, exclusive: !overwrite, regularFile: true)
         do {
             try writeHeader()
         } catch {
-            unlink(path)
+            file.discard()
             throw error
         }
     }

@@ -108,7 +108,7 @@ public final class RawDumpWriter {
         self.path = path
         self.format = format
         self.acceleration = Int32(acceleration)
-        file = try OutputFile(path: path, exclusive: !overwrite)
+        file = try OutputFile(path: path, exclusive: !overwrite, regularFile: true)
         scratchCapacity = 0
         scratch = .allocate(byteCount: 64, alignment: 64)
         let iso = ISO8601DateFormatter().string(from: Date())
@@ -123,7 +123,7 @@ public final class RawDumpWriter {
         h += json
         let sum = h.withUnsafeBytes { XXHash64.hash($0) }
         withUnsafeBytes(of: sum.littleEndian) { h += $0 }
-        do { try h.withUnsafeBytes { try file.write($0) } } catch { unlink(path); throw error }
+        do { try h.withUnsafeBytes { try file.write($0) } } catch { file.discard(); throw error }
         if preallocate { preallocator = Preallocator(fd: file.fd) }
     }
 
@@ -144,7 +144,7 @@ public final class RawDumpWriter {
             throw DumpError.unsupported("'\(path)' is a version \(reader.version) dump; only version \(RawDumpFormat.version) dumps are appended to")
         }
         guard reader.format == format else { throw DumpError.formatMismatch(path: path, expected: "\(reader.format)", got: "\(format)") }
-        file = try OutputFile(path: path, exclusive: false, truncate: false)
+        file = try OutputFile(path: path, exclusive: false, truncate: false, regularFile: true)
         try file.cut(to: reader.recordsEnd)
         index = reader.entries
         audioIndex = reader.audioEntries

@@ -85,6 +85,14 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public var framesDropped: Int { state.withLock { $0.dropped } }
     public var error: (any Error)? { state.withLock { $0.error } }
     public var isFinished: Bool { state.withLock { $0.finished } }
+    /// Called once, on the output's thread, when a write fails (a full disk, a read-only or
+    /// vanished file system) and the dump can take no more frames: what was written stays readable.
+    /// The CLI stops the run there instead of capturing on to its end for nothing.
+    public var onFailure: (@Sendable (any Error) -> Void)? {
+        get { failureHandler.withLock { $0 } }
+        set { failureHandler.withLock { $0 = newValue } }
+    }
+    private let failureHandler = LockedBox<(@Sendable (any Error) -> Void)?>(nil)
 
     /// Opens the dump for a run of the session. The first run creates the file; a later run (the
     /// session starting again after its camera came back from a disconnection, or a new
@@ -155,6 +163,7 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
             try? w.close()
             writer = nil
             state.withLock { $0.error = error; $0.dropped += 1 }
+            onFailure?(error)
         }
     }
 

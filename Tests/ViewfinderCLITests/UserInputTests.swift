@@ -383,4 +383,48 @@ extension UserInputTests {
         #expect(h.quantile(0.99) == 24_600)
         #expect(h.quantile(0.5) <= 24_600)
     }
+
+    @Test func moviesAndDumpsRefuseADeviceNodeAndNeverRemoveIt() throws {
+        // (mknod needs root; CI runs as root.)
+        guard geteuid() == 0 else { return }
+        let s = Scratch()
+        for (name, minor) in [("null", 3), ("full", 7)] {
+            let node = s.path("my" + name)
+            #expect(mknod(node, S_IFCHR | 0o666, dev_t(1 << 8 | minor)) == 0)
+            for args in [["record", "--device", "sim:width=64,height=64,paced=false,frames=5", "-o", node, "--force"],
+                         ["dump", "--device", "sim:width=64,height=64,paced=false,frames=5", "-o", node, "--force"]] {
+                // A movie and a dump are patched in place: a device is refused (it was written
+                // into, failed, and then unlinked — /dev/full itself went that way).
+                #expect(CLIExit.run(args) == 1, "\(args)")
+                var st = stat()
+                #expect(lstat(node, &st) == 0 && st.st_mode & S_IFMT == S_IFCHR, "\(args[0]) removed or replaced the device node")
+            }
+        }
+    }
+
+    @Test func aDumpStopsWhenItsDiskIsFullInsteadOfCapturingOnForNothing() throws {
+        let s = Scratch()
+        let disk = s.path("small")
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        let mount = Process()
+        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
+        mount.arguments = ["-t", "tmpfs", "-o", "size=2m", "tmpfs", disk]
+        mount.standardError = FileHandle.nullDevice
+        guard (try? mount.run()) != nil else { return }
+        mount.waitUntilExit()
+        guard mount.terminationStatus == 0 else { print("skipping: cannot mount a tmpfs here (needs root)"); return }
+        defer {
+            let u = Process()
+            u.executableURL = URL(fileURLWithPath: "/bin/umount")
+            u.arguments = [disk]
+            try? u.run()
+            u.waitUntilExit()
+        }
+        let t0 = monotonicNanoseconds()
+        #expect(CLIExit.run(["dump", "--device", "sim:width=640,height=480,paced=false,noise=5", "--duration", "30", "--compression", "none", "-o", disk + "/f.vfdump"]) == 1)
+        let seconds = Double(monotonicNanoseconds() - t0) / 1e9
+        #expect(seconds < 15, "the dump ran on for \(seconds) s after its disk was full")
+        // What was written before the disk filled stays readable.
+        #expect(try RawDumpReader(path: disk + "/f.vfdump").frameCount > 0)
+    }
 }

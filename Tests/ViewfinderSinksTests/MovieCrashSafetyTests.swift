@@ -149,12 +149,15 @@ private let childEnv = "VF_SINKS_CRASH_CHILD"
         defer { unmount(dir) }
         let path = dir + "/full.vfdump"
         let out = RawDumpOutput(path: path)
+        let failures = LockedBox(0)
+        out.onFailure = { _ in failures.withLock { $0 += 1 } }
         try out.start(configuration: StreamConfiguration(format: format, interval: FrameInterval(fps: 30), bufferCount: 8))
         let pool = FramePool(format: format, count: 4)
         var sent: [[UInt8]] = []
         feed(out, pool: pool, range: 0..<30, noise: 250) { f, _ in sent.append(Array(f.bytes)) }  // 150 KiB each, incompressible
         out.finish(error: nil)
         #expect(out.error as? SinkError == .diskFull(path: path))
+        #expect(failures.withLock { $0 } == 1, "the failure is told once, when it happens")
         #expect(out.framesWritten > 5 && out.framesWritten < 30)
         #expect(out.framesDropped == 30 - out.framesWritten)
         let reader = try RawDumpReader(path: path)
