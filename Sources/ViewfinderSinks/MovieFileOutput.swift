@@ -523,12 +523,14 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     /// Blocks that did not fit in the 5 s queue (the movie's thread stalled).
     private var droppedAudioBlocks = 0
 
-    /// Called with `lock` held: queues a block, dropping the oldest beyond 5 s of audio. Dropping
+    /// Called with `lock` held: queues a block, dropping the oldest beyond 5 s of audio (the
+    /// pre-roll's length + 2 s when that is longer). Dropping
     /// moves a head index (compacted now and then), so a stalled movie thread with a full queue
     /// costs the microphone's thread O(1) a block under the lock, not a shift of the whole queue.
     private func queueAudio(_ q: QueuedAudio) {
         guard let a = settingsValue.audio else { return }
-        let limit = a.sampleRate * a.channels * 4 * 5
+        let seconds = max(5, Int(settingsValue.preRollSeconds.rounded(.up)) + 2)
+        let limit = a.sampleRate * a.channels * 4 * seconds
         while pendingAudioBytes + q.bytes.count > limit, pendingAudioHead < pendingAudio.count {
             pendingAudioBytes -= pendingAudio[pendingAudioHead].bytes.count
             pendingAudio[pendingAudioHead].bytes = []
@@ -624,7 +626,10 @@ extension MovieFileOutput: AudioConsumer {
 
     public func consumeAudio(_ buffer: AudioBuffer) {
         lock.withLock {
-            guard activePath != nil, let a = settingsValue.audio, a.sampleRate == buffer.format.sampleRate, a.channels == buffer.format.channels else { return }
+            // With a pre-roll the sound is kept before the recording starts too (the queue holds
+            // the pre-roll's length and a little more), so the pre-roll's video has its sound.
+            guard activePath != nil || settingsValue.preRollSeconds > 0, let a = settingsValue.audio,
+                  a.sampleRate == buffer.format.sampleRate, a.channels == buffer.format.channels else { return }
             queueAudio(QueuedAudio(bytes: Array(buffer.data), format: buffer.format.sampleFormat, position: buffer.period.position,
                                    timestamp: buffer.period.timestamp.nanoseconds, discontinuity: buffer.period.discontinuity))
         }

@@ -59,6 +59,39 @@ import ViewfinderKit
         }
     }
 
+    @Test func aPreRollKeepsItsSound() throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-preroll-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/p.mov"
+        let session = CaptureSession(registry: .builtIn)
+        let camera = try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)
+        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
+        var settings = MovieOutputSettings()
+        settings.preRollSeconds = 1
+        settings.preRollBytes = 32 << 20
+        settings.maximumDuration = 2.5
+        let movie = MovieFileOutput(settings: settings)
+        session.beginConfiguration()
+        try session.addInput(CaptureDeviceInput(device: camera))
+        try session.addInput(AudioDeviceInput(device: mic))
+        try session.setSessionPreset(.inputPriority)
+        try session.addOutput(movie)
+        try session.commitConfiguration()
+        try session.startRunning()
+        usleep(1_500_000)   // the pre-roll fills
+        let delegate = FinishWaiter()
+        try movie.startRecording(to: path, delegate: delegate)
+        #expect(delegate.wait(seconds: 15))
+        session.stopRunning()
+        let summary = try #require(delegate.summary)
+        #expect(summary.preRollFrames >= 25)
+        // The pre-roll's second has the microphone's sound, not silence (it had 1 s of zeros).
+        let samples = try movieAudioSamples(path)
+        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
+        #expect(first < 4800, "the track's first sound is at \(Double(first) / 48000) s")
+    }
+
     @Test func aMovieOfSimVideoAndFileSoundHasTheInputsSamplesAndLastsAsLongAsTheVideo() async throws {
         let dir = NSTemporaryDirectory() + "vfaudio-movie-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -115,8 +148,10 @@ import ViewfinderKit
 final class FinishWaiter: MovieRecordingDelegate, @unchecked Sendable {
     private let lock = ConditionLock()
     private var done = false
+    private var finished: MovieRecordingSummary?
+    var summary: MovieRecordingSummary? { lock.withLock { finished } }
     func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
-        lock.withLock { done = true; lock.broadcast() }
+        lock.withLock { done = true; finished = summary; lock.broadcast() }
     }
     func wait(seconds: Double) -> Bool {
         let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
