@@ -6,7 +6,7 @@ import ViewfinderKit
 struct AudioOptions: ParsableArguments {
     @Option(help: "Capture sound from this ALSA device (default, hw:1,0, plughw:Loopback,1,0, a PCM from an asoundrc; see `viewfinder devices`). A replayed dump that holds sound brings it without this; `none` leaves it out.")
     var audio: String?
-    @Option(help: "The sound stream to ask for: rate=48000,channels=2,format=s16|s32|float,period=480,periods=4.")
+    @Option(help: "The sound stream to ask for, e.g. rate=48000,channels=2,format=s16|s32|float,period=480,periods=8 (unset: the device's own rate, channels and format; period 480 frames, 8 periods). A movie's track is 16-bit PCM: s32 and float are converted.")
     var audioFormat: String?
 
     /// Opens the device and adds it to the session as its microphone. Without `--audio`, a
@@ -32,7 +32,7 @@ func audioDictionary(_ s: AudioStatistics, format: AudioStreamFormat? = nil) -> 
     var d: [String: Any] = [
         "samples": s.frames, "periods": s.periods, "overruns": s.overruns, "frames_lost": s.framesLost,
         "ring_drops": s.ringDrops, "measured_rate_ppm": s.measuredPPM, "measured_rate_hz": s.measuredRate,
-        "peak_dbfs": s.peakDBFS, "self_paced": s.selfPaced, "software_timestamps": s.softwareTimestamps,
+        "peak_dbfs": s.maximumPeakDBFS, "last_peak_dbfs": s.peakDBFS, "self_paced": s.selfPaced, "software_timestamps": s.softwareTimestamps,
     ]
     if let f = format { d["format"] = ["sample_format": f.sampleFormat.rawValue, "rate": f.sampleRate, "channels": f.channels] }
     if let e = s.error { d["error"] = e }
@@ -41,7 +41,8 @@ func audioDictionary(_ s: AudioStatistics, format: AudioStreamFormat? = nil) -> 
 
 /// One line of sound figures for the status line and the text summaries.
 func audioText(_ s: AudioStatistics) -> String {
-    var t = String(format: "audio peak %.1f dBFS  overruns %llu", s.peakDBFS, s.overruns)
+    // The run's highest peak (the last half second's is the live meter's, not the run's).
+    var t = String(format: "audio peak %.1f dBFS  overruns %llu", s.maximumPeakDBFS, s.overruns)
     if s.ringDrops > 0 { t += "  ring drops \(s.ringDrops)" }
     t += String(format: "  clock %+.0f ppm", s.measuredPPM)
     return t

@@ -198,12 +198,22 @@ struct SnapCommand: ParsableCommand {
             throw error
         }
         session.stopRunning()
+        // A bracket's shots against its 0 EV shot: what each bias got (the frame time caps the
+        // exposure, the gain its range), said where it is not what was asked.
+        func light(_ p: CapturePhoto) -> Double? {
+            guard let e = p.metadata.exposureTime, e > 0 else { return nil }
+            return e * (p.metadata.gain ?? 1)
+        }
+        let reference = photos.first { $0.exposureBias == 0 && !$0.isRawPhoto }.flatMap(light)
         for p in photos {
             let file = path(index: p.photoCount, raw: p.isRawPhoto)
             try p.write(to: file, overwrite: force)
             let what = p.isRawPhoto ? "raw \(p.format)" : "JPEG \(p.resolvedSettings.width)x\(p.resolvedSettings.height) \(p.resolvedSettings.codec)"
             let exposure = p.metadata.exposureTime.map { String(format: ", exposure %.2f ms", $0 / 1000) } ?? ""
-            let bias = p.exposureBias.map { String(format: ", bias %+.1f EV", $0) } ?? ""
+            var bias = p.exposureBias.map { String(format: ", bias %+.1f EV", $0) } ?? ""
+            if let asked = p.exposureBias, let r = reference, let l = light(p), abs(log2(l / r) - asked) > 0.1 {
+                bias = String(format: ", bias %+.1f EV asked, %+.2f EV got (exposure capped by the frame time or the gain's range)", asked, log2(l / r))
+            }
             print("wrote \(file): \(what), \(formatBytes(UInt64(p.fileDataRepresentation().count))), frame \(p.sequence)\(exposure)\(bias)")
         }
         print("\(photos.count) of \(count) images from \(dev.uniqueID); \(dropSummary(session.statistics))")

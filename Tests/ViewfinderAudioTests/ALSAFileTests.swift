@@ -122,6 +122,8 @@ import ViewfinderKit
         let stats = try #require(session.audioStatistics)
         #expect(stats.selfPaced && stats.overruns == 0)
         #expect(UInt64(streamed) == stats.frames)
+        // The run's peak is the loudest of the run, never below the last half second's meter.
+        #expect(stats.maximumPeakDBFS >= stats.peakDBFS && stats.maximumPeakDBFS > -40)
 
         if let d = try ffprobeDurations(path) {
             #expect(abs(d.video - 2) < 0.001)

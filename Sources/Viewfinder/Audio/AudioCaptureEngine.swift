@@ -18,8 +18,10 @@ public struct AudioStatistics: Sendable, Equatable, Codable {
     /// The device delivered faster than real time (a file or null PCM): the engine paced it by the
     /// monotonic clock and stamped it by position.
     public var selfPaced = false
-    /// Peak level over the last half second, dBFS.
+    /// Peak level over the last half second, dBFS (a level meter's reading).
     public var peakDBFS: Double = -120
+    /// The highest peak of the whole run, dBFS (what a summary after the run reports).
+    public var maximumPeakDBFS: Double = -120
     /// The card's rate against the monotonic clock, ppm off nominal.
     public var measuredPPM: Double = 0
     public var measuredRate: Double = 0
@@ -256,6 +258,7 @@ public final class AudioCaptureEngine: @unchecked Sendable {
         var clock = AudioClockEstimator(nominalRate: format.sampleRate)
         var peakHold = 0.0
         var peakTime: UInt64 = 0
+        var runPeak = 0.0
         while true {
             guard let e = filled.pop() else {
                 if captureDone.load(ordering: .acquiring) && filled.isEmpty { break }
@@ -267,13 +270,14 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             let data = UnsafeRawBufferPointer(start: storage + e.slot * slotBytes, count: period.frames * format.bytesPerFrame)
             let peak = AudioSamples.peak(data, format: format.sampleFormat)
             if peak >= peakHold || period.timestamp.nanoseconds &- peakTime > 500_000_000 { peakHold = peak; peakTime = period.timestamp.nanoseconds }
+            runPeak = max(runPeak, peak)
             let buffer = AudioBuffer(data: data, format: format, period: period, measuredRate: clock.rate)
             for c in consumers { c.consumeAudio(buffer) }
             _ = free.push(e.slot)
-            let (rate, ppm, lost, level) = (clock.rate, clock.ppm, clock.framesLost, AudioSamples.dBFS(peakHold))
+            let (rate, ppm, lost, level, maxLevel) = (clock.rate, clock.ppm, clock.framesLost, AudioSamples.dBFS(peakHold), AudioSamples.dBFS(runPeak))
             stats.withLock { s in
                 s.frames += UInt64(period.frames); s.periods += 1
-                s.measuredRate = rate; s.measuredPPM = ppm; s.framesLost = lost; s.peakDBFS = level
+                s.measuredRate = rate; s.measuredPPM = ppm; s.framesLost = lost; s.peakDBFS = level; s.maximumPeakDBFS = maxLevel
             }
         }
         source.close()
