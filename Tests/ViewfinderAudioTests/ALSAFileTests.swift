@@ -64,20 +64,12 @@ import ViewfinderKit
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let path = dir + "/p.mov"
-        let session = CaptureSession(registry: .builtIn)
-        let camera = try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)
-        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
         var settings = MovieOutputSettings()
         settings.preRollSeconds = 1
         settings.preRollBytes = 32 << 20
         settings.maximumDuration = 2.5
         let movie = MovieFileOutput(settings: settings)
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: camera))
-        try session.addInput(AudioDeviceInput(device: mic))
-        try session.setSessionPreset(.inputPriority)
-        try session.addOutput(movie)
-        try session.commitConfiguration()
+        let session = try simWithFileSound("sim:width=320,height=240,fps=30", outputs: [movie])
         try session.startRunning()
         usleep(1_500_000)   // the pre-roll fills
         let delegate = FinishWaiter()
@@ -97,20 +89,11 @@ import ViewfinderKit
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let path = dir + "/a.mov"
-        let session = CaptureSession(registry: .builtIn)
-        let camera = try CaptureDevice.open("sim:width=320,height=240,fps=30", directory: .standard)
-        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
         var settings = MovieOutputSettings()
         settings.maximumDuration = 2
         let movie = MovieFileOutput(settings: settings)
         let audioData = AudioDataOutput()
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: camera))
-        try session.addInput(AudioDeviceInput(device: mic))
-        try session.setSessionPreset(.inputPriority)
-        try session.addOutput(movie)
-        try session.addOutput(audioData)
-        try session.commitConfiguration()
+        let session = try simWithFileSound("sim:width=320,height=240,fps=30", outputs: [movie, audioData])
         let delegate = FinishWaiter()
         try movie.startRecording(to: path, delegate: delegate)
         let stream = audioData.buffers(bufferingNewest: 1024)   // subscribed before the session starts

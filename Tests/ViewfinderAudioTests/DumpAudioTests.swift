@@ -65,16 +65,8 @@ import ViewfinderKit
     /// Records 1.5 s of sim video with the file PCM's sound into a dump; returns its path.
     static func makeDump(_ dir: String) throws -> String {
         let path = dir + "/a.vfdump"
-        let session = CaptureSession(registry: .builtIn)
-        let camera = try CaptureDevice.open("sim:width=160,height=120,fps=30", directory: .standard)
-        let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
         let dump = RawDumpOutput(path: path)
-        session.beginConfiguration()
-        try session.addInput(CaptureDeviceInput(device: camera))
-        try session.addInput(AudioDeviceInput(device: mic))
-        try session.setSessionPreset(.inputPriority)
-        try session.addOutput(dump)
-        try session.commitConfiguration()
+        let session = try simWithFileSound("sim:width=160,height=120,fps=30", outputs: [dump])
         try session.startRunning()
         usleep(1_500_000)
         session.stopRunning()

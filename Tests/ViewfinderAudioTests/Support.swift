@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Viewfinder
+import ViewfinderKit
 
 /// A test-local ALSA configuration: capture PCMs that read known signals from files (`type file`
 /// with an `infile` over a `null` slave), pointed at with ALSA_CONFIG_PATH (the machine's own
@@ -150,4 +151,19 @@ func ffprobeDurations(_ path: String) throws -> (video: Double, audio: Double)? 
         if f[0] == "video" { v = x } else if f[0] == "audio" { a = x }
     }
     return (v, a)
+}
+
+/// A session of the sim camera (`camera`, a sim device string) and the file PCM `vfsig` (48 kHz
+/// stereo S16: its frames are numbered, see ``ALSAFixture``) into `outputs`, configured.
+func simWithFileSound(_ camera: String, outputs: [any CaptureOutput]) throws -> CaptureSession {
+    let session = CaptureSession(registry: .builtIn)
+    let device = try CaptureDevice.open(camera, directory: .standard)
+    let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
+    session.beginConfiguration()
+    try session.addInput(CaptureDeviceInput(device: device))
+    try session.addInput(AudioDeviceInput(device: mic))
+    try session.setSessionPreset(.inputPriority)
+    for o in outputs { try session.addOutput(o) }
+    try session.commitConfiguration()
+    return session
 }
