@@ -53,10 +53,11 @@ MJPEG: ran negative,null on 30 frames; 30 carried the negative stage's metadata"
 if "$DEMO" "negative:strenght=1" 2>/dev/null; then
     echo "an unknown option of the user's stage was accepted" >&2; exit 1
 fi
-# The user's own `viewfinder` (ViewfinderCommandLine with their stages): the stage by name on the
-# command line, its metadata in the JSON lines, and the stock command still refusing it.
+# The user's own `viewfinder` (ViewfinderCommandLine with their stages): the stage listed and run
+# by name, its metadata in every JSON line, and its options checked (a misspelt one is a usage error).
 MYVF="$CONSUMER/.build/debug/my-viewfinder"
-"$MYVF" stages | grep -q '^negative' || { echo "my-viewfinder does not list the user's stage" >&2; exit 1; }
+"$MYVF" stages > "$WORK/stages.txt"
+grep -q '^negative' "$WORK/stages.txt" || { echo "my-viewfinder does not list the user's stage" >&2; exit 1; }
 "$MYVF" run --device "pattern:width=64,height=32,frames=5" --stages negative:strength=1 --metadata "$WORK/m.jsonl" >/dev/null
 [ "$(grep -c '"negative.mean_luma"' "$WORK/m.jsonl")" = 5 ] || { echo "my-viewfinder run: the stage's metadata is not in every line" >&2; exit 1; }
 set +e

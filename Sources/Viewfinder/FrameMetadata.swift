@@ -127,7 +127,7 @@ public struct CustomMetadata: Sendable, Equatable {
     @usableFromInline var keys = InlineArray<32, Int32>(repeating: -1)
     @usableFromInline var values = InlineArray<32, Double>(repeating: 0)
     public private(set) var count: Int = 0
-    /// Keys set on this frame that found no free slot (each distinct `set` call counts).
+    /// `set` calls on this frame that found no free slot (each call counts, a key set twice twice).
     public private(set) var refused: Int = 0
 
     public init() {}

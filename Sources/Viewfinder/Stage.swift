@@ -340,7 +340,11 @@ public struct OptionField<Root>: Sendable {
             guard let i = parsed else { throw OptionValueError("expected an integer, got '\(v)'") }
             if let range, !range.contains(i) { throw OptionValueError("\(i) is outside \(range.lowerBound)...\(range.upperBound)") }
             return i
-        }, show: { String($0) }, encode: { .number(Double($0)) })
+        }, show: { String($0) }, encode: { i in
+            // Beyond 1e15 a double may not hold the integer: as text it reads back exactly.
+            let d = Double(i)
+            return abs(d) < 1e15 ? .number(d) : .string(String(i))
+        })
     }
 
     /// A boolean option.

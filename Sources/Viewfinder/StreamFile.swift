@@ -1,3 +1,4 @@
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,6 +31,9 @@ public enum StreamFile {
     /// writer starts). A folder is refused.
     /// - Throws: the error ``openForWriting(_:)`` would throw.
     public static func checkWritable(_ path: String) throws {
+        // Where the open will land: a link is followed as the kernel follows it (a link into a
+        // missing folder is refused here, not found after another file was truncated).
+        let path = resolvingLink(path)
         var st = stat()
         guard stat(path, &st) == 0 else {
             let e = errno
@@ -52,6 +56,32 @@ public enum StreamFile {
         default:
             guard access(path, W_OK) == 0 else { throw openError(path, errno) }
         }
+    }
+
+    /// The file a symbolic link at `path` points to, link after link (at most 40: a loop is left
+    /// as it is), else `path`. Only links the kernel itself would follow for this process are
+    /// followed (`fs.protected_symlinks`: in a sticky, world-writable folder such as /tmp, a link
+    /// owned by someone else — neither this user nor the folder's owner — is not), so another
+    /// user's link cannot aim a write at this user's files (`AtomicFile` replaces such a link).
+    public static func resolvingLink(_ path: String) -> String {
+        var current = path
+        for _ in 0..<40 {
+            var lst = stat()
+            guard lstat(current, &lst) == 0, lst.st_mode & S_IFMT == S_IFLNK else { return current }
+            let dir = (current as NSString).deletingLastPathComponent
+            var dst = stat()
+            if stat(dir.isEmpty ? "." : dir, &dst) == 0, dst.st_mode & S_ISVTX != 0, dst.st_mode & S_IWOTH != 0,
+               lst.st_uid != geteuid(), lst.st_uid != dst.st_uid {
+                return path
+            }
+            var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let n = readlink(current, &buf, buf.count - 1)
+            guard n > 0 else { return path }
+            buf[n] = 0
+            let target = String(cString: buf)
+            current = target.hasPrefix("/") ? target : (dir.isEmpty ? "" : dir + "/") + target
+        }
+        return path
     }
 
     static func openError(_ path: String, _ e: Int32) -> DeviceError {

@@ -97,6 +97,9 @@ extension BenchReport {
         if baseline.format != format { changes.append("mode: \(mode(baseline.format)) → \(mode(format))") }
         func list(_ s: [String]) -> String { s.isEmpty ? "none" : s.joined(separator: ", ") }
         if baseline.stages != stages { changes.append("stages: \(list(baseline.stages)) → \(list(stages))") }
+        if baseline.camera.endedEarlyAfterFrames != nil || camera.endedEarlyAfterFrames != nil {
+            changes.append("ended early: \(baseline.camera.endedEarlyAfterFrames.map { "after \($0) frames" } ?? "no") → \(camera.endedEarlyAfterFrames.map { "after \($0) frames" } ?? "no")")
+        }
         let names = Set(metrics.map(\.name))
         let oneSided = Set(old.keys).symmetricDifference(names).sorted()
         return BaselineComparison(baselineDevice: baseline.device, metrics: out, setupChanges: changes, notCompared: oneSided)

@@ -39,10 +39,10 @@ func audioDictionary(_ s: AudioStatistics, format: AudioStreamFormat? = nil) -> 
     return d
 }
 
-/// One line of sound figures for the status line and the text summaries.
-func audioText(_ s: AudioStatistics) -> String {
-    // The run's highest peak (the last half second's is the live meter's, not the run's).
-    var t = String(format: "audio peak %.1f dBFS  overruns %llu", s.maximumPeakDBFS, s.overruns)
+/// One line of sound figures: `live` for the status line (the level meter: the last half second's
+/// peak), else for a summary after the run (the run's highest peak).
+func audioText(_ s: AudioStatistics, live: Bool = false) -> String {
+    var t = String(format: "audio peak %.1f dBFS  overruns %llu", live ? s.peakDBFS : s.maximumPeakDBFS, s.overruns)
     if s.ringDrops > 0 { t += "  ring drops \(s.ringDrops)" }
     t += String(format: "  clock %+.0f ppm", s.measuredPPM)
     return t

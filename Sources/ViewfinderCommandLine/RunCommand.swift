@@ -169,7 +169,7 @@ final class StatusLine: @unchecked Sendable {
                 if !drops.isEmpty { line += "  dropped " + drops.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
                 for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) { line += String(format: "  %@ %.0fµs", name, us) }
                 line += String(format: "  latency p50 %.1f p99 %.1f ms  ", Double(s.latency.quantile(0.5)) / 1e6, Double(s.latency.quantile(0.99)) / 1e6)
-                if let a = session.audioStatistics { line += audioText(a) + "  " }
+                if let a = session.audioStatistics { line += audioText(a, live: true) + "  " }
                 FileHandle.standardError.write(Data(line.utf8))
             }
             FileHandle.standardError.write(Data("\n".utf8))

@@ -78,11 +78,15 @@ func refuseOverwritingInput(_ output: String?, inputs: [String?], what: String =
 /// and the flag is what keeps that request from being lost (the run went on to its end).
 final class InterruptHandler {
     private let sources: [any DispatchSourceSignal]
+    /// The dispositions before (restored by ``cancel()``: a program running the command line as
+    /// a library gets its own Ctrl-C back).
+    private let previous: [(Int32, __sighandler_t?)]
     private let flag = LockedBox(false)
     init(_ body: @escaping @Sendable () -> Void) {
         let flag = self.flag
-        sources = [SIGINT, SIGTERM].map { sig in
-            signal(sig, SIG_IGN)
+        let signals = [SIGINT, SIGTERM]
+        previous = signals.map { ($0, signal($0, SIG_IGN)) }
+        sources = signals.map { sig in
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             s.setEventHandler { flag.withLock { $0 = true }; body() }
             s.resume()
@@ -91,7 +95,10 @@ final class InterruptHandler {
     }
     /// Whether Ctrl-C or SIGTERM came.
     var requested: Bool { flag.withLock { $0 } }
-    func cancel() { for s in sources { s.cancel() } }
+    func cancel() {
+        for s in sources { s.cancel() }
+        for (sig, handler) in previous { signal(sig, handler) }
+    }
 }
 
 func onInterrupt(_ body: @escaping @Sendable () -> Void) -> InterruptHandler { InterruptHandler(body) }
@@ -369,7 +376,10 @@ struct DumpCommand: ParsableCommand {
         let runtimeErrors = LockedBox<[any Error]>([])
         session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
         // A write that fails (a full disk) ends the run: nothing captured after it could be kept.
-        out.onFailure = { _ in DispatchQueue.global().async { session.stopRunning() } }
+        out.onFailure = { [weak session] _ in
+            guard let session else { return }
+            DispatchQueue.global().async { session.stopRunning() }
+        }
         let sig = onInterrupt { session.stopRunning() }
         defer { sig.cancel() }
         let t0 = monotonicNanoseconds()

@@ -19,21 +19,28 @@ import ViewfinderBench
 /// `swift run my-viewfinder run --device sim --stages negative:strength=0.5 --metadata m.jsonl`
 public enum ViewfinderCommandLine {
     private static let registry = LockedBox<StageRegistry>(.builtIn)
+    /// One command line at a time: the commands read the registry as they go.
+    private static let running = NSLock()
 
     /// The stages the commands know by name.
     static var stages: StageRegistry { registry.withLock { $0 } }
 
     /// Runs the command line (`CommandLine.arguments`) with `stages` and exits with its status:
-    /// 0, 64 for a usage error, 1 for a runtime error (`viewfinder --help`). Log lines go to
-    /// standard error from `warning` up (`VIEWFINDER_LOG_LEVEL` sets another level).
-    public static func main(stages: StageRegistry = .builtIn) -> Never {
-        ViewfinderCommand.bootstrapLogging()
+    /// 0, 64 for a usage error, 1 for a runtime error (`viewfinder --help`). With
+    /// `bootstrapLogging` (leave it out if your program set up swift-log itself: it can be set up
+    /// only once), log lines go to standard error from `warning` up (`VIEWFINDER_LOG_LEVEL` sets
+    /// another level).
+    public static func main(stages: StageRegistry = .builtIn, bootstrapLogging: Bool = true) -> Never {
+        if bootstrapLogging { ViewfinderCommand.bootstrapLogging() }
         Foundation.exit(run(Array(CommandLine.arguments.dropFirst()), stages: stages))
     }
 
     /// Runs one command line (`["run", "--device", "sim", …]`, without the program's name) with
     /// `stages` and returns its exit status; errors are printed to standard error as `main` does.
+    /// Command lines run one at a time: a second call waits for the first. While a command runs,
+    /// Ctrl-C and SIGTERM stop it; the process's own handling of them is restored afterwards.
     public static func run(_ arguments: [String], stages: StageRegistry = .builtIn) -> Int32 {
+        running.lock(); defer { running.unlock() }
         registry.withLock { $0 = stages }
         return CLIExit.run(arguments)
     }

@@ -345,9 +345,10 @@ public final class AssetWriter: @unchecked Sendable {
         guard was == .writing || was == .unknown else { return }
         for i in inputs { i.markAsFinished() }
         queue.sync { movie = nil }
-        // Only a regular file (what the movie writer made): never a device node or a folder.
+        // Only a file this writer wrote (it was writing), and only a regular one: never a file
+        // that was there before `startWriting`, a device node or a folder.
         var st = stat()
-        if lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG { unlink(path) }
+        if was == .writing, lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG { unlink(path) }
     }
 
     func fail(_ error: any Error) {

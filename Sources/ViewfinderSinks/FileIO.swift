@@ -231,31 +231,9 @@ public enum AtomicFile {
         syncDirectory(of: path)
     }
 
-    /// The file a symbolic link at `path` points to, link after link (at most 40: a loop is left
-    /// as it is), else `path`. Only links the kernel itself would follow for this process are
-    /// followed (`fs.protected_symlinks`: in a sticky, world-writable folder such as /tmp, a link
-    /// owned by someone else — neither this user nor the folder's owner — is not), so another
-    /// user's link cannot aim the write at this user's files; such a link is replaced, not followed.
-    public static func resolvingLink(_ path: String) -> String {
-        var current = path
-        for _ in 0..<40 {
-            var lst = stat()
-            guard lstat(current, &lst) == 0, lst.st_mode & S_IFMT == S_IFLNK else { return current }
-            let dir = (current as NSString).deletingLastPathComponent
-            var dst = stat()
-            if stat(dir.isEmpty ? "." : dir, &dst) == 0, dst.st_mode & S_ISVTX != 0, dst.st_mode & S_IWOTH != 0,
-               lst.st_uid != geteuid(), lst.st_uid != dst.st_uid {
-                return path
-            }
-            var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let n = readlink(current, &buf, buf.count - 1)
-            guard n > 0 else { return path }
-            buf[n] = 0
-            let target = String(cString: buf)
-            current = target.hasPrefix("/") ? target : (dir.isEmpty ? "" : dir + "/") + target
-        }
-        return path
-    }
+    /// The file a symbolic link at `path` points to, link after link, by the kernel's own rules
+    /// (`StreamFile.resolvingLink(_:)`, where it is documented), else `path`.
+    public static func resolvingLink(_ path: String) -> String { StreamFile.resolvingLink(path) }
 
     public static func write(_ bytes: [UInt8], to path: String, overwrite: Bool = false) throws {
         try bytes.withUnsafeBytes { try write($0, to: path, overwrite: overwrite) }

@@ -87,7 +87,8 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public var isFinished: Bool { state.withLock { $0.finished } }
     /// Called once, on the output's thread, when a write fails (a full disk, a read-only or
     /// vanished file system) and the dump can take no more frames: what was written stays readable.
-    /// The CLI stops the run there instead of capturing on to its end for nothing.
+    /// The CLI stops the run there instead of capturing on to its end for nothing — from another
+    /// thread: stopping the session waits for this output's thread, so the handler must not.
     public var onFailure: (@Sendable (any Error) -> Void)? {
         get { failureHandler.withLock { $0 } }
         set { failureHandler.withLock { $0 = newValue } }
@@ -149,8 +150,14 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public var audioPeriodsWritten: Int { audioState.withLock { $0.periods } }
 
     public func consume(_ frame: Frame) {
+        // The failure is told after the lock is released: a handler may stop the session, whose
+        // finish takes the lock.
+        if let failure = write(frame) { onFailure?(failure) }
+    }
+
+    private func write(_ frame: Frame) -> (any Error)? {
         writeLock.lock(); defer { writeLock.unlock() }
-        guard let w = writer else { state.withLock { $0.dropped += 1 }; return }
+        guard let w = writer else { state.withLock { $0.dropped += 1 }; return nil }
         do {
             let before = w.framesStoredRawForBacklog
             try w.append(frame, behindLiveSource: behind)
@@ -163,8 +170,9 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
             try? w.close()
             writer = nil
             state.withLock { $0.error = error; $0.dropped += 1 }
-            onFailure?(error)
+            return error
         }
+        return nil
     }
 
     public func finish(error: (any Error)?) {

@@ -65,3 +65,16 @@ final class ManyKeysStage: Stage {
         #expect(e2.statistics.framesWithRefusedMetadata == 0)
     }
 }
+
+@Suite struct AudioStatisticsCodingTests {
+    @Test func statisticsEncodedBeforeTheRunsPeakWasAddedStillDecode() throws {
+        var s = AudioStatistics()
+        s.frames = 480; s.peakDBFS = -6; s.maximumPeakDBFS = -3
+        let now = try JSONDecoder().decode(AudioStatistics.self, from: try JSONEncoder().encode(s))
+        #expect(now == s)
+        // As encoded before `maximumPeakDBFS`: that key absent, the meter's peak stands in.
+        let old = #"{"frames":480,"periods":1,"overruns":0,"framesLost":0,"ringDrops":0,"softwareTimestamps":0,"selfPaced":false,"peakDBFS":-6,"measuredPPM":0,"measuredRate":48000}"#
+        let back = try JSONDecoder().decode(AudioStatistics.self, from: Data(old.utf8))
+        #expect(back.frames == 480 && back.peakDBFS == -6 && back.maximumPeakDBFS == -6 && back.error == nil)
+    }
+}

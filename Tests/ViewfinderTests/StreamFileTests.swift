@@ -42,6 +42,10 @@ import Testing
         #expect(throws: DeviceError.self) { try StreamFile.checkWritable(d) }
         #expect(throws: DeviceError.self) { try StreamFile.checkWritable(d + "/missing/m.jsonl") }
         #expect(throws: DeviceError.self) { try StreamFile.checkWritable(file + "/m.jsonl") }   // a file as the folder
+        // A link is checked where it leads: into a missing folder is refused (its own folder exists).
+        let dangling = d + "/link.jsonl"
+        #expect(symlink(d + "/missing/m.jsonl", dangling) == 0)
+        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(dangling) }
         // A fifo nobody reads passes the check (it is not opened: that would end a reader's
         // stream); opening it then is the error above.
         let fifo = d + "/f"

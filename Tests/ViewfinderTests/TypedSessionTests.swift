@@ -123,6 +123,15 @@ func patternSession(_ device: String, output: (any CaptureOutput)? = nil) throws
             try session.setStages([.stage(TaggingStage.self) { $0.limit = 0 }])
         }
         #expect(session.stages.isEmpty)
+        // An integer beyond what a double holds exactly reads back as itself (a 64-bit seed).
+        struct Seeded: OptionTable, Equatable {
+            var seed: UInt64 = 0
+            static var fields: [OptionField<Seeded>] { [.int("seed", \.seed, "a seed")] }
+        }
+        var big = Seeded()
+        big.seed = UInt64.max - 12
+        #expect(throws: Never.self) { try big.checkFields() }
+        #expect(try Seeded.decodeTable(big.encoded()) == big)
         // Within the ranges it is made as before.
         try session.setStages([.stage(TaggingStage.self) { $0.every = 100; $0.limit = 1000 }])
         #expect(session.stages.count == 1)

@@ -28,6 +28,28 @@ public struct AudioStatistics: Sendable, Equatable, Codable {
     /// Why capture ended early, if it did (a device that disappeared).
     public var error: String?
     public init() {}
+
+    private enum CodingKeys: String, CodingKey {
+        case frames, periods, overruns, framesLost, ringDrops, softwareTimestamps, selfPaced, peakDBFS, maximumPeakDBFS, measuredPPM, measuredRate, error
+    }
+
+    /// Reads statistics encoded before a field was added (``maximumPeakDBFS``): what is absent
+    /// keeps its initial value.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        frames = try c.decode(UInt64.self, forKey: .frames)
+        periods = try c.decode(UInt64.self, forKey: .periods)
+        overruns = try c.decode(UInt64.self, forKey: .overruns)
+        framesLost = try c.decode(UInt64.self, forKey: .framesLost)
+        ringDrops = try c.decode(UInt64.self, forKey: .ringDrops)
+        softwareTimestamps = try c.decode(UInt64.self, forKey: .softwareTimestamps)
+        selfPaced = try c.decode(Bool.self, forKey: .selfPaced)
+        peakDBFS = try c.decode(Double.self, forKey: .peakDBFS)
+        maximumPeakDBFS = try c.decodeIfPresent(Double.self, forKey: .maximumPeakDBFS) ?? peakDBFS
+        measuredPPM = try c.decode(Double.self, forKey: .measuredPPM)
+        measuredRate = try c.decode(Double.self, forKey: .measuredRate)
+        error = try c.decodeIfPresent(String.self, forKey: .error)
+    }
 }
 
 /// Runs a sound device: a real-time capture thread reads periods into preallocated slots and
