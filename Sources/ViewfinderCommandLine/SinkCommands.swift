@@ -149,6 +149,7 @@ struct SnapCommand: ParsableCommand {
     @Option(help: "Chroma subsampling: 444, 422, 420, grey (default: the source's).") var subsampling: String?
     @Flag(help: "Save the untouched buffer with a header describing it (.vfraw) instead of a JPEG.") var raw = false
     @Flag(help: "Save a raw companion next to each JPEG.") var rawCompanion = false
+    @Flag(help: "Embed a 160x120 JPEG thumbnail in each JPEG's EXIF (what file browsers and cameras show).") var thumbnail = false
     @Option(help: "Burst: this many consecutive frames.") var burst = 1
     // Unconditional: the README's `--bracket -2,0,2` starts with a dash, which the parser would
     // otherwise take for an option.
@@ -161,6 +162,7 @@ struct SnapCommand: ParsableCommand {
         guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
         guard (1...64).contains(burst) else { throw ValidationError("--burst must be 1...64") }
         if let s = subsampling, ChromaSubsampling(rawValue: s) == nil { throw ValidationError("--subsampling must be one of 444, 422, 420, grey") }
+        if thumbnail && raw { throw ValidationError("--thumbnail is for JPEGs: a raw still has no EXIF") }
     }
 
     func biases() throws -> [Double] {
@@ -174,7 +176,8 @@ struct SnapCommand: ParsableCommand {
     func run() throws {
         let b = try biases()
         let settings = PhotoSettings(codec: raw ? .raw : .jpeg(quality: quality, subsampling: subsampling.flatMap(ChromaSubsampling.init(rawValue:))),
-                                     rawCompanion: rawCompanion, exposureBiases: b, burstCount: burst)
+                                     rawCompanion: rawCompanion, exposureBiases: b, burstCount: burst,
+                                     embeddedThumbnailSize: thumbnail ? .exifThumbnail : nil)
         let count = settings.shotCount * (rawCompanion ? 2 : 1)
         let base = (output as NSString).deletingPathExtension
         let ext = (output as NSString).pathExtension.isEmpty ? "jpg" : (output as NSString).pathExtension

@@ -427,4 +427,18 @@ extension UserInputTests {
         // What was written before the disk filled stays readable.
         #expect(try RawDumpReader(path: disk + "/f.vfdump").frameCount > 0)
     }
+
+    @Test func snapEmbedsAnExifThumbnailWhenAsked() throws {
+        let s = Scratch()
+        let plain = s.path("plain.jpg"), thumbed = s.path("thumb.jpg")
+        #expect(CLIExit.run(["snap", "--device", "sim:width=320,height=240", "-o", plain]) == 0)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=320,height=240", "--thumbnail", "-o", thumbed]) == 0)
+        // The thumbnail is a second JPEG (SOI … EOI) inside the APP1 segment: one more SOI marker.
+        func sois(_ path: String) throws -> Int {
+            let b = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+            return zip(b, b.dropFirst()).filter { $0 == 0xFF && $1 == 0xD8 }.count
+        }
+        #expect(try sois(thumbed) == sois(plain) + 1)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=320,height=240", "--thumbnail", "--raw", "-o", s.path("r.vfraw")]) == 64)
+    }
 }
