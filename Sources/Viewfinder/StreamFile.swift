@@ -38,8 +38,7 @@ public enum StreamFile {
         guard stat(path, &st) == 0 else {
             let e = errno
             guard e == ENOENT else { throw openError(path, e) }
-            let slash = path.lastIndex(of: "/")
-            let folder = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+            let folder = folder(of: path)
             var fst = stat()
             guard stat(folder, &fst) == 0 else { throw openError(path, errno) }
             guard fst.st_mode & S_IFMT == S_IFDIR else { throw openError(path, ENOTDIR) }
@@ -68,9 +67,9 @@ public enum StreamFile {
         for _ in 0..<40 {
             var lst = stat()
             guard lstat(current, &lst) == 0, lst.st_mode & S_IFMT == S_IFLNK else { return current }
-            let dir = (current as NSString).deletingLastPathComponent
+            let dir = folder(of: current)
             var dst = stat()
-            if stat(dir.isEmpty ? "." : dir, &dst) == 0, dst.st_mode & S_ISVTX != 0, dst.st_mode & S_IWOTH != 0,
+            if stat(dir, &dst) == 0, dst.st_mode & S_ISVTX != 0, dst.st_mode & S_IWOTH != 0,
                lst.st_uid != geteuid(), lst.st_uid != dst.st_uid {
                 return path
             }
@@ -79,9 +78,15 @@ public enum StreamFile {
             guard n > 0 else { return path }
             buf[n] = 0
             let target = String(cString: buf)
-            current = target.hasPrefix("/") ? target : (dir.isEmpty ? "" : dir + "/") + target
+            current = target.hasPrefix("/") ? target : dir + "/" + target
         }
         return path
+    }
+
+    /// The folder `path` is in ("." for a bare name).
+    private static func folder(of path: String) -> String {
+        let dir = (path as NSString).deletingLastPathComponent
+        return dir.isEmpty ? "." : dir
     }
 
     static func openError(_ path: String, _ e: Int32) -> DeviceError {
