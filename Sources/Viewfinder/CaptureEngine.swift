@@ -87,7 +87,11 @@ public struct RingOccupancy: Sendable, Equatable {
 public struct EngineOptions: Sendable {
     /// Stop after this many frames have been captured (nil: until stopped).
     public var frameLimit: UInt64?
-    /// Stop after this many seconds (nil: until stopped).
+    /// Stop after this many seconds (nil: until stopped). On a live source these are the camera's
+    /// seconds, counted on the frames' own timestamps from the first frame (a device's start-up
+    /// does not use them up): a frame is kept when at least half of its interval fits, as a
+    /// movie's `maximumDuration` does, so 3 s at 30 fps is 90 frames. On a source that is not
+    /// live (a dump, an unpaced pattern) they are seconds of wall time from the start.
     public var durationSeconds: Double?
     /// Capacity of the ring from the capture thread to the stage thread.
     public var stageRingCapacity: Int = 8
@@ -511,7 +515,13 @@ public final class CaptureEngine: @unchecked Sendable {
     private func captureLoop() {
         let limit = options.frameLimit
         // (A duration beyond ~30 years, or not finite, is no deadline: UInt64 would trap.)
-        let deadline = options.durationSeconds.flatMap { $0.isFinite && $0 < 1e9 ? monotonicNanoseconds() &+ UInt64(max(0, $0) * 1e9) : nil }
+        let duration = options.durationSeconds.flatMap { $0.isFinite && $0 < 1e9 ? max(0, $0) : nil }
+        // A source that is not live: seconds of wall time from the start. A live one: the
+        // camera's time, from the first frame (see `EngineOptions.durationSeconds`), with a wall
+        // deadline a quarter second past it for a source that goes quiet.
+        let cameraTime = source.isLive
+        var deadline = duration.flatMap { cameraTime ? nil : monotonicNanoseconds() &+ UInt64($0 * 1e9) }
+        var firstTimestamp: UInt64? = nil, lastTimestamp: UInt64 = 0
         let stallNs = UInt64(options.stallTimeoutSeconds * 1e9)
         var lastFrameAt = monotonicNanoseconds()
         var lastSequence: UInt64? = nil
@@ -531,6 +541,21 @@ public final class CaptureEngine: @unchecked Sendable {
             switch event {
             case .frame(let f):
                 if f.receiveTime == 0 { f.receiveTime = monotonicNanoseconds() }
+                if cameraTime, let duration {
+                    let ts = f.timestamp.nanoseconds
+                    if let first = firstTimestamp {
+                        // Kept when at least half of its interval fits (a movie's own rule).
+                        let interval = ts > lastTimestamp ? ts - lastTimestamp : 0
+                        if ts >= first, Double(ts - first) / 1e9 >= duration - Double(interval) / 2e9 {
+                            f.release()
+                            break captureLoop
+                        }
+                    } else {
+                        firstTimestamp = ts
+                        deadline = f.receiveTime &+ UInt64((duration + 0.25) * 1e9)
+                    }
+                    lastTimestamp = ts
+                }
                 lastFrameAt = f.receiveTime
                 statistics.noteFrameArrival(f.receiveTime)
                 if let last = lastSequence, f.sequence > last &+ 1 {

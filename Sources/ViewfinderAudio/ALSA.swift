@@ -19,8 +19,25 @@ public enum ALSA {
         }
     }
 
-    static func openError(_ name: String, _ rc: Int32) -> AudioError {
+    /// Opens a PCM for capture; a failure is the typed error `openError` gives, with what ALSA's
+    /// configuration files said when they are why.
+    static func openCapture(_ name: String) throws(AudioError) -> OpaquePointer {
+        silenceErrors()
+        vf_alsa_clear_config_errors()
+        var handle: OpaquePointer?
+        let rc = snd_pcm_open(&handle, name, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
+        guard rc >= 0, let handle else { throw openError(name, rc, configuration: String(cString: vf_alsa_config_errors())) }
+        return handle
+    }
+
+    /// The error of a failed `snd_pcm_open`. `configuration`: ALSA's messages about its own
+    /// configuration files during the open — a file that does not parse makes every name fail
+    /// (EINVAL), which is not "does not exist".
+    static func openError(_ name: String, _ rc: Int32, configuration: String = "") -> AudioError {
         if rc == -vf_EBUSY { return .deviceBusy(name) }
+        if !configuration.isEmpty, rc == -vf_EINVAL {
+            return .deviceFailed(device: name, call: "snd_pcm_open", message: "ALSA's configuration could not be read: \(configuration)")
+        }
         if rc == -vf_ENOENT || rc == -vf_ENODEV || rc == -vf_EINVAL { return .deviceNotFound(name) }
         return .deviceFailed(device: name, call: "snd_pcm_open", message: String(cString: snd_strerror(rc)))
     }

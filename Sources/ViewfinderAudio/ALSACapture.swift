@@ -29,13 +29,7 @@ public final class ALSACaptureSource: AudioCaptureSource, @unchecked Sendable {
         info = ALSA.capabilities(of: handle, id: name, name: ALSA.describe(name))
     }
 
-    private static func open(_ name: String) throws -> OpaquePointer {
-        ALSA.silenceErrors()
-        var handle: OpaquePointer?
-        let rc = snd_pcm_open(&handle, name, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
-        guard rc >= 0, let handle else { throw ALSA.openError(name, rc) }
-        return handle
-    }
+    private static func open(_ name: String) throws -> OpaquePointer { try ALSA.openCapture(name) }
 
     deinit { close() }
 

@@ -55,10 +55,7 @@ public struct BenchRunner {
         // A source faster than its nominal rate (an unpaced one) fills the frames kept for the
         // duration asked: the run ends there and the report says so, rather than measuring the
         // first part of the run as if it were all of it.
-        recorder.whenFull { [weak session] in
-            guard let session else { return }
-            DispatchQueue.global().async { session.stopRunning() }
-        }
+        recorder.whenFull { [weak session] in session?.requestStop() }
         let before = ThreadCPU.sample()
         let startedAt = monotonicNanoseconds()
         try session.startRunning()

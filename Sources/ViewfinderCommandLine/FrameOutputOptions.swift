@@ -36,7 +36,7 @@ struct FrameOutputOptions: ParsableArguments {
         var outs = FrameOutputs()
         if let output {
             let pipe = FramePipeOutput(path: output, format: FramePipeOutput.Format(rawValue: outputFormat) ?? .y4m)
-            pipe.onClosed = { DispatchQueue.global().async { session.stopRunning() } }
+            pipe.onClosed = { [weak session] in session?.requestStop() }
             // Stdout carries the frames: a raw stream's layout goes to stderr.
             pipe.onRawLayout = { FileHandle.standardError.write(Data("viewfinder: \($0)\n".utf8)) }
             try session.addOutput(pipe)

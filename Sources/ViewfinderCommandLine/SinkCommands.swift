@@ -379,10 +379,7 @@ struct DumpCommand: ParsableCommand {
         let runtimeErrors = LockedBox<[any Error]>([])
         session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
         // A write that fails (a full disk) ends the run: nothing captured after it could be kept.
-        out.onFailure = { [weak session] _ in
-            guard let session else { return }
-            DispatchQueue.global().async { session.stopRunning() }
-        }
+        out.onFailure = { [weak session] _ in session?.requestStop() }
         let sig = onInterrupt { session.stopRunning() }
         defer { sig.cancel() }
         let t0 = monotonicNanoseconds()
@@ -395,7 +392,8 @@ struct DumpCommand: ParsableCommand {
         let ratio = out.bytesWritten > 0 ? Double(out.rawBytesWritten) / Double(out.bytesWritten) : 0
         let sound = out.audioPeriodsWritten > 0 ? ", \(out.audioPeriodsWritten) periods of sound" : ""
         let kept = out.framesStoredRawForBacklog > 0 ? ", \(out.framesStoredRawForBacklog) stored uncompressed to keep up" : ""
-        print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))\(kept)), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))")
+        // A file that could not be opened: the error alone (no "wrote …: 0 frames" before it).
+        if out.fileCreated { print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))\(kept)), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))") }
         if let e = out.error { throw e }
         session.deliverPendingEvents()
         if let e = runtimeErrors.withLock({ $0.first }) { throw e }

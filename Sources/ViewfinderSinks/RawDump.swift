@@ -631,7 +631,13 @@ public final class RawDumpReader {
             if type == RawDumpFormat.RecordType.index.rawValue {
                 // An index record ends the frames; whatever follows is the trailer or damage.
                 let end = offset + total
-                if end != fileSize && end + UInt64(RawDumpFormat.trailerSize) != fileSize { damage = DumpDamage(offset: end, ignoredBytes: fileSize - end, reason: "data after the index") }
+                let trailer = UInt64(RawDumpFormat.trailerSize)
+                if end < fileSize && fileSize < end + trailer {
+                    // Cut inside the trailer: every record is whole, only the trailer's tail is gone.
+                    damage = DumpDamage(offset: end, ignoredBytes: fileSize - end, reason: "the trailer cut short (\(fileSize - end) of its \(trailer) bytes; every record before it is whole)")
+                } else if end != fileSize && end + trailer != fileSize {
+                    damage = DumpDamage(offset: end, ignoredBytes: fileSize - end, reason: "data after the index")
+                }
                 return
             }
             if type == RawDumpFormat.RecordType.audio.rawValue && version >= 2 {

@@ -87,8 +87,9 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
     public var isFinished: Bool { state.withLock { $0.finished } }
     /// Called once, on the output's thread, when a write fails (a full disk, a read-only or
     /// vanished file system) and the dump can take no more frames: what was written stays readable.
-    /// The CLI stops the run there instead of capturing on to its end for nothing — from another
-    /// thread: stopping the session waits for this output's thread, so the handler must not.
+    /// The CLI stops the run there instead of capturing on to its end for nothing, with
+    /// `CaptureSession.requestStop()`: `stopRunning()` waits for this output's thread, so the
+    /// handler must not call it.
     public var onFailure: (@Sendable (any Error) -> Void)? {
         get { failureHandler.withLock { $0 } }
         set { failureHandler.withLock { $0 = newValue } }
@@ -130,6 +131,9 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
 
     /// Whether this output created its file (under `writeLock`): later runs append to it.
     private var created = false
+    /// Whether this output has created its file (false when the file could not be opened: then
+    /// the session's runtime error says why, and nothing was written).
+    public var fileCreated: Bool { writeLock.withLock { created } }
 
     /// The stream's frame interval (under `writeLock`).
     private var intervalNanoseconds: UInt64 = 0

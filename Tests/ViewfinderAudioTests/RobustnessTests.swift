@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Viewfinder
+import ViewfinderAudio
 
 /// The two engine bugs the VM tier found: the clock estimator misled by overruns under emulation,
 /// and a real card taken for a file PCM because it delivered a burst at start.
@@ -256,5 +257,52 @@ import Testing
         let bound = UInt64(lead * rate) + 480
         #expect(a.dropped <= bound && a.repeated <= bound && a.silenceInserted == 0, "dropped \(a.dropped), repeated \(a.repeated), silence \(a.silenceInserted)")
         #expect(worstLate <= 192, "the last 0.25 s up to \(worstLate) samples from its place")
+    }
+}
+
+/// Environment variable that turns the helper test below into the child of
+/// `aConfigurationThatDoesNotParseIsSaidSo`: a file of ALSA configuration that does not parse.
+private let brokenConfigEnv = "VF_ALSA_BROKEN_CONFIG_CHILD"
+
+/// A syntax error in ALSA's configuration (a broken `~/.asoundrc`) makes every name fail to open
+/// with EINVAL; the sweep of 29 Nov got "sound device 'default' does not exist" for it. The open
+/// now says what ALSA's configuration files said. Run in a child process: ALSA's configuration is
+/// process-wide, and the other sound tests use a working one.
+@Suite struct ALSAConfigurationErrorTests {
+    /// Not a test of its own: the child of the test below (re-runs this binary with the variable
+    /// set to a result file). Opens three names under a configuration that does not parse.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[brokenConfigEnv] != nil))
+    func brokenConfigurationChild() throws {
+        let out = ProcessInfo.processInfo.environment[brokenConfigEnv]!
+        let conf = out + ".conf"
+        try "pcm.bad { type plug slave { pcm \"null\"\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        setenv("ALSA_CONFIG_PATH", "/usr/share/alsa/alsa.conf:" + conf, 1)
+        var lines: [String] = []
+        for name in ["default", "null", "bad"] {
+            do { _ = try ALSACaptureSource(name: name); lines.append("\(name): opened") } catch { lines.append("\(error)") }
+        }
+        try lines.joined(separator: "\n").write(toFile: out, atomically: true, encoding: .utf8)
+    }
+
+    @Test func aConfigurationThatDoesNotParseIsSaidSo() throws {
+        let out = NSTemporaryDirectory() + "vf-alsa-broken-\(getpid())"
+        defer { try? FileManager.default.removeItem(atPath: out); try? FileManager.default.removeItem(atPath: out + ".conf") }
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        child.arguments = ["--testing-library", "swift-testing", "--filter", "brokenConfigurationChild"]
+        child.environment = ProcessInfo.processInfo.environment.merging([brokenConfigEnv: out]) { $1 }
+        child.standardOutput = FileHandle.nullDevice
+        child.standardError = FileHandle.nullDevice
+        try child.run()
+        child.waitUntilExit()
+        let lines = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(lines.count == 3)
+        for line in lines {
+            #expect(line.contains("ALSA's configuration could not be read"), "\(line)")
+            #expect(line.contains("Unexpected char"), "\(line)")
+            #expect(!line.contains("does not exist"), "\(line)")
+        }
+        // With the machine's own configuration a name that is not there is still "does not exist".
+        #expect(throws: AudioError.deviceNotFound("vf-no-such-pcm")) { _ = try ALSACaptureSource(name: "vf-no-such-pcm") }
     }
 }

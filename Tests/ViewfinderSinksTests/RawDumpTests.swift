@@ -109,6 +109,10 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             let indexStart = Int(complete.last!.offset) + 72 + Int(complete.last!.storedLength) + metadataLength(data, complete.last!)
             let clean = Set(complete.map { Int($0.offset) } + [indexStart, data.count - 16])
             #expect((reader.damage == nil) == clean.contains(cut), "cut at \(cut): \(String(describing: reader.damage))")
+            // Cut inside the trailer: said so, not "data after the index" (29 Nov sweep).
+            if cut > data.count - 16 {
+                #expect(reader.damage?.reason.hasPrefix("the trailer cut short") == true, "cut at \(cut): \(String(describing: reader.damage))")
+            }
             for i in 0..<reader.frameCount {
                 try reader.read(i, into: frame)
                 #expect(Array(frame.bytes) == written[i].bytes, "cut \(cut), frame \(i)")

@@ -101,6 +101,25 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         #expect(s.elapsedSeconds < 1.5)
     }
 
+    /// `--duration` on a live source is the camera's time from its first frame: a device's
+    /// start-up does not use it up, and 0.5 s at 30 fps is 15 frames (the 29 Nov sweep got 91
+    /// frames from `dump --duration 3`: wall time from the start, a frame at each end).
+    @Test func aLiveSourcesDurationIsTheCamerasTimeFromItsFirstFrame() throws {
+        for fps in [30.0, 25.0] {
+            let src = try source("pattern:width=64,height=32,fps=\(Int(fps)),paced=true,buffers=8")
+            let c = CollectingConsumer()
+            let e = try run(src, consumers: [c], options: EngineOptions(durationSeconds: 0.5))
+            let s = e.statistics
+            #expect(s.captured == UInt64(fps / 2), "fps \(fps): \(s.captured) frames in 0.5 s")
+            #expect(s.captured == s.delivered + s.drops.total)
+            #expect(UInt64(c.sequences.count) == s.delivered)
+        }
+        // Not live: seconds of wall time, as many frames as fit.
+        let unpaced = try source("pattern:width=64,height=32,fps=30,paced=false")
+        let e = try run(unpaced, consumers: [CollectingConsumer()], options: EngineOptions(durationSeconds: 0.3))
+        #expect(e.statistics.captured > 30, "an unpaced pattern ran \(e.statistics.captured) frames in 0.3 s")
+    }
+
     @Test func stageDropsAreCountedWithTheirReason() throws {
         let src = try source("pattern:width=64,height=32,frames=100")
         let c = CollectingConsumer()

@@ -339,6 +339,13 @@ public final class CaptureSession: @unchecked Sendable {
         hub.drain()
     }
 
+    /// Asks the running capture to end, from any thread — an output's, a stage's or a delegate's
+    /// own, where ``stopRunning()`` (which waits for them) cannot be called — and returns at once:
+    /// the camera stops, what was captured still reaches the outputs, and
+    /// ``waitUntilFinished()`` returns. The program then calls ``stopRunning()`` from its own
+    /// thread, which finishes the files. Nothing happens when the session is not running.
+    public func requestStop() { lock.withLock { engine }?.stop() }
+
     /// Waits until the engine finishes by itself (frame or duration limit, end of a file, error),
     /// or the session is stopped. A change of configuration while running (stages switched on or
     /// off, a new preset) restarts the engine: that is not the end, and the wait goes on with the
