@@ -91,31 +91,9 @@ struct BenchCommand: ParsableCommand {
         }
     }
 
-    /// Whether `path` can take the report: not a folder, in a folder that exists and may be
-    /// written.
+    /// Whether `path` can take the report (`AtomicFile`'s rule, where it will be written).
     static func checkWritable(_ path: String) throws {
-        var isFolder: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
-            throw BenchError.cannotWrite(path: path, reason: "it is a folder; give a file name such as report.html")
-        }
-        // Where AtomicFile will write: a link's target; a fifo or a device (`/dev/stdout`) is
-        // written into, so its own permission counts, not its folder's.
-        let target = AtomicFile.resolvingLink(path)
-        var st = stat()
-        if stat(target, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
-            guard access(target, W_OK) == 0 else {
-                throw BenchError.cannotWrite(path: path, reason: String(cString: strerror(errno)))
-            }
-            return
-        }
-        let dir = (target as NSString).deletingLastPathComponent
-        let folder = dir.isEmpty ? "." : dir
-        guard FileManager.default.fileExists(atPath: folder, isDirectory: &isFolder), isFolder.boolValue else {
-            throw BenchError.cannotWrite(path: path, reason: "the folder '\(folder)' does not exist")
-        }
-        guard access(folder, W_OK) == 0 else {
-            throw BenchError.cannotWrite(path: path, reason: "the folder '\(folder)' cannot be written: \(String(cString: strerror(errno)))")
-        }
+        do { try AtomicFile.checkWritable(path) } catch { throw BenchError.cannotWrite(path: path, reason: "\(error)") }
     }
 
     static func summary(_ r: BenchReport) -> String {

@@ -186,10 +186,16 @@ struct SnapCommand: ParsableCommand {
             if settings.shotCount == 1 { return isRaw ? base + ".vfraw" : output }
             return "\(base)-\(n).\(isRaw ? "vfraw" : ext)"
         }
-        // Refuse before capturing anything.
+        // Refuse before capturing anything: a folder (not "exists; add --force"), a folder that
+        // is missing or cannot be written, an existing file without --force.
         for n in 1...settings.shotCount {
-            if raw || rawCompanion { try refuseExisting(path(index: n, raw: true), force: force) }
-            if !raw { try refuseExisting(path(index: n, raw: false), force: force) }
+            var files: [String] = []
+            if raw || rawCompanion { files.append(path(index: n, raw: true)) }
+            if !raw { files.append(path(index: n, raw: false)) }
+            for f in files {
+                do { try AtomicFile.checkWritable(f) } catch { throw RuntimeFailure(message: "\(error)") }
+                try refuseExisting(f, force: force)
+            }
         }
 
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)

@@ -231,6 +231,36 @@ public enum AtomicFile {
         syncDirectory(of: path)
     }
 
+    /// Checks, before anything is captured, that ``write(_:to:overwrite:)`` can write `path`,
+    /// changing nothing: where it will land (a link's target) must be a regular file or a new name
+    /// in a folder that exists and takes new files (the temporary file and the rename need the
+    /// folder, not the old file's permission), or a fifo or character device this process may
+    /// write. A folder or a block device is refused.
+    /// - Throws: ``SinkError/invalidArgument(name:reason:)`` for a folder or a block device,
+    ///   ``SinkError/io(path:operation:errno:message:)`` otherwise, naming `path`.
+    public static func checkWritable(_ path: String) throws {
+        func refuse(_ e: Int32, _ what: String = "open") -> SinkError { .fromErrno(path: path, operation: what, errno: e) }
+        let target = resolvingLink(path)
+        var st = stat()
+        if stat(target, &st) == 0 {
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is a folder; give a file name in it")
+            case S_IFBLK: throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is a block device")
+            case S_IFREG: break
+            default:
+                // Written into: its own permission counts.
+                guard access(target, W_OK) == 0 else { throw refuse(errno) }
+                return
+            }
+        }
+        let dir = (target as NSString).deletingLastPathComponent
+        let folder = dir.isEmpty ? "." : dir
+        var fst = stat()
+        guard stat(folder, &fst) == 0 else { throw refuse(errno) }
+        guard fst.st_mode & S_IFMT == S_IFDIR else { throw refuse(ENOTDIR) }
+        guard access(folder, W_OK | X_OK) == 0 else { throw refuse(errno, "create a file in '\(folder)'") }
+    }
+
     /// The file a symbolic link at `path` points to, link after link, by the kernel's own rules
     /// (`StreamFile.resolvingLink(_:)`, where it is documented), else `path`.
     public static func resolvingLink(_ path: String) -> String { StreamFile.resolvingLink(path) }

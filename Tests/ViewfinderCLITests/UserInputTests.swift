@@ -428,6 +428,35 @@ extension UserInputTests {
         #expect(try RawDumpReader(path: disk + "/f.vfdump").frameCount > 0)
     }
 
+    /// A still's or a report's file is checked by `AtomicFile`'s own rule before anything is
+    /// captured (1 Dec: `snap -o /tmp` said "'/tmp' exists; add --force", and a missing folder was
+    /// found only after the capture).
+    @Test func stillsAndReportsAreCheckedWhereTheyWillBeWrittenBeforeCapturing() throws {
+        let s = Scratch()
+        #expect(throws: SinkError.self) { try AtomicFile.checkWritable(s.dir) }
+        #expect(throws: SinkError.self) { try AtomicFile.checkWritable(s.path("missing/a.jpg")) }
+        var bst = stat()
+        if stat("/dev/loop0", &bst) == 0, bst.st_mode & S_IFMT == S_IFBLK {
+            #expect(throws: SinkError.self) { try AtomicFile.checkWritable("/dev/loop0") }   // a block device: refused
+        }
+        #expect(throws: Never.self) { try AtomicFile.checkWritable(s.path("new.jpg")) }
+        #expect(throws: Never.self) { try AtomicFile.checkWritable("/dev/null") }
+        #expect(!FileManager.default.fileExists(atPath: s.path("new.jpg")), "the check created the file")
+        // A link into a missing folder: where the write would land, refused.
+        #expect(symlink(s.path("missing/b.jpg"), s.path("dangling.jpg")) == 0)
+        #expect(throws: SinkError.self) { try AtomicFile.checkWritable(s.path("dangling.jpg")) }
+        do {
+            try AtomicFile.checkWritable(s.dir)
+        } catch {
+            #expect("\(error)".contains("is a folder"), "\(error)")
+        }
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", s.dir]) == 1)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", s.dir, "--force"]) == 1)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", s.path("missing/a.jpg")]) == 1)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--burst", "2", "--output", s.path("missing/a.jpg")]) == 1)
+        #expect(CLIExit.run(["bench", "--device", "sim:width=160,height=120", "--duration", "0.5", "--controls", "none", "--report", s.dir]) == 1)
+    }
+
     @Test func snapEmbedsAnExifThumbnailWhenAsked() throws {
         let s = Scratch()
         let plain = s.path("plain.jpg"), thumbed = s.path("thumb.jpg")
