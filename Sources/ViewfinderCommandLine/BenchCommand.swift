@@ -18,10 +18,7 @@ struct BenchCommand: ParsableCommand {
     @Option(help: "Device: sim[:options], /dev/videoN, dump:FILE, pattern[:options].") var device: String = "sim"
     @Option(help: "Stages of the measured pipeline, e.g. exposure:mode=continuous,focus.") var stages: String?
     @Option(parsing: .unconditional, help: "Seconds of the pipeline run.") var duration: Double = 5
-    @Option(help: "Pixel format to request (yuyv, nv12, mjpeg, …).") var format: String?
-    @Option(parsing: .unconditional, help: "Width to request, pixels.") var width: Int?
-    @Option(parsing: .unconditional, help: "Height to request, pixels.") var height: Int?
-    @Option(parsing: .unconditional, help: "Frame rate to request, frames per second.") var fps: Double?
+    @OptionGroup var stream: StreamRequestOptions
     @Option(help: "Controls to step for the control latency: \(SteppedControl.allCases.map(\.rawValue).joined(separator: ", ")), or none.")
     var controls: String = "exposure,gain,focus"
     @Option(help: "Steps per control (alternately away from the current value and back).") var steps: Int = 3
@@ -37,13 +34,9 @@ struct BenchCommand: ParsableCommand {
         // The bench keeps every frame's record in memory: an hour per run is its limit.
         try checkDuration(duration, limit: 3600)
         try checkDuration(sweepSeconds, option: "--sweep-seconds", limit: 600)
-        try checkStreamRequest(width: width, height: height, fps: fps)
         if !(1...30).contains(steps) { throw ValidationError("--steps must be 1...30, got \(steps)") }
         if !(1...60).contains(maxControlLatency) { throw ValidationError("--max-control-latency must be 1...60 frames, got \(maxControlLatency)") }
         _ = try steppedControls()
-        if let f = format, PixelFormat(name: f) == nil {
-            throw ValidationError("unknown pixel format '\(f)' (known: \(PixelFormat.allCases.map(\.rawValue).joined(separator: ", ")))")
-        }
         if failOnRegression && baseline == nil { throw ValidationError("--fail-on-regression needs --baseline") }
     }
 
@@ -66,8 +59,8 @@ struct BenchCommand: ParsableCommand {
         cfg.stages = stages ?? ""
         cfg.registry = ViewfinderCommandLine.stages
         cfg.durationSeconds = duration
-        cfg.pixelFormat = format.flatMap { PixelFormat(name: $0) }
-        cfg.width = width; cfg.height = height; cfg.fps = fps
+        cfg.pixelFormat = try stream.pixelFormat
+        cfg.width = stream.width; cfg.height = stream.height; cfg.fps = stream.fps
         cfg.controls = try steppedControls()
         cfg.stepsPerControl = steps
         cfg.maxControlLatencyFrames = maxControlLatency

@@ -3,12 +3,9 @@ import Dispatch
 import Foundation
 import ViewfinderKit
 
-/// Options shared by the commands that open a device.
-struct DeviceOptions: ParsableArguments {
-    @Option(name: .long, help: "Device: sim[:options], /dev/videoN, dump:FILE, pattern[:options]. Default: the pipeline file's device, else sim.")
-    var device: String?
-    @Option(help: "Session preset: \(SessionPreset.allCases.map(\.rawValue).joined(separator: ", ")). Default: inputPriority (the device's own format).")
-    var preset: String?
+/// The stream a command asks a device for (`run`, `record`, `dump`, `snap`, `preview` through
+/// ``DeviceOptions``; `bench` on its own), held to the same limits everywhere.
+struct StreamRequestOptions: ParsableArguments {
     @Option(help: "Pixel format to request (yuyv, nv12, mjpeg, …).") var format: String?
     @Option(parsing: .unconditional, help: "Width to request, pixels.") var width: Int?
     @Option(parsing: .unconditional, help: "Height to request, pixels.") var height: Int?
@@ -17,7 +14,29 @@ struct DeviceOptions: ParsableArguments {
     func validate() throws {
         // (`--width -5` is read as the value -5 and refused here, not as a missing value.)
         try checkStreamRequest(width: width, height: height, fps: fps)
+        _ = try pixelFormat
     }
+
+    /// Whether any part of the stream was asked for.
+    var isEmpty: Bool { format == nil && width == nil && height == nil && fps == nil }
+
+    /// `--format` as a pixel format (nil when not given); an unknown name is a usage error.
+    var pixelFormat: PixelFormat? {
+        get throws {
+            guard let f = format else { return nil }
+            guard let p = PixelFormat(name: f) else { throw ValidationError("unknown pixel format '\(f)' (known: \(PixelFormat.allCases.map(\.rawValue).joined(separator: ", ")))") }
+            return p
+        }
+    }
+}
+
+/// Options shared by the commands that open a device.
+struct DeviceOptions: ParsableArguments {
+    @Option(name: .long, help: "Device: sim[:options], /dev/videoN, dump:FILE, pattern[:options]. Default: the pipeline file's device, else sim.")
+    var device: String?
+    @Option(help: "Session preset: \(SessionPreset.allCases.map(\.rawValue).joined(separator: ", ")). Default: inputPriority (the device's own format).")
+    var preset: String?
+    @OptionGroup var stream: StreamRequestOptions
 
     /// Opens the device and makes a session with it as the input.
     func makeSession(defaultDevice: String?, registry: StageRegistry) throws -> (CaptureSession, CaptureDevice) {
@@ -33,14 +52,11 @@ struct DeviceOptions: ParsableArguments {
             }
             presetValue = v
         } else { presetValue = .inputPriority }
-        if format != nil || width != nil || height != nil || fps != nil {
+        if !stream.isEmpty {
             let active = dev.source.activeConfiguration
-            var pf = active?.format.pixelFormat ?? .yuyv
-            if let f = format {
-                guard let p = PixelFormat(name: f) else { throw ValidationError("unknown pixel format '\(f)' (known: \(PixelFormat.allCases.map(\.rawValue).joined(separator: ", ")))") }
-                pf = p
-            }
-            let req = StreamRequest(pixelFormat: pf, width: width ?? active?.format.width ?? 1280, height: height ?? active?.format.height ?? 720, fps: fps ?? active?.interval.fps)
+            let pf = try stream.pixelFormat ?? active?.format.pixelFormat ?? .yuyv
+            let req = StreamRequest(pixelFormat: pf, width: stream.width ?? active?.format.width ?? 1280, height: stream.height ?? active?.format.height ?? 720,
+                                    fps: stream.fps ?? active?.interval.fps)
             try dev.configure { s in
                 s.activeFormat = req
                 s.exposureMode = .locked
