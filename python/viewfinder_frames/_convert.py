@@ -8,10 +8,29 @@ except Exception:  # pragma: no cover - not installed, or broken (an ABI mismatc
     cv2 = None
 
 
+# V4L2's Bayer orders (the first two rows' first two pixels) and OpenCV's names for them (OpenCV
+# names a pattern by the second row's second and third pixels: RGGB is its "BG").
+_BAYER_OPENCV = {"srggb8": "COLOR_BayerBG2BGR", "sbggr8": "COLOR_BayerRG2BGR",
+                 "sgbrg8": "COLOR_BayerGR2BGR", "sgrbg8": "COLOR_BayerGB2BGR"}
+# Where R, G (two) and B sit in each 2 x 2 cell: (row, column).
+_BAYER_CELLS = {"srggb8": ((0, 0), (0, 1), (1, 0), (1, 1)), "sbggr8": ((1, 1), (0, 1), (1, 0), (0, 0)),
+                "sgbrg8": ((1, 0), (0, 0), (1, 1), (0, 1)), "sgrbg8": ((0, 1), (0, 0), (1, 1), (1, 0))}
+
+
 def to_bgr(frame, use_opencv=True):
+    """A BGR (h, w, 3) uint8 image of any frame. The engine's YUV is full-range BT.601 (JFIF, as
+    its JPEGs): every YUV layout is converted with those coefficients, so a picture has the same
+    colours whatever format carried it (OpenCV's own YUYV/NV12/I420 conversions assume limited
+    range, and are not used)."""
     f = frame.format
     if f == "rgb24":
         return np.ascontiguousarray(frame.array[:, :, ::-1])
+    if f == "bgr24":
+        return np.ascontiguousarray(frame.array)
+    if f == "bgra":
+        return np.ascontiguousarray(frame.array[:, :, :3])
+    if f in _BAYER_CELLS:
+        return _bayer(frame, use_opencv and cv2 is not None)
     if cv2 is not None and use_opencv:
         return _opencv(frame)
     if f == "mjpeg":
@@ -23,10 +42,6 @@ def to_bgr(frame, use_opencv=True):
 
 def _opencv(frame):
     f = frame.format
-    if f == "yuyv":
-        return cv2.cvtColor(frame.array, cv2.COLOR_YUV2BGR_YUYV)
-    if f == "uyvy":
-        return cv2.cvtColor(frame.array, cv2.COLOR_YUV2BGR_UYVY)
     if f == "grey":
         return cv2.cvtColor(frame.y, cv2.COLOR_GRAY2BGR)
     if f == "mjpeg":
@@ -34,14 +49,34 @@ def _opencv(frame):
         if image is None:
             raise ValueError("frame %d does not decode as JPEG" % frame.index)
         return image
-    w, h = frame.width, frame.height
-    tight = w % 2 == 0 and h % 2 == 0 and frame.planes[0].strides[0] == w
-    if f in ("nv12", "i420") and tight:
-        # OpenCV wants the planes stacked as one (3h/2, w) picture: exactly the frame's bytes.
-        stacked = frame.data[: w * h * 3 // 2].reshape(h * 3 // 2, w)
-        return cv2.cvtColor(stacked, cv2.COLOR_YUV2BGR_NV12 if f == "nv12" else cv2.COLOR_YUV2BGR_I420)
-    y, u, v = _full_resolution(frame)
-    return cv2.cvtColor(np.dstack([y, v, u]), cv2.COLOR_YCrCb2BGR)
+    y = frame.y
+    h, w = y.shape
+    # Chroma repeated to the luma's size (as the NumPy path), then full-range YCrCb -> BGR.
+    u = cv2.resize(np.ascontiguousarray(frame.u), (w, h), interpolation=cv2.INTER_NEAREST)
+    v = cv2.resize(np.ascontiguousarray(frame.v), (w, h), interpolation=cv2.INTER_NEAREST)
+    return cv2.cvtColor(cv2.merge([np.ascontiguousarray(y), v, u]), cv2.COLOR_YCrCb2BGR)
+
+
+def _bayer(frame, opencv):
+    """A Bayer mosaic (one byte a pixel) to BGR: OpenCV's bilinear demosaic, else each 2 x 2
+    cell's R, mean G and B repeated over the cell."""
+    mosaic = np.ascontiguousarray(frame.array)
+    if opencv:
+        return cv2.cvtColor(mosaic, getattr(cv2, _BAYER_OPENCV[frame.format]))
+    h, w = mosaic.shape
+    (ry, rx), (g1y, g1x), (g2y, g2x), (by, bx) = _BAYER_CELLS[frame.format]
+    m = mosaic[: h - h % 2, : w - w % 2].astype(np.uint16)
+    r, b = m[ry::2, rx::2], m[by::2, bx::2]
+    g = (m[g1y::2, g1x::2] + m[g2y::2, g2x::2] + 1) // 2
+    cells = np.dstack([b, g, r]).astype(np.uint8)
+    full = np.repeat(np.repeat(cells, 2, axis=0), 2, axis=1)
+    out = np.zeros((h, w, 3), np.uint8)
+    out[: full.shape[0], : full.shape[1]] = full
+    if h % 2:
+        out[-1] = out[-2]
+    if w % 2:
+        out[:, -1] = out[:, -2]
+    return out
 
 
 def _full_resolution(frame):

@@ -97,11 +97,11 @@ class Frame:
     @property
     def planes(self):
         """The planes as 2-D uint8 arrays: [Y, U, V] (I420, YUV422P), [Y, UV] (NV12, UV
-        interleaved, shape (h/2, w, )), one packed plane (YUYV/UYVY: (h, 2w); RGB24: (h, 3w);
-        GREY). MJPEG has none: use ``data``."""
+        interleaved, shape (h/2, w, )), one packed plane (YUYV/UYVY: (h, 2w); RGB24/BGR24:
+        (h, 3w); BGRA: (h, 4w); GREY and the Bayer mosaics: (h, w)). MJPEG has none: use ``data``."""
         if self.format == "mjpeg":
             return []
-        per = {"yuyv": [2], "uyvy": [2], "rgb24": [3], "nv12": [1, 2]}.get(self.format, [1, 1, 1])
+        per = _SAMPLES_PER_PIXEL.get(self.format, [1, 1, 1])
         return [self._plane(i, per[min(i, len(per) - 1)]) for i in range(len(self._reader._planes))]
 
     def _first_plane(self):
@@ -112,18 +112,21 @@ class Frame:
 
     @property
     def array(self):
-        """The picture in its natural shape: (h, w, 2) for YUYV/UYVY, (h, w, 3) for RGB24,
-        (h, w) for GREY and the luma of planar formats. (MJPEG: ValueError; use to_bgr().)"""
+        """The picture in its natural shape: (h, w, 2) for YUYV/UYVY, (h, w, 3) for RGB24 and
+        BGR24, (h, w, 4) for BGRA, (h, w) for GREY, the Bayer mosaics and the luma of planar
+        formats. (MJPEG: ValueError; use to_bgr().)"""
         p = self._first_plane()
-        if self.format in ("yuyv", "uyvy"):
-            return p.reshape(self.height, self.width, 2)
-        if self.format == "rgb24":
-            return p.reshape(self.height, self.width, 3)
+        per = _SAMPLES_PER_PIXEL.get(self.format, [1])[0]
+        if per > 1:
+            return p.reshape(p.shape[0], p.shape[1] // per, per)
         return p
 
     @property
     def y(self):
-        """Luma, (h, w); a strided view for packed 4:2:2. (MJPEG: ValueError; use to_bgr().)"""
+        """Luma, (h, w); a strided view for packed 4:2:2. (MJPEG: ValueError; use to_bgr().
+        RGB, BGR, BGRA and Bayer frames carry no luma: ValueError; use array or to_bgr().)"""
+        if self.format in _NO_LUMA:
+            raise ValueError("%s frames carry no luma plane: use array (the camera's samples) or to_bgr()" % self.format)
         a = self._first_plane()
         if self.format == "yuyv":
             return a[:, 0::2]
@@ -149,7 +152,7 @@ class Frame:
             return self.planes[1][:, k::2]
         if f in ("i420", "yuv422p"):
             return self.planes[1 + k]
-        raise ValueError("%s frames have no chroma planes" % f)
+        raise ValueError("%s frames have no chroma planes: use array (the camera's samples) or to_bgr()" % f)
 
     def to_bgr(self):
         """A BGR (h, w, 3) uint8 image: OpenCV when it is installed, else NumPy (BT.601)."""
@@ -196,6 +199,10 @@ class Frame:
         return "<Frame %d seq=%d %s %dx%d t=%.6f>" % (self.index, self.sequence, self.format,
                                                        self.width, self.height, self.timestamp)
 
+
+# Bytes per pixel of each plane's samples (formats not listed: one per pixel in every plane).
+_SAMPLES_PER_PIXEL = {"yuyv": [2], "uyvy": [2], "rgb24": [3], "bgr24": [3], "bgra": [4], "nv12": [1, 2]}
+_NO_LUMA = ("rgb24", "bgr24", "bgra", "sbggr8", "sgbrg8", "sgrbg8", "srggb8")
 
 _COPIED = ("index", "sequence", "timestamp_ns", "clock", "dropped_before", "receive_ns", "publish_ns",
            "output_ns", "bytes_used", "pixels_modified", "format", "width", "height", "_reader",
