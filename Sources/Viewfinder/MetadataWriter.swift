@@ -64,7 +64,7 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
         guard let f = fdopen(fd, "w") else {
             let e = errno
             close(fd)
-            throw DeviceError.io(device: path, operation: "open for writing", errno: e, message: String(cString: strerror(e)))
+            throw StreamFileError.cannotOpen(path: path, errno: e, message: String(cString: strerror(e)))
         }
         file = f
     }

@@ -14,8 +14,8 @@ import Glibc
 public enum StreamFile {
     /// Opens `path` for writing by the rule above. Returns a blocking, close-on-exec descriptor
     /// the caller closes.
-    /// - Throws: ``DeviceError/io(device:operation:errno:message:)`` naming `path`; a fifo with
-    ///   no reader (ENXIO) is said as such.
+    /// - Throws: ``StreamFileError/cannotOpen(path:errno:message:)``; a fifo with no reader
+    ///   (ENXIO) is said as such.
     public static func openForWriting(_ path: String) throws -> Int32 {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw openError(path, errno) }
@@ -89,8 +89,19 @@ public enum StreamFile {
         return dir.isEmpty ? "." : dir
     }
 
-    static func openError(_ path: String, _ e: Int32) -> DeviceError {
+    static func openError(_ path: String, _ e: Int32) -> StreamFileError {
         let message = e == ENXIO ? "a fifo with no reader (start the reader first)" : String(cString: strerror(e))
-        return DeviceError.io(device: path, operation: "open for writing", errno: e, message: message)
+        return .cannotOpen(path: path, errno: e, message: message)
+    }
+}
+
+/// Why a stream file (``StreamFile``) cannot be opened: names the file, not a device.
+public enum StreamFileError: Error, Equatable, CustomStringConvertible {
+    case cannotOpen(path: String, errno: Int32, message: String)
+
+    public var description: String {
+        switch self {
+        case .cannotOpen(let p, let e, let m): return "cannot open '\(p)' for writing: \(m) (errno \(e))"
+        }
     }
 }

@@ -66,7 +66,9 @@ public struct Y4MHeader: Sendable, Equatable {
         case .yuv422p, .yuyv, .uyvy: colorspace = "422"
         default: colorspace = "420jpeg"
         }
-        extras = []
+        // The engine's YUV is full range (JFIF's BT.601, as its JPEGs): said, so that ffmpeg and
+        // OpenCV do not take 0...255 samples for 16...235 ones.
+        extras = ["XCOLORRANGE=FULL"]
     }
 
     /// The engine's pixel format for the colour space.
@@ -119,6 +121,7 @@ public struct Y4MHeader: Sendable, Equatable {
         }
         var h = Y4MHeader(width: 0, height: 0)
         h.colorspace = "420jpeg"
+        h.extras = []
         var w: Int?, ht: Int?
         var pos = magic.count
         while pos < line.count {
@@ -459,6 +462,10 @@ public final class Y4MWriter {
         try flush()
     }
 
+    /// For a descriptor in non-blocking mode (a pipe its owner waits on): called when a write
+    /// finds no room, to wait for some (or throw to give up). Without it such a write is an error.
+    public var whenBlocked: (() throws -> Void)?
+
     /// Writes out what is buffered.
     public func flush() throws {
         var done = 0
@@ -466,6 +473,10 @@ public final class Y4MWriter {
             let n = Glibc.write(fd, out + done, outCount - done)
             if n < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK, let wait = whenBlocked {
+                    do { try wait() } catch { outCount = 0; throw error }
+                    continue
+                }
                 let e = errno
                 outCount = 0
                 throw Y4MError.io(path: path, operation: "write", errno: e, message: String(cString: strerror(e)))

@@ -130,11 +130,23 @@ struct RunCommand: ParsableCommand {
         try audioOptions.attach(to: session, camera: dev)
         try session.commitConfiguration()
 
+        // A runtime error ends the run (the command exits 1 with it anyway): an output that could
+        // not start — a ring /dev/shm has no room for, a fifo with no reader — used to leave the
+        // camera capturing into it, every frame dropped, until Ctrl-C.
         let errors = LockedBox<[any Error]>([])
-        session.onEvent { e in if let error = e.error { errors.withLock { $0.append(error) } } }
+        session.onEvent { [weak session] e in
+            guard let error = e.error else { return }
+            errors.withLock { $0.append(error) }
+            session?.requestStop()
+        }
 
-        // Ctrl-C or SIGTERM stops capture; what was captured still flows out.
-        let interrupt = onInterrupt { session.stopRunning() }
+        // Ctrl-C or SIGTERM stops capture; what was captured still flows out — to a pipe's reader
+        // too, unless it stopped reading (then the output gives up after a second).
+        let pipe = frameOutputs.pipe
+        let interrupt = onInterrupt {
+            pipe?.stopWaitingForTheReader(after: 1)
+            session.stopRunning()
+        }
         defer { interrupt.cancel() }
 
         try session.startRunning()

@@ -141,7 +141,7 @@ struct RuntimeFailure: Error, CustomStringConvertible { let message: String; var
 extension RuntimeFailure {
     /// "cannot create the metadata file 'm.jsonl': a fifo with no reader …" from `StreamFile`'s error.
     static func cannotCreate(_ what: String, _ path: String, _ error: any Error) -> RuntimeFailure {
-        if case DeviceError.io(_, _, _, let message) = error { return RuntimeFailure(message: "cannot create the \(what) '\(path)': \(message)") }
+        if case StreamFileError.cannotOpen(_, _, let message) = error { return RuntimeFailure(message: "cannot create the \(what) '\(path)': \(message)") }
         return RuntimeFailure(message: "cannot create the \(what) '\(path)': \(error)")
     }
 }

@@ -50,12 +50,27 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     private var pendingOpen: StreamConfiguration?
     private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var error: (any Error)? }
     private let state = LockedBox(Counts())
+    /// The descriptor's flags before this output made it non-blocking (a pipe or fifo), restored
+    /// at the end: a shell's pipe or terminal is shared with other processes.
+    private var restoreFlags: Int32?
+    /// When set (monotonic ns): a write that cannot go on (the reader is not reading) gives up at
+    /// this time instead of waiting on.
+    private let giveUpAt = LockedBox<UInt64?>(nil)
 
     public init(path: String, format: Format = .y4m, name: String = "pipe", logger: Logger = Logger(label: "viewfinder.pipe")) {
         self.path = path
         self.format = format
         self.consumerName = name
         self.logger = logger
+    }
+
+    /// From now on, a write to a reader that is not reading waits at most `seconds` more and the
+    /// output then gives up (the frames left are counted as after the close, the reader as
+    /// gone). The CLI calls this when Ctrl-C or SIGTERM ends a run: a reader that holds the pipe
+    /// open without reading must not keep the process alive. A reader that reads is unaffected.
+    public func stopWaitingForTheReader(after seconds: Double) {
+        let deadline = monotonicNanoseconds() &+ UInt64(max(0, seconds) * 1e9)
+        giveUpAt.withLock { $0 = min($0 ?? .max, deadline) }
     }
 
     public var framesWritten: UInt64 { state.withLock { $0.written } }
@@ -106,9 +121,16 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     }
 
     private func open(_ configuration: StreamConfiguration) throws {
-        if path == "-" { fd = 1 } else {
-            fd = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw SinkError.fromErrno(path: path, operation: "open for writing") }
+        // By `StreamFile`'s rule: in place, a fifo written into, and a fifo with no reader an
+        // error at once — not this thread blocked in open() for ever (1 Dec: `--output FIFO`
+        // with no reader ran for ten minutes and Ctrl-C could not stop it).
+        if path == "-" { fd = 1 } else { fd = try StreamFile.openForWriting(path) }
+        // A pipe or fifo is written without blocking (see `writeAll`): a reader that stops reading
+        // cannot hold the output's thread for ever once the run is asked to stop.
+        var st = stat()
+        if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFIFO {
+            let flags = fcntl(fd, F_GETFL)
+            if flags >= 0, flags & O_NONBLOCK == 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 { restoreFlags = flags }
         }
         // A bigger pipe buffer (if it is a pipe) lets a reader take a 1080p frame in fewer wake-ups.
         _ = vf_set_pipe_size(fd, 1 << 20)
@@ -135,7 +157,9 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
             scratch = .allocate(capacity: f.width * f.height * 2)
             fastY4M = true
         } else {
-            y4m = try Y4MWriter(fileDescriptor: fd, path: path, ownsDescriptor: false, format: f, interval: configuration.interval)
+            let w = try Y4MWriter(fileDescriptor: fd, path: path, ownsDescriptor: false, format: f, interval: configuration.interval)
+            w.whenBlocked = { [unowned self] in try self.waitUntilWritable() }
+            y4m = w
         }
     }
 
@@ -242,9 +266,25 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
             let n = write(fd, p + done, count - done)
             if n < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { try waitUntilWritable(); continue }
                 throw SinkError.fromErrno(path: path, operation: "write")
             }
             done += n
+        }
+    }
+
+    /// Waits for room in the pipe (the reader reads), in steps of 100 ms, until the time set by
+    /// ``stopWaitingForTheReader(after:)`` if any; then the reader counts as gone (EPIPE).
+    private func waitUntilWritable() throws {
+        while true {
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            let r = poll(&p, 1, 100)
+            if r > 0 { return }   // room, or an error the next write reports
+            if r < 0 && errno != EINTR { throw SinkError.fromErrno(path: path, operation: "poll") }
+            if let t = giveUpAt.withLock({ $0 }), monotonicNanoseconds() >= t {
+                logger.warning("frame output '\(path)': the reader stopped reading; the run was asked to stop, so the frames left are not written")
+                throw SinkError.io(path: path, operation: "write", errno: EPIPE, message: "the reader stopped reading")
+            }
         }
     }
 
@@ -254,6 +294,8 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         scratch?.deallocate()
         scratch = nil
         _ = vf_clear_pending_sigpipe()
+        if let flags = restoreFlags, fd >= 0 { _ = fcntl(fd, F_SETFL, flags) }
+        restoreFlags = nil
         if fd > 1 { Glibc.close(fd) }
         fd = -1
     }

@@ -428,6 +428,21 @@ extension UserInputTests {
         #expect(try RawDumpReader(path: disk + "/f.vfdump").frameCount > 0)
     }
 
+    /// An output that cannot start ends the run (1 Dec sweep: a `--metadata` or `--output` fifo
+    /// with no reader, a ring /dev/shm had no room for, left the camera capturing into nothing —
+    /// every frame dropped — until Ctrl-C).
+    @Test func anOutputThatCannotStartEndsTheRun() throws {
+        let s = Scratch()
+        let lonely = s.path("nobody.fifo")
+        #expect(mkfifo(lonely, 0o644) == 0)
+        for args in [["--metadata", lonely], ["--output", lonely], ["--output", lonely, "--output-format", "raw"]] {
+            let t0 = monotonicNanoseconds()
+            #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,fps=30,paced=true", "--duration", "30"] + args) == 1, "\(args)")
+            let took = Double(monotonicNanoseconds() - t0) / 1e9
+            #expect(took < 10, "\(args): ran \(took) s")
+        }
+    }
+
     /// A still's or a report's file is checked by `AtomicFile`'s own rule before anything is
     /// captured (1 Dec: `snap -o /tmp` said "'/tmp' exists; add --force", and a missing folder was
     /// found only after the capture).

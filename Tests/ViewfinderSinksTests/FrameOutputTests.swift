@@ -294,6 +294,51 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
         for i in 0..<12 { #expect(Array(data[i * size..<(i + 1) * size]) == expectedPixels(fmt, sequence: i)) }
     }
 
+    /// A reader that keeps the pipe open but stops reading (1 Dec sweep: `run --output - | sleep
+    /// 25` outlived SIGTERM until `sleep` ended): once asked, the output stops waiting for it.
+    @Test func aReaderThatStopsReadingCannotHoldTheOutputOnceItIsAskedToStop() throws {
+        let (r, w) = pipePair()
+        defer { close(r) }
+        let output = FramePipeOutput(path: "/dev/fd/\(w)", format: .raw)
+        let fmt = FrameFormat(.yuyv, width: 640, height: 480)
+        try output.start(configuration: StreamConfiguration(format: fmt, interval: FrameInterval(fps: 30), bufferCount: 4))
+        close(w)                                   // the output has its own descriptor
+        let frame = Frame(capacity: fmt.maxByteCount, format: fmt)
+        fillFrame(frame, index: 0)
+        // Nobody reads: the pipe (1 MiB at most) fills within a few frames and a write waits.
+        let done = LockedBox(false)
+        let writer = EngineThread(name: "pipe-writer") {
+            for _ in 0..<20 { output.consume(frame) }
+            done.withLock { $0 = true }
+        }
+        usleep(300_000)
+        let finishedEarly = done.withLock { $0 }
+        #expect(!finishedEarly, "the writes did not block: the test proves nothing")
+        let t0 = monotonicNanoseconds()
+        output.stopWaitingForTheReader(after: 0.2)
+        writer.join()
+        let waited = Double(monotonicNanoseconds() - t0) / 1e9
+        #expect(waited < 2, "the output waited \(waited) s for a reader that does not read")
+        #expect(output.readerClosed)
+        #expect(output.framesWritten >= 1 && output.framesWritten < 20)
+        #expect(output.framesWritten + output.framesAfterClose == 20)
+        output.finish(error: nil)
+    }
+
+    /// A fifo with no reader is an error at once (StreamFile's rule), not a thread in open() for
+    /// ever (1 Dec sweep: `run --output FIFO` with no reader ran for ten minutes, Ctrl-C ignored).
+    @Test func aFifoWithNoReaderIsAnErrorAtOnce() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fifo = dir + "/frames.fifo"
+        #expect(mkfifo(fifo, 0o644) == 0)
+        let output = FramePipeOutput(path: fifo, format: .y4m)
+        #expect(throws: StreamFileError.cannotOpen(path: fifo, errno: ENXIO, message: "a fifo with no reader (start the reader first)")) {
+            try output.start(configuration: StreamConfiguration(format: format, interval: FrameInterval(fps: 30), bufferCount: 4))
+        }
+        output.finish(error: nil)
+    }
+
     @Test func aReaderThatClosesThePipeEndsTheRunWithBalancedBooks() throws {
         let (r, w) = pipePair()
         let frameBytes = format.maxByteCount + 6

@@ -29,6 +29,32 @@ struct Y4MTests {
         }
     }
 
+    @Test("the engine's streams say they are full range (1 Dec: ffprobe reported color_range unknown)")
+    func fullRange() throws {
+        for f in [PixelFormat.i420, .yuv422p, .grey] {
+            let h = Y4MHeader(width: 64, height: 48, pixelFormat: f, fps: FrameInterval(fps: 30))
+            #expect(h.line.hasSuffix(" XCOLORRANGE=FULL\n"), "\(h.line)")
+            #expect(try Y4MHeader.parse(Array(h.line.dropLast().utf8)) == h)
+        }
+        // As ffmpeg reads it.
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/ffprobe") else { return }
+        let path = tempPath("range.y4m")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let h = Y4MHeader(width: 64, height: 48, pixelFormat: .i420, fps: FrameInterval(fps: 30))
+        var bytes = Array(h.line.utf8) + Array("FRAME\n".utf8)
+        bytes += [UInt8](repeating: 128, count: h.frameByteCount)
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/ffprobe")
+        p.arguments = ["-v", "error", "-show_entries", "stream=color_range", "-of", "csv=p=0", path]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        p.waitUntilExit()
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(out.trimmingCharacters(in: .whitespacesAndNewlines) == "pc", "ffprobe: \(out)")
+    }
+
     @Test("bad headers are typed errors with the byte offset")
     func badHeaders() {
         #expect(throws: Y4MError.malformedHeader(offset: 0, reason: "does not start with 'YUV4MPEG2'")) { try Y4MHeader.parse(Array("RIFF....".utf8)) }

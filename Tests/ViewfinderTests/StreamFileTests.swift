@@ -15,7 +15,7 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: d) }
         let fifo = d + "/lonely"
         #expect(mkfifo(fifo, 0o644) == 0)
-        #expect(throws: DeviceError.io(device: fifo, operation: "open for writing", errno: ENXIO, message: "a fifo with no reader (start the reader first)")) {
+        #expect(throws: StreamFileError.cannotOpen(path: fifo, errno: ENXIO, message: "a fifo with no reader (start the reader first)")) {
             _ = try StreamFile.openForWriting(fifo)
         }
         // With a reader the descriptor writes, blocking as usual.
@@ -39,13 +39,13 @@ import Testing
         let fresh = d + "/new.jsonl"
         try StreamFile.checkWritable(fresh)
         #expect(!FileManager.default.fileExists(atPath: fresh), "the check left a file behind")
-        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(d) }
-        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(d + "/missing/m.jsonl") }
-        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(file + "/m.jsonl") }   // a file as the folder
+        #expect(throws: StreamFileError.self) { try StreamFile.checkWritable(d) }
+        #expect(throws: StreamFileError.self) { try StreamFile.checkWritable(d + "/missing/m.jsonl") }
+        #expect(throws: StreamFileError.self) { try StreamFile.checkWritable(file + "/m.jsonl") }   // a file as the folder
         // A link is checked where it leads: into a missing folder is refused (its own folder exists).
         let dangling = d + "/link.jsonl"
         #expect(symlink(d + "/missing/m.jsonl", dangling) == 0)
-        #expect(throws: DeviceError.self) { try StreamFile.checkWritable(dangling) }
+        #expect(throws: StreamFileError.self) { try StreamFile.checkWritable(dangling) }
         // A fifo nobody reads passes the check (it is not opened: that would end a reader's
         // stream); opening it then is the error above.
         let fifo = d + "/f"
