@@ -84,10 +84,7 @@ public enum StreamFile {
     }
 
     /// The folder `path` is in ("." for a bare name).
-    private static func folder(of path: String) -> String {
-        let dir = (path as NSString).deletingLastPathComponent
-        return dir.isEmpty ? "." : dir
-    }
+    private static func folder(of path: String) -> String { PathName.folder(of: path) }
 
     static func openError(_ path: String, _ e: Int32) -> StreamFileError {
         let message = e == ENXIO ? "a fifo with no reader (start the reader first)" : String(cString: strerror(e))

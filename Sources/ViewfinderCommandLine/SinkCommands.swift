@@ -190,8 +190,8 @@ struct SnapCommand: ParsableCommand {
                                      rawCompanion: rawCompanion, exposureBiases: b, burstCount: burst,
                                      embeddedThumbnailSize: thumbnail ? .exifThumbnail : nil)
         let count = settings.shotCount * (rawCompanion ? 2 : 1)
-        let base = (output as NSString).deletingPathExtension
-        let ext = (output as NSString).pathExtension.isEmpty ? "jpg" : (output as NSString).pathExtension
+        let base = PathName.deletingPathExtension(output)
+        let ext = PathName.pathExtension(output).isEmpty ? "jpg" : PathName.pathExtension(output)
         // One image: OUTPUT (and BASE.vfraw); several: BASE-n.EXT (and BASE-n.vfraw).
         func path(index n: Int, raw isRaw: Bool) -> String {
             if settings.shotCount == 1 { return isRaw ? base + ".vfraw" : output }

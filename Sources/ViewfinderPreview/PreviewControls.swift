@@ -115,7 +115,7 @@ final class PreviewControls: Sendable {
         while true {
             let n = counter.withLock { c -> Int in c += 1; return c }
             let name = "\(prefix)-\(stamp)-\(n).\(ext)"
-            let path = (folder as NSString).appendingPathComponent(name)
+            let path = PathName.appending(name, to: folder)
             if !FileManager.default.fileExists(atPath: path) { return (name, path) }
         }
     }
@@ -163,7 +163,7 @@ final class PreviewControls: Sendable {
             recordingFile.withLock { $0 = nil }
             let deadline = monotonicNanoseconds() + 10_000_000_000
             while movie.isRecording && monotonicNanoseconds() < deadline { try? await Task.sleep(nanoseconds: 10_000_000) }
-            let onDisk = (try? FileManager.default.attributesOfItem(atPath: (folder as NSString).appendingPathComponent(name))[.size] as? Int) ?? nil
+            let onDisk = (try? FileManager.default.attributesOfItem(atPath: PathName.appending(name, to: folder))[.size] as? Int) ?? nil
             return FileReply(file: name, bytes: onDisk ?? Int(movie.recordedFileSize), recording: false)
         }
     }

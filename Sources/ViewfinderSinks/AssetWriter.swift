@@ -273,7 +273,7 @@ public final class AssetWriter: @unchecked Sendable {
             guard s.status == .unknown else { throw .invalidStatus(operation: "startWriting()", status: s.status) }
             guard !s.inputs.isEmpty else { throw .cannotAddInput("a writer needs at least one input") }
             // Not an .mp4 (or any other kind) under a QuickTime movie's bytes.
-            let ext = (path as NSString).pathExtension.lowercased()
+            let ext = PathName.pathExtension(path).lowercased()
             guard ext == "mov" || ext == "qt" else { throw .unsupportedFileType(path: path) }
             return s.inputs
         }

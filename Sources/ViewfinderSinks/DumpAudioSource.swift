@@ -116,7 +116,7 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
         format = p.format
         periodFrames = max(1, p.frames)
         samples.reserveCapacity(max(first.count, Int(reader.audioEntries.map(\.rawLength).max() ?? 0)))
-        info = AudioDeviceInfo(id: id, name: "sound of dump \((path as NSString).lastPathComponent)", sampleFormats: [p.format.sampleFormat],
+        info = AudioDeviceInfo(id: id, name: "sound of dump \(PathName.lastComponent(path))", sampleFormats: [p.format.sampleFormat],
                                minimumRate: p.format.sampleRate, maximumRate: p.format.sampleRate, rates: [p.format.sampleRate],
                                minimumChannels: p.format.channels, maximumChannels: p.format.channels)
         self.timeline = timeline

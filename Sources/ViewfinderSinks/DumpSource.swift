@@ -96,7 +96,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         let interval = reader.info.interval
         let fd = FormatDescription(pixelFormat: f.pixelFormat, fourcc: f.pixelFormat.fourcc, description: "\(f.pixelFormat) (recorded)", compressed: f.pixelFormat.isCompressed,
                                    sizes: [.discrete(width: f.width, height: f.height, intervals: interval.denominator > 0 ? [interval] : [])])
-        info = DeviceInfo(id: device, name: "dump \((spec as NSString).lastPathComponent)", driver: "viewfinder-dump", bus: "file:\(spec)",
+        info = DeviceInfo(id: device, name: "dump \(PathName.lastComponent(spec))", driver: "viewfinder-dump", bus: "file:\(spec)",
                           formats: [fd], controls: [], isLive: paced)
     }
 

@@ -190,9 +190,7 @@ public enum AtomicFile {
             try f.write(bytes)
             return
         }
-        let dir = (path as NSString).deletingLastPathComponent
-        let base = (path as NSString).lastPathComponent
-        let tmp = (dir.isEmpty ? "" : dir + "/") + ".\(base).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        let tmp = PathName.folder(of: path) + "/.\(PathName.lastComponent(path)).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
         do {
             let f = try OutputFile(path: tmp, exclusive: true)
             try f.write(bytes)
@@ -253,8 +251,7 @@ public enum AtomicFile {
                 return
             }
         }
-        let dir = (target as NSString).deletingLastPathComponent
-        let folder = dir.isEmpty ? "." : dir
+        let folder = PathName.folder(of: target)
         var fst = stat()
         guard stat(folder, &fst) == 0 else { throw refuse(errno) }
         guard fst.st_mode & S_IFMT == S_IFDIR else { throw refuse(ENOTDIR) }
@@ -271,8 +268,7 @@ public enum AtomicFile {
 
     /// Flushes the directory entry (so a rename survives a power cut).
     static func syncDirectory(of path: String) {
-        let dir = (path as NSString).deletingLastPathComponent
-        let fd = open(dir.isEmpty ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let fd = open(PathName.folder(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd >= 0 { _ = fsync(fd); close(fd) }
     }
 }
@@ -282,7 +278,7 @@ public enum AtomicFile {
 public func freeDiskSpace(at path: String) -> UInt64? {
     var st = statvfs()
     var p = path
-    if access(p, F_OK) != 0 { p = (path as NSString).deletingLastPathComponent; if p.isEmpty { p = "." } }
+    if access(p, F_OK) != 0 { p = PathName.folder(of: path) }
     guard statvfs(p, &st) == 0 else { return nil }
     return UInt64(st.f_bavail) &* UInt64(st.f_frsize)
 }

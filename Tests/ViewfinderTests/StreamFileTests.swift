@@ -57,3 +57,32 @@ import Testing
         #expect(try String(contentsOfFile: file, encoding: .utf8) == "")
     }
 }
+
+/// Paths taken apart without NSString, whose path methods trap on a one-character name with this
+/// toolchain (1 Dec sweep: `--metadata a`, `snap --output a`, `bench --report a` crashed).
+@Suite struct PathNameTests {
+    @Test func partsOfPathsAsNSStringGivesThemWithoutItsTrap() {
+        let cases: [(path: String, folder: String, name: String, ext: String, stem: String)] = [
+            ("a", ".", "a", "", "a"), ("a.jpg", ".", "a.jpg", "jpg", "a"), ("x/a", "x", "a", "", "x/a"),
+            ("/a", "/", "a", "", "/a"), ("/", "/", "/", "", "/"), ("a/", ".", "a", "", "a"),
+            ("dir//b.tar.gz", "dir", "b.tar.gz", "gz", "dir//b.tar"), (".profile", ".", ".profile", "", ".profile"),
+            ("/tmp/x.y/z", "/tmp/x.y", "z", "", "/tmp/x.y/z"), ("-", ".", "-", "", "-"), ("./b.", ".", "b.", "", "./b."),
+        ]
+        for c in cases {
+            #expect(PathName.folder(of: c.path) == c.folder, "\(c.path)")
+            #expect(PathName.lastComponent(c.path) == c.name, "\(c.path)")
+            #expect(PathName.pathExtension(c.path) == c.ext, "\(c.path)")
+            #expect(PathName.deletingPathExtension(c.path) == c.stem, "\(c.path)")
+        }
+        #expect(PathName.appending("n", to: "d") == "d/n" && PathName.appending("n", to: "d/") == "d/n" && PathName.appending("n", to: "") == "n")
+    }
+
+    @Test func aOneCharacterNameIsCheckedLikeAnyOther() throws {
+        // A bare name in the working folder (the package's, which may be written): checked,
+        // nothing created, no trap.
+        #expect(!FileManager.default.fileExists(atPath: "q"))
+        try StreamFile.checkWritable("q")
+        #expect(StreamFile.resolvingLink("q") == "q")
+        #expect(!FileManager.default.fileExists(atPath: "q"))
+    }
+}
