@@ -24,6 +24,7 @@ struct ProcessCommand: ParsableCommand {
         let registry = ViewfinderCommandLine.stages
         try refuseOverwritingInput(output, inputs: [input])
         try refuseOverwritingInput(metadata, inputs: [input], what: "metadata file")
+        try refuseOneFileForTwoOutputs(("--output", output), ("--metadata", metadata))
         let specs = try StageSpec.parseList(stages).filter(\.enabled)
         let built = try specs.map { try registry.makeStage($0) }
         let reader = try Y4MReader(path: input)

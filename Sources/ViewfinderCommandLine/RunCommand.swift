@@ -106,6 +106,7 @@ struct RunCommand: ParsableCommand {
         let source = inputFile(ofDevice: deviceOptions.device ?? fileDevice)
         try refuseOverwritingInput(frameOutput.output, inputs: [source])
         try refuseOverwritingInput(metadata, inputs: [source, config], what: "metadata file")
+        try refuseOneFileForTwoOutputs(("--output", frameOutput.output), ("--metadata", metadata))
         // Checked before anything is captured, by the rule the writer opens it by (`StreamFile`).
         if let metadata {
             do { try StreamFile.checkWritable(metadata) } catch {

@@ -69,6 +69,28 @@ func refuseOverwritingInput(_ output: String?, inputs: [String?], what: String =
     }
 }
 
+/// `path` as an absolute path with "." and ".." and repeated slashes taken out (links are not
+/// followed: `sameFile` sees through them when the file exists).
+func absolutePath(_ path: String) -> String {
+    let full = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    var parts: [Substring] = []
+    for c in full.split(separator: "/") where c != "." {
+        if c == ".." { if !parts.isEmpty { parts.removeLast() } } else { parts.append(c) }
+    }
+    return "/" + parts.joined(separator: "/")
+}
+
+/// Refuses two outputs of one command that are one file (the frames and the metadata written
+/// into each other: neither readable). A device or fifo (`/dev/null`, a terminal) may take both.
+func refuseOneFileForTwoOutputs(_ a: (name: String, path: String?), _ b: (name: String, path: String?)) throws {
+    guard let pa = a.path, let pb = b.path, pa != "-", pb != "-" else { return }
+    var st = stat()
+    if stat(pa, &st) == 0, st.st_mode & S_IFMT != S_IFREG { return }
+    if sameFile(pa, pb) || absolutePath(pa) == absolutePath(pb) {
+        throw ValidationError("\(a.name) and \(b.name) are one file ('\(pa)'): each would write over the other; choose two files")
+    }
+}
+
 /// Ctrl-C (SIGINT) and SIGTERM (`kill`, a service manager, a container stopping) run `body`:
 /// the command then ends as it does at a limit — files finished, rings removed, the summary
 /// printed — instead of being killed mid-write.
@@ -197,13 +219,16 @@ struct SnapCommand: ParsableCommand {
             if settings.shotCount == 1 { return isRaw ? base + ".vfraw" : output }
             return "\(base)-\(n).\(isRaw ? "vfraw" : ext)"
         }
-        // Refuse before capturing anything: a folder (not "exists; add --force"), a folder that
-        // is missing or cannot be written, an existing file without --force.
+        // Refuse before capturing anything: the file the device reads (even with --force, under
+        // any spelling), a folder (not "exists; add --force"), a folder that is missing or cannot
+        // be written, an existing file without --force.
+        let input = inputFile(ofDevice: deviceOptions.device)
         for n in 1...settings.shotCount {
             var files: [String] = []
             if raw || rawCompanion { files.append(path(index: n, raw: true)) }
             if !raw { files.append(path(index: n, raw: false)) }
             for f in files {
+                try refuseOverwritingInput(f, inputs: [input])
                 do { try AtomicFile.checkWritable(f) } catch { throw RuntimeFailure(message: "\(error)") }
                 try refuseExisting(f, force: force)
             }
@@ -295,6 +320,9 @@ struct RecordCommand: ParsableCommand {
     func run() throws {
         // Same file first: --force, which "exists" would suggest, must not look like the way out.
         try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
+        // A folder, a device or a missing folder is said before the camera opens (not "exists;
+        // add --force", which could not help).
+        do { try PatchedFile.checkWritable(output) } catch { throw RuntimeFailure(message: "\(error)") }
         try refuseExisting(output, force: force)
         var s = MovieOutputSettings()
         s.quality = quality
@@ -379,6 +407,7 @@ struct DumpCommand: ParsableCommand {
     func run() throws {
         // Same file first: --force, which "exists" would suggest, must not look like the way out.
         try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
+        do { try PatchedFile.checkWritable(output) } catch { throw RuntimeFailure(message: "\(error)") }
         try refuseExisting(output, force: force)
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
         let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)

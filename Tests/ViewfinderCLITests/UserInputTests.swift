@@ -428,6 +428,46 @@ extension UserInputTests {
         #expect(try RawDumpReader(path: disk + "/f.vfdump").frameCount > 0)
     }
 
+    /// From the bad-input sweep of 1 Dec: a command never writes over what it reads or writes
+    /// twice into one file, and a movie's or dump's file is checked before the camera opens.
+    @Test func snapNeverWritesOverItsInputAndTwoOutputsAreNeverOneFile() throws {
+        let s = Scratch()
+        let dump = s.path("s.vfdump")
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=4", "--output", dump]) == 0)
+        let size = Self.size(dump)
+        let link = s.path("link.vfdump")
+        #expect(symlink(dump, link) == 0)
+        for out in [dump, link, s.dir + "/./s.vfdump"] {
+            #expect(CLIExit.run(["snap", "--device", "dump:" + dump, "--output", out, "--force"]) == 64, "\(out)")
+        }
+        // A burst's numbered names, and a raw companion's.
+        let numbered = s.path("b-1.vfdump")
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=4", "--output", numbered]) == 0)
+        #expect(CLIExit.run(["snap", "--device", "dump:" + numbered, "--burst", "2", "--output", s.path("b.vfdump"), "--force"]) == 64)
+        #expect(Self.size(dump) == size && Self.size(numbered) > 0)
+        #expect(try RawDumpReader(path: dump).frameCount == 4)
+        // --output and --metadata as one file: refused, before capturing.
+        let y4m = s.path("x.y4m")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--output", y4m, "--metadata", y4m]) == 64)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--output", y4m, "--metadata", s.dir + "//x.y4m"]) == 64)
+        #expect(!FileManager.default.fileExists(atPath: y4m))
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--output", y4m]) == 0)
+        #expect(CLIExit.run(["process", "--input", y4m, "--output", s.path("o.y4m"), "--metadata", s.path("o.y4m")]) == 64)
+        // /dev/null may take both.
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--output", "/dev/null", "--metadata", "/dev/null"]) == 0)
+        // A movie or a dump into a folder, or a missing one: said before the camera opens, with
+        // or without --force (it said "exists; add --force", and --force then captured first).
+        for cmd in ["record", "dump"] {
+            #expect(CLIExit.run([cmd, "--device", "pattern:width=64,height=32,frames=3", "--output", s.dir]) == 1, "\(cmd)")
+            #expect(CLIExit.run([cmd, "--device", "pattern:width=64,height=32,frames=3", "--output", s.dir, "--force"]) == 1, "\(cmd)")
+            #expect(CLIExit.run([cmd, "--device", "pattern:width=64,height=32,frames=3", "--output", s.path("missing/f")]) == 1, "\(cmd)")
+        }
+        #expect(throws: SinkError.self) { try PatchedFile.checkWritable(s.dir) }
+        #expect(throws: SinkError.self) { try PatchedFile.checkWritable("/dev/null") }
+        #expect(throws: Never.self) { try PatchedFile.checkWritable(s.path("new.mov")) }
+        #expect(absolutePath("/a/./b//c/../d") == "/a/b/d")
+    }
+
     /// An output that cannot start ends the run (1 Dec sweep: a `--metadata` or `--output` fifo
     /// with no reader, a ring /dev/shm had no room for, left the camera capturing into nothing —
     /// every frame dropped — until Ctrl-C).
