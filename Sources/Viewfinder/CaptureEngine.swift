@@ -34,6 +34,10 @@ public protocol FrameConsumer: AnyObject, Sendable {
     /// RGB and Bayer streams the engine then gives each frame its full-size decoded view
     /// (``Frame/pixelFrame``), as it does for a stage that declares ``PixelNeed/read``.
     var needsPixels: Bool { get }
+    /// Whether the consumer needs those planes on a stream of `format` (default: ``needsPixels``,
+    /// whatever the format). An encoder that takes RGB as it is and passes a camera's JPEGs
+    /// through, but cannot encode a Bayer mosaic, asks on Bayer streams only.
+    func needsPixels(for format: PixelFormat) -> Bool
     /// How far this consumer may fall behind a live source, beyond its ring, before frames are
     /// dropped for it (``DropReason/storageBacklog``); nil: no further than its ring
     /// (``DropReason/ringFull``, by ``overflowPolicy``). The frames beyond the ring wait in memory
@@ -64,6 +68,7 @@ extension FrameConsumer {
     public var overflowPolicy: OverflowPolicy { .dropOldest }
     public var discardsLateFrames: Bool { false }
     public var needsPixels: Bool { false }
+    public func needsPixels(for format: PixelFormat) -> Bool { needsPixels }
     public var wantsDropNotices: Bool { false }
     public var bufferBudget: BufferBudget? { nil }
     public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {}
@@ -403,7 +408,7 @@ public final class CaptureEngine: @unchecked Sendable {
                 }
             }
         }
-        for c in consumers where c.needsPixels && !format.pixelFormat.hasYUVPlanes {
+        for c in consumers where c.needsPixels(for: format.pixelFormat) && !format.pixelFormat.hasYUVPlanes {
             // Without a decoder the consumer gets the stream as it is and says so itself.
             if requests.available { try requests.need(.read, stage: c.consumerName) }
         }

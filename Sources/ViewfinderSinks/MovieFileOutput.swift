@@ -131,6 +131,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     // `lock`; everything else is confined to the consumer thread (start/consume/finish).
     public let consumerName: String
     public var ringCapacity: Int { 16 }
+    /// A Bayer mosaic is encoded from the engine's full-size decoded view (the encoder takes YUV
+    /// and packed RGB as they are, and a camera's JPEGs pass through).
+    public func needsPixels(for format: PixelFormat) -> Bool { format.isBayer }
     /// How far the movie may fall behind a live camera (its disk stalling) before frames are
     /// dropped (counted as `DropReason.storageBacklog` in the session's drops, and in the
     /// recording's ``MovieRecordingSummary/droppedFrames``): by default 2 s of the
@@ -187,6 +190,8 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         var frames = 0
         var preRollFrames = 0
         var dropped = 0
+        /// Frames in a row whose encoding failed (reset by one that went in).
+        var encodeFailuresInARow = 0
         /// Drops of frames from this sequence number on are this recording's (the frame after the
         /// last one the output had seen when the recording began).
         var firstSequence: UInt64 = 0
@@ -398,11 +403,26 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
 
     private func deliver(_ r: JPEGEncoderPool.Result) {
         if let e = r.error {
-            logger.error("movie: encoding frame \(r.sequence) failed: \(e)")
-            if let rec = recording { rec.dropped += 1 }
+            guard let rec = recording else {
+                logger.error("movie: encoding frame \(r.sequence) failed: \(e)")
+                return
+            }
+            rec.dropped += 1
+            rec.encodeFailuresInARow += 1
+            // Said once, then every hundredth frame (a stream no frame of which encodes logged a
+            // line per frame, thousands of them).
+            if rec.encodeFailuresInARow == 1 || rec.encodeFailuresInARow % 100 == 0 {
+                logger.error("movie: encoding frame \(r.sequence) failed: \(e) (\(rec.encodeFailuresInARow) in a row)")
+            }
+            // A recording none of whose first 30 frames encodes will not: it ends, with the
+            // error, instead of running on (its duration counts the movie's time, which never grows).
+            if rec.frames == 0 && rec.encodeFailuresInARow >= 30 {
+                endRecording(reason: .failed, error: .encodingFailed("\(e) (the recording's first 30 frames)"))
+            }
             return
         }
         if let rec = recording {
+            rec.encodeFailuresInARow = 0
             do {
                 if try checkLimits(rec, adding: r.bytes.count, timestamp: r.timestamp) { return }
                 try append(r.bytes, timestamp: r.timestamp, to: rec)

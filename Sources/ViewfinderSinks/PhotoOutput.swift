@@ -35,6 +35,9 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     // are guarded by `lock`; jobs in progress and the encoder are confined to the consumer thread.
     public let consumerName: String
     public var ringCapacity: Int { 4 }
+    /// A Bayer mosaic is encoded from the engine's full-size decoded view (the encoder takes YUV
+    /// and packed RGB as they are, and a camera's JPEGs pass through).
+    public func needsPixels(for format: PixelFormat) -> Bool { format.isBayer }
     public var discardsLateFrames: Bool { true }
     /// What drives exposure for brackets (``DeviceExposureBracketer`` over the device's controls,
     /// or a hook served by the exposure stage). Set before capturing a bracket.

@@ -468,6 +468,27 @@ extension UserInputTests {
         #expect(absolutePath("/a/./b//c/../d") == "/a/b/d")
     }
 
+    /// A Bayer camera's frames are recorded and photographed from the engine's decoded view
+    /// (1 Dec sweep: `record` wrote no frame and exited 0, `snap` failed).
+    @Test func bayerStreamsAreRecordedAndPhotographed() throws {
+        let s = Scratch()
+        for f in ["sbggr8", "sgbrg8", "sgrbg8", "srggb8"] {
+            let movie = s.path("\(f).mov")
+            #expect(CLIExit.run(["record", "--device", "pattern:format=\(f),width=64,height=48,frames=6", "--output", movie]) == 0, "\(f)")
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/ffprobe")
+            p.arguments = ["-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", movie]
+            let out = Pipe()
+            p.standardOutput = out
+            try p.run()
+            p.waitUntilExit()
+            let frames = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(frames == "6", "\(f): ffprobe read \(frames) frames")
+            #expect(CLIExit.run(["snap", "--device", "pattern:format=\(f),width=64,height=48,frames=30", "--output", s.path("\(f).jpg")]) == 0, "\(f)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: s.path("\(f).jpg"))).prefix(2) == Data([0xFF, 0xD8]))
+        }
+    }
+
     /// An output that cannot start ends the run (1 Dec sweep: a `--metadata` or `--output` fifo
     /// with no reader, a ring /dev/shm had no room for, left the camera capturing into nothing —
     /// every frame dropped — until Ctrl-C).

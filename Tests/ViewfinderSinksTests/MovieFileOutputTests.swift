@@ -34,6 +34,35 @@ import Viewfinder
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// A stream none of whose frames can be encoded (here a Bayer mosaic with no decoder to make
+    /// its view) ends the recording with the error after 30 frames, instead of running on (1 Dec
+    /// sweep: `record --duration 3` on a Bayer camera never ended, a log line per frame).
+    @Test func aRecordingWhoseFramesNeverEncodeEndsWithTheError() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/bayer.mov"
+        let bayer = FrameFormat(.sbggr8, width: 64, height: 48)
+        let output = MovieFileOutput()
+        #expect(output.needsPixels(for: .sbggr8) && !output.needsPixels(for: .mjpeg) && !output.needsPixels(for: .rgb24))
+        let events = RecordingEvents()
+        try output.startRecording(to: path, delegate: events)
+        // Handed the mosaic itself (an engine would have given it a decoded view, as it asks).
+        try output.start(configuration: config(bayer))
+        let f = Frame(capacity: bayer.maxByteCount, format: bayer)
+        for i in 0..<200 where events.finished.isEmpty {
+            fillFrame(f, index: i)
+            f.sequence = UInt64(i)
+            f.timestamp = Timestamp(nanoseconds: 1_000_000_000 + UInt64(i) * 33_333_333)
+            output.consume(f)
+        }
+        output.finish(error: nil)
+        #expect(events.waitFinished())
+        let (_, summary, error) = events.finished[0]
+        #expect(summary.frames == 0 && summary.reason == .failed, "\(summary)")
+        guard case .encodingFailed(let m)? = error else { Issue.record("error \(String(describing: error))"); return }
+        #expect(m.contains("Bayer mosaic") && m.contains("first 30 frames"), "\(m)")
+    }
+
     /// The summary's dropped frames come from the engine's drop notices: drops between frames,
     /// drops after the last frame (no later frame could carry them), and none from before the
     /// recording began.
