@@ -286,9 +286,6 @@ public enum DumpConversion {
     /// dump's nominal rate (y4m has no per-frame timestamps).
     public static func exportY4M(dump: String, to output: String, overwrite: Bool = false) throws -> Result {
         let reader = try RawDumpReader(path: dump)
-        guard reader.format.pixelFormat != .rgb24 else {
-            throw DumpError.unsupported("y4m export takes YUV, grey or MJPEG dumps; '\(dump)' holds \(reader.format.pixelFormat)")
-        }
         if output != "-" && !overwrite && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval : FrameInterval(fps: 30)
         let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
@@ -331,17 +328,33 @@ public enum DumpConversion {
         // A dump with no complete frame (cut after its header) has nothing to export: said before
         // the output is opened, as replaying it says.
         guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
-        let writer = try Y4MWriter(path: output, format: reader.format, interval: interval)
+        // RGB, BGR and Bayer frames are converted to I420 (as `run --output` writes them).
+        let converter = try Self.converterToYUV(reader.format)
+        let converted = converter.map { Frame(capacity: $0.outputFormat(for: reader.format).maxByteCount, format: $0.outputFormat(for: reader.format)) }
+        let writer = try Y4MWriter(path: output, format: converted?.format ?? reader.format, interval: interval)
         var skips = Skips(), written = 0
         for i in 0..<reader.frameCount {
             do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
-            try writer.write(frame)
+            if let converter, let converted {
+                try converter.convert(frame, into: converted)
+                try writer.write(converted)
+            } else {
+                try writer.write(frame)
+            }
             written += 1
         }
         try writer.flush()
         writer.close()
         try skips.checkSomethingConverted(written, dump: dump)
         return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
+    }
+
+    /// A converter to I420 for frames without YUV planes that are not JPEGs (RGB, BGR, BGRA,
+    /// Bayer), else nil.
+    static func converterToYUV(_ format: FrameFormat) throws -> FrameConverter? {
+        let pf = format.pixelFormat
+        guard !pf.hasYUVPlanes, pf != .mjpeg else { return nil }
+        return try FrameConverter(target: .i420)
     }
 
     static func duration(_ reader: RawDumpReader, _ interval: FrameInterval) -> Double {
@@ -413,6 +426,12 @@ extension DumpConversion {
         let writer = try MovieWriter(path: output, tracks: tracks, overwrite: overwrite)
         let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
         let encoder = try JPEGEncoder()
+        // A camera's JPEG goes in as it is when it decodes completely; a damaged one is left out
+        // and counted, as the y4m export and the movie output do (it went in, and players then
+        // failed on it). A Bayer mosaic is demosaiced first (the encoder takes YUV and RGB).
+        let checker = reader.format.pixelFormat == .mjpeg ? try JPEGDecoder() : nil
+        let demosaic = reader.format.pixelFormat.isBayer ? try FrameConverter(target: .i420) : nil
+        let demosaiced = demosaic.map { Frame(capacity: $0.outputFormat(for: reader.format).maxByteCount, format: $0.outputFormat(for: reader.format)) }
         var skips = Skips(), written = 0
         var aligner: AudioTimelineAligner?
         var nextAudio = 0, skippedAudio = 0
@@ -437,13 +456,20 @@ extension DumpConversion {
         try withExtendedLifetime(encoder) {
             for i in 0..<reader.frameCount {
                 do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
-                written += 1
                 let ts = frame.timestamp.nanoseconds
                 if frame.format.pixelFormat == .mjpeg {
+                    guard checker?.decodesCompletely(UnsafeRawBufferPointer(frame.bytes)) ?? true else {
+                        skips.skip(SinkError.corruptData("frame \(i) is a JPEG that does not decode"))
+                        continue
+                    }
                     try writer.appendVideo(UnsafeRawBufferPointer(frame.bytes), timestampNanoseconds: ts)
+                } else if let demosaic, let demosaiced {
+                    try demosaic.convert(frame, into: demosaiced)
+                    try writer.appendVideo(try encoder.encode(demosaiced, quality: quality), timestampNanoseconds: ts)
                 } else {
                     try writer.appendVideo(try encoder.encode(frame, quality: quality), timestampNanoseconds: ts)
                 }
+                written += 1
                 if origin == nil { origin = ts }
                 last = max(last, ts)
                 try writeSound(upTo: last, origin: origin!)

@@ -486,7 +486,18 @@ extension UserInputTests {
             #expect(frames == "6", "\(f): ffprobe read \(frames) frames")
             #expect(CLIExit.run(["snap", "--device", "pattern:format=\(f),width=64,height=48,frames=30", "--output", s.path("\(f).jpg")]) == 0, "\(f)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: s.path("\(f).jpg"))).prefix(2) == Data([0xFF, 0xD8]))
+            // A dump of it exports to a movie and to y4m (demosaiced; it failed, leaving stubs).
+            let dump = s.path("\(f).vfdump")
+            #expect(CLIExit.run(["dump", "--device", "pattern:format=\(f),width=64,height=48,frames=5", "--output", dump]) == 0, "\(f)")
+            #expect(CLIExit.run(["export", dump, s.path("\(f)-x.mov")]) == 0, "\(f)")
+            #expect(CLIExit.run(["export", dump, s.path("\(f)-x.y4m")]) == 0, "\(f)")
+            #expect(try Self.framesIn(y4m: s.path("\(f)-x.y4m")) == 5)
         }
+        // RGB dumps too.
+        let rgb = s.path("rgb.vfdump")
+        #expect(CLIExit.run(["dump", "--device", "pattern:format=rgb24,width=64,height=48,frames=5", "--output", rgb]) == 0)
+        #expect(CLIExit.run(["export", rgb, s.path("rgb.y4m")]) == 0)
+        #expect(try Self.framesIn(y4m: s.path("rgb.y4m")) == 5)
     }
 
     /// An output that cannot start ends the run (1 Dec sweep: a `--metadata` or `--output` fifo
