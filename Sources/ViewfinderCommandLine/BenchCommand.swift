@@ -21,8 +21,8 @@ struct BenchCommand: ParsableCommand {
     @OptionGroup var stream: StreamRequestOptions
     @Option(help: "Controls to step for the control latency: \(SteppedControl.allCases.map(\.rawValue).joined(separator: ", ")), or none.")
     var controls: String = "exposure,gain,focus"
-    @Option(help: "Steps per control (alternately away from the current value and back).") var steps: Int = 3
-    @Option(help: "The largest control latency looked for, frames.") var maxControlLatency: Int = 10
+    @Option(parsing: .unconditional, help: "Steps per control (alternately away from the current value and back).") var steps: Int = 3
+    @Option(parsing: .unconditional, help: "The largest control latency looked for, frames.") var maxControlLatency: Int = 10
     @Flag(help: "Also measure every listed mode (format and size at its fastest listed rate).") var sweep = false
     @Option(parsing: .unconditional, help: "Seconds per mode of --sweep.") var sweepSeconds: Double = 1.5
     @Flag(help: "Print the report as JSON (a stable schema) instead of a summary.") var json = false

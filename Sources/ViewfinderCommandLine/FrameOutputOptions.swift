@@ -12,7 +12,7 @@ struct FrameOutputOptions: ParsableArguments {
     var outputFormat: String = "y4m"
     @Option(help: "Publish the frames into the POSIX shared-memory ring /dev/shm/NAME (for python/ FrameReader and other local readers).")
     var shm: String?
-    @Option(name: .customLong("shm-slots"), help: "Frames the shared-memory ring holds (2…1024).")
+    @Option(name: .customLong("shm-slots"), parsing: .unconditional, help: "Frames the shared-memory ring holds (2…1024).")
     var shmSlots: Int = 8
 
     func validate() throws {

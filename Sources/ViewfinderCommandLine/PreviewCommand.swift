@@ -18,13 +18,13 @@ struct PreviewCommand: ParsableCommand {
 
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(help: "Stages, e.g. stabilise,deadline:max_age_ms=50 (the page can switch each on and off).") var stages: String?
-    @Option(help: "TCP port (0: any free port).") var port: Int = 8080
+    @Option(parsing: .unconditional, help: "TCP port (0: any free port).") var port: Int = 8080
     @Option(help: "Address to listen on. Loopback by default; another address needs a token.") var bind: String = "127.0.0.1"
     @Option(help: "The access token (8–128 of A-Z a-z 0-9 - _ .). Default: none on loopback, a new random one elsewhere.") var token: String?
     @Option(help: "Folder for stills and recordings started from the page.") var output: String = "."
-    @Option(help: "Widest preview picture, pixels (larger frames are scaled down by an integer factor).") var previewWidth: Int = 640
-    @Option(help: "JPEG quality of the preview pictures, 1–100.") var previewQuality: Int = 75
-    @Option(help: "Clockwise rotation of the picture as shown: 0, 90, 180 or 270 degrees.") var rotation: Int = 0
+    @Option(parsing: .unconditional, help: "Widest preview picture, pixels (larger frames are scaled down by an integer factor).") var previewWidth: Int = 640
+    @Option(parsing: .unconditional, help: "JPEG quality of the preview pictures, 1–100.") var previewQuality: Int = 75
+    @Option(parsing: .unconditional, help: "Clockwise rotation of the picture as shown: 0, 90, 180 or 270 degrees.") var rotation: Int = 0
     @Flag(help: "Mirror the picture left-right (after rotation), as a front camera.") var mirror = false
     @Option(parsing: .unconditional, help: "Stop after this many seconds (default: until Ctrl-C).") var duration: Double?
 

@@ -80,7 +80,7 @@ struct RunCommand: ParsableCommand {
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(help: "Stages, e.g. exposure:mode=continuous,focus,deadline:max_age_ms=50.") var stages: String?
     @Option(help: "A pipeline file (JSON: {\"device\": ..., \"stages\": [{\"name\": ..., \"options\": {...}}]}).") var config: String?
-    @Option(help: "Stop after this many frames have been captured.") var frames: UInt64?
+    @Option(parsing: .unconditional, help: "Stop after this many frames have been captured.") var frames: UInt64?
     @Option(parsing: .unconditional, help: "Stop after this many seconds.") var duration: Double?
     @Flag(help: "Print the summary as one JSON object.") var json = false
     @Option(help: "Write one JSON line of metadata per frame to this file.") var metadata: String?

@@ -152,7 +152,7 @@ func dropSummary(_ stats: EngineStatistics?) -> String {
 /// `--buffer-budget` and `--buffer-memory` of `record` and `dump`: how far the file may fall
 /// behind a live camera (a stalling disk) before frames are dropped as `storage_backlog`.
 struct BufferBudgetOptions: ParsableArguments {
-    @Option(help: "Seconds of the stream the file may fall behind a live camera (a stalling disk) before frames are dropped (counted as storage_backlog); the frames waiting are copies in the output's own memory, not the camera's buffers. 0: no further than its 16-frame ring.")
+    @Option(parsing: .unconditional, help: "Seconds of the stream the file may fall behind a live camera (a stalling disk) before frames are dropped (counted as storage_backlog); the frames waiting are copies in the output's own memory, not the camera's buffers. 0: no further than its 16-frame ring.")
     var bufferBudget = 2.0
     @Option(help: "At most this much memory for --buffer-budget (e.g. 256M; default 512M or an eighth of the machine's memory).")
     var bufferMemory: String?
@@ -178,22 +178,23 @@ struct SnapCommand: ParsableCommand {
 
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(name: .shortAndLong, help: "Output file; several images get -1, -2, … before the extension.") var output = "snap.jpg"
-    @Option(help: "JPEG quality, 1-100.") var quality = 90
+    @Option(parsing: .unconditional, help: "JPEG quality, 1-100.") var quality = 90
     @Option(help: "Chroma subsampling: 444, 422, 420, grey (default: the source's).") var subsampling: String?
     @Flag(help: "Save the untouched buffer with a header describing it (.vfraw) instead of a JPEG.") var raw = false
     @Flag(help: "Save a raw companion next to each JPEG.") var rawCompanion = false
     @Flag(help: "Embed a 160x120 JPEG thumbnail in each JPEG's EXIF (what file browsers and cameras show).") var thumbnail = false
-    @Option(help: "Burst: this many consecutive frames.") var burst = 1
+    @Option(parsing: .unconditional, help: "Burst: this many consecutive frames.") var burst = 1
     // Unconditional: the README's `--bracket -2,0,2` starts with a dash, which the parser would
     // otherwise take for an option.
     @Option(parsing: .unconditional, help: "Exposure bracket: comma-separated EV biases, e.g. -2,0,2.") var bracket: String?
-    @Option(help: "Frames to let pass before capturing (exposure and focus settle).") var warmup = 10
+    @Option(parsing: .unconditional, help: "Frames to let pass before capturing (exposure and focus settle).") var warmup = 10
     @Option(help: "Stages to run before the photo output.") var stages: String?
     @Flag(help: "Overwrite existing files.") var force = false
 
     func validate() throws {
         guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
         guard (1...64).contains(burst) else { throw ValidationError("--burst must be 1...64") }
+        guard (0...3000).contains(warmup) else { throw ValidationError("--warmup must be 0...3000 frames") }
         if let s = subsampling, ChromaSubsampling(rawValue: s) == nil { throw ValidationError("--subsampling must be one of 444, 422, 420, grey") }
         if thumbnail && raw { throw ValidationError("--thumbnail is for JPEGs: a raw still has no EXIF") }
     }
@@ -242,7 +243,9 @@ struct SnapCommand: ParsableCommand {
         try session.commitConfiguration()
         try session.startRunning()
         // Let exposure and focus settle.
-        let deadline = monotonicNanoseconds() + 10_000_000_000
+        // (Ten seconds, and a tenth of a second more per frame asked for: a long warm-up on a slow
+        // camera is waited for, not cut at ten seconds without a word.)
+        let deadline = monotonicNanoseconds() + 10_000_000_000 + UInt64(warmup) * 100_000_000
         while (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
         let photos: [CapturePhoto]
         do { photos = try photo.capturePhotos(settings: settings, timeoutSeconds: 20) } catch {
@@ -295,14 +298,14 @@ struct RecordCommand: ParsableCommand {
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(name: .shortAndLong, help: "Output .mov file.") var output = "movie.mov"
     @Option(parsing: .unconditional, help: "Stop after this many seconds of movie.") var duration: Double?
-    @Option(help: "Stop before the file passes this size (e.g. 50M).") var maxSize: String?
-    @Option(help: "Stop when the disk has less free space than this (e.g. 500M).") var minFree: String?
-    @Option(help: "Buffer this many seconds before starting the file, and put them at its start.") var preRoll: Double?
-    @Option(help: "JPEG quality, 1-100 (MJPEG cameras are passed through).") var quality = 85
-    @Option(help: "TurboJPEG encoder threads.") var threads = 2
-    @Option(help: "Movie fragment interval, seconds (at most this much is lost if the process dies).") var fragment = 0.5
+    @Option(parsing: .unconditional, help: "Stop before the file passes this size (e.g. 50M).") var maxSize: String?
+    @Option(parsing: .unconditional, help: "Stop when the disk has less free space than this (e.g. 500M).") var minFree: String?
+    @Option(parsing: .unconditional, help: "Buffer this many seconds before starting the file, and put them at its start.") var preRoll: Double?
+    @Option(parsing: .unconditional, help: "JPEG quality, 1-100 (MJPEG cameras are passed through).") var quality = 85
+    @Option(parsing: .unconditional, help: "TurboJPEG encoder threads.") var threads = 2
+    @Option(parsing: .unconditional, help: "Movie fragment interval, seconds (at most this much is lost if the process dies).") var fragment = 0.5
     @Option(help: "Stages to run before the movie output.") var stages: String?
-    @Option(help: "Clockwise rotation players apply when they show the movie: 0, 90, 180 or 270 (the track matrix; pixels stored as captured).") var rotation = 0
+    @Option(parsing: .unconditional, help: "Clockwise rotation players apply when they show the movie: 0, 90, 180 or 270 (the track matrix; pixels stored as captured).") var rotation = 0
     @Flag(help: "Overwrite an existing file.") var force = false
     @OptionGroup var audioOptions: AudioOptions
     @OptionGroup var bufferOptions: BufferBudgetOptions
@@ -385,9 +388,9 @@ struct DumpCommand: ParsableCommand {
 
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(name: .shortAndLong, help: "Output dump file.") var output = "capture.vfdump"
-    @Option(help: "Stop after this many frames.") var frames: UInt64?
+    @Option(parsing: .unconditional, help: "Stop after this many frames.") var frames: UInt64?
     @Option(parsing: .unconditional, help: "Stop after this many seconds.") var duration: Double?
-    @Option(help: "LZ4 acceleration of --compression lz4 (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
+    @Option(parsing: .unconditional, help: "LZ4 acceleration of --compression lz4 (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
     @Option(help: "How frames are stored: auto (packed 4:2:2 frames of 1 MiB or more — 1280x720 and up — split into planes, each coded as delta bit-planes: 2–3x on noisy sensors; other frames as lz4), lz4 (the packed bytes at --acceleration), none (as they are).")
     var compression = "auto"
     @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
@@ -453,7 +456,7 @@ struct ExportCommand: ParsableCommand {
 
     @Argument(help: "Input: a dump, or a .y4m file.") var input: String
     @Argument(help: "Output: .y4m (or - for stdout), .mov, or a dump (any other name).") var output: String
-    @Option(help: "JPEG quality for .mov output.") var quality = 85
+    @Option(parsing: .unconditional, help: "JPEG quality for .mov output.") var quality = 85
     @Flag(help: "Overwrite an existing file.") var force = false
 
     func validate() throws {

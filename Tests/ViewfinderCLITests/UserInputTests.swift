@@ -500,6 +500,30 @@ extension UserInputTests {
         #expect(try Self.framesIn(y4m: s.path("rgb.y4m")) == 5)
     }
 
+    /// A negative number is read as the value it is and refused by its range (1 Dec sweep: "Missing
+    /// value for '--frames <frames>'", as if nothing had been given).
+    @Test func aNegativeNumberIsRefusedAsTheValueItIs() {
+        let cases: [[String]] = [
+            ["run", "--frames", "-1"], ["dump", "--frames", "-3"], ["snap", "--burst", "-2"], ["snap", "--warmup", "-1"],
+            ["snap", "--quality", "-5"], ["record", "--fragment", "-1"], ["record", "--pre-roll", "-2"], ["record", "--threads", "-1"],
+            ["record", "--max-size", "-5M"], ["record", "--buffer-budget", "-1"], ["dump", "--acceleration", "-1"],
+            ["bench", "--steps", "-1"], ["bench", "--max-control-latency", "-1"], ["preview", "--port", "-1"], ["run", "--shm-slots", "-4"],
+        ]
+        for args in cases {
+            let message = CLIExit.message(for: Self.parseError(args))
+            #expect(!message.contains("Missing value"), "\(args): \(message)")
+            #expect(CLIExit.run(args) == 64, "\(args)")
+        }
+    }
+
+    static func parseError(_ args: [String]) -> any Error {
+        do {
+            var c = try ViewfinderCommand.parseAsRoot(args)
+            try c.validate()
+            return CancellationError()
+        } catch { return error }
+    }
+
     /// An output that cannot start ends the run (1 Dec sweep: a `--metadata` or `--output` fifo
     /// with no reader, a ring /dev/shm had no room for, left the camera capturing into nothing —
     /// every frame dropped — until Ctrl-C).
