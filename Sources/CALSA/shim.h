@@ -13,8 +13,8 @@ static const int vf_EINVAL = EINVAL;
 static const int vf_EBADFD = EBADFD;
 static const int vf_EIO = EIO;
 // ALSA reports errors to stderr through a variadic handler, which Swift cannot define. The
-// handler keeps nothing on stderr; the messages of ALSA's configuration files (conf.c,
-// confmisc.c: a syntax error in ~/.asoundrc makes every device fail to open with EINVAL) are kept
+// handler keeps nothing on stderr; the messages of reading ALSA's configuration files (conf.c: a
+// syntax error in ~/.asoundrc makes every device fail to open with EINVAL) are kept
 // for the calling thread, so that an open that fails can say why instead of "does not exist".
 #include <stdarg.h>
 #include <string.h>
@@ -23,7 +23,8 @@ static const int vf_EIO = EIO;
 static inline char *vf_alsa_config_buffer(void) { static _Thread_local char b[512]; return b; }
 static void vf_alsa_silent_error(const char *file, int line, const char *function, int err, const char *fmt, ...) {
     (void)line; (void)function; (void)err;
-    if (file == NULL || strncmp(file, "conf", 4) != 0) return;
+    // conf.c alone: reading the files (confmisc.c's "Cannot get card index" is a missing card).
+    if (file == NULL || strcmp(file, "conf.c") != 0) return;
     char *buffer = vf_alsa_config_buffer();
     const size_t size = 512;
     size_t used = strlen(buffer);

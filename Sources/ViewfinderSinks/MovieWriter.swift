@@ -148,7 +148,8 @@ public final class MovieWriter {
             case .mjpegVideo(let w, let h):
                 guard w > 0, h > 0, w < 65536, h < 65536 else { throw SinkError.invalidArgument(name: "video size", reason: "\(w)x\(h)") }
             case .pcmAudio(let r, let c):
-                guard r >= 1000, r <= 65535, c >= 1, c <= 16 else { throw SinkError.invalidArgument(name: "audio format", reason: "\(r) Hz, \(c) channels (supported: 1000–65535 Hz, 1–16 channels)") }
+                // The sound requests' own limits (a 96 or 192 kHz card, a 32-channel interface).
+                guard r >= 1000, r <= 768_000, c >= 1, c <= 64 else { throw SinkError.invalidArgument(name: "audio format", reason: "\(r) Hz, \(c) channels (supported: 1000–768000 Hz, 1–64 channels)") }
             }
         }
         self.path = path
@@ -245,7 +246,10 @@ public final class MovieWriter {
         b.end() // minf
     }
 
-    /// `stsd`: Photo-JPEG video or little-endian 16-bit PCM (`sowt`).
+    /// `stsd`: Photo-JPEG video or little-endian 16-bit PCM: `sowt` in a version 0 sound
+    /// description (its rate is 16.16 fixed point: at most 65535 Hz), or above that rate or two
+    /// channels `lpcm` in a version 2 one (QuickTime's: the rate a 64-bit float, the channels a
+    /// 32-bit count, the sample layout in flags), as FFmpeg and Apple's players read it.
     private func writeSampleDescription(_ b: inout BoxBuffer, _ t: MovieTrackDescription) {
         b.begin("stsd"); b.fullBoxHeader(version: 0, flags: 0); b.u32(1)
         switch t {
@@ -255,10 +259,24 @@ public final class MovieWriter {
             b.u16(UInt16(w)); b.u16(UInt16(h)); b.u32(0x0048_0000); b.u32(0x0048_0000)
             b.u32(0); b.u16(1); b.pascal("Photo - JPEG", size: 32); b.u16(24); b.u16(0xFFFF)
             b.end()
-        case .pcmAudio(let rate, let channels):
+        case .pcmAudio(let rate, let channels) where rate <= 65535 && channels <= 2:
             b.begin("sowt"); b.zeros(6); b.u16(1)
             b.u16(0); b.u16(0); b.u32(0)
             b.u16(UInt16(channels)); b.u16(16); b.u16(0); b.u16(0); b.u32(UInt32(rate) << 16)
+            b.end()
+        case .pcmAudio(let rate, let channels):
+            b.begin("lpcm"); b.zeros(6); b.u16(1)
+            b.u16(2); b.u16(0); b.u32(0)                       // version 2, revision, vendor
+            b.u16(3); b.u16(16); b.u16(0xFFFE); b.u16(0)        // always 3, 16, -2, 0
+            b.u32(0x0001_0000)                                  // always 65536
+            b.u32(72)                                           // size of the description's struct
+            b.u64(Double(rate).bitPattern)                      // sample rate, 64-bit float
+            b.u32(UInt32(channels))
+            b.u32(0x7F00_0000)                                  // always 0x7F000000
+            b.u32(16)                                           // bits per channel
+            b.u32(0x4 | 0x8)                                    // signed integer, packed; little-endian
+            b.u32(UInt32(2 * channels))                         // bytes per packet (one frame)
+            b.u32(1)                                            // frames per packet
             b.end()
         }
         b.end()

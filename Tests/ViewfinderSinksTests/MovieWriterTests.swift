@@ -95,6 +95,36 @@ import Viewfinder
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// Rates above 65535 Hz and more than two channels (a version 2 sound description): ffprobe
+    /// reads the rate, the channels, the duration, and the samples come back as written (1 Dec
+    /// sweep: a 96 kHz microphone could not be recorded at all).
+    @Test(arguments: [(96000, 2), (192000, 1), (48000, 6), (44100, 2)])
+    func highRatesAndManyChannelsAreReadBack(_ rate: Int, _ channels: Int) throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/hi.mov"
+        let writer = try MovieWriter(path: path, tracks: [.pcmAudio(sampleRate: rate, channels: channels)], fragmentInterval: 0.2)
+        let frames = rate / 10
+        var written: [Int16] = []
+        for b in 0..<10 {
+            var block = [Int16](repeating: 0, count: frames * channels)
+            for k in 0..<frames { for c in 0..<channels { block[k * channels + c] = Int16(truncatingIfNeeded: (b * frames + k) * (c + 1)) } }
+            written += block
+            try block.withUnsafeBytes { try writer.appendAudio($0, timestampNanoseconds: 2_000_000_000 + UInt64(b) * 100_000_000) }
+        }
+        try writer.finish()
+        let a = try #require(try ffprobe(path).stream("audio"))
+        #expect(intValue(a["sample_rate"]) == rate)
+        #expect(intValue(a["channels"]) == channels)
+        #expect(a["codec_name"] as? String == "pcm_s16le")
+        #expect(abs((doubleValue(a["duration"]) ?? 0) - 1.0) < 0.001)
+        let (status, _, _) = try run("/usr/bin/ffmpeg", ["-v", "error", "-y", "-i", path, "-f", "s16le", "-acodec", "pcm_s16le", dir + "/back.raw"])
+        #expect(status == 0)
+        let back = try Data(contentsOf: URL(fileURLWithPath: dir + "/back.raw"))
+        let samples = back.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+        #expect(samples == written)
+    }
+
     @Test func audioOnlyMovie() throws {
         let dir = makeTempDirectory()
         let path = dir + "/a.mov"
