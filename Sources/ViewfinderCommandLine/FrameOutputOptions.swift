@@ -13,7 +13,7 @@ struct FrameOutputOptions: ParsableArguments {
     @Option(help: "Publish the frames into the POSIX shared-memory ring /dev/shm/NAME (for python/ FrameReader and other local readers).")
     var shm: String?
     @Option(name: .customLong("shm-slots"), parsing: .unconditional, help: "Frames the shared-memory ring holds (2…1024).")
-    var shmSlots: Int = 8
+    var shmSlots: Int?
 
     func validate() throws {
         guard FramePipeOutput.Format(rawValue: outputFormat) != nil else {
@@ -21,7 +21,8 @@ struct FrameOutputOptions: ParsableArguments {
         }
         if output == nil && outputFormat != "y4m" { throw ValidationError("--output-format needs --output") }
         if output == "-" && isatty(STDOUT_FILENO) != 0 { throw ValidationError("refusing to write frames to a terminal: pipe --output - into a program, or give a file") }
-        if !(2...1024).contains(shmSlots) { throw ValidationError("--shm-slots must be within 2…1024") }
+        if let n = shmSlots, !(2...1024).contains(n) { throw ValidationError("--shm-slots must be within 2…1024") }
+        if shm == nil && shmSlots != nil { throw ValidationError("--shm-slots needs --shm") }
         if let s = shm, s.isEmpty || s.contains("/") || s == "." || s == ".." || s.utf8.count > 200 {
             throw ValidationError("--shm takes a bare name (no '/', not '.' or '..', at most 200 bytes); the ring is /dev/shm/NAME")
         }
@@ -46,7 +47,7 @@ struct FrameOutputOptions: ParsableArguments {
             // A ring another running writer holds is refused now, before anything is captured
             // (the output itself would find out at the stream's start and publish nothing).
             try ShmRingWriter.checkAvailable(name: shm)
-            let ring = SharedMemoryOutput(name: shm, slots: shmSlots)
+            let ring = SharedMemoryOutput(name: shm, slots: shmSlots ?? 8)
             try session.addOutput(ring)
             outs.shm = ring
         }

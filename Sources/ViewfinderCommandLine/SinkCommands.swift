@@ -313,6 +313,11 @@ struct RecordCommand: ParsableCommand {
     func validate() throws {
         try checkDuration(duration)
         if let p = preRoll, !(p > 0 && p <= 60) { throw ValidationError("--pre-roll must be in (0, 60] seconds") }
+        // The movie's duration counts its pre-roll: a limit it already passes would end the
+        // recording at once (it wrote the pre-roll and said the shorter limit was reached).
+        if let p = preRoll, let d = duration, d <= p {
+            throw ValidationError("--duration (\(d) s) must be longer than --pre-roll (\(p) s): the movie's duration includes its pre-roll")
+        }
         guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
         guard (1...16).contains(threads) else { throw ValidationError("--threads must be 1...16") }
         guard fragment > 0 && fragment <= 10 else { throw ValidationError("--fragment must be in (0, 10] seconds") }

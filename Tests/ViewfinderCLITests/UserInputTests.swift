@@ -507,7 +507,9 @@ extension UserInputTests {
             ["run", "--frames", "-1"], ["dump", "--frames", "-3"], ["snap", "--burst", "-2"], ["snap", "--warmup", "-1"],
             ["snap", "--quality", "-5"], ["record", "--fragment", "-1"], ["record", "--pre-roll", "-2"], ["record", "--threads", "-1"],
             ["record", "--max-size", "-5M"], ["record", "--buffer-budget", "-1"], ["dump", "--acceleration", "-1"],
-            ["bench", "--steps", "-1"], ["bench", "--max-control-latency", "-1"], ["preview", "--port", "-1"], ["run", "--shm-slots", "-4"],
+            ["bench", "--steps", "-1"], ["bench", "--max-control-latency", "-1"], ["preview", "--port", "-1"], ["run", "--shm", "x", "--shm-slots", "-4"],
+            // Options that mean nothing without another, or contradict it.
+            ["run", "--shm-slots", "4"], ["record", "--pre-roll", "2", "--duration", "1"],
         ]
         for args in cases {
             let message = CLIExit.message(for: Self.parseError(args))

@@ -321,9 +321,11 @@ class FrameReader:
     def read(self, timeout=None):
         """The next frame; None after ``timeout`` seconds without one (None: ``self.timeout``).
         Raises RingFinished once the run has ended and every frame was offered, and WriterGone
-        (a RingFinished) when no frame came within the timeout and the writer's process is gone."""
+        (a RingFinished) when no frame is left and the writer's process is gone — found within
+        half a second while waiting, not only at the timeout's end."""
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        next_check = time.monotonic() + 0.5
         words = self._words
         while True:
             seen = int(self._words32[_FUTEX_OFFSET // 4])
@@ -339,7 +341,14 @@ class FrameReader:
                 continue
             if self.finished:
                 raise RingFinished(self.name)
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
+            if now >= next_check and int(words[_PUBLISHED_WORD]) <= self.next_index:
+                # Nothing new for a while: a killed writer will publish nothing more.
+                next_check = now + 0.5
+                if not self.writer_alive():
+                    raise WriterGone("the writer of '%s' (pid %d) is gone without ending the run"
+                                     % (self.name, self.writer_pid))
             if left <= 0:
                 if not self.writer_alive():
                     raise WriterGone("the writer of '%s' (pid %d) is gone without ending the run"
