@@ -6,6 +6,9 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
     case invalidConfigFile(path: String, reason: String)
     /// Two stage types claim one name (`types` names them).
     case duplicateStage(String, types: [String])
+    /// A stage cannot run on the stream it was given (too small a picture, pixels that cannot be
+    /// had): not an option of the stage's.
+    case unsupportedStream(stage: String, reason: String)
 
     public var description: String {
         switch self {
@@ -21,6 +24,8 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
             return "pipeline file '\(p)': \(r)"
         case .duplicateStage(let n, let types):
             return "two stage types register the name '\(n)': \(types.joined(separator: " and "))"
+        case .unsupportedStream(let s, let r):
+            return "stage '\(s)' cannot run on this stream: \(r)"
         }
     }
 }

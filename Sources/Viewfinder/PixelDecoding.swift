@@ -34,11 +34,11 @@ public final class PixelRequests: @unchecked Sendable {
         self.available = available
     }
 
-    /// Declares what a stage needs. Throws ``ConfigurationError/invalidOption(stage:option:reason:)``
+    /// Declares what a stage needs. Throws ``ConfigurationError/unsupportedStream(stage:reason:)``
     /// when the stream's pixels cannot be had (MJPEG without a decoder installed).
     public func need(_ n: PixelNeed, stage: String) throws {
         guard available else {
-            throw ConfigurationError.invalidOption(stage: stage, option: "format",
+            throw ConfigurationError.unsupportedStream(stage: stage,
                                                    reason: "\(format.pixelFormat) frames need a decoder to give stages pixels (open the device through ViewfinderKit's DeviceDirectory.standard, or pass one to the engine)")
         }
         needs.withLock { $0.append(n) }

@@ -374,7 +374,12 @@ struct RecordCommand: ParsableCommand {
         session.stopRunning()
         guard let summary = waiter.lock.withLock({ waiter.summary }) else { throw RuntimeFailure(message: "the recording did not start") }
         let err = waiter.lock.withLock { waiter.error }
-        print("wrote \(summary.path): \(summary.frames) frames (\(summary.preRollFrames) from the pre-roll), \(String(format: "%.2f", summary.duration)) s, \(formatBytes(summary.bytes)), \(summary.droppedFrames) dropped on the way to the file; \(dropSummary(session.statistics))")
+        // Frames the camera made that are neither in the movie nor dropped on the way: before
+        // the recording began or after it ended (a stop, a limit) — said, so the books balance.
+        let stats = session.statistics
+        let outside = Int(stats?.captured ?? 0) - summary.frames - summary.droppedFrames
+        let outsideText = outside > 0 ? " (\(outside) captured before the recording began or after it ended)" : ""
+        print("wrote \(summary.path): \(summary.frames) frames (\(summary.preRollFrames) from the pre-roll), \(String(format: "%.2f", summary.duration)) s, \(formatBytes(summary.bytes)), \(summary.droppedFrames) dropped on the way to the file; \(dropSummary(stats))\(outsideText)")
         if let a = session.audioStatistics { print(recordedAudioText(a, movie.audioAlignment)) }
         print("ended: \(summary.reason.rawValue)\(err.map { " (\($0))" } ?? ""); file complete: \(summary.successfullyFinished ? "yes" : "no")")
         if let err, !summary.successfullyFinished { throw err }

@@ -124,7 +124,7 @@ public final class StabiliseStage: Stage {
         decodedPath = !format.pixelFormat.hasYUVPlanes
         if decodedPath { try context.pixels.need(.modify, stage: Self.name) }
         guard format.width >= 64, format.height >= 48 else {
-            throw ConfigurationError.invalidOption(stage: Self.name, option: "format", reason: "\(format.width)x\(format.height) is too small to stabilise (at least 64x48)")
+            throw ConfigurationError.unsupportedStream(stage: Self.name, reason: "\(format.width)x\(format.height) is too small to stabilise (at least 64x48)")
         }
         if self.format != format || estimator == nil {
             estimator = MotionEstimator(width: format.width, height: format.height)

@@ -5,6 +5,13 @@ import ViewfinderAudio
 /// Sound requests beyond what ALSA's 32-bit parameters hold (found by reading the negotiation
 /// while writing the FuzzAudio target): each is a typed error, not a trap in a conversion.
 @Suite struct NegotiationLimitTests {
+    /// 1 Dec sweep: `rate=48000,rate=44100` took the last silently; device and stage options refuse it.
+    @Test func aKeyGivenTwiceIsRefused() throws {
+        #expect(throws: AudioError.invalidRequest("rate given twice")) { _ = try AudioStreamRequest(options: "rate=48000,rate=44100") }
+        #expect(throws: AudioError.invalidRequest("channels given twice")) { _ = try AudioStreamRequest(options: "channels=2,format=s16,channels=2") }
+        #expect(try AudioStreamRequest(options: "rate=48000,channels=2").sampleRate == 48000)
+    }
+
     @Test(arguments: ["rate=4294967296", "rate=9223372036854775807", "channels=4294967296", "period=9223372036854775807", "periods=9223372036854775807"])
     func outOfRangeRequestsAreErrors(_ options: String) throws {
         // The parser refuses them (a usage error on the command line)…

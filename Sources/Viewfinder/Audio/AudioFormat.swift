@@ -46,9 +46,12 @@ public struct AudioStreamRequest: Sendable, Equatable {
     /// Parses `rate=48000,channels=2,format=s16,period=480,periods=8` (the part after the device name).
     public init(options: String) throws {
         self.init()
+        var seen = Set<String>()
         for item in options.split(separator: ",") where !item.isEmpty {
             let kv = item.split(separator: "=", maxSplits: 1).map(String.init)
             guard kv.count == 2 else { throw AudioError.invalidRequest("'\(item)' is not key=value") }
+            // As device and stage options: a key given twice is a mistake, not "the last wins".
+            guard seen.insert(kv[0]).inserted else { throw AudioError.invalidRequest("\(kv[0]) given twice") }
             func int() throws -> Int {
                 guard let v = Int(kv[1]), v > 0 else { throw AudioError.invalidRequest("\(kv[0])=\(kv[1]) is not a positive integer") }
                 return v
