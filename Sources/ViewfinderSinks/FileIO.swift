@@ -253,7 +253,7 @@ public enum AtomicFile {
         syncDirectory(of: path)
     }
 
-    /// Checks, before anything is captured, that ``write(_:to:overwrite:)`` can write `path`,
+    /// Checks, before anything is captured, that `write(_:to:overwrite:)` can write `path`,
     /// changing nothing: where it will land (a link's target) must be a regular file or a new name
     /// in a folder that exists and takes new files (the temporary file and the rename need the
     /// folder, not the old file's permission), or a fifo or character device this process may
