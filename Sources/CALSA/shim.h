@@ -24,7 +24,10 @@ static inline char *vf_alsa_config_buffer(void) { static _Thread_local char b[51
 static void vf_alsa_silent_error(const char *file, int line, const char *function, int err, const char *fmt, ...) {
     (void)line; (void)function; (void)err;
     // conf.c alone: reading the files (confmisc.c's "Cannot get card index" is a missing card).
-    if (file == NULL || strcmp(file, "conf.c") != 0) return;
+    // (Its name as libasound was built: "conf.c" or a path ending in "/conf.c".)
+    if (file == NULL) return;
+    const char *base = strrchr(file, '/');
+    if (strcmp(base ? base + 1 : file, "conf.c") != 0) return;
     char *buffer = vf_alsa_config_buffer();
     const size_t size = 512;
     size_t used = strlen(buffer);

@@ -95,8 +95,10 @@ public struct EngineOptions: Sendable {
     /// Stop after this many seconds (nil: until stopped). On a live source these are the camera's
     /// seconds, counted on the frames' own timestamps from the first frame (a device's start-up
     /// does not use them up): a frame is kept when at least half of its interval fits, as a
-    /// movie's `maximumDuration` does, so 3 s at 30 fps is 90 frames. On a source that is not
-    /// live (a dump, an unpaced pattern) they are seconds of wall time from the start.
+    /// movie's `maximumDuration` does, so 3 s at 30 fps is 90 frames; frames without a usable
+    /// stamp are timed by their arrival, and stamps that go back end the run at the first frame's
+    /// arrival plus the duration. On a source that is not live (an unpaced pattern or dump
+    /// replay) they are seconds of wall time from the start; a paced replay is live.
     public var durationSeconds: Double?
     /// Capacity of the ring from the capture thread to the stage thread.
     public var stageRingCapacity: Int = 8
@@ -524,9 +526,10 @@ public final class CaptureEngine: @unchecked Sendable {
         // A source that is not live: seconds of wall time from the start. A live one: the
         // camera's time, from the first frame (see `EngineOptions.durationSeconds`), with a wall
         // deadline a quarter second past it for a source that goes quiet.
-        let cameraTime = source.isLive
+        var cameraTime = source.isLive
         var deadline = duration.flatMap { cameraTime ? nil : monotonicNanoseconds() &+ UInt64($0 * 1e9) }
         var firstTimestamp: UInt64? = nil, lastTimestamp: UInt64 = 0
+        let nominalInterval = configuration.interval.nanoseconds
         let stallNs = UInt64(options.stallTimeoutSeconds * 1e9)
         var lastFrameAt = monotonicNanoseconds()
         var lastSequence: UInt64? = nil
@@ -547,13 +550,25 @@ public final class CaptureEngine: @unchecked Sendable {
             case .frame(let f):
                 if f.receiveTime == 0 { f.receiveTime = monotonicNanoseconds() }
                 if cameraTime, let duration {
-                    let ts = f.timestamp.nanoseconds
+                    // The sensor's time where the source gives one; the arrival time where it
+                    // does not (a clock it cannot name, no stamp at all).
+                    let stamped = f.timestamp.clock != .unknown && f.timestamp.nanoseconds != 0
+                    let ts = stamped ? f.timestamp.nanoseconds : f.receiveTime
                     if let first = firstTimestamp {
-                        // Kept when at least half of its interval fits (a movie's own rule).
-                        let interval = ts > lastTimestamp ? ts - lastTimestamp : 0
-                        if ts >= first, Double(ts - first) / 1e9 >= duration - Double(interval) / 2e9 {
-                            f.release()
-                            break captureLoop
+                        if ts < lastTimestamp {
+                            // Stamps that go back cannot measure the run: its end is the wall
+                            // deadline set at the first frame from here on.
+                            cameraTime = false
+                        } else {
+                            // Kept when at least half of its interval fits (a movie's own rule);
+                            // the interval is the nominal one at most (a gap before the frame,
+                            // a dropped frame, does not widen it).
+                            var interval = ts - lastTimestamp
+                            if nominalInterval > 0 { interval = min(interval, nominalInterval) }
+                            if Double(ts - first) / 1e9 >= duration - Double(interval) / 2e9 {
+                                f.release()
+                                break captureLoop
+                            }
                         }
                     } else {
                         firstTimestamp = ts

@@ -71,6 +71,11 @@ public struct Y4MHeader: Sendable, Equatable {
         extras = ["XCOLORRANGE=FULL"]
     }
 
+    /// The `XCOLORRANGE` tag's value (`FULL`, `LIMITED`), nil when the header has none.
+    public var colorRange: String? {
+        extras.first { $0.hasPrefix("XCOLORRANGE=") }.map { String($0.dropFirst("XCOLORRANGE=".count)) }
+    }
+
     /// The engine's pixel format for the colour space.
     public var pixelFormat: PixelFormat? {
         switch colorspace {
@@ -377,20 +382,25 @@ public final class Y4MWriter {
     private var outCount = 0
 
     /// Creates `path` (`-` for stdout) and writes the stream header for frames of `format`.
-    public convenience init(path: String, format: FrameFormat, interval: FrameInterval? = nil) throws {
+    /// `colorRange`: the `XCOLORRANGE` tag's value (`FULL`, the engine's own YUV, by default;
+    /// nil: no tag, a range not known — as an input y4m without one).
+    public convenience init(path: String, format: FrameFormat, interval: FrameInterval? = nil, colorRange: String? = "FULL") throws {
         if path == "-" {
-            try self.init(fileDescriptor: 1, path: "-", ownsDescriptor: false, format: format, interval: interval)
+            try self.init(fileDescriptor: 1, path: "-", ownsDescriptor: false, format: format, interval: interval, colorRange: colorRange)
         } else {
             let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
             guard fd >= 0 else {
                 let e = errno
                 throw Y4MError.io(path: path, operation: "create", errno: e, message: String(cString: strerror(e)))
             }
-            try self.init(fileDescriptor: fd, path: path, ownsDescriptor: true, format: format, interval: interval)
+            try self.init(fileDescriptor: fd, path: path, ownsDescriptor: true, format: format, interval: interval, colorRange: colorRange)
         }
     }
 
-    public init(fileDescriptor: Int32, path: String, ownsDescriptor: Bool, format: FrameFormat, interval: FrameInterval? = nil) throws {
+    /// `whenBlocked`: see ``whenBlocked`` (set before the header is written, which may find a
+    /// non-blocking pipe full too).
+    public init(fileDescriptor: Int32, path: String, ownsDescriptor: Bool, format: FrameFormat, interval: FrameInterval? = nil,
+                colorRange: String? = "FULL", whenBlocked: (() throws -> Void)? = nil) throws {
         switch format.pixelFormat {
         case .i420, .nv12, .yuv422p, .yuyv, .uyvy, .grey: break
         default:
@@ -400,7 +410,10 @@ public final class Y4MWriter {
         self.fd = fileDescriptor
         self.ownsFD = ownsDescriptor
         self.path = path
-        header = Y4MHeader(width: format.width, height: format.height, pixelFormat: format.pixelFormat, fps: interval)
+        var h = Y4MHeader(width: format.width, height: format.height, pixelFormat: format.pixelFormat, fps: interval)
+        h.extras = colorRange.map { ["XCOLORRANGE=\($0)"] } ?? []
+        header = h
+        self.whenBlocked = whenBlocked
         rowCapacity = max(format.width, 16) * 2
         row = .allocate(capacity: rowCapacity)
         out = .allocate(capacity: 1 << 18)

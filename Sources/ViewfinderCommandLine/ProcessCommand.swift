@@ -47,7 +47,8 @@ struct ProcessCommand: ParsableCommand {
             meta = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         }
         defer { try? meta?.close() }
-        let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval)
+        // The input's range goes through as it was said (or not said): the stages do not change it.
+        let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval, colorRange: reader.header.colorRange)
 
         var written = 0
         var writeError: (any Error)?

@@ -138,7 +138,9 @@ struct RunCommand: ParsableCommand {
         session.onEvent { [weak session] e in
             guard let error = e.error else { return }
             errors.withLock { $0.append(error) }
-            session?.requestStop()
+            // A microphone that fails or goes is the sound's: the video goes on (the command
+            // still exits 1 with it at the end).
+            if !(error is AudioError) { session?.requestStop() }
         }
 
         // Ctrl-C or SIGTERM stops capture; what was captured still flows out — to a pipe's reader

@@ -104,18 +104,25 @@ final class InterruptHandler {
     /// a library gets its own Ctrl-C back).
     private let previous: [(Int32, __sighandler_t?)]
     private let flag = LockedBox(false)
+    /// When the first signal came (monotonic ns).
+    private let firstAt = LockedBox<UInt64>(0)
     /// The first Ctrl-C or SIGTERM runs `body` (on its own thread: it may wait for the outputs to
-    /// finish); a second one, while that is under way, ends the process at once (exit 128 +
-    /// signal) — the way out of a stop that waits on something that will not come. Movies are
-    /// crash-safe to their last fragment and dumps replay to their last whole record.
+    /// finish); another one a second or more later, while that is under way, ends the process at
+    /// once (exit 128 + signal) — the way out of a stop that waits on something that will not
+    /// come. (Within the second it is the same request: a terminal's Ctrl-C and a wrapper's
+    /// forwarded signal arrive together.) Movies are crash-safe to their last fragment and dumps
+    /// replay to their last whole record.
     init(_ body: @escaping @Sendable () -> Void) {
-        let flag = self.flag
+        let flag = self.flag, firstAt = self.firstAt
         let signals = [SIGINT, SIGTERM]
         previous = signals.map { ($0, signal($0, SIG_IGN)) }
         sources = signals.map { sig in
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             s.setEventHandler {
+                let now = monotonicNanoseconds()
                 let again = flag.withLock { f -> Bool in defer { f = true }; return f }
+                if !again { firstAt.withLock { $0 = now } }
+                if again && now &- firstAt.withLock({ $0 }) < 1_000_000_000 { return }
                 if again {
                     FileHandle.standardError.write(Data("viewfinder: interrupted again: exiting now, without waiting for the outputs\n".utf8))
                     _exit(128 + sig)

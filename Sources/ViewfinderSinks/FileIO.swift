@@ -90,12 +90,17 @@ final class OutputFile {
     /// exists and takes new files. Changes nothing.
     static func checkRegularFileWritable(_ path: String) throws {
         try refuseNonRegular(path)
-        let folder = PathName.folder(of: path)
+        // An existing file is opened in place: its own permission counts. A new one is created
+        // where a link points, in that folder.
+        if access(path, F_OK) == 0 {
+            guard access(path, W_OK) == 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
+            return
+        }
+        let folder = PathName.folder(of: StreamFile.resolvingLink(path))
         var st = stat()
         guard stat(folder, &st) == 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw SinkError.fromErrno(path: path, operation: "open", errno: ENOTDIR) }
         guard access(folder, W_OK | X_OK) == 0 else { throw SinkError.fromErrno(path: path, operation: "create a file in '\(folder)'") }
-        if access(path, F_OK) == 0, access(path, W_OK) != 0 { throw SinkError.fromErrno(path: path, operation: "open") }
     }
 
     deinit { close(fd) }

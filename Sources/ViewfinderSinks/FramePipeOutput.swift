@@ -50,12 +50,11 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     private var pendingOpen: StreamConfiguration?
     private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var error: (any Error)? }
     private let state = LockedBox(Counts())
-    /// The descriptor's flags before this output made it non-blocking (a pipe or fifo), restored
-    /// at the end: a shell's pipe or terminal is shared with other processes.
-    private var restoreFlags: Int32?
-    /// When set (monotonic ns): a write that cannot go on (the reader is not reading) gives up at
-    /// this time instead of waiting on.
-    private let giveUpAt = LockedBox<UInt64?>(nil)
+    /// When set (ns): once the run is asked to stop, a write that has made no progress for this
+    /// long (the reader is not reading) gives up instead of waiting on.
+    private let giveUpAfter = LockedBox<UInt64?>(nil)
+    /// When the last bytes went into the pipe (monotonic ns; the output's thread only).
+    private var lastProgress: UInt64 = 0
 
     public init(path: String, format: Format = .y4m, name: String = "pipe", logger: Logger = Logger(label: "viewfinder.pipe")) {
         self.path = path
@@ -64,13 +63,14 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         self.logger = logger
     }
 
-    /// From now on, a write to a reader that is not reading waits at most `seconds` more and the
-    /// output then gives up (the frames left are counted as after the close, the reader as
-    /// gone). The CLI calls this when Ctrl-C or SIGTERM ends a run: a reader that holds the pipe
-    /// open without reading must not keep the process alive. A reader that reads is unaffected.
+    /// From now on, a write that makes no progress for `seconds` (the reader holds the pipe
+    /// open but does not read) gives up: the frames left are counted as after the close, the
+    /// reader as gone. The CLI calls this when Ctrl-C or SIGTERM ends a run: such a reader must
+    /// not keep the process alive. A reader that reads, however slowly, is unaffected: each
+    /// write that goes in starts the time again.
     public func stopWaitingForTheReader(after seconds: Double) {
-        let deadline = monotonicNanoseconds() &+ UInt64(max(0, seconds) * 1e9)
-        giveUpAt.withLock { $0 = min($0 ?? .max, deadline) }
+        let grace = UInt64(max(0, seconds) * 1e9)
+        giveUpAfter.withLock { $0 = min($0 ?? .max, grace) }
     }
 
     public var framesWritten: UInt64 { state.withLock { $0.written } }
@@ -126,11 +126,19 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         // with no reader ran for ten minutes and Ctrl-C could not stop it).
         if path == "-" { fd = 1 } else { fd = try StreamFile.openForWriting(path) }
         // A pipe or fifo is written without blocking (see `writeAll`): a reader that stops reading
-        // cannot hold the output's thread for ever once the run is asked to stop.
+        // cannot hold the output's thread for ever once the run is asked to stop. The flag is set
+        // on a description of this output's own: stdout's pipe is opened anew through /proc (a
+        // pipe's /proc/self/fd entry opens the same pipe with a new description), so the shell's
+        // and stderr's (`2>&1`) stay blocking whatever happens to this process.
         var st = stat()
         if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFIFO {
-            let flags = fcntl(fd, F_GETFL)
-            if flags >= 0, flags & O_NONBLOCK == 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 { restoreFlags = flags }
+            if fd == 1 {
+                let own = Glibc.open("/proc/self/fd/1", O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+                if own >= 0 { fd = own }   // else stdout as it is: blocking, no giving up
+            } else {
+                let flags = fcntl(fd, F_GETFL)
+                if flags >= 0 { _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+            }
         }
         // A bigger pipe buffer (if it is a pipe) lets a reader take a 1080p frame in fewer wake-ups.
         _ = vf_set_pipe_size(fd, 1 << 20)
@@ -157,9 +165,8 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
             scratch = .allocate(capacity: f.width * f.height * 2)
             fastY4M = true
         } else {
-            let w = try Y4MWriter(fileDescriptor: fd, path: path, ownsDescriptor: false, format: f, interval: configuration.interval)
-            w.whenBlocked = { [unowned self] in try self.waitUntilWritable() }
-            y4m = w
+            y4m = try Y4MWriter(fileDescriptor: fd, path: path, ownsDescriptor: false, format: f, interval: configuration.interval,
+                                whenBlocked: { [unowned self] in try self.waitUntilWritable() })
         }
     }
 
@@ -270,18 +277,21 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
                 throw SinkError.fromErrno(path: path, operation: "write")
             }
             done += n
+            lastProgress = monotonicNanoseconds()
         }
     }
 
-    /// Waits for room in the pipe (the reader reads), in steps of 100 ms, until the time set by
-    /// ``stopWaitingForTheReader(after:)`` if any; then the reader counts as gone (EPIPE).
+    /// Waits for room in the pipe (the reader reads), in steps of 100 ms; once
+    /// ``stopWaitingForTheReader(after:)`` was called, no longer than its time since the last
+    /// bytes went in: then the reader counts as gone (EPIPE).
     private func waitUntilWritable() throws {
+        if lastProgress == 0 { lastProgress = monotonicNanoseconds() }
         while true {
             var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
             let r = poll(&p, 1, 100)
             if r > 0 { return }   // room, or an error the next write reports
             if r < 0 && errno != EINTR { throw SinkError.fromErrno(path: path, operation: "poll") }
-            if let t = giveUpAt.withLock({ $0 }), monotonicNanoseconds() >= t {
+            if let grace = giveUpAfter.withLock({ $0 }), monotonicNanoseconds() &- lastProgress >= grace {
                 logger.warning("frame output '\(path)': the reader stopped reading; the run was asked to stop, so the frames left are not written")
                 throw SinkError.io(path: path, operation: "write", errno: EPIPE, message: "the reader stopped reading")
             }
@@ -294,8 +304,6 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         scratch?.deallocate()
         scratch = nil
         _ = vf_clear_pending_sigpipe()
-        if let flags = restoreFlags, fd >= 0 { _ = fcntl(fd, F_SETFL, flags) }
-        restoreFlags = nil
         if fd > 1 { Glibc.close(fd) }
         fd = -1
     }

@@ -183,6 +183,9 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     /// The last frame's sequence number (nil before the first frame of a run).
     private var lastSequence: UInt64?
 
+    /// Frames whose encoding failed while no recording was open (a pre-roll's), in a row.
+    private var failuresOutsideRecording = 0
+
     private final class Recording {
         let writer: MovieWriter
         let delegate: (any MovieRecordingDelegate)?
@@ -404,9 +407,14 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private func deliver(_ r: JPEGEncoderPool.Result) {
         if let e = r.error {
             guard let rec = recording else {
-                logger.error("movie: encoding frame \(r.sequence) failed: \(e)")
+                // (A pre-roll's frames: said once, then every hundredth, as in a recording.)
+                failuresOutsideRecording += 1
+                if failuresOutsideRecording == 1 || failuresOutsideRecording % 100 == 0 {
+                    logger.error("movie: encoding frame \(r.sequence) failed: \(e) (\(failuresOutsideRecording) before the recording)")
+                }
                 return
             }
+            failuresOutsideRecording = 0
             rec.dropped += 1
             rec.encodeFailuresInARow += 1
             // Said once, then every hundredth frame (a stream no frame of which encodes logged a

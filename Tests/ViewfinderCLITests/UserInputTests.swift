@@ -44,6 +44,24 @@ import ViewfinderBench
         }
     }
 
+    /// `process` says of its output's range what its input said (the stages do not change it):
+    /// nothing when the input said nothing, LIMITED when it said LIMITED; the engine's own y4m
+    /// says FULL.
+    @Test func processPassesTheInputsColourRangeThrough() throws {
+        let s = Scratch()
+        let engine = s.path("engine.y4m")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--output", engine]) == 0)
+        #expect(try Y4MReader(path: engine).header.colorRange == "FULL")
+        let frame = [UInt8](repeating: 128, count: 16 * 16 * 3 / 2)
+        for tag in [nil, "LIMITED"] as [String?] {
+            let input = s.path("in-\(tag ?? "none").y4m"), output = s.path("out-\(tag ?? "none").y4m")
+            let header = "YUV4MPEG2 W16 H16 F30:1 C420jpeg" + (tag.map { " XCOLORRANGE=\($0)" } ?? "") + "\n"
+            try Data(Array(header.utf8) + Array("FRAME\n".utf8) + frame).write(to: URL(fileURLWithPath: input))
+            #expect(CLIExit.run(["process", "--input", input, "--output", output, "--quiet"]) == 0)
+            #expect(try Y4MReader(path: output).header.colorRange == tag)
+        }
+    }
+
     @Test func anInputIsNeverTheOutput() throws {
         let s = Scratch()
         let y4m = s.path("a.y4m"), dump = s.path("a.vfdump")

@@ -325,6 +325,25 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
         output.finish(error: nil)
     }
 
+    /// A reader that reads, however slowly, is never given up on: the time counts from the last
+    /// bytes that went in.
+    @Test func aSlowReaderThatReadsIsNotGivenUpOn() throws {
+        let (r, w) = pipePair()
+        let fmt = FrameFormat(.yuyv, width: 320, height: 240)
+        let drain = PipeDrain(fd: r, delayPerChunkMicroseconds: 20_000)   // ~3 MB/s
+        let output = FramePipeOutput(path: "/dev/fd/\(w)", format: .raw)
+        try output.start(configuration: StreamConfiguration(format: fmt, interval: FrameInterval(fps: 30), bufferCount: 4))
+        close(w)
+        output.stopWaitingForTheReader(after: 0.3)
+        let frame = Frame(capacity: fmt.maxByteCount, format: fmt)
+        fillFrame(frame, index: 0)
+        for _ in 0..<30 { output.consume(frame) }   // 4.6 MB: the pipe fills again and again
+        output.finish(error: nil)
+        drain.join()
+        #expect(output.framesWritten == 30 && !output.readerClosed)
+        #expect(drain.data.count == 30 * fmt.maxByteCount)
+    }
+
     /// A fifo with no reader is an error at once (StreamFile's rule), not a thread in open() for
     /// ever (1 Dec sweep: `run --output FIFO` with no reader ran for ten minutes, Ctrl-C ignored).
     @Test func aFifoWithNoReaderIsAnErrorAtOnce() throws {
