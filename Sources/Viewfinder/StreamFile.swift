@@ -38,11 +38,7 @@ public enum StreamFile {
         guard stat(path, &st) == 0 else {
             let e = errno
             guard e == ENOENT else { throw openError(path, e) }
-            let folder = folder(of: path)
-            var fst = stat()
-            guard stat(folder, &fst) == 0 else { throw openError(path, errno) }
-            guard fst.st_mode & S_IFMT == S_IFDIR else { throw openError(path, ENOTDIR) }
-            guard access(folder, W_OK | X_OK) == 0 else { throw openError(path, errno) }
+            if let refused = newFileRefusal(in: PathName.folder(of: path)) { throw openError(path, refused.errno) }
             return
         }
         switch st.st_mode & S_IFMT {
@@ -67,7 +63,7 @@ public enum StreamFile {
         for _ in 0..<40 {
             var lst = stat()
             guard lstat(current, &lst) == 0, lst.st_mode & S_IFMT == S_IFLNK else { return current }
-            let dir = folder(of: current)
+            let dir = PathName.folder(of: current)
             var dst = stat()
             if stat(dir, &dst) == 0, dst.st_mode & S_ISVTX != 0, dst.st_mode & S_IWOTH != 0,
                lst.st_uid != geteuid(), lst.st_uid != dst.st_uid {
@@ -83,8 +79,17 @@ public enum StreamFile {
         return path
     }
 
-    /// The folder `path` is in ("." for a bare name).
-    private static func folder(of path: String) -> String { PathName.folder(of: path) }
+    /// Why a new file cannot be created in `folder` — it is missing, is not a folder, or this
+    /// process may not add to it (`permission`) — as the errno an open would meet; nil when it
+    /// can. The one folder check of the outputs' pre-flight checks (`StreamFile`, and
+    /// ViewfinderSinks' `AtomicFile` and `PatchedFile`).
+    public static func newFileRefusal(in folder: String) -> (errno: Int32, permission: Bool)? {
+        var st = stat()
+        guard stat(folder, &st) == 0 else { return (errno, false) }
+        guard st.st_mode & S_IFMT == S_IFDIR else { return (ENOTDIR, false) }
+        guard access(folder, W_OK | X_OK) == 0 else { return (errno, true) }
+        return nil
+    }
 
     static func openError(_ path: String, _ e: Int32) -> StreamFileError {
         let message = e == ENXIO ? "a fifo with no reader (start the reader first)" : String(cString: strerror(e))

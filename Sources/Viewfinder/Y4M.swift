@@ -477,7 +477,7 @@ public final class Y4MWriter {
 
     /// For a descriptor in non-blocking mode (a pipe its owner waits on): called when a write
     /// finds no room, to wait for some (or throw to give up). Without it such a write is an error.
-    public var whenBlocked: (() throws -> Void)?
+    public let whenBlocked: (() throws -> Void)?
 
     /// Writes out what is buffered.
     public func flush() throws {

@@ -147,11 +147,7 @@ public enum ALSA {
 
     /// Opens `id` briefly to read its capabilities; a busy or unopenable device is listed by name.
     public static func probe(_ id: String) -> AudioDeviceInfo {
-        silenceErrors()
-        var pcm: OpaquePointer?
-        guard snd_pcm_open(&pcm, id, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK) == 0, let pcm else {
-            return AudioDeviceInfo(id: id, name: describe(id))
-        }
+        guard let pcm = try? openCapture(id) else { return AudioDeviceInfo(id: id, name: describe(id)) }
         defer { snd_pcm_close(pcm) }
         return capabilities(of: pcm, id: id, name: describe(id))
     }

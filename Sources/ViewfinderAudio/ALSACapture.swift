@@ -24,12 +24,10 @@ public final class ALSACaptureSource: AudioCaptureSource, @unchecked Sendable {
     public var stallTimeout: Double = 2
 
     public init(name: String) throws {
-        let handle = try Self.open(name)
+        let handle = try ALSA.openCapture(name)
         pcm = handle
         info = ALSA.capabilities(of: handle, id: name, name: ALSA.describe(name))
     }
-
-    private static func open(_ name: String) throws -> OpaquePointer { try ALSA.openCapture(name) }
 
     deinit { close() }
 
@@ -38,7 +36,7 @@ public final class ALSACaptureSource: AudioCaptureSource, @unchecked Sendable {
         // A request built in code is held to the parser's limits too (a million channels of the
         // null plugin allocated 62 GB).
         try request.validate()
-        if pcm == nil { pcm = try Self.open(info.id) }
+        if pcm == nil { pcm = try ALSA.openCapture(info.id) }
         guard let pcm else { throw AudioError.notConfigured }
         var hw: OpaquePointer?
         snd_pcm_hw_params_malloc(&hw)

@@ -69,6 +69,16 @@ func refuseOverwritingInput(_ output: String?, inputs: [String?], what: String =
     }
 }
 
+/// The checks a command's output file passes before anything is captured, in their order: not
+/// the file the device reads (even with --force), writable by the rule its writer opens it by
+/// (`check`: `AtomicFile.checkWritable` for stills, `PatchedFile.checkWritable` for movies and
+/// dumps; a failure is a runtime error), and not an existing file without --force.
+func checkOutputFile(_ path: String, readFrom input: String?, force: Bool, by check: (String) throws -> Void) throws {
+    try refuseOverwritingInput(path, inputs: [input])
+    do { try check(path) } catch { throw RuntimeFailure(message: "\(error)") }
+    try refuseExisting(path, force: force)
+}
+
 /// `path` as an absolute path with "." and ".." and repeated slashes taken out (links are not
 /// followed: `sameFile` sees through them when the file exists).
 func absolutePath(_ path: String) -> String {
@@ -103,9 +113,8 @@ final class InterruptHandler {
     /// The dispositions before (restored by ``cancel()``: a program running the command line as
     /// a library gets its own Ctrl-C back).
     private let previous: [(Int32, __sighandler_t?)]
-    private let flag = LockedBox(false)
-    /// When the first signal came (monotonic ns).
-    private let firstAt = LockedBox<UInt64>(0)
+    /// When the first signal came (monotonic ns); nil before one did.
+    private let firstAt = LockedBox<UInt64?>(nil)
     /// The first Ctrl-C or SIGTERM runs `body` (on its own thread: it may wait for the outputs to
     /// finish); another one a second or more later, while that is under way, ends the process at
     /// once (exit 128 + signal) — the way out of a stop that waits on something that will not
@@ -113,17 +122,16 @@ final class InterruptHandler {
     /// forwarded signal arrive together.) Movies are crash-safe to their last fragment and dumps
     /// replay to their last whole record.
     init(_ body: @escaping @Sendable () -> Void) {
-        let flag = self.flag, firstAt = self.firstAt
+        let firstAt = self.firstAt
         let signals = [SIGINT, SIGTERM]
         previous = signals.map { ($0, signal($0, SIG_IGN)) }
         sources = signals.map { sig in
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             s.setEventHandler {
                 let now = monotonicNanoseconds()
-                let again = flag.withLock { f -> Bool in defer { f = true }; return f }
-                if !again { firstAt.withLock { $0 = now } }
-                if again && now &- firstAt.withLock({ $0 }) < 1_000_000_000 { return }
-                if again {
+                let first = firstAt.withLock { t -> UInt64? in defer { t = t ?? now }; return t }
+                if let first, now &- first < 1_000_000_000 { return }
+                if first != nil {
                     FileHandle.standardError.write(Data("viewfinder: interrupted again: exiting now, without waiting for the outputs\n".utf8))
                     _exit(128 + sig)
                 }
@@ -134,7 +142,7 @@ final class InterruptHandler {
         }
     }
     /// Whether Ctrl-C or SIGTERM came.
-    var requested: Bool { flag.withLock { $0 } }
+    var requested: Bool { firstAt.withLock { $0 != nil } }
     func cancel() {
         for s in sources { s.cancel() }
         for (sig, handler) in previous { signal(sig, handler) }
@@ -235,11 +243,7 @@ struct SnapCommand: ParsableCommand {
             var files: [String] = []
             if raw || rawCompanion { files.append(path(index: n, raw: true)) }
             if !raw { files.append(path(index: n, raw: false)) }
-            for f in files {
-                try refuseOverwritingInput(f, inputs: [input])
-                do { try AtomicFile.checkWritable(f) } catch { throw RuntimeFailure(message: "\(error)") }
-                try refuseExisting(f, force: force)
-            }
+            for f in files { try checkOutputFile(f, readFrom: input, force: force, by: AtomicFile.checkWritable) }
         }
 
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
@@ -333,12 +337,10 @@ struct RecordCommand: ParsableCommand {
     }
 
     func run() throws {
-        // Same file first: --force, which "exists" would suggest, must not look like the way out.
-        try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
-        // A folder, a device or a missing folder is said before the camera opens (not "exists;
-        // add --force", which could not help).
-        do { try PatchedFile.checkWritable(output) } catch { throw RuntimeFailure(message: "\(error)") }
-        try refuseExisting(output, force: force)
+        // Same file first: --force, which "exists" would suggest, must not look like the way out;
+        // then a folder, a device or a missing folder, before the camera opens (not "exists; add
+        // --force", which could not help).
+        try checkOutputFile(output, readFrom: inputFile(ofDevice: deviceOptions.device), force: force, by: PatchedFile.checkWritable)
         var s = MovieOutputSettings()
         s.quality = quality
         s.encoderThreads = threads
@@ -425,10 +427,7 @@ struct DumpCommand: ParsableCommand {
     }
 
     func run() throws {
-        // Same file first: --force, which "exists" would suggest, must not look like the way out.
-        try refuseOverwritingInput(output, inputs: [inputFile(ofDevice: deviceOptions.device)])
-        do { try PatchedFile.checkWritable(output) } catch { throw RuntimeFailure(message: "\(error)") }
-        try refuseExisting(output, force: force)
+        try checkOutputFile(output, readFrom: inputFile(ofDevice: deviceOptions.device), force: force, by: PatchedFile.checkWritable)
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
         let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
         out.bufferBudget = try bufferOptions.budget

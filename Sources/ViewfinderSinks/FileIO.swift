@@ -58,7 +58,7 @@ final class OutputFile {
     /// opened, and the file is then known to be one this writer may remove (``discard()``).
     init(path: String, exclusive: Bool, truncate: Bool = true, regularFile: Bool = false) throws {
         self.path = path
-        if regularFile { try Self.refuseNonRegular(path) }
+        if regularFile { try PatchedFile.refuseNonRegular(path) }
         var flags = O_WRONLY | O_CREAT | O_CLOEXEC
         if exclusive { flags |= O_EXCL }
         if truncate { flags |= O_TRUNC }
@@ -68,39 +68,6 @@ final class OutputFile {
             throw SinkError.fromErrno(path: path, operation: "open")
         }
         self.fd = fd
-    }
-
-    /// Throws when something that is not a regular file (a device, a fifo, a folder) is at `path`.
-    static func refuseNonRegular(_ path: String) throws {
-        var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG else { return }
-        let kind: String
-        switch st.st_mode & S_IFMT {
-        case S_IFCHR: kind = "a character device"
-        case S_IFBLK: kind = "a block device"
-        case S_IFIFO: kind = "a fifo"
-        case S_IFDIR: kind = "a folder"
-        default: kind = "not a regular file"
-        }
-        throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is \(kind): this file is patched in place as it is written and needs a regular file")
-    }
-
-    /// Checks, before anything is captured, that a movie or a dump can be created at `path`
-    /// (the rule its writer opens it by): nothing but a regular file there, and a folder that
-    /// exists and takes new files. Changes nothing.
-    static func checkRegularFileWritable(_ path: String) throws {
-        try refuseNonRegular(path)
-        // An existing file is opened in place: its own permission counts. A new one is created
-        // where a link points, in that folder.
-        if access(path, F_OK) == 0 {
-            guard access(path, W_OK) == 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
-            return
-        }
-        let folder = PathName.folder(of: StreamFile.resolvingLink(path))
-        var st = stat()
-        guard stat(folder, &st) == 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
-        guard st.st_mode & S_IFMT == S_IFDIR else { throw SinkError.fromErrno(path: path, operation: "open", errno: ENOTDIR) }
-        guard access(folder, W_OK | X_OK) == 0 else { throw SinkError.fromErrno(path: path, operation: "create a file in '\(folder)'") }
     }
 
     deinit { close(fd) }
@@ -193,10 +160,38 @@ final class OutputFile {
 /// A file written and patched in place as it grows — a movie, a dump — which must be a regular
 /// file (never a device, a fifo or a folder).
 public enum PatchedFile {
-    /// Checks, before anything is captured, that such a file can be created at `path`: nothing
-    /// but a regular file there, and a folder that exists and takes new files. Changes nothing.
+    /// Throws when something that is not a regular file (a device, a fifo, a folder) is at `path`.
+    static func refuseNonRegular(_ path: String) throws {
+        var st = stat()
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG else { return }
+        let kind: String
+        switch st.st_mode & S_IFMT {
+        case S_IFCHR: kind = "a character device"
+        case S_IFBLK: kind = "a block device"
+        case S_IFIFO: kind = "a fifo"
+        case S_IFDIR: kind = "a folder"
+        default: kind = "not a regular file"
+        }
+        throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is \(kind): this file is patched in place as it is written and needs a regular file")
+    }
+
+    /// Checks, before anything is captured, that a movie or a dump can be created at `path`
+    /// (the rule its writer opens it by): nothing but a regular file there, and a folder that
+    /// exists and takes new files. Changes nothing.
     /// - Throws: ``SinkError`` naming `path`.
-    public static func checkWritable(_ path: String) throws { try OutputFile.checkRegularFileWritable(path) }
+    public static func checkWritable(_ path: String) throws {
+        try refuseNonRegular(path)
+        // An existing file is opened in place: its own permission counts. A new one is created
+        // where a link points, in that folder.
+        if access(path, F_OK) == 0 {
+            guard access(path, W_OK) == 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
+            return
+        }
+        let folder = PathName.folder(of: StreamFile.resolvingLink(path))
+        if let r = StreamFile.newFileRefusal(in: folder) {
+            throw SinkError.fromErrno(path: path, operation: r.permission ? "create a file in '\(folder)'" : "open", errno: r.errno)
+        }
+    }
 }
 
 /// Writes files atomically: the data goes to a temporary file in the same directory, is flushed,
@@ -281,10 +276,7 @@ public enum AtomicFile {
             }
         }
         let folder = PathName.folder(of: target)
-        var fst = stat()
-        guard stat(folder, &fst) == 0 else { throw refuse(errno) }
-        guard fst.st_mode & S_IFMT == S_IFDIR else { throw refuse(ENOTDIR) }
-        guard access(folder, W_OK | X_OK) == 0 else { throw refuse(errno, "create a file in '\(folder)'") }
+        if let r = StreamFile.newFileRefusal(in: folder) { throw refuse(r.errno, r.permission ? "create a file in '\(folder)'" : "open") }
     }
 
     /// The file a symbolic link at `path` points to, link after link, by the kernel's own rules

@@ -183,8 +183,8 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     /// The last frame's sequence number (nil before the first frame of a run).
     private var lastSequence: UInt64?
 
-    /// Frames whose encoding failed while no recording was open (a pre-roll's), in a row.
-    private var failuresOutsideRecording = 0
+    /// Frames in a row whose encoding failed (reset by one that encoded), recording or not.
+    private var encodeFailuresInARow = 0
 
     private final class Recording {
         let writer: MovieWriter
@@ -193,8 +193,6 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         var frames = 0
         var preRollFrames = 0
         var dropped = 0
-        /// Frames in a row whose encoding failed (reset by one that went in).
-        var encodeFailuresInARow = 0
         /// Drops of frames from this sequence number on are this recording's (the frame after the
         /// last one the output had seen when the recording began).
         var firstSequence: UInt64 = 0
@@ -391,6 +389,7 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
             // Frames still being encoded belong to the time before the trigger: into the pre-roll.
             if let pool { while let r = pool.next(wait: true) { deliver(r) } }
             recording = Recording(writer: w, delegate: d)
+            encodeFailuresInARow = 0   // the recording's first 30 frames are counted from here
             recording?.firstSequence = lastSequence.map { $0 &+ 1 } ?? 0
             // The pre-roll goes first, with its own timestamps.
             if let pr = preRoll, let r = recording {
@@ -406,31 +405,23 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
 
     private func deliver(_ r: JPEGEncoderPool.Result) {
         if let e = r.error {
-            guard let rec = recording else {
-                // (A pre-roll's frames: said once, then every hundredth, as in a recording.)
-                failuresOutsideRecording += 1
-                if failuresOutsideRecording == 1 || failuresOutsideRecording % 100 == 0 {
-                    logger.error("movie: encoding frame \(r.sequence) failed: \(e) (\(failuresOutsideRecording) before the recording)")
-                }
-                return
-            }
-            failuresOutsideRecording = 0
-            rec.dropped += 1
-            rec.encodeFailuresInARow += 1
+            encodeFailuresInARow += 1
             // Said once, then every hundredth frame (a stream no frame of which encodes logged a
             // line per frame, thousands of them).
-            if rec.encodeFailuresInARow == 1 || rec.encodeFailuresInARow % 100 == 0 {
-                logger.error("movie: encoding frame \(r.sequence) failed: \(e) (\(rec.encodeFailuresInARow) in a row)")
+            if encodeFailuresInARow == 1 || encodeFailuresInARow % 100 == 0 {
+                logger.error("movie: encoding frame \(r.sequence) failed: \(e) (\(encodeFailuresInARow) in a row)")
             }
+            guard let rec = recording else { return }
+            rec.dropped += 1
             // A recording none of whose first 30 frames encodes will not: it ends, with the
             // error, instead of running on (its duration counts the movie's time, which never grows).
-            if rec.frames == 0 && rec.encodeFailuresInARow >= 30 {
+            if rec.frames == 0 && encodeFailuresInARow >= 30 {
                 endRecording(reason: .failed, error: .encodingFailed("\(e) (the recording's first 30 frames)"))
             }
             return
         }
+        encodeFailuresInARow = 0
         if let rec = recording {
-            rec.encodeFailuresInARow = 0
             do {
                 if try checkLimits(rec, adding: r.bytes.count, timestamp: r.timestamp) { return }
                 try append(r.bytes, timestamp: r.timestamp, to: rec)

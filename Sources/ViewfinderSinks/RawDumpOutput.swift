@@ -329,18 +329,13 @@ public enum DumpConversion {
         // the output is opened, as replaying it says.
         guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
         // RGB, BGR and Bayer frames are converted to I420 (as `run --output` writes them).
-        let converter = try Self.converterToYUV(reader.format)
-        let converted = converter.map { Frame(capacity: $0.outputFormat(for: reader.format).maxByteCount, format: $0.outputFormat(for: reader.format)) }
-        let writer = try Y4MWriter(path: output, format: converted?.format ?? reader.format, interval: interval)
+        let pf = reader.format.pixelFormat
+        let toI420 = try ToI420(reader.format, if: !pf.hasYUVPlanes && pf != .mjpeg)
+        let writer = try Y4MWriter(path: output, format: toI420?.frame.format ?? reader.format, interval: interval)
         var skips = Skips(), written = 0
         for i in 0..<reader.frameCount {
             do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
-            if let converter, let converted {
-                try converter.convert(frame, into: converted)
-                try writer.write(converted)
-            } else {
-                try writer.write(frame)
-            }
+            try writer.write(try toI420?.convert(frame) ?? frame)
             written += 1
         }
         try writer.flush()
@@ -349,12 +344,23 @@ public enum DumpConversion {
         return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
     }
 
-    /// A converter to I420 for frames without YUV planes that are not JPEGs (RGB, BGR, BGRA,
-    /// Bayer), else nil.
-    static func converterToYUV(_ format: FrameFormat) throws -> FrameConverter? {
-        let pf = format.pixelFormat
-        guard !pf.hasYUVPlanes, pf != .mjpeg else { return nil }
-        return try FrameConverter(target: .i420)
+    /// A dump's frames converted to I420 before they are written (RGB, BGR and Bayer for y4m; a
+    /// Bayer mosaic for the movie's encoder): one converter and one frame, reused.
+    struct ToI420 {
+        let converter: FrameConverter
+        let frame: Frame
+        /// nil unless `needed`.
+        init?(_ format: FrameFormat, if needed: Bool) throws {
+            guard needed else { return nil }
+            converter = try FrameConverter(target: .i420)
+            let out = converter.outputFormat(for: format)
+            frame = Frame(capacity: out.maxByteCount, format: out)
+        }
+        /// `source` converted (into ``frame``, which is returned).
+        func convert(_ source: Frame) throws -> Frame {
+            try converter.convert(source, into: frame)
+            return frame
+        }
     }
 
     static func duration(_ reader: RawDumpReader, _ interval: FrameInterval) -> Double {
@@ -430,8 +436,7 @@ extension DumpConversion {
         // and counted, as the y4m export and the movie output do (it went in, and players then
         // failed on it). A Bayer mosaic is demosaiced first (the encoder takes YUV and RGB).
         let checker = reader.format.pixelFormat == .mjpeg ? try JPEGDecoder() : nil
-        let demosaic = reader.format.pixelFormat.isBayer ? try FrameConverter(target: .i420) : nil
-        let demosaiced = demosaic.map { Frame(capacity: $0.outputFormat(for: reader.format).maxByteCount, format: $0.outputFormat(for: reader.format)) }
+        let demosaic = try ToI420(reader.format, if: reader.format.pixelFormat.isBayer)
         var skips = Skips(), written = 0
         var aligner: AudioTimelineAligner?
         var nextAudio = 0, skippedAudio = 0
@@ -463,11 +468,8 @@ extension DumpConversion {
                         continue
                     }
                     try writer.appendVideo(UnsafeRawBufferPointer(frame.bytes), timestampNanoseconds: ts)
-                } else if let demosaic, let demosaiced {
-                    try demosaic.convert(frame, into: demosaiced)
-                    try writer.appendVideo(try encoder.encode(demosaiced, quality: quality), timestampNanoseconds: ts)
                 } else {
-                    try writer.appendVideo(try encoder.encode(frame, quality: quality), timestampNanoseconds: ts)
+                    try writer.appendVideo(try encoder.encode(try demosaic?.convert(frame) ?? frame, quality: quality), timestampNanoseconds: ts)
                 }
                 written += 1
                 if origin == nil { origin = ts }
