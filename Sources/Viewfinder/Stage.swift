@@ -337,7 +337,16 @@ public struct OptionField<Root>: Sendable {
         OptionField(name: name, type: "integer", unit: unit, range: range.map { "\($0.lowerBound)...\($0.upperBound)" }, summary: summary, key: key, parse: { v in
             let parsed: I?
             if case .string(let s) = v { parsed = I(s) } else if let d = v.numberValue, d == d.rounded(), abs(d) < 1e15 { parsed = I(exactly: d) } else { parsed = nil }
-            guard let i = parsed else { throw OptionValueError("expected an integer, got '\(v)'") }
+            guard let i = parsed else {
+                // A whole number the type cannot hold (-1 for a count, 1e20) is out of range, not "not an integer".
+                let whole: Double? = if case .string(let s) = v { Double(s) } else { v.numberValue }
+                if let whole, whole.isFinite, whole == whole.rounded() {
+                    let shown = abs(whole) < 1e15 ? String(Int64(whole)) : fmt(whole)
+                    if let range { throw OptionValueError("\(shown) is outside \(range.lowerBound)...\(range.upperBound)") }
+                    throw OptionValueError("\(shown) is outside \(I.min)...\(I.max)")
+                }
+                throw OptionValueError("expected an integer, got '\(v)'")
+            }
             if let range, !range.contains(i) { throw OptionValueError("\(i) is outside \(range.lowerBound)...\(range.upperBound)") }
             return i
         }, show: { String($0) }, encode: { i in

@@ -262,6 +262,10 @@ public struct PipelineConfiguration: Sendable, Equatable, Codable {
         for key in obj.keys where CodingKeys(rawValue: key) == nil {
             throw ConfigurationError.invalidConfigFile(path: path, reason: "unknown key '\(key)' (expected: device, stages)")
         }
+        // `{}` is most likely the wrong file or one not yet written: a pipeline of no stages says so (`"stages": []`).
+        if obj.isEmpty {
+            throw ConfigurationError.invalidConfigFile(path: path, reason: "names no device and no stages (for a pipeline without stages write {\"stages\": []})")
+        }
         if case .array(let items)? = obj["stages"] {
             for (i, item) in items.enumerated() {
                 guard case .object(let o) = item else {

@@ -101,7 +101,8 @@ func refuseOneFileForTwoOutputs(_ a: (name: String, path: String?), _ b: (name: 
     }
 }
 
-/// Ctrl-C (SIGINT) and SIGTERM (`kill`, a service manager, a container stopping) run `body`:
+/// Ctrl-C (SIGINT), SIGTERM (`kill`, a service manager, a container stopping) and SIGHUP (the
+/// terminal closed; not under `nohup`) run `body`:
 /// the command then ends as it does at a limit — files finished, rings removed, the summary
 /// printed — instead of being killed mid-write.
 ///
@@ -123,7 +124,14 @@ final class InterruptHandler {
     /// replay to their last whole record.
     init(_ body: @escaping @Sendable () -> Void) {
         let firstAt = self.firstAt
-        let signals = [SIGINT, SIGTERM]
+        // SIGHUP: the terminal closed (an ssh session dropped) — unless the command was started
+        // with it ignored (`nohup`), which it keeps.
+        var signals = [SIGINT, SIGTERM]
+        var current = sigaction()
+        if sigaction(SIGHUP, nil, &current) == 0,
+           unsafeBitCast(current.__sigaction_handler.sa_handler, to: Int.self) != unsafeBitCast(SIG_IGN, to: Int.self) {
+            signals.append(SIGHUP)
+        }
         previous = signals.map { ($0, signal($0, SIG_IGN)) }
         sources = signals.map { sig in
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
@@ -193,7 +201,7 @@ struct SnapCommand: ParsableCommand {
 
     @OptionGroup var deviceOptions: DeviceOptions
     @Option(name: .shortAndLong, help: "Output file; several images get -1, -2, … before the extension.") var output = "snap.jpg"
-    @Option(parsing: .unconditional, help: "JPEG quality, 1-100.") var quality = 90
+    @Option(parsing: .unconditional, help: "JPEG quality, 1-100 (default: 90).") var quality: Int?
     @Option(help: "Chroma subsampling: 444, 422, 420, grey (default: the source's).") var subsampling: String?
     @Flag(help: "Save the untouched buffer with a header describing it (.vfraw) instead of a JPEG.") var raw = false
     @Flag(help: "Save a raw companion next to each JPEG.") var rawCompanion = false
@@ -207,11 +215,14 @@ struct SnapCommand: ParsableCommand {
     @Flag(help: "Overwrite existing files.") var force = false
 
     func validate() throws {
-        guard (1...100).contains(quality) else { throw ValidationError("--quality must be 1...100") }
+        if let quality, !(1...100).contains(quality) { throw ValidationError("--quality must be 1...100") }
         guard (1...64).contains(burst) else { throw ValidationError("--burst must be 1...64") }
         guard (0...3000).contains(warmup) else { throw ValidationError("--warmup must be 0...3000 frames") }
         if let s = subsampling, ChromaSubsampling(rawValue: s) == nil { throw ValidationError("--subsampling must be one of 444, 422, 420, grey") }
         if thumbnail && raw { throw ValidationError("--thumbnail is for JPEGs: a raw still has no EXIF") }
+        // A raw still is the untouched buffer: a JPEG's settings would be ignored without a word.
+        if raw, quality != nil { throw ValidationError("--quality is for JPEGs: a raw still is the untouched buffer") }
+        if raw, subsampling != nil { throw ValidationError("--subsampling is for JPEGs: a raw still is the untouched buffer") }
     }
 
     func biases() throws -> [Double] {
@@ -224,7 +235,7 @@ struct SnapCommand: ParsableCommand {
 
     func run() throws {
         let b = try biases()
-        let settings = PhotoSettings(codec: raw ? .raw : .jpeg(quality: quality, subsampling: subsampling.flatMap(ChromaSubsampling.init(rawValue:))),
+        let settings = PhotoSettings(codec: raw ? .raw : .jpeg(quality: quality ?? 90, subsampling: subsampling.flatMap(ChromaSubsampling.init(rawValue:))),
                                      rawCompanion: rawCompanion, exposureBiases: b, burstCount: burst,
                                      embeddedThumbnailSize: thumbnail ? .exifThumbnail : nil)
         let count = settings.shotCount * (rawCompanion ? 2 : 1)
@@ -409,7 +420,7 @@ struct DumpCommand: ParsableCommand {
     @Option(name: .shortAndLong, help: "Output dump file.") var output = "capture.vfdump"
     @Option(parsing: .unconditional, help: "Stop after this many frames.") var frames: UInt64?
     @Option(parsing: .unconditional, help: "Stop after this many seconds.") var duration: Double?
-    @Option(parsing: .unconditional, help: "LZ4 acceleration of --compression lz4 (1 = best ratio; 8+ for noisy sensors at high rates).") var acceleration = 1
+    @Option(parsing: .unconditional, help: "LZ4 acceleration of --compression lz4 and of auto's lz4 frames (1 = best ratio, the default; 8+ for noisy sensors at high rates).") var acceleration: Int?
     @Option(help: "How frames are stored: auto (packed 4:2:2 frames of 1 MiB or more — 1280x720 and up — split into planes, each coded as delta bit-planes: 2–3x on noisy sensors; other frames as lz4), lz4 (the packed bytes at --acceleration), none (as they are).")
     var compression = "auto"
     @Option(help: "Stages to run before the dump (their metadata is stored with each frame).") var stages: String?
@@ -420,16 +431,17 @@ struct DumpCommand: ParsableCommand {
     func validate() throws {
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
         try checkDuration(duration)
-        guard (1...65537).contains(acceleration) else { throw ValidationError("--acceleration must be 1...65537") }
-        guard RawDumpCompression(rawValue: compression) != nil else {
+        if let acceleration, !(1...65537).contains(acceleration) { throw ValidationError("--acceleration must be 1...65537") }
+        guard let mode = RawDumpCompression(rawValue: compression) else {
             throw ValidationError("unknown --compression '\(compression)' (known: \(RawDumpCompression.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
+        if mode == RawDumpCompression.none, acceleration != nil { throw ValidationError("--acceleration is LZ4's: --compression none stores frames as they are") }
     }
 
     func run() throws {
         try checkOutputFile(output, readFrom: inputFile(ofDevice: deviceOptions.device), force: force, by: PatchedFile.checkWritable)
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
-        let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
+        let out = RawDumpOutput(path: output, overwrite: force, acceleration: acceleration ?? 1, compression: RawDumpCompression(rawValue: compression) ?? .auto, device: dev.uniqueID)
         out.bufferBudget = try bufferOptions.budget
         session.beginConfiguration()
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }

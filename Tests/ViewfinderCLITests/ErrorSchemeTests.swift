@@ -40,3 +40,29 @@ import ViewfinderKit
         #expect(CLIExit.status(for: ValidationError("bad")) == 64)
     }
 }
+
+extension ErrorSchemeTests {
+    /// An option that the other options make meaningless is refused, not ignored without a word;
+    /// a count that cannot be negative says its range; an empty pipeline file is named.
+    @Test func optionsThatWouldBeIgnoredAreUsageErrors() throws {
+        #expect(CLIExit.run(["snap", "--device", "pattern:width=64,height=32", "--raw", "--quality", "50", "-o", "/nonexistent/x.vfraw"]) == 64)
+        #expect(CLIExit.run(["snap", "--device", "pattern:width=64,height=32", "--raw", "--subsampling", "420", "-o", "/nonexistent/x.vfraw"]) == 64)
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32", "--compression", "none", "--acceleration", "4", "-o", "/nonexistent/x.vfdump"]) == 64)
+        // The same options where they mean something still parse.
+        _ = try ViewfinderCommand.parseAsRoot(["dump", "--compression", "lz4", "--acceleration", "4"])
+        _ = try ViewfinderCommand.parseAsRoot(["snap", "--quality", "50", "--subsampling", "420"])
+
+        #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:frames=-1", option: "frames", reason: "-1 is outside 0...\(UInt64.max)")) {
+            _ = try PatternSource(deviceString: "pattern:frames=-1")
+        }
+
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vf-empty-pipeline-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let empty = dir.appendingPathComponent("p.json").path
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: empty))
+        #expect(throws: ConfigurationError.self) { _ = try PipelineConfiguration.load(path: empty) }
+        try Data(#"{"stages": []}"#.utf8).write(to: URL(fileURLWithPath: empty))
+        #expect(try PipelineConfiguration.load(path: empty).stages.isEmpty)
+    }
+}

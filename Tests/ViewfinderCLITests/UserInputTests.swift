@@ -602,3 +602,44 @@ extension UserInputTests {
         #expect(CLIExit.run(["snap", "--device", "sim:width=320,height=240", "--thumbnail", "--raw", "-o", s.path("r.vfraw")]) == 64)
     }
 }
+
+extension UserInputTests {
+    static let hangupChildEnv = "VF_TEST_HANGUP_CHILD"
+
+    /// The child of `aClosedTerminalEndsTheRunAsCtrlCDoes`: a 30 s dump, its status as the exit status.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[hangupChildEnv] != nil))
+    func hangupChild() {
+        let path = ProcessInfo.processInfo.environment[Self.hangupChildEnv]!
+        // As in a terminal, whatever the test runner inherited (`nohup` ignores it).
+        signal(SIGHUP, SIG_DFL)
+        exit(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,fps=30,paced=true", "--duration", "30", "--output", path]))
+    }
+
+    /// SIGHUP (the terminal closed, an ssh session dropped) ends a run as Ctrl-C does: the dump is
+    /// finished and replays (2 Dec: it killed the process, leaving a dump without its index and,
+    /// for `--shm`, the ring in /dev/shm).
+    @Test func aClosedTerminalEndsTheRunAsCtrlCDoes() throws {
+        let s = Scratch()
+        let path = s.path("hangup.vfdump")
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        child.arguments = ["--testing-library", "swift-testing", "--filter", "hangupChild"]
+        child.environment = ProcessInfo.processInfo.environment.merging([Self.hangupChildEnv: path]) { $1 }
+        child.standardOutput = FileHandle.nullDevice
+        child.standardError = FileHandle.nullDevice
+        try child.run()
+        // Wait for the dump to hold frames (its file grows past the stream header), then hang up.
+        let deadline = monotonicNanoseconds() + 20_000_000_000
+        while monotonicNanoseconds() < deadline, Self.size(path) < 4096 { usleep(50_000) }
+        usleep(300_000)
+        let t0 = monotonicNanoseconds()
+        kill(child.processIdentifier, SIGHUP)
+        child.waitUntilExit()
+        let took = Double(monotonicNanoseconds() - t0) / 1e9
+        #expect(child.terminationReason == .exit && child.terminationStatus == 0,
+                "\(child.terminationReason == .exit ? "exit" : "signal") \(child.terminationStatus)")
+        #expect(took < 5, "took \(took) s to stop")
+        let info = try RawDumpReader(path: path)
+        #expect(info.frameCount > 0)
+    }
+}
