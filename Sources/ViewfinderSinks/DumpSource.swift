@@ -98,6 +98,9 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
                                    sizes: [.discrete(width: f.width, height: f.height, intervals: interval.denominator > 0 ? [interval] : [])])
         info = DeviceInfo(id: device, name: "dump \(PathName.lastComponent(spec))", driver: "viewfinder-dump", bus: "file:\(spec)",
                           formats: [fd], controls: [], isLive: paced)
+        // A dump's active format is the one it recorded (what a request that names only some of
+        // format, size and rate completes the rest from).
+        activeConfiguration = StreamConfiguration(format: f, interval: nominalInterval, bufferCount: 8)
     }
 
     public var frameCount: Int { reader.frameCount }

@@ -494,6 +494,9 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         _ = try writeDump(path, count: 10)
         let source = try DumpSource(device: "dump:" + path)
         #expect(source.isLive)
+        // Its active format before any request is the recorded one: a request naming only the
+        // pixel format is completed with the recorded size (2 Dec: with the CLI's 1280x720).
+        #expect(source.activeConfiguration?.format == source.recordedConfiguration().format)
         let sink = CollectingConsumer()
         let engine = CaptureEngine(source: source, configuration: source.recordedConfiguration(), stages: [], consumers: [sink])
         try engine.start()
