@@ -1,6 +1,8 @@
 /// Finds and opens devices by their string: `sim[:options]`, `/dev/videoN`, `dump:FILE`, …
 ///
-/// The core knows the sim camera; `ViewfinderKit` adds V4L2 and dump replay (`DeviceDirectory.standard`).
+/// The core opens the test pattern (`pattern:`) through ``PatternProvider``; the sim camera
+/// (`ViewfinderSim`), V4L2 (`ViewfinderV4L2`) and dump replay (`ViewfinderSinks`) are providers of
+/// their own modules, all in ViewfinderKit's `DeviceDirectory.standard`.
 public struct DeviceDirectory: Sendable {
     public var providers: [any DeviceProvider]
     /// Decoders that give stages pixels of formats without YUV planes (MJPEG); devices opened

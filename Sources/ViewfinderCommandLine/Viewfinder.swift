@@ -12,6 +12,7 @@ import ViewfinderBench
 /// // Sources/my-viewfinder/main.swift, in a package whose MyStages target uses StageRegistryPlugin
 /// import MyStages
 /// import ViewfinderCommandLine
+/// import ViewfinderKit          // StageRegistry.builtIn
 ///
 /// ViewfinderCommandLine.main(stages: try .builtIn.merging(.myStages))
 /// ```

@@ -121,10 +121,19 @@ public final class AssetWriterInput: @unchecked Sendable {
         return enqueue(timestamp: timestamp.nanoseconds) { writer in try writer.writeAudio(samples, timestamp: timestamp.nanoseconds) }
     }
 
-    /// Appends a period of captured sound (from an `AudioDataOutput` delegate).
+    /// Appends a period of sound as an audio source delivers it (an ``AudioBuffer`` lent to a
+    /// custom `AudioSource` consumer; the samples are copied).
     @discardableResult
     public func append(_ buffer: AudioBuffer) -> Bool {
         append(pcm: buffer.data, format: buffer.format, timestamp: buffer.period.timestamp)
+    }
+
+    /// Appends what an `AudioDataOutput` delivers — to its delegate's
+    /// `audioDataOutput(_:didOutput:)` or through `buffers()` (AVFoundation's `append(_:)` of a
+    /// sample buffer from `AVCaptureAudioDataOutput`).
+    @discardableResult
+    public func append(_ buffer: AudioSampleBuffer) -> Bool {
+        buffer.data.withUnsafeBytes { append(pcm: $0, format: buffer.format, timestamp: buffer.timestamp) }
     }
 
     /// No more samples will be appended to this input.
@@ -188,7 +197,7 @@ public final class AssetWriterInput: @unchecked Sendable {
 /// `MovieFileOutput`.
 ///
 /// ```swift
-/// let writer = try AssetWriter(path: "out.mov")
+/// let writer = AssetWriter(path: "out.mov")
 /// let video = AssetWriterInput(settings: .video(width: 1280, height: 720))
 /// try writer.add(video)
 /// try writer.startWriting()

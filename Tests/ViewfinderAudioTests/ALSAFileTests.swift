@@ -130,6 +130,64 @@ import ViewfinderKit
     }
 }
 
+extension ALSAFileTests {
+    /// What an audio data output delivers goes straight into an asset writer's sound input, as
+    /// AVFoundation's capture-to-`AVAssetWriter` pipelines do (2 Dec: only `AudioBuffer`, which
+    /// the output does not deliver, had an `append`).
+    @Test func anAudioDataOutputsBuffersAppendToAnAssetWriter() async throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-asset-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let audioData = AudioDataOutput()
+        let session = try simWithFileSound("sim:width=160,height=120,fps=30,frames=30", outputs: [audioData])
+        let stream = audioData.buffers(bufferingNewest: 1024)
+        let collected = Task { var all: [AudioSampleBuffer] = []; for await b in stream { all.append(b) }; return all }
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        let buffers = await collected.value
+        let first = try #require(buffers.first)
+
+        let path = dir + "/sound.mov"
+        let writer = AssetWriter(path: path)
+        let video = AssetWriterInput(settings: .video(width: 160, height: 120))
+        let sound = AssetWriterInput(settings: .audio(sampleRate: first.format.sampleRate, channels: first.format.channels))
+        try writer.add(video)
+        try writer.add(sound)
+        try writer.startWriting()
+        writer.startSession(atSourceTime: first.timestamp)
+        for b in buffers {
+            while !sound.isReadyForMoreMediaData { usleep(1000) }
+            #expect(sound.append(b))
+        }
+        video.markAsFinished()
+        sound.markAsFinished()
+        try writer.finishWriting()
+        #expect(writer.status == .completed)
+        let written = try movieAudioSamples(path, track: 2)
+        let expected = buffers.flatMap(\.int16Samples)
+        #expect(written.count == expected.count && written == expected, "\(written.count) samples written of \(expected.count)")
+    }
+}
+
+extension ALSAFileTests {
+    /// A sequence whose consumer falls behind keeps its newest buffers; the ones it replaced are
+    /// counted in droppedBuffers (2 Dec: not counted at all).
+    @Test func buffersASequenceDropsAreCounted() async throws {
+        let audioData = AudioDataOutput()
+        let session = try simWithFileSound("sim:width=160,height=120,fps=30,frames=30", outputs: [audioData])
+        let stream = audioData.buffers(bufferingNewest: 2)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        var taken = 0
+        for await _ in stream { taken += 1 }
+        #expect(taken == 2)
+        #expect(audioData.deliveredBuffers > 2)
+        #expect(audioData.droppedBuffers == audioData.deliveredBuffers - 2, "\(audioData.droppedBuffers) dropped of \(audioData.deliveredBuffers)")
+    }
+}
+
 final class FinishWaiter: MovieRecordingDelegate, @unchecked Sendable {
     private let lock = ConditionLock()
     private var done = false

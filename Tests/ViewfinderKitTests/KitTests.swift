@@ -308,5 +308,15 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
                                                      reason: "it streams MJPEG, a compressed format (crop and resample need YUV or grey frames)")) {
             try dev.setVideoZoomFactor(2)
         }
+        // RGB and Bayer streams too (2 Dec: accepted, and the picture was not zoomed).
+        for (format, kind) in [("rgb24", "RGB24, an RGB format"), ("sbggr8", "SBGGR8, a Bayer format")] {
+            let id = "pattern:width=64,height=32,format=\(format),frames=4"
+            let d = try CaptureDevice.open(id, directory: .standard)
+            try d.lockForConfiguration()
+            defer { d.unlockForConfiguration() }
+            #expect(throws: SessionError.unsupportedMode(device: id, mode: "digital zoom", reason: "it streams \(kind) (crop and resample need YUV or grey frames)")) {
+                try d.setVideoZoomFactor(2)
+            }
+        }
     }
 }

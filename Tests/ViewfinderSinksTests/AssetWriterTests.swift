@@ -126,7 +126,7 @@ import Viewfinder
         #expect(!v2.append(frame(0)))
         #expect(w2.error as? AssetWriterError == .formatMismatch("frame 320x240, input expects 640x480"))
         // An existing file is not overwritten unless asked.
-        FileManager.default.createFile(atPath: dir + "/c.mov", contents: Data([1, 2, 3]))
+        _ = FileManager.default.createFile(atPath: dir + "/c.mov", contents: Data([1, 2, 3]))
         let w3 = AssetWriter(path: dir + "/c.mov")
         try w3.add(AssetWriterInput(settings: .video(width: 320, height: 240)))
         #expect(throws: SinkError.fileExists(path: dir + "/c.mov")) { try w3.startWriting() }

@@ -361,6 +361,44 @@ final class RecordingDelegate: VideoDataOutputDelegate, @unchecked Sendable {
         #expect(out.droppedFrames[.outOfBuffers] == 57)
     }
 
+    @Test func theStreamsOwnFormatAskedForComesFromTheOutputsPool() throws {
+        // Asking for the format the camera already streams still gives the app buffers of the
+        // output's own pool (2 Dec: the engine's frames, so a delegate holding them starved the
+        // engine): holding them makes only this output drop, as out_of_buffers.
+        let src = try PatternSource(deviceString: "pattern:width=64,height=32,frames=60,format=i420")
+        let cfg = try src.configure(StreamRequest(pixelFormat: .i420, width: 64, height: 32, fps: 30, bufferCount: 16))
+        let out = VideoDataOutput(alwaysDiscardsLateVideoFrames: false)
+        try out.setVideoSettings(VideoOutputSettings(pixelFormat: .i420, bufferCount: 3))
+        let h = Hoarder()
+        out.setDelegate(h, queue: nil)
+        let engine = CaptureEngine(source: src, configuration: cfg, stages: [], consumers: [out])
+        try engine.start()
+        #expect(engine.waitUntilFinished(timeoutSeconds: 30))
+        #expect(h.kept.withLock { $0.count } == 3)
+        #expect(out.droppedFrames[.outOfBuffers] == 57)
+        #expect(engine.statistics.drops.total == 0, "the engine dropped \(engine.statistics.drops.total)")
+        // The buffers are copies of the frames.
+        let kept = h.kept.withLock { $0 }
+        #expect(kept.allSatisfy { $0.format.pixelFormat == .i420 })
+    }
+
+    @Test func framesTheSequenceReplacesAreCountedAsLate() async throws {
+        // The async sequence keeps the newest frame its consumer has not taken: the ones it
+        // replaced are counted in droppedFrames (2 Dec: only in droppedLateFrames).
+        let src = try PatternSource(deviceString: "pattern:width=64,height=32,frames=40,format=yuyv")
+        let cfg = try src.configure(StreamRequest(pixelFormat: .yuyv, width: 64, height: 32, fps: 30, bufferCount: 16))
+        let out = VideoDataOutput()
+        let stream = out.frames()
+        let engine = CaptureEngine(source: src, configuration: cfg, stages: [], consumers: [out])
+        try engine.start()
+        #expect(engine.waitUntilFinished(timeoutSeconds: 30))
+        var taken = 0
+        for await _ in stream { taken += 1; break }
+        #expect(taken == 1)
+        #expect(out.droppedLateFrames == 39)
+        #expect(out.droppedFrames[.late] == 39)
+    }
+
     @Test func aBusyDelegateGetsLateDropsAndTheBooksBalance() throws {
         // A slow delegate on a queue with late-frame discarding: the frames it cannot take are
         // reported late, and delivered + reported is every frame.

@@ -40,8 +40,10 @@ public protocol AudioDataOutputDelegate: AnyObject, Sendable {
 /// (AVFoundation's `AVCaptureAudioDataOutput`), the counterpart of ``VideoDataOutput``.
 ///
 /// Buffers are copies (the engine's slots go back to the capture thread at once). A delegate
-/// queue or an async consumer that falls behind is bounded: at most ``maximumQueuedBuffers`` wait,
-/// older ones are dropped and counted in ``droppedBuffers``.
+/// queue or an async consumer that falls behind is bounded, and what it loses is counted in
+/// ``droppedBuffers``: at most ``maximumQueuedBuffers`` wait for the delegate (a buffer that finds
+/// that many waiting is not queued), and a ``buffers(bufferingNewest:)`` sequence keeps its
+/// newest `limit` (the older ones its consumer had not taken are dropped).
 public final class AudioDataOutput: CaptureOutput, AudioConsumer, @unchecked Sendable {
     // @unchecked Sendable: delegate, queue and continuations are behind `state`; counts are atomic.
     public let consumerName: String
@@ -89,7 +91,10 @@ public final class AudioDataOutput: CaptureOutput, AudioConsumer, @unchecked Sen
 
     /// The format of the session's microphone, once it is running.
     public var format: AudioStreamFormat? { state.withLock { $0.format } }
+    /// Buffers handed to the delegate's queue or to a sequence.
     public var deliveredBuffers: UInt64 { delivered.load(ordering: .relaxed) }
+    /// Buffers the delegate's queue or a sequence's consumer lost by falling behind (each loss
+    /// counted once per consumer).
     public var droppedBuffers: UInt64 { dropped.load(ordering: .relaxed) }
 
     // MARK: AudioConsumer
@@ -100,10 +105,16 @@ public final class AudioDataOutput: CaptureOutput, AudioConsumer, @unchecked Sen
         let (delegate, queue, conts) = state.withLock { ($0.delegate, $0.queue, Array($0.continuations.values)) }
         guard delegate != nil || !conts.isEmpty else { return }
         let b = AudioSampleBuffer(buffer)
-        for c in conts { c.yield(b) }
+        for c in conts {
+            if case .dropped = c.yield(b) { dropped.add(1, ordering: .relaxed) }
+        }
+        guard let delegate, let queue else { delivered.add(1, ordering: .relaxed); return }
+        if queued.load(ordering: .relaxed) >= maximumQueuedBuffers {
+            dropped.add(1, ordering: .relaxed)
+            if !conts.isEmpty { delivered.add(1, ordering: .relaxed) }
+            return
+        }
         delivered.add(1, ordering: .relaxed)
-        guard let delegate, let queue else { return }
-        if queued.load(ordering: .relaxed) >= maximumQueuedBuffers { dropped.add(1, ordering: .relaxed); return }
         queued.add(1, ordering: .relaxed)
         queue.async { [self] in
             delegate.audioDataOutput(self, didOutput: b)

@@ -76,8 +76,11 @@ extension CaptureDevice {
         }
         if !hasOpticalZoom, factor != 1 {
             let pf = settings.activeFormat?.pixelFormat ?? source.activeConfiguration?.format.pixelFormat
-            if let pf, pf.isCompressed {
-                throw SessionError.unsupportedMode(device: uniqueID, mode: "digital zoom", reason: "it streams \(pf), a compressed format (crop and resample need YUV or grey frames)")
+            // The digital zoom crops and resamples YUV and grey frames in place; on MJPEG, RGB and
+            // Bayer streams it would do nothing, so it is refused.
+            if let pf, !pf.hasYUVPlanes {
+                let kind = pf.isCompressed ? "a compressed format" : pf.isBayer ? "a Bayer format" : "an RGB format"
+                throw SessionError.unsupportedMode(device: uniqueID, mode: "digital zoom", reason: "it streams \(pf), \(kind) (crop and resample need YUV or grey frames)")
             }
         }
     }

@@ -46,18 +46,23 @@ public struct VideoOutputSettings: Sendable, Equatable {
 /// Delivers frames to a delegate on a caller-chosen queue, or as an `AsyncSequence`
 /// (AVFoundation's `AVCaptureVideoDataOutput`).
 ///
-/// By default it discards late frames: while the delegate is still busy with one frame, newer
-/// frames replace each other and only the newest is delivered; every discarded frame is counted
-/// (reason ``DropReason/late``) and reported to the delegate.
+/// By default it discards late frames: with a delegate queue, a frame that arrives while the
+/// delegate is still busy with an earlier one is dropped (the first frame to arrive after it
+/// returns is delivered), counted (reason ``DropReason/late``) and reported to the delegate; with
+/// no queue the delegate runs on the output's thread, and a slow one shows as the ring's drops
+/// (``DropReason/ringFull``) instead. The ``frames()`` sequence keeps only the newest frame its
+/// consumer has not taken; the older one it replaces is counted as late too.
 ///
-/// Every frame the output does not deliver reaches the delegate's
+/// Every frame the output does not deliver to its delegate reaches the delegate's
 /// ``VideoDataOutputDelegate/videoDataOutput(_:didDrop:reason:)`` with its reason: late,
 /// dropped on a full ring, out of buffers, corrupt (a camera JPEG that does not decode), dropped by
-/// a stage, or skipped by the driver.
+/// a stage, skipped by the driver, or behind storage (``DropReason/storageBacklog``).
 ///
 /// With ``VideoOutputSettings`` it converts each delivered frame, once, on its own thread, into the
 /// pixel format asked for (MJPEG decoded with the device's decoder), turned and mirrored — into a
-/// pool of its own, so a steady stream allocates nothing.
+/// pool of its own, so a steady stream allocates nothing. A pixel format asked for is always
+/// delivered from that pool, even the stream's own (then copied): frames the app holds are the
+/// output's, never the engine's.
 public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
     // @unchecked Sendable: delegate/queue/continuations behind `state`; `busy` is atomic.
     public let consumerName: String
@@ -185,7 +190,9 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         let s = settingsBox.withLock { $0 }
         var rotation = s.rotation, mirrored = s.isMirrored
         if s.followsConnection, let connection { rotation = connection.videoRotationAngle; mirrored = connection.isVideoMirrored }
-        if rotation == 0, !mirrored, s.pixelFormat == nil || s.pixelFormat == frame.format.pixelFormat { return sampleBuffer(frame) }
+        // A pixel format asked for is delivered from the output's own pool even when it is the
+        // stream's (a copy): the app may then hold its buffers without starving the engine.
+        if rotation == 0, !mirrored, s.pixelFormat == nil { return sampleBuffer(frame) }
         let decoders = decodersBox.withLock { $0 }
         if converter == nil || converter!.target != s.pixelFormat || converter!.rotation != rotation || converter!.mirrored != mirrored
             || (decoders == nil) != (decodersForConverter == nil) {
@@ -222,7 +229,8 @@ public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
         guard toDelegate || !conts.isEmpty else { return }
         guard let buffer = deliverable(frame, connection: connection) else { return }
         for c in conts.values {
-            if case .dropped = c.yield(buffer) { lateDrops.add(1, ordering: .relaxed) }
+            // The sequence's consumer was behind: the older buffer it had not taken is dropped.
+            if case .dropped = c.yield(buffer) { lateDrops.add(1, ordering: .relaxed); droppedByReason.count(.late) }
         }
         guard toDelegate, let delegate else { return }
         guard let queue else {
