@@ -653,6 +653,11 @@ public final class CaptureEngine: @unchecked Sendable {
                 break loop
             }
         }
+        // The source has ended: the frames the stages still hold (a stabiliser's look-ahead) come
+        // out in a burst with no camera to keep up with, so the outputs take them all, waiting
+        // for room (with a live source's policies a look-ahead of 30 lost 27 of 60 frames at a
+        // file output's ring).
+        for ch in consumerChannels { ch.waitFromNowOn() }
         chain.finish()
         statistics.publishStageTimes(chain)
         for ch in consumerChannels { ch.close() }

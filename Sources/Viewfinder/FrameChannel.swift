@@ -33,7 +33,9 @@ public final class FrameChannel: @unchecked Sendable {
     // @unchecked Sendable: `held` is touched only by the producer thread; everything shared is in
     // the ring, atomics, or under `lock`.
     public let ring: SPSCRing<Frame>
-    public let policy: OverflowPolicy
+    /// What a send does when the ring is full. Read and changed (``waitFromNowOn()``) by the
+    /// producer only.
+    public private(set) var policy: OverflowPolicy
     public let drops: DropCounters
     public let name: String
 
@@ -121,6 +123,21 @@ public final class FrameChannel: @unchecked Sendable {
                     return true
                 }
             }
+        }
+    }
+
+    /// From now on a full ring makes the producer wait instead of dropping (producer side): for
+    /// the frames a live source's stages still hold when it has ended — nothing is arriving that
+    /// they could hold up. A frame held for `.dropOldest` goes in first.
+    public func waitFromNowOn() {
+        guard policy != .wait else { return }
+        policy = .wait
+        // Evictions the consumer has not carried out yet made room for the held frame: waiting
+        // makes it instead (whichever side takes the count first acts on it, once).
+        _ = evictions.exchange(0, ordering: .relaxed)
+        if let h = held {
+            held = nil
+            send(h)
         }
     }
 

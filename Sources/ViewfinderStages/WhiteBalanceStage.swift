@@ -273,6 +273,11 @@ public final class WhiteBalanceStage: Stage {
             state = .converged
             return
         }
+        // A monochrome stream has no colour to measure or correct (2 Dec: the stage ran, stayed
+        // at its start and said "adjusting" for ever).
+        if format.pixelFormat == .grey {
+            throw ConfigurationError.unsupportedStream(stage: Self.name, reason: "GREY frames have no colour to balance")
+        }
         try context.needStatistics(Self.name, minimumWidth: 160)
         // Corrected in software on MJPEG, RGB or Bayer frames: the gains go on the full-size
         // decoded view (which the sinks then encode instead of the camera's bytes).

@@ -66,3 +66,12 @@ extension ErrorSchemeTests {
         #expect(try PipelineConfiguration.load(path: empty).stages.isEmpty)
     }
 }
+
+extension ErrorSchemeTests {
+    /// White balance on a monochrome camera is refused before capturing (2 Dec: it ran, stayed at
+    /// 5200 K and said "adjusting" on every frame); on a colour one it runs.
+    @Test func whiteBalanceOnAGreyCameraIsRefused() {
+        #expect(CLIExit.run(["run", "--device", "sim:format=grey,width=320,height=180,frames=3,paced=false", "--stages", "white_balance:mode=continuous"]) == 64)
+        #expect(CLIExit.run(["run", "--device", "sim:format=nv12,width=320,height=180,frames=3,paced=false", "--stages", "white_balance:mode=continuous"]) == 0)
+    }
+}

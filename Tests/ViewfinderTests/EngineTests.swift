@@ -193,7 +193,7 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vf-\(UUID())")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
-        func write(_ s: String) -> String { let p = dir.appendingPathComponent("\(UUID()).json").path; FileManager.default.createFile(atPath: p, contents: Data(s.utf8)); return p }
+        func write(_ s: String) -> String { let p = dir.appendingPathComponent("\(UUID()).json").path; _ = FileManager.default.createFile(atPath: p, contents: Data(s.utf8)); return p }
         let good = try PipelineConfiguration.load(path: write(#"{"device":"sim","stages":[{"name":"delay","options":{"frames":2}},{"name":"drop_every_other","enabled":false}]}"#))
         #expect(good.device == "sim")
         #expect(good.stages.count == 2 && good.stages[1].enabled == false)
@@ -202,5 +202,21 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             #expect(throws: ConfigurationError.self, "\(bad)") { try PipelineConfiguration.load(path: p) }
         }
         #expect(throws: ConfigurationError.invalidConfigFile(path: "/nonexistent.json", reason: "cannot read the file")) { try PipelineConfiguration.load(path: "/nonexistent.json") }
+    }
+}
+
+extension EngineTests {
+    /// The frames a look-ahead stage still holds when a live source ends come out in a burst; the
+    /// outputs take every one, waiting for room (2 Dec: `run --stages stabilise:lookahead=30
+    /// --output f.y4m` lost 27 of 60 frames at the file's ring, and said "dropped 0").
+    @Test func theLookAheadsLastFramesReachEveryOutputOfALiveSource() throws {
+        let src = try source("pattern:width=64,height=32,frames=60,buffers=48,fps=120,paced=true")
+        #expect(src.isLive)
+        var o = DelayStage.Options(); o.frames = 30
+        let slow = CollectingConsumer(name: "slow", delayNs: 2_000_000)
+        let e = try run(src, stages: [DelayStage(options: o)], consumers: [slow])
+        #expect(e.statistics.captured == 60)
+        #expect(slow.sequences == Array(0..<60), "\(slow.sequences.count) of 60 frames: \(slow.sequences.suffix(8))")
+        #expect(e.statistics.consumers[0].drops.total == 0)
     }
 }
