@@ -533,6 +533,8 @@ public final class CaptureEngine: @unchecked Sendable {
         let stallNs = UInt64(options.stallTimeoutSeconds * 1e9)
         var lastFrameAt = monotonicNanoseconds()
         var lastSequence: UInt64? = nil
+        /// Frames reported lost since the last frame that came (placed after its stamp).
+        var lostSinceStamp = 0
         let controls = source.controls
         let firstChannel = decodeChannel ?? stageChannel
         captureLoop: while !stopRequested.load(ordering: .relaxed) {
@@ -577,6 +579,7 @@ public final class CaptureEngine: @unchecked Sendable {
                     lastTimestamp = ts
                 }
                 lastFrameAt = f.receiveTime
+                lostSinceStamp = 0
                 statistics.noteFrameArrival(f.receiveTime)
                 if let last = lastSequence, f.sequence > last &+ 1 {
                     // A gap the source did not report itself.
@@ -592,13 +595,32 @@ public final class CaptureEngine: @unchecked Sendable {
                 }
                 statistics.countCaptured()
                 firstChannel.send(f)
-            case .lost(let reason, let n):
-                statistics.countCaptured(UInt64(n))
-                statistics.drops.count(reason, UInt64(n), from: lastSequence.map { $0 &+ 1 } ?? 0)
-                // A source reports each lost frame once and it used up a sequence number (a V4L2
-                // driver gap, a buffer the driver had no room for, a corrupt buffer): move past it
-                // so the next frame is not counted again as a gap.
-                if let last = lastSequence { lastSequence = last &+ UInt64(n) }
+            case .lost(let reason, var n):
+                // On the camera's time, lost frames are placed at the nominal interval after the
+                // last stamp: those from the duration's end on are not the run's, and the run ends
+                // there (a camera that loses its last frames counted them past the duration:
+                // 92 captured in a 3 s run at 30 fps, and an fps above the camera's).
+                var pastTheEnd = false
+                if cameraTime, let duration, let first = firstTimestamp, nominalInterval > 0 {
+                    var within = 0
+                    while within < n {
+                        let ts = lastTimestamp &+ UInt64(lostSinceStamp + within + 1) &* nominalInterval
+                        if Double(ts - first) / 1e9 >= duration - Double(nominalInterval) / 2e9 { break }
+                        within += 1
+                    }
+                    pastTheEnd = within < n
+                    n = within
+                }
+                if n > 0 {
+                    statistics.countCaptured(UInt64(n))
+                    statistics.drops.count(reason, UInt64(n), from: lastSequence.map { $0 &+ 1 } ?? 0)
+                    // A source reports each lost frame once and it used up a sequence number (a
+                    // V4L2 driver gap, a buffer the driver had no room for, a corrupt buffer): move
+                    // past it so the next frame is not counted again as a gap.
+                    if let last = lastSequence { lastSequence = last &+ UInt64(n) }
+                    lostSinceStamp += n
+                }
+                if pastTheEnd { break captureLoop }
             case .timeout:
                 firstChannel.flush()
                 if monotonicNanoseconds() &- lastFrameAt > stallNs {
