@@ -2,9 +2,21 @@ import ViewfinderKit
 
 /// Turns recorded frames and engine counters into the report's summaries.
 public enum BenchAnalysis {
-    /// The camera's timing from `samples` (in arrival order) against `nominalFps`.
-    public static func camera(_ samples: [FrameSample], nominalFps: Double) -> CameraSummary {
+    /// The camera's timing from `samples` (in arrival order) against `nominalFps`. Sequences in
+    /// `pipelineDrops` (first, count: frames the pipeline dropped before the recorder, see
+    /// ``FrameRecorder/pipelineDrops``) are not counted as the camera's gaps.
+    public static func camera(_ samples: [FrameSample], nominalFps: Double, pipelineDrops: [(first: UInt64, count: UInt64)] = []) -> CameraSummary {
         let ordered = samples.sorted { $0.sequence < $1.sequence }
+        let dropped = pipelineDrops.filter { $0.count > 0 }.sorted { $0.first < $1.first }
+        /// How many of the sequences a..<b the pipeline dropped.
+        func droppedByPipeline(_ a: UInt64, _ b: UInt64) -> UInt64 {
+            var n: UInt64 = 0
+            for d in dropped {
+                let lo = max(a, d.first), hi = min(b, d.first &+ d.count)
+                if hi > lo { n += hi - lo }
+            }
+            return n
+        }
         var intervals: [Double] = []
         var gaps = 0
         var missing: UInt64 = 0
@@ -13,8 +25,8 @@ public enum BenchAnalysis {
             if b.sequence == a.sequence + 1 {
                 intervals.append(Double(Int64(bitPattern: b.timestamp &- a.timestamp)) / 1e6)
             } else {
-                gaps += 1
-                missing += b.sequence - a.sequence - 1
+                let lost = (b.sequence - a.sequence - 1) - min(b.sequence - a.sequence - 1, droppedByPipeline(a.sequence + 1, b.sequence))
+                if lost > 0 { gaps += 1; missing += lost }
             }
         }
         var measured = 0.0

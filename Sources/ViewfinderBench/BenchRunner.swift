@@ -69,7 +69,7 @@ public struct BenchRunner {
         guard samples.count >= 2 else { throw BenchError.noFrames(device: c.device, seconds: wall) }
         let cfg = session.streamConfiguration
         let nominal = cfg?.interval.fps ?? 0
-        var camera = BenchAnalysis.camera(samples, nominalFps: nominal)
+        var camera = BenchAnalysis.camera(samples, nominalFps: nominal, pipelineDrops: recorder.pipelineDrops)
         if recorder.overflow > 0 { camera.endedEarlyAfterFrames = samples.count }
         camera.openToFirstFrameMs = samples.first.map { Double($0.received &- openedAt) / 1e6 }
         camera.startToFirstFrameMs = samples.first.map { Double($0.received &- startedAt) / 1e6 }
@@ -201,7 +201,7 @@ public struct BenchRunner {
                     try session.startRunning()
                     session.waitUntilFinished()
                     session.stopRunning()
-                    let cam = BenchAnalysis.camera(recorder.samples, nominalFps: session.streamConfiguration?.interval.fps ?? best.fps)
+                    let cam = BenchAnalysis.camera(recorder.samples, nominalFps: session.streamConfiguration?.interval.fps ?? best.fps, pipelineDrops: recorder.pipelineDrops)
                     e.nominalFps = cam.nominalFps
                     e.frames = cam.frames
                     e.framesMissing = cam.framesMissing

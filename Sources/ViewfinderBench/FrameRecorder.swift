@@ -51,6 +51,8 @@ public final class FrameRecorder: FrameConsumer, CaptureOutput, Sendable {
         var samples: [FrameSample] = []
         var overflow = 0
         var stepper: ControlStepper?
+        /// Sequences the pipeline dropped before they reached the recorder (first, count).
+        var pipelineDrops: [(UInt64, UInt64)] = []
     }
     private let state: LockedBox<State>
     private let capacity: Int
@@ -83,6 +85,33 @@ public final class FrameRecorder: FrameConsumer, CaptureOutput, Sendable {
         }
         if firstOverflow, let action = fullAction.withLock({ $0 }) { action() }
     }
+
+    public var wantsDropNotices: Bool { true }
+
+    /// Frames the pipeline dropped on their way here — a stage, a full ring, a late frame, no
+    /// buffer, storage — are not the camera's gaps; they are kept apart so the camera's timing
+    /// counts only what the camera lost (`driver_gap`, `corrupt`). Bounded like the samples.
+    public func didDrop(sequence: UInt64, count: UInt64, reason: DropReason) {
+        guard Self.isPipelineDrop(reason) else { return }
+        state.withLock { s in
+            if let last = s.pipelineDrops.last, last.0 &+ last.1 == sequence {
+                s.pipelineDrops[s.pipelineDrops.count - 1].1 += count
+            } else if s.pipelineDrops.count < capacity {
+                s.pipelineDrops.append((sequence, count))
+            }
+        }
+    }
+
+    /// Whether a drop happened in the pipeline rather than at the camera.
+    static func isPipelineDrop(_ reason: DropReason) -> Bool {
+        switch reason {
+        case .driverGap, .corrupt: return false
+        case .late, .ringFull, .outOfBuffers, .stage, .storageBacklog: return true
+        }
+    }
+
+    /// The sequences the pipeline dropped (first, count), in the order they were reported.
+    public var pipelineDrops: [(first: UInt64, count: UInt64)] { state.withLock { $0.pipelineDrops.map { (first: $0.0, count: $0.1) } } }
 
     /// The frames recorded so far, in arrival order.
     public var samples: [FrameSample] { state.withLock { $0.samples } }

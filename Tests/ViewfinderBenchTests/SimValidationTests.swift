@@ -228,5 +228,33 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         #expect(BenchAnalysis.camera(samples(fps: 59.4, count: 36), nominalFps: 60).deliversNominalRate)
         // One frame cannot give a rate.
         #expect(!BenchAnalysis.camera(samples(fps: 60, count: 1), nominalFps: 60).deliversNominalRate)
+        // Frames the pipeline dropped (a stage, a full ring) are not the camera's gaps; in a
+        // gap of both, only the camera's part counts.
+        let staged = BenchAnalysis.camera(samples(fps: 60, count: 36, lose: [5, 6, 20, 21, 22]), nominalFps: 60,
+                                          pipelineDrops: [(first: 5, count: 2), (first: 21, count: 1)])
+        #expect(staged.sequenceGaps == 1 && staged.framesMissing == 2, "\(staged.sequenceGaps) gaps, \(staged.framesMissing) missing")
     }
+
+    /// A stage that drops frames does not make the camera look lossy (2 Dec: `bench --stages
+    /// deadline:max_age_ms=11` on a perfect sim reported 2 gaps, 23 frames missing).
+    @Test func framesAStageDropsAreNotTheCamerasGaps() throws {
+        var c = BenchConfiguration(device: "sim:width=160,height=120,fps=30")
+        c.durationSeconds = 1
+        c.controls = []
+        c.stages = "drop_every_other"
+        c.registry = try .builtIn.merging(StageRegistry(generated: [DropOddFrames.self]))
+        let r = try BenchRunner(configuration: c).run()
+        #expect(r.pipeline.drops["stage", default: 0] > 5)
+        #expect(r.camera.framesMissing == 0 && r.camera.sequenceGaps == 0, "\(r.camera.sequenceGaps) gaps, \(r.camera.framesMissing) missing")
+        #expect(abs(r.camera.measuredFps - 30) < 0.5)
+    }
+}
+
+/// Drops odd sequence numbers (a stage's drops, for the bench's camera figures).
+final class DropOddFrames: Stage {
+    static let name = "drop_every_other"
+    static let summary = "Drops odd sequence numbers."
+    struct Options: StageOptions { init() {}; static var fields: [OptionField<Options>] { [] } }
+    init(options: Options) {}
+    func process(_ frame: Frame) -> StageVerdict { frame.sequence % 2 == 1 ? .drop(.stage) : .forward }
 }
