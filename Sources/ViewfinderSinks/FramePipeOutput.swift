@@ -299,6 +299,14 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     }
 
     public func finish(error: (any Error)?) {
+        // No frame came to tell the decoded layout (every frame dropped): the y4m still gets its
+        // header — as a camera JPEG decodes (4:2:2), as RGB and Bayer convert (4:2:0) — so the
+        // file is an empty stream, not an empty file readers refuse.
+        if var c = pendingOpen, format == .y4m, fd >= 0 {
+            pendingOpen = nil
+            c.format = FrameFormat(c.format.pixelFormat.isCompressed ? .yuv422p : .i420, width: c.format.width, height: c.format.height)
+            try? begin(c)
+        }
         if let y = y4m { try? y.flush(); y.close() }
         y4m = nil
         scratch?.deallocate()

@@ -283,6 +283,23 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// A y4m of a stream whose every frame was dropped is an empty stream with its header, also
+    /// where the decoded layout waits for the first frame (2 Dec: an MJPEG run with a deadline
+    /// stage that let nothing through left a 0-byte file ffprobe refused).
+    @Test func aStreamWithNoFrameStillHasItsHeader() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        for (pf, chroma) in [(PixelFormat.mjpeg, "C422"), (.rgb24, "C420"), (.yuyv, "C422")] {
+            let path = dir + "/empty-\(pf).y4m"
+            let out = FramePipeOutput(path: path)
+            try out.start(configuration: StreamConfiguration(format: FrameFormat(pf, width: 64, height: 32), interval: FrameInterval(fps: 30), bufferCount: 4))
+            out.finish(error: nil)
+            let text = String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self)
+            #expect(text.hasPrefix("YUV4MPEG2 W64 H32"), "\(pf): \(text)")
+            #expect(text.contains(chroma) && text.hasSuffix("\n") && !text.contains("FRAME"), "\(pf): \(text)")
+        }
+    }
+
     @Test func rawFramesAreTheBarePlanes() throws {
         let fmt = FrameFormat(.yuyv, width: 40, height: 30)
         let (output, data) = try runThroughPipe(fmt, count: 12, as: .raw)
