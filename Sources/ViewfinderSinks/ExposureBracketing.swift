@@ -58,10 +58,17 @@ public final class DeviceExposureBracketer: ExposureBracketing, @unchecked Senda
     private var savedAuto: Int64?
     private var savedTime: Int64 = 0
     private var savedGain: Int64?
+    /// The longest exposure the stream allows now, in seconds (its frame interval); nil: the
+    /// control's range alone limits it.
+    public let maximumExposureSeconds: @Sendable () -> Double?
 
-    public init(controls: any DeviceControlling, gainUnit: Double = 100) {
+    /// - Parameter maximumExposureSeconds: the frame interval of the stream: a longer exposure
+    ///   than one frame's time is not given by the sensor (the sim caps it; many cameras lower
+    ///   their rate), so what a bias asks beyond it is made up by the gain.
+    public init(controls: any DeviceControlling, gainUnit: Double = 100, maximumExposureSeconds: @escaping @Sendable () -> Double? = { nil }) {
         self.controls = controls
         self.gainUnit = gainUnit
+        self.maximumExposureSeconds = maximumExposureSeconds
     }
 
     public var latencyFrames: Int { controls.controlLatencyFrames }
@@ -78,7 +85,9 @@ public final class DeviceExposureBracketer: ExposureBracketing, @unchecked Senda
         let td = controls.descriptor(.exposureTime)!
         let factor = pow(2, bias)
         let wanted = Double(savedTime) * factor
-        let t = Int64(min(Double(td.maximum), max(Double(td.minimum), wanted.rounded())))
+        var longest = Double(td.maximum)
+        if let frame = maximumExposureSeconds(), frame > 0 { longest = max(Double(td.minimum), min(longest, (frame * 10_000).rounded(.down))) }
+        let t = Int64(min(longest, max(Double(td.minimum), wanted.rounded())))
         try controls.set(.exposureTime, to: t)
         var gain = Double(savedGain ?? Int64(gainUnit)) / gainUnit
         if let sg = savedGain, let gd = controls.descriptor(.gain), t > 0 {

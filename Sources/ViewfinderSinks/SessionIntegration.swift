@@ -11,7 +11,10 @@ extension PhotoOutput: CaptureOutput {
     public func sessionDidConnect(_ connection: CaptureConnection) {
         connectionBox.withLock { $0 = WeakConnection(connection) }
         if bracketer == nil, let input = connection.input as? CaptureDeviceInput, let controls = input.device.controls, controls.supports(.exposureTime) {
-            bracketer = DeviceExposureBracketer(controls: controls)
+            let device = input.device
+            bracketer = DeviceExposureBracketer(controls: controls, maximumExposureSeconds: { [weak device] in
+                device.flatMap { d in d.source.activeConfiguration.map { Double($0.interval.nanoseconds) / 1e9 } }
+            })
         }
         if flash == nil, let input = connection.input as? CaptureDeviceInput, input.device.hasFlash {
             flash = DeviceFlash(device: input.device)
