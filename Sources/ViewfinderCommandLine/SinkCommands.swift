@@ -470,7 +470,7 @@ struct DumpCommand: ParsableCommand {
         let sound = out.audioPeriodsWritten > 0 ? ", \(out.audioPeriodsWritten) periods of sound" : ""
         let kept = out.framesStoredRawForBacklog > 0 ? ", \(out.framesStoredRawForBacklog) stored uncompressed to keep up" : ""
         // A file that could not be opened: the error alone (no "wrote …: 0 frames" before it).
-        if out.fileCreated { print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))\(kept)), \(String(format: "%.2f", secs)) s; \(dropSummary(session.statistics))") }
+        if out.fileCreated { print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))\(kept)) in \(String(format: "%.2f", secs)) s of running; \(dropSummary(session.statistics))") }
         if let e = out.error { throw e }
         session.deliverPendingEvents()
         if let e = runtimeErrors.withLock({ $0.first }) { throw e }
