@@ -165,6 +165,8 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
     private var pendingAudioBytes = 0
     /// The session's microphone feeds this output (``prepareAudio(format:)``) and is still running.
     private var sessionAudioLive = false
+    /// The longest block of sound the microphone has delivered (its period), ns; under `lock`.
+    private var longestAudioBlockNanoseconds: UInt64 = 0
     /// The audio format ``prepareAudio(format:)`` put into the settings (nil when the settings'
     /// own format stands): replaced by the next run's microphone, removed by a run without one.
     private var sessionAudioFormat: PCMFormat?
@@ -580,11 +582,14 @@ public final class MovieFileOutput: FrameConsumer, @unchecked Sendable {
         try rec.writer.appendAudio(from: &rec.aligner!, upTo: time, buffer: &rec.audioOut)
     }
 
-    /// At the end of a recording: waits (at most 300 ms) for the audio of the last frame's time
-    /// while the microphone is live, and writes the track up to the end of the video.
+    /// At the end of a recording: waits for the audio of the last frame's time while the
+    /// microphone is live — at most 300 ms more than the longest period it has delivered (the
+    /// sound of the video's end comes with the period that holds it: with periods of 0.9 s,
+    /// waiting 300 ms lost up to 0.56 s of the end) — and writes the track up to the end of the
+    /// video.
     private func completeAudio(_ rec: Recording, videoEnd: UInt64) throws {
         guard rec.writer.tracks.count > 1, rec.firstTimestamp != nil else { return }
-        let deadline = monotonicNanoseconds() + 300_000_000
+        let deadline = monotonicNanoseconds() + 300_000_000 + lock.withLock { longestAudioBlockNanoseconds }
         while lock.withLock({ sessionAudioLive }) && monotonicNanoseconds() < deadline {
             try writeAudio(rec, upTo: videoEnd)
             if let a = rec.aligner, a.inputEndNanoseconds >= Double(videoEnd) { break }
@@ -649,6 +654,7 @@ extension MovieFileOutput: AudioConsumer {
             // the pre-roll's length and a little more), so the pre-roll's video has its sound.
             guard activePath != nil || settingsValue.preRollSeconds > 0, let a = settingsValue.audio,
                   a.sampleRate == buffer.format.sampleRate, a.channels == buffer.format.channels else { return }
+            longestAudioBlockNanoseconds = max(longestAudioBlockNanoseconds, UInt64(Double(buffer.frames) * 1e9 / Double(max(1, buffer.format.sampleRate))))
             queueAudio(QueuedAudio(bytes: Array(buffer.data), format: buffer.format.sampleFormat, position: buffer.period.position,
                                    timestamp: buffer.period.timestamp.nanoseconds, discontinuity: buffer.period.discontinuity))
         }

@@ -148,6 +148,8 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
         /// The end of the sound written, and of the last frame's display time (monotonic ns).
         var end: UInt64 = 0
         var videoEnd: UInt64 = 0
+        /// The longest period delivered, ns.
+        var longestPeriod: UInt64 = 0
     }
     private let audioState = LockedBox(AudioCounts())
     /// Audio periods written (a session with a microphone records them beside the frames).
@@ -181,8 +183,9 @@ public final class RawDumpOutput: FrameConsumer, @unchecked Sendable {
 
     public func finish(error: (any Error)?) {
         // The sound of the last frame's time is still being captured when the video ends: while
-        // the microphone is live, wait for it (at most 300 ms, as the movie does).
-        let deadline = monotonicNanoseconds() &+ 300_000_000
+        // the microphone is live, wait for it — at most 300 ms more than its longest period, as
+        // the movie does (it comes with the period that holds it).
+        let deadline = monotonicNanoseconds() &+ 300_000_000 &+ audioState.withLock { $0.longestPeriod }
         while monotonicNanoseconds() < deadline {
             let a = audioState.withLock { $0 }
             guard a.live, a.end < a.videoEnd else { break }
@@ -232,8 +235,9 @@ extension RawDumpOutput: AudioConsumer {
         do {
             try w.appendAudio(buffer, receiveTime: monotonicNanoseconds())
             let n = w.audioPeriodsWritten
-            let end = buffer.period.timestamp.nanoseconds &+ UInt64(Double(buffer.frames) * 1e9 / Double(buffer.format.sampleRate))
-            audioState.withLock { $0.periods = n; $0.end = end }
+            let length = UInt64(Double(buffer.frames) * 1e9 / Double(max(1, buffer.format.sampleRate)))
+            let end = buffer.period.timestamp.nanoseconds &+ length
+            audioState.withLock { $0.periods = n; $0.end = end; $0.longestPeriod = max($0.longestPeriod, length) }
         } catch {
             logger.error("dump '\(path)': audio: \(error)")
             audioState.withLock { $0.error = error }

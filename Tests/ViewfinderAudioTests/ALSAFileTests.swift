@@ -45,8 +45,9 @@ import ViewfinderKit
         #expect(s.overruns == 0 && s.ringDrops == 0)
         #expect(s.frames == UInt64(st.samples.count / 2))
         #expect(st.samples.count / 2 > 48000 / 4)
-        // Float full scale is ±1, so -32768 comes back from float as -32767.
-        func expected(_ v: Int16) -> Int16 { format == .float32 ? max(v, -32767) : v }
+        // Float full scale is ±1 in steps of 1/32768: every 16-bit value comes back exactly
+        // (with 1/32767 steps, values above 16416 came back one lower).
+        func expected(_ v: Int16) -> Int16 { v }
         var mismatches = 0
         for n in 0..<(st.samples.count / 2) {
             if st.samples[2 * n] != expected(ALSAFixture.left(n)) || st.samples[2 * n + 1] != expected(ALSAFixture.right(n)) { mismatches += 1 }
@@ -185,6 +186,41 @@ extension ALSAFileTests {
         #expect(taken == 2)
         #expect(audioData.deliveredBuffers > 2)
         #expect(audioData.droppedBuffers == audioData.deliveredBuffers - 2, "\(audioData.droppedBuffers) dropped of \(audioData.deliveredBuffers)")
+    }
+}
+
+extension ALSAFileTests {
+    /// With periods of almost a second the sound of the video's end comes with a period that ends
+    /// well after it: the movie and the dump wait for it (2 Dec: with 0.9 s periods a 3 s movie
+    /// had 2.44 s of sound, a dump 2.48 s, and nothing said so).
+    @Test func longPeriodsStillCoverTheWholeVideo() throws {
+        let dir = NSTemporaryDirectory() + "vfaudio-long-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var settings = MovieOutputSettings()
+        settings.maximumDuration = 2
+        let movie = MovieFileOutput(settings: settings)
+        let dump = RawDumpOutput(path: dir + "/a.vfdump")
+        let session = try simWithFileSound("sim:width=160,height=120,fps=30", outputs: [movie, dump], periodFrames: 43200)
+        let delegate = FinishWaiter()
+        try movie.startRecording(to: dir + "/a.mov", delegate: delegate)
+        var o = EngineOptions(durationSeconds: 2)
+        o.stallTimeoutSeconds = 10
+        try session.setEngineOptions(o)
+        try session.startRunning()
+        #expect(delegate.wait(seconds: 15))
+        session.waitUntilFinished()
+        session.stopRunning()
+        if let d = try ffprobeDurations(dir + "/a.mov") {
+            #expect(abs(d.video - 2) < 0.001)
+            #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s")
+        }
+        let reader = try RawDumpReader(path: dir + "/a.vfdump")
+        // The last period (S16 stereo: 4 bytes a frame) ends no earlier than the last frame.
+        let lastSound = try #require(reader.audioEntries.last)
+        let soundEnd = Double(lastSound.timestampNanoseconds) / 1e9 + Double(lastSound.rawLength / 4) / 48000
+        let videoEnd = Double(try #require(reader.entries.last).timestampNanoseconds) / 1e9 + 1.0 / 30
+        #expect(soundEnd >= videoEnd - 0.001, "the dump's sound ends \(videoEnd - soundEnd) s before its video")
     }
 }
 

@@ -19,6 +19,10 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
     let unplugged = Atomic<Bool>(false)
     /// Set by a test: `start()` fails (a device that opens, then refuses to stream).
     let refusesToStart = Atomic<Bool>(false)
+    /// Reads after this many block until ``releaseBlockedRead`` is set (a PCM whose plugin blocks
+    /// inside its read: ALSA's file plugin on a fifo that stops delivering).
+    var blocksAfter: Int?
+    let releaseBlockedRead = Atomic<Bool>(false)
     private var produced = 0
     /// 1 ms periods unless told (a real request's default is 10 ms).
     init(overrunEvery: Int? = nil, failAfter: Int? = nil, slowReads: Int = 0, periodFrames: Int = 48) {
@@ -34,6 +38,10 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         if let f = failAfter, k > f { throw AudioError.deviceGone(info.id) }
         if unplugged.load(ordering: .relaxed) { throw AudioError.deviceGone(info.id) }
         if k <= slowReads { usleep(UInt32(frames * 1_000_000 / 48000)) }
+        if let b = blocksAfter, k > b {
+            while !releaseBlockedRead.load(ordering: .relaxed) { usleep(1000) }
+            throw AudioError.deviceGone(info.id)
+        }
         let p = buffer.assumingMemoryBound(to: Int16.self)
         for i in 0..<frames { p[i] = Int16(truncatingIfNeeded: produced + i) }
         produced += frames
@@ -128,6 +136,38 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         let st = c.state
         #expect(st.samples.count == 100 * 48)
         #expect(st.finished && st.error != nil)
+    }
+
+    /// A read that never returns cannot hold the stop for ever (2 Dec: `record --audio` on a PCM
+    /// whose plugin blocked in its read never ended, and Ctrl-C did nothing): after the stop and
+    /// a grace the engine ends without it, says why, keeps what came before, and the source is
+    /// closed when the read returns.
+    @Test func aReadThatNeverReturnsCannotHoldTheStop() throws {
+        let source = ScriptedAudioSource()
+        source.blocksAfter = 50
+        let c = CollectingConsumer()
+        let errors = LockedBox<[String]>([])
+        let format = try source.configure(AudioStreamRequest())
+        let engine = AudioCaptureEngine(source: source, format: format, consumers: [c])
+        engine.onRuntimeError = { e in errors.withLock { $0.append("\(e)") } }
+        try engine.start()
+        while source.reads.load(ordering: .relaxed) <= 50 { usleep(1000) }
+        let t0 = monotonicNanoseconds()
+        engine.stop()
+        engine.waitUntilFinished()
+        let took = Double(monotonicNanoseconds() - t0) / 1e9
+        #expect(took > 2.9 && took < 6, "the stop took \(took) s")
+        let st = c.state
+        #expect(st.samples.count == 50 * 48)
+        #expect(st.finished && (st.error ?? "").contains("did not return"), "\(st.error ?? "no error")")
+        #expect(errors.withLock { $0.count } == 1)
+        let closedUnderRead = source.closed.load(ordering: .relaxed)
+        #expect(!closedUnderRead, "closed under a read")
+        source.releaseBlockedRead.store(true, ordering: .relaxed)
+        let deadline = monotonicNanoseconds() + 2_000_000_000
+        while !source.closed.load(ordering: .relaxed) && monotonicNanoseconds() < deadline { usleep(1000) }
+        let closedAfter = source.closed.load(ordering: .relaxed)
+        #expect(closedAfter)
     }
 
     @Test func aSlowConsumerCostsCountedRingDropsNotOverruns() throws {

@@ -26,7 +26,7 @@ enum ALSAFixture {
         for i in 0..<n {
             s16[2 * i] = left(i); s16[2 * i + 1] = right(i)
             s32[2 * i] = Int32(left(i)) << 16; s32[2 * i + 1] = Int32(right(i)) << 16
-            f32[2 * i] = Float(left(i)) / 32767; f32[2 * i + 1] = Float(right(i)) / 32767
+            f32[2 * i] = Float(left(i)) / 32768; f32[2 * i + 1] = Float(right(i)) / 32768
         }
         _ = FileManager.default.createFile(atPath: dir + "/s16.raw", contents: s16.withUnsafeBytes { Data($0) })
         _ = FileManager.default.createFile(atPath: dir + "/s32.raw", contents: s32.withUnsafeBytes { Data($0) })
@@ -155,10 +155,12 @@ func ffprobeDurations(_ path: String) throws -> (video: Double, audio: Double)? 
 
 /// A session of the sim camera (`camera`, a sim device string) and the file PCM `vfsig` (48 kHz
 /// stereo S16: its frames are numbered, see ``ALSAFixture``) into `outputs`, configured.
-func simWithFileSound(_ camera: String, outputs: [any CaptureOutput]) throws -> CaptureSession {
+func simWithFileSound(_ camera: String, outputs: [any CaptureOutput], periodFrames: Int? = nil) throws -> CaptureSession {
     let session = CaptureSession(registry: .builtIn)
     let device = try CaptureDevice.open(camera, directory: .standard)
-    let mic = try AudioCaptureDevice.open("vfsig", request: AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2))
+    var request = AudioStreamRequest(sampleFormat: .s16, sampleRate: 48000, channels: 2)
+    if let periodFrames { request.periodFrames = periodFrames; request.periods = 4 }
+    let mic = try AudioCaptureDevice.open("vfsig", request: request)
     session.beginConfiguration()
     try session.addInput(CaptureDeviceInput(device: device))
     try session.addInput(AudioDeviceInput(device: mic))

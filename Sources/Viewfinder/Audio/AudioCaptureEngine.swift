@@ -79,7 +79,12 @@ public final class AudioCaptureEngine: @unchecked Sendable {
     private let free: SPSCRing<Int>
     private let filled: SPSCRing<(slot: Int, period: AudioPeriod)>
     private let stopFlag = Atomic<Bool>(false)
-    private let captureDone = Atomic<Bool>(false)
+    /// The capture thread's end: 0 running, 1 ended (the delivery thread closes the source), 2
+    /// given up on by the delivery thread (a read that did not return after the stop; the capture
+    /// thread closes the source itself if it ever returns).
+    private let captureState = Atomic<Int>(0)
+    /// When ``stop()`` was called (monotonic ns; 0: not yet).
+    private let stopRequestedAt = Atomic<UInt64>(0)
     private let overruns = Atomic<UInt64>(0)
     private let ringDrops = Atomic<UInt64>(0)
     private let softwareStamps = Atomic<UInt64>(0)
@@ -147,11 +152,23 @@ public final class AudioCaptureEngine: @unchecked Sendable {
     }
 
     /// Stops capture; periods already read still reach the consumers.
-    public func stop() { stopFlag.store(true, ordering: .releasing) }
-
-    public func waitUntilFinished() {
-        for t in threads { t.join() }
+    public func stop() {
+        _ = stopRequestedAt.compareExchange(expected: 0, desired: monotonicNanoseconds(), ordering: .relaxed)
+        stopFlag.store(true, ordering: .releasing)
     }
+
+    /// Waits for the delivery thread, then for the capture thread — unless the delivery thread
+    /// gave up on it (a device read that did not return after the stop): it is detached then, and
+    /// ends when the read does.
+    public func waitUntilFinished() {
+        guard threads.count == 2 else { for t in threads { t.join() }; return }
+        threads[1].join()
+        if captureState.load(ordering: .acquiring) == 2 { threads[0].detach() } else { threads[0].join() }
+    }
+
+    /// How long after the stop the delivery thread waits for a capture thread stuck in a read: three
+    /// seconds and a period.
+    var abandonAfterNanoseconds: UInt64 { 3_000_000_000 &+ UInt64(Double(periodFrames) * 1e9 / Double(max(1, format.sampleRate))) }
 
     // MARK: Capture thread
 
@@ -241,7 +258,11 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             if r.endOfStream { break }
         }
         for h in pacing.held where filled.push(h) != nil { ringDrops.add(1, ordering: .relaxed) }
-        captureDone.store(true, ordering: .releasing)
+        if !captureState.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
+            // The delivery thread gave up on this thread and finished without it: the source is
+            // this thread's to close.
+            source.close()
+        }
     }
 
     static let probePeriods = 32
@@ -283,7 +304,18 @@ public final class AudioCaptureEngine: @unchecked Sendable {
         var runPeak = 0.0
         while true {
             guard let e = filled.pop() else {
-                if captureDone.load(ordering: .acquiring) && filled.isEmpty { break }
+                if captureState.load(ordering: .acquiring) == 1 && filled.isEmpty { break }
+                // A read that does not return (a PCM whose plugin blocks inside it) would hold
+                // the session's stop for ever: after the stop and a grace, the run ends without
+                // this device's last sound, said as its error.
+                let stopAt = stopRequestedAt.load(ordering: .relaxed)
+                if stopAt != 0, monotonicNanoseconds() &- stopAt > abandonAfterNanoseconds,
+                   captureState.compareExchange(expected: 0, desired: 2, ordering: .acquiringAndReleasing).exchanged {
+                    let waited = Double(monotonicNanoseconds() &- stopAt) / 1e9
+                    fail(AudioError.deviceFailed(device: source.info.id, call: "read",
+                                                 message: String(format: "a read did not return %.1f s after the stop; the run ended without it", waited)))
+                    break
+                }
                 usleep(2000)
                 continue
             }
@@ -302,7 +334,7 @@ public final class AudioCaptureEngine: @unchecked Sendable {
                 s.measuredRate = rate; s.measuredPPM = ppm; s.framesLost = lost; s.peakDBFS = level; s.maximumPeakDBFS = maxLevel
             }
         }
-        source.close()
+        if captureState.load(ordering: .acquiring) == 1 { source.close() }
         let error = errorBox.withLock { $0 }
         for c in consumers { c.finishAudio(error: error) }
         doneLock.withLock { finished = true; doneLock.broadcast() }

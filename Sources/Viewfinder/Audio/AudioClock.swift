@@ -224,8 +224,10 @@ public enum AudioSamples {
             let n = data.count / 4
             for i in 0..<n {
                 let v = data.loadUnaligned(fromByteOffset: i * 4, as: Float.self)
+                // ±1.0 is full scale with 1/32768 a step (ALSA's plug and FFmpeg's convention):
+                // every 16-bit value comes back exactly; +1.0 clips to 32767.
                 let c = v.isNaN ? 0 : min(1, max(-1, v))
-                out.append(Int16((c * 32767).rounded()))
+                out.append(Int16(max(-32768, min(32767, (c * 32768).rounded()))))
             }
         }
     }

@@ -87,7 +87,7 @@ public struct AudioStreamRequest: Sendable, Equatable {
         // gets a longer period.)
         let r = sampleRate ?? 48_000
         if Double(periodFrames) / Double(r) > 1 {
-            throw AudioError.invalidRequest("period=\(periodFrames) at \(r) Hz is \(String(format: "%.1f", Double(periodFrames) / Double(r))) s; at most 1 s")
+            throw AudioError.invalidRequest("period=\(periodFrames) at \(r) Hz is \(String(format: "%.4f", Double(periodFrames) / Double(r))) s; at most 1 s (\(r) frames)")
         }
     }
 
