@@ -9,6 +9,13 @@ struct AudioOptions: ParsableArguments {
     @Option(help: "The sound stream to ask for, e.g. rate=48000,channels=2,format=s16|s32|float,period=480,periods=8 (unset: the device's own rate, channels and format; period 480 frames, 8 periods). A movie's track is 16-bit PCM: s32 and float are converted.")
     var audioFormat: String?
 
+    func validate() throws {
+        if let audio, audio.trimmingCharacters(in: .whitespaces).isEmpty { throw ValidationError("--audio needs a device name (default, hw:1,0, …) or none") }
+        if let audioFormat, audioFormat.split(separator: ",", omittingEmptySubsequences: false).contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
+            throw ValidationError("--audio-format '\(audioFormat)' has an empty item (write key=value,key=value)")
+        }
+    }
+
     /// Opens the device and adds it to the session as its microphone. Without `--audio`, a
     /// replayed dump that holds sound brings its own (`--audio none` leaves it out).
     @discardableResult

@@ -48,6 +48,10 @@ extension ErrorSchemeTests {
         #expect(CLIExit.run(["snap", "--device", "pattern:width=64,height=32", "--raw", "--quality", "50", "-o", "/nonexistent/x.vfraw"]) == 64)
         #expect(CLIExit.run(["snap", "--device", "pattern:width=64,height=32", "--raw", "--subsampling", "420", "-o", "/nonexistent/x.vfraw"]) == 64)
         #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32", "--compression", "none", "--acceleration", "4", "-o", "/nonexistent/x.vfdump"]) == 64)
+        // An empty sound device or an empty item of its format (accepted, or exit 1).
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--audio", ""]) == 64)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--audio", "null", "--audio-format", ""]) == 64)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3", "--audio", "null", "--audio-format", "rate=48000,,channels=2"]) == 64)
         // The same options where they mean something still parse.
         _ = try ViewfinderCommand.parseAsRoot(["dump", "--compression", "lz4", "--acceleration", "4"])
         _ = try ViewfinderCommand.parseAsRoot(["snap", "--quality", "50", "--subsampling", "420"])
