@@ -337,9 +337,13 @@ public struct OptionField<Root>: Sendable {
         OptionField(name: name, type: "integer", unit: unit, range: range.map { "\($0.lowerBound)...\($0.upperBound)" }, summary: summary, key: key, parse: { v in
             let parsed: I?
             if case .string(let s) = v { parsed = I(s) } else if let d = v.numberValue, d == d.rounded(), abs(d) < 1e15 { parsed = I(exactly: d) } else { parsed = nil }
-            guard let i = parsed else {
+            var value = parsed
+            // A whole number in another notation ("1e3", "10.0") is the integer it names, as a
+            // JSON number is.
+            let whole: Double? = if case .string(let s) = v { Double(s) } else { v.numberValue }
+            if value == nil, let whole, whole.isFinite, whole == whole.rounded(), abs(whole) < 1e15 { value = I(exactly: whole) }
+            guard let i = value else {
                 // A whole number the type cannot hold (-1 for a count, 1e20) is out of range, not "not an integer".
-                let whole: Double? = if case .string(let s) = v { Double(s) } else { v.numberValue }
                 if let whole, whole.isFinite, whole == whole.rounded() {
                     let shown = abs(whole) < 1e15 ? String(Int64(whole)) : fmt(whole)
                     if let range { throw OptionValueError("\(shown) is outside \(range.lowerBound)...\(range.upperBound)") }

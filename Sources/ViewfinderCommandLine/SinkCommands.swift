@@ -136,6 +136,10 @@ final class InterruptHandler {
         sources = signals.map { sig in
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             s.setEventHandler {
+                // The terminal is gone: writing to it now fails (EIO), and Foundation's
+                // FileHandle.write traps on a failed write — the status line, the summary and any
+                // message go to /dev/null instead (as under `nohup`), so the stop can finish.
+                if sig == SIGHUP { detachFromTerminal() }
                 let now = monotonicNanoseconds()
                 let first = firstAt.withLock { t -> UInt64? in defer { t = t ?? now }; return t }
                 if let first, now &- first < 1_000_000_000 { return }
@@ -158,6 +162,15 @@ final class InterruptHandler {
 }
 
 func onInterrupt(_ body: @escaping @Sendable () -> Void) -> InterruptHandler { InterruptHandler(body) }
+
+/// Points standard input, output and error at /dev/null where they are a terminal (a pipe or a
+/// file stays as it is).
+func detachFromTerminal() {
+    let null = open("/dev/null", O_RDWR)
+    guard null >= 0 else { return }
+    for fd: Int32 in 0...2 where isatty(fd) != 0 { _ = dup2(null, fd) }
+    if null > 2 { close(null) }
+}
 
 func formatBytes(_ b: UInt64) -> String {
     b >= 1 << 20 ? String(format: "%.1f MiB", Double(b) / 1048576) : b >= 1 << 10 ? String(format: "%.1f KiB", Double(b) / 1024) : "\(b) B"

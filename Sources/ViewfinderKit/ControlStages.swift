@@ -37,6 +37,10 @@ public struct BuiltInControlStages: DeviceControlStageProvider {
     /// `white_balance_automatic` switches the device's own loop on; `locked` without a temperature
     /// keeps whatever balance is in force (nil: no stage).
     public func whiteBalanceOptions(_ s: DeviceSettings, device: CaptureDevice) -> WhiteBalanceOptions? {
+        // A monochrome stream has no colour to balance: its modes are taken and carry no stage
+        // (the stage itself refuses GREY when a pipeline names it).
+        let format = s.activeFormat?.pixelFormat ?? device.source.activeConfiguration?.format.pixelFormat
+        if format == .grey, s.whiteBalanceMode != .continuous || device.controls?.supports(.whiteBalanceAuto) != true { return nil }
         var o = WhiteBalanceOptions()
         o.mode = s.whiteBalanceMode
         switch s.whiteBalanceMode {

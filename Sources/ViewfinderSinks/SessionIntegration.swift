@@ -12,8 +12,10 @@ extension PhotoOutput: CaptureOutput {
         connectionBox.withLock { $0 = WeakConnection(connection) }
         if bracketer == nil, let input = connection.input as? CaptureDeviceInput, let controls = input.device.controls, controls.supports(.exposureTime) {
             let device = input.device
+            // The longest exposure the device's exposure may use (its longest frame duration,
+            // else its frame interval).
             bracketer = DeviceExposureBracketer(controls: controls, maximumExposureSeconds: { [weak device] in
-                device.flatMap { d in d.source.activeConfiguration.map { Double($0.interval.nanoseconds) / 1e9 } }
+                device.map { Double($0.activeVideoMaxFrameDuration.nanoseconds) / 1e9 }
             })
         }
         if flash == nil, let input = connection.input as? CaptureDeviceInput, input.device.hasFlash {

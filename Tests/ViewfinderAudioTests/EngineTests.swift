@@ -163,11 +163,17 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         #expect(errors.withLock { $0.count } == 1)
         let closedUnderRead = source.closed.load(ordering: .relaxed)
         #expect(!closedUnderRead, "closed under a read")
+        // The device is the stuck read's until it returns: a session refuses to configure it.
+        #expect(engine.isHoldingSource)
         source.releaseBlockedRead.store(true, ordering: .relaxed)
         let deadline = monotonicNanoseconds() + 2_000_000_000
         while !source.closed.load(ordering: .relaxed) && monotonicNanoseconds() < deadline { usleep(1000) }
         let closedAfter = source.closed.load(ordering: .relaxed)
         #expect(closedAfter)
+        while engine.isHoldingSource && monotonicNanoseconds() < deadline { usleep(1000) }
+        #expect(!engine.isHoldingSource)
+        // The read's own error after the give-up is not told again.
+        #expect(errors.withLock { $0.count } == 1)
     }
 
     @Test func aSlowConsumerCostsCountedRingDropsNotOverruns() throws {

@@ -59,6 +59,12 @@ extension ErrorSchemeTests {
         #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:frames=-1", option: "frames", reason: "-1 is outside 0...\(UInt64.max)")) {
             _ = try PatternSource(deviceString: "pattern:frames=-1")
         }
+        // A whole number in another notation is the integer it names (and not "out of range").
+        #expect(try PatternSource(deviceString: "pattern:frames=1e3").options.frames == 1000)
+        #expect(try PatternSource(deviceString: "pattern:frames=10.0").options.frames == 10)
+        #expect(throws: DeviceError.invalidDeviceOption(device: "pattern:frames=1.5", option: "frames", reason: "expected an integer, got '1.5'")) {
+            _ = try PatternSource(deviceString: "pattern:frames=1.5")
+        }
 
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vf-empty-pipeline-\(getpid())")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)

@@ -248,6 +248,19 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
 
     static let sim = "sim:width=320,height=240,format=grey,paced=false,frames=8,noise=0,shake=0,seed=3,latency=2"
 
+    /// A monochrome camera takes every white-balance mode and the session still runs (the stage
+    /// that refuses GREY is not added for the device's modes; 2 Dec review).
+    @Test func whiteBalanceModesOnAGreyCameraDoNotStopTheSession() throws {
+        for mode in [WhiteBalanceMode.continuous, .auto] {
+            let r = try run(Self.sim) { d in
+                try d.lockForConfiguration()
+                try d.setWhiteBalanceMode(mode)
+                d.unlockForConfiguration()
+            }
+            #expect(r.frames.count == 8, "\(mode)")
+        }
+    }
+
     /// A scene feature at full-frame point p shows, zoomed by 2, at c + 2·(p − c): the zoomed
     /// frame matches the centre half of the plain frame scaled up.
     @Test func theCentreIsCroppedAndScaledBackUp() throws {

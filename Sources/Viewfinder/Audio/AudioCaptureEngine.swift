@@ -83,6 +83,8 @@ public final class AudioCaptureEngine: @unchecked Sendable {
     /// given up on by the delivery thread (a read that did not return after the stop; the capture
     /// thread closes the source itself if it ever returns).
     private let captureState = Atomic<Int>(0)
+    /// Set when the capture thread has returned (and closed the source if it was given up on).
+    private let captureExited = Atomic<Bool>(false)
     /// When ``stop()`` was called (monotonic ns; 0: not yet).
     private let stopRequestedAt = Atomic<UInt64>(0)
     private let overruns = Atomic<UInt64>(0)
@@ -94,7 +96,8 @@ public final class AudioCaptureEngine: @unchecked Sendable {
     private let doneLock = ConditionLock()
     private var finished = false
     private var threads: [EngineThread] = []
-    /// Called once, from the capture thread, when the device fails (disappears) mid-run.
+    /// Called once, when the device fails (disappears) mid-run — from the capture thread, or from
+    /// the delivery thread when a read did not return after the stop.
     public var onRuntimeError: (@Sendable (any Error) -> Void)?
 
     /// `source` must be configured (its format is `format`). `ringPeriods` is a power of two.
@@ -212,7 +215,8 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             let r: AudioReadResult
             do { r = try source.read(into: storage + slot * slotBytes, frames: periodFrames) } catch {
                 if slot < slotCount { spare = slot }
-                fail(error)
+                // Given up on after the stop: the run is over and its error was said.
+                if captureState.load(ordering: .acquiring) != 2 { fail(error) }
                 break
             }
             if r.overruns > 0 { overruns.add(UInt64(r.overruns), ordering: .relaxed); lostBefore = true }
@@ -260,9 +264,16 @@ public final class AudioCaptureEngine: @unchecked Sendable {
         for h in pacing.held where filled.push(h) != nil { ringDrops.add(1, ordering: .relaxed) }
         if !captureState.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
             // The delivery thread gave up on this thread and finished without it: the source is
-            // this thread's to close.
+            // this thread's to close (no run can have opened it meanwhile: see `isHoldingSource`).
             source.close()
         }
+        captureExited.store(true, ordering: .releasing)
+    }
+
+    /// Whether a capture thread given up on after the stop is still inside the source's read: the
+    /// source must not be configured or started again until it returns (and closes it).
+    public var isHoldingSource: Bool {
+        captureState.load(ordering: .acquiring) == 2 && !captureExited.load(ordering: .acquiring)
     }
 
     static let probePeriods = 32

@@ -5,6 +5,9 @@
 struct AudioRun {
     var engine: AudioCaptureEngine?
     var last: AudioStatistics?
+    /// A run's engine whose capture thread was given up on inside a read: the device is its until
+    /// that read returns.
+    var stuck: AudioCaptureEngine?
 }
 
 extension CaptureSession {
@@ -20,6 +23,12 @@ extension CaptureSession {
         guard let input = c.inputs.compactMap({ $0 as? AudioDeviceInput }).first else { return nil }
         let consumers = connections.filter { $0.input === input && $0.isEnabled }.compactMap { $0.output as? AudioConsumer }
         let source = input.device.source
+        // A read of the last run that never returned still holds the device: configuring it under
+        // that read (or having it closed under the new run when it returns) is refused.
+        if let stuck = audioRun.withLock({ $0.stuck }), stuck.source === source {
+            if stuck.isHoldingSource { throw AudioError.deviceBusy(source.info.id) }
+            audioRun.withLock { $0.stuck = nil }
+        }
         let format = try source.configure(input.device.request)
         let engine = AudioCaptureEngine(source: source, format: format, consumers: consumers, logger: logger)
         engine.prepare()
@@ -60,6 +69,6 @@ extension CaptureSession {
         engine.stop()
         engine.waitUntilFinished()
         let s = engine.statistics
-        run.withLock { $0.last = s }
+        run.withLock { $0.last = s; if engine.isHoldingSource { $0.stuck = engine } }
     }
 }
