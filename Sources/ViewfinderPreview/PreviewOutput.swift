@@ -114,6 +114,20 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
         self.connection.withLock { if $0.connection === connection { $0 = WeakPreviewConnection(nil) } }
     }
 
+    /// The connection's rotation (clockwise degrees) and mirroring: the picture is shown turned
+    /// as the user sees it, as taps are mapped.
+    func orientation() -> (rotation: Int, mirrored: Bool) {
+        connection.withLock { c in c.connection.map { (($0.videoRotationAngle % 360 + 360) % 360, $0.isVideoMirrored) } ?? (0, false) }
+    }
+
+    /// A turned or mirrored picture is made from the frame's pixels: on MJPEG, RGB and Bayer
+    /// streams the engine's decoded view is asked for then (a camera JPEG passes through only
+    /// as it is).
+    public func needsPixels(for format: PixelFormat) -> Bool {
+        let o = orientation()
+        return !format.hasYUVPlanes && (o.rotation != 0 || o.mirrored)
+    }
+
     /// Maps a sensor point to the picture as the user sees it (the connection's rotation and
     /// mirroring); unchanged without a connection.
     func userPoint(_ p: NormalizedPoint) -> NormalizedPoint {
@@ -213,12 +227,14 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
     /// The frame as a preview JPEG; nil for a format with no picture to show.
     func picture(of frame: Frame) throws -> PreviewPicture? {
         let captured = frame.timestamp.clock == .monotonic && frame.timestamp.nanoseconds > 0 ? frame.timestamp.nanoseconds : frame.receiveTime
-        if frame.format.pixelFormat == .mjpeg && !frame.pixelsModified {
+        let turn = orientation()
+        let turned = turn.rotation != 0 || turn.mirrored
+        if frame.format.pixelFormat == .mjpeg && !frame.pixelsModified && (!turned || frame.pixelFrame == nil) {
             let buffer = ByteBuffer(bytes: UnsafeRawBufferPointer(start: frame.data, count: frame.bytesUsed))
             return PreviewPicture(jpeg: buffer, sequence: frame.sequence, captureNanoseconds: captured, passedThrough: true)
         }
         guard let encoder else { return nil }
-        if let src = frame.pixelFrame, let scaled = scaleToI420(src) {
+        if let src = frame.pixelFrame, let scaled = scaleToI420(src, rotation: turn.rotation, mirrored: turn.mirrored) {
             let bytes = try encoder.encode(UnsafeRawPointer(scaled.data), byteCount: scaled.format.maxByteCount, format: scaled.format, quality: quality, subsampling: .s420)
             return PreviewPicture(jpeg: ByteBuffer(bytes: bytes), sequence: frame.sequence, captureNanoseconds: captured, passedThrough: false)
         }
@@ -236,12 +252,29 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
         return (max(2, (width / k) & ~1), max(2, (height / k) & ~1), k)
     }
 
-    /// Point-samples the frame's YUV planes into I420 at the preview size (in this output's
-    /// scratch planes, valid until the next call).
-    private func scaleToI420(_ src: Frame) -> (data: UnsafeMutablePointer<UInt8>, format: FrameFormat)? {
+    /// Where pixel (ux, uy) of the turned picture (`rotation` clockwise, then `mirrored`) of a
+    /// `w`×`h` picture lies in it — the pixel form of `CaptureConnection.sensorPoint`, as
+    /// (x0, y0) at ux = 0 and the step per ux, for row `uy`.
+    static func sensorRow(uy: Int, w: Int, h: Int, rotation: Int, mirrored: Bool) -> (x0: Int, y0: Int, dx: Int, dy: Int) {
+        let uw = rotation == 90 || rotation == 270 ? h : w
+        // ux' = mirrored ? uw - 1 - ux : ux, then the rotation's inverse, affine in ux.
+        let (m0, m1) = mirrored ? (uw - 1, -1) : (0, 1)
+        switch rotation {
+        case 90: return (uy, h - 1 - m0, 0, -m1)
+        case 180: return (w - 1 - m0, h - 1 - uy, -m1, 0)
+        case 270: return (w - 1 - uy, m0, 0, m1)
+        default: return (m0, uy, m1, 0)
+        }
+    }
+
+    /// Point-samples the frame's YUV planes into I420 at the preview size, turned as the user
+    /// sees it (in this output's scratch planes, valid until the next call).
+    private func scaleToI420(_ src: Frame, rotation: Int = 0, mirrored: Bool = false) -> (data: UnsafeMutablePointer<UInt8>, format: FrameFormat)? {
         let f = src.format
         guard let sampler = YUVSampler(src) else { return nil }
-        let (ow, oh, k) = Self.previewSize(width: f.width, height: f.height, maximumWidth: maximumWidth)
+        let (pw, ph, k) = Self.previewSize(width: f.width, height: f.height, maximumWidth: maximumWidth)
+        let quarter = rotation == 90 || rotation == 270
+        let (ow, oh) = quarter ? (ph, pw) : (pw, ph)
         let out = FrameFormat(.i420, width: ow, height: oh)
         let need = out.maxByteCount
         if need > planesCapacity {
@@ -251,17 +284,26 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
         }
         guard let p = planes else { return nil }
         let yPlane = out.plane(0), uPlane = out.plane(1), vPlane = out.plane(2)
-        for y in 0..<oh {
-            let row = p + yPlane.offset + y * yPlane.bytesPerRow
-            let sy = y * k
-            for x in 0..<ow { row[x] = sampler.y(x * k, sy) }
+        if rotation == 0 && !mirrored {
+            for y in 0..<oh {
+                let row = p + yPlane.offset + y * yPlane.bytesPerRow
+                let sy = y * k
+                for x in 0..<ow { row[x] = sampler.y(x * k, sy) }
+            }
+        } else {
+            for y in 0..<oh {
+                let row = p + yPlane.offset + y * yPlane.bytesPerRow
+                let r = Self.sensorRow(uy: y, w: pw, h: ph, rotation: rotation, mirrored: mirrored)
+                for x in 0..<ow { row[x] = sampler.y((r.x0 + r.dx * x) * k, (r.y0 + r.dy * x) * k) }
+            }
         }
         for y in 0..<(oh / 2) {
             let ru = p + uPlane.offset + y * uPlane.bytesPerRow
             let rv = p + vPlane.offset + y * vPlane.bytesPerRow
-            let sy = 2 * y * k
+            // The chroma of the user's pixel (2x, 2y), wherever it lies in the sensor's picture.
+            let r = Self.sensorRow(uy: 2 * y, w: pw, h: ph, rotation: rotation, mirrored: mirrored)
             for x in 0..<(ow / 2) {
-                let (u, v) = sampler.uv(2 * x * k, sy)
+                let (u, v) = sampler.uv((r.x0 + r.dx * 2 * x) * k, (r.y0 + r.dy * 2 * x) * k)
                 ru[x] = u; rv[x] = v
             }
         }

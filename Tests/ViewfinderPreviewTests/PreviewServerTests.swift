@@ -232,6 +232,46 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         await mjpeg.stop()
     }
 
+    /// The picture is shown turned and mirrored as the connection says — as taps are mapped
+    /// (2 Dec sweep: `preview --rotation 90` showed the sensor's picture while taps were mapped
+    /// through the rotation, so a click metered elsewhere). Also on a camera's JPEGs (decoded
+    /// then, not passed through).
+    @Test func thePictureIsTurnedAsTapsAreMapped() async throws {
+        let sim = "sim:width=320,height=240,fps=30,noise=0,shake=0,seed=5"
+        func picture(_ device: String, rotation: Int, mirrored: Bool = false) async throws -> (width: Int, height: Int, luma: [UInt8]) {
+            let run = try RunningPreview(sim: device, rotation: rotation)
+            for c in run.session.connections where c.mediaType == .video { c.isVideoMirrored = mirrored }
+            try await run.start()
+            let got = try await readPictures(run, count: 3)
+            await run.stop()
+            return try decodeJPEG(got.pictures[2].jpeg)
+        }
+        let plain = try await picture(sim, rotation: 0)
+        let (w, h) = (plain.width, plain.height)
+        /// Mean difference between a turned picture and the plain one read through `source`.
+        func difference(_ p: (width: Int, height: Int, luma: [UInt8]), _ source: (Int, Int) -> (Int, Int)) -> Double {
+            var sum = 0
+            for uy in 0..<p.height { for ux in 0..<p.width {
+                let (sx, sy) = source(ux, uy)
+                sum += abs(Int(p.luma[uy * p.width + ux]) - Int(plain.luma[sy * w + sx]))
+            } }
+            return Double(sum) / Double(p.width * p.height)
+        }
+        let quarter = try await picture(sim, rotation: 90)
+        #expect(quarter.width == h && quarter.height == w)
+        #expect(difference(quarter) { ux, uy in (uy, h - 1 - ux) } < 4)
+        let half = try await picture(sim, rotation: 180)
+        #expect(difference(half) { ux, uy in (w - 1 - ux, h - 1 - uy) } < 4)
+        let mirrored = try await picture(sim, rotation: 0, mirrored: true)
+        #expect(difference(mirrored) { ux, uy in (w - 1 - ux, uy) } < 4)
+        let both = try await picture(sim, rotation: 270, mirrored: true)
+        #expect(both.width == h && both.height == w)
+        // Mirrored after the turn: the user's x runs backwards, then 270° turns it back.
+        #expect(difference(both) { ux, uy in (w - 1 - uy, h - 1 - ux) } < 4)
+        let jpeg = try await picture("sim:width=320,height=240,fps=30,format=mjpeg,noise=0,shake=0,seed=5", rotation: 90)
+        #expect(jpeg.width == h && jpeg.height == w)
+    }
+
     @Test func eventsCarryLiveStatistics() async throws {
         let run = try RunningPreview(stages: "stabilise")
         try await run.start()
