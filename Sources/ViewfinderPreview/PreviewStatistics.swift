@@ -85,7 +85,29 @@ private func optional(_ v: Double?) -> Any { v.flatMap { $0.isFinite ? $0 : nil 
 /// `viewfinder_gain`, `viewfinder_focus_score`, `viewfinder_lens_position`.
 final class PreviewMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
-    private let lock = LockedBox(())
+    /// The counts of the session's earlier runs (a stage switch restarts it), so the counters
+    /// only ever grow, and the run they were last read from.
+    private struct Runs {
+        var current: EngineStatistics?
+        var captured: UInt64 = 0
+        var delivered: UInt64 = 0
+        var drops: [DropReason: UInt64] = [:]
+        var consumed: [String: UInt64] = [:]
+        var consumerDrops: [String: [DropReason: UInt64]] = [:]
+        /// Stages whose time gauge is published (a stage switched off has its gauge removed).
+        var stageGauges: [String: Gauge] = [:]
+
+        mutating func close(_ s: EngineStatistics) {
+            captured &+= s.captured
+            delivered &+= s.delivered
+            for r in DropReason.allCases { drops[r, default: 0] &+= s.drops[r] }
+            for c in s.consumers {
+                consumed[c.name, default: 0] &+= c.consumed
+                for r in DropReason.allCases { consumerDrops[c.name, default: [:]][r, default: 0] &+= c.drops[r] }
+            }
+        }
+    }
+    private let lock = LockedBox(Runs())
     private let previewLatency: DurationHistogram
 
     init() {
@@ -119,22 +141,36 @@ final class PreviewMetrics: Sendable {
 
     /// Copies the session's and the preview's counts in and renders the text format.
     func scrape(server: PreviewServer) -> [UInt8] {
-        lock.withLock { _ in
+        lock.withLock { runs in
             if let s = server.session.statistics {
-                setCounter("viewfinder_frames_captured_total", s.captured, help: "Frames captured from the device")
-                setCounter("viewfinder_frames_delivered_total", s.delivered, help: "Frames that left the stage chain for the outputs")
+                // A new run (the session restarted for a stage switch): the last one's final
+                // counts join the earlier runs'.
+                if let old = runs.current, old !== s { runs.close(old) }
+                runs.current = s
+                setCounter("viewfinder_frames_captured_total", runs.captured &+ s.captured, help: "Frames captured from the device")
+                setCounter("viewfinder_frames_delivered_total", runs.delivered &+ s.delivered, help: "Frames that left the stage chain for the outputs")
                 for r in DropReason.allCases {
-                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], s.drops[r], help: "Frames dropped before the outputs, by reason")
+                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], runs.drops[r, default: 0] &+ s.drops[r],
+                               help: "Frames dropped before the outputs, by reason")
                 }
                 for c in s.consumers {
-                    setCounter("viewfinder_output_frames_total", labels: [("output", c.name)], c.consumed, help: "Frames an output consumed")
+                    setCounter("viewfinder_output_frames_total", labels: [("output", c.name)], runs.consumed[c.name, default: 0] &+ c.consumed,
+                               help: "Frames an output consumed")
                     for r in DropReason.allCases {
-                        setCounter("viewfinder_output_frames_dropped_total", labels: [("output", c.name), ("reason", r.name)], c.drops[r],
-                                   help: "Frames dropped on the way to an output, by reason")
+                        setCounter("viewfinder_output_frames_dropped_total", labels: [("output", c.name), ("reason", r.name)],
+                                   (runs.consumerDrops[c.name]?[r] ?? 0) &+ c.drops[r], help: "Frames dropped on the way to an output, by reason")
                     }
                 }
+                let d = Self.descriptor("viewfinder_stage_time_seconds", "Mean time per frame in a stage")
                 for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) {
-                    setGauge("viewfinder_stage_time_seconds", labels: [("stage", name)], us / 1e6, help: "Mean time per frame in a stage")
+                    let g = runs.stageGauges[name] ?? registry.makeGauge(descriptor: d, labels: [("stage", name)])
+                    runs.stageGauges[name] = g
+                    g.set(us.isFinite ? us / 1e6 : 0)
+                }
+                // A stage no longer in the chain has no time now (its last figure stayed).
+                for (name, g) in runs.stageGauges where !s.stageNames.contains(name) {
+                    registry.unregisterGauge(g)
+                    runs.stageGauges[name] = nil
                 }
                 for q in [0.5, 0.9, 0.99] {
                     setGauge("viewfinder_latency_seconds", labels: [("quantile", String(q))], Double(s.latency.quantile(q)) / 1e9,

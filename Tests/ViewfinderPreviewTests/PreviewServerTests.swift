@@ -431,9 +431,20 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(text.contains(#"viewfinder_latency_seconds{quantile="0.5"}"#))
         #expect(text.contains("viewfinder_preview_latency_seconds_bucket"))
         #expect(text.contains(#"viewfinder_preview_frames_dropped_total{reason="client_late"}"#))
-        let captured = text.split(separator: "\n").first { $0.hasPrefix("viewfinder_frames_captured_total ") }
-        let value = captured.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
-        #expect(value > 0, "captured frames counted: \(String(describing: captured))")
+        func capturedTotal(_ text: String) -> Double {
+            let line = text.split(separator: "\n").first { $0.hasPrefix("viewfinder_frames_captured_total ") }
+            return line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+        }
+        let value = capturedTotal(text)
+        #expect(value > 0, "captured frames counted")
+        // A stage switch restarts the session: the counters go on from where they were (2 Dec
+        // sweep: 418 → 60), and the switched-off stage's time is gone (it stayed frozen).
+        let off = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "stabilise", "enabled": false}"#))
+        #expect(off.status == 200, "\(off.body)")
+        _ = try await readPictures(run, count: 3)
+        let after = try await fetch(request(run.url("/metrics"))).body
+        #expect(capturedTotal(after) > value, "\(capturedTotal(after)) after \(value)")
+        #expect(!after.contains(#"viewfinder_stage_time_seconds{stage="stabilise"}"#))
         await run.stop()
     }
 
