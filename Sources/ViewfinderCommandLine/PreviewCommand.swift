@@ -98,8 +98,14 @@ struct PreviewCommand: ParsableCommand {
             }
             done.signal()
         }
-        // Ctrl-C, SIGTERM (or the duration's end) stops the server, then the session.
-        let stop: @Sendable () -> Void = { task.cancel() }
+        // Ctrl-C, SIGTERM (or the duration's end) stops the server, then the session. A recording
+        // ends at the request, not after the server has waited for a stalled viewer (that added
+        // up to 2 s to the movie).
+        let movie = server.movie
+        let stop: @Sendable () -> Void = {
+            if movie.isRecording { movie.stopRecording() }
+            task.cancel()
+        }
         let interrupt = onInterrupt(stop)
         defer { interrupt.cancel() }
         DispatchQueue.global().async {

@@ -61,6 +61,34 @@ final class PreviewControls: Sendable {
     let logger: Logger
     private let counter = LockedBox(0)
     private let recordingFile = LockedBox<String?>(nil)
+    /// How the last recording started from the page ended when it ended on its own with an error
+    /// (a full disk): said on standard error, in `/api/state` and on the page.
+    private let recordingEnd = LockedBox<String?>(nil)
+    var lastRecordingError: String? { recordingEnd.withLock { $0 } }
+
+    /// Hears how a recording ends.
+    private final class RecordingWatcher: MovieRecordingDelegate, Sendable {
+        let controls: PreviewControls
+        init(_ c: PreviewControls) { controls = c }
+        func movieOutput(_ output: MovieFileOutput, didFinishRecordingTo path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+            controls.recordingEnded(path: path, summary: summary, error: error)
+        }
+    }
+
+    func recordingEnded(path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
+        guard let error else { return }
+        recordingFile.withLock { $0 = nil }
+        var message = "recording \(PathName.lastComponent(path)) ended: \(error)"
+        if summary.frames == 0 {
+            // Nothing of it is a movie (a header at most): it is not left to look like one.
+            try? FileManager.default.removeItem(atPath: path)
+            message += " (no frame was written; the file was removed)"
+        } else {
+            message += String(format: " (%d frames, %.2f s kept)", summary.frames, summary.duration)
+        }
+        logger.error("preview: \(message)")
+        recordingEnd.withLock { $0 = message }
+    }
 
     init(session: CaptureSession, device: CaptureDevice, photo: PhotoOutput, movie: MovieFileOutput, folder: String, logger: Logger) {
         self.session = session
@@ -149,7 +177,8 @@ final class PreviewControls: Sendable {
                 throw HTTPError(.conflict, message: "already recording to \(current)")
             }
             let (name, path) = newFile(prefix: "movie", ext: "mov")
-            do { try movie.startRecording(to: path, overwrite: false, delegate: nil) } catch {
+            recordingEnd.withLock { $0 = nil }
+            do { try movie.startRecording(to: path, overwrite: false, delegate: RecordingWatcher(self)) } catch {
                 throw HTTPError(.conflict, message: "recording could not start: \(error)")
             }
             recordingFile.withLock { $0 = name }

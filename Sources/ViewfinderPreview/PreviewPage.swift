@@ -193,6 +193,7 @@ function onStats(s) {
   drawOverlay(s);
   renderSwitches(s.stage_switches || []);
   $("record").textContent = s.recording ? "Stop (" + s.recording + ")" : "Record";
+  if (s.recording_error && s.recording_error !== window.vf.recordingError) { window.vf.recordingError = s.recording_error; setStatus(s.recording_error, false); }
   const f = s.frame || {}, p = s.preview || {};
   $("readout").innerHTML =
     row("frame", (f.width || "?") + "×" + (f.height || "?") + " " + (f.pixel_format || "") + " #" + (f.sequence || 0)) +

@@ -11,7 +11,8 @@ import ViewfinderKit
 /// pictures, drops by reason, capture-to-preview latency p50/p99 ms), the newest frame's
 /// `exposure_us`, `gain`, `lens`, `focus_score`, `ae_state`, `af_state`, `metered_luma`,
 /// `motion`, `spot` (user-facing, normalised), `samples` (every frame since the last message, for
-/// the charts), `histogram` (64 luma bins), `recording`, `stage_switches`, `frame`.
+/// the charts), `histogram` (64 luma bins), `recording`, `recording_error` (how the last recording
+/// ended when it ended on its own: a full disk), `stage_switches`, `frame`.
 final class StatisticsBuilder: @unchecked Sendable {
     // @unchecked Sendable: used by one task at a time (the ticker, or one request).
     private var lastCaptured: UInt64 = 0
@@ -62,6 +63,7 @@ final class StatisticsBuilder: @unchecked Sendable {
         }
         d["histogram"] = histogram.map { Int($0) }
         d["recording"] = server.controls.currentRecording ?? NSNull()
+        d["recording_error"] = server.controls.lastRecordingError ?? NSNull()
         d["stage_switches"] = server.controls.stages.map { ["name": $0.name, "enabled": $0.enabled] as [String: Any] }
         d["running"] = server.session.isRunning
         guard let data = try? JSONSerialization.data(withJSONObject: d, options: [.sortedKeys]) else { return "{}" }

@@ -4,6 +4,7 @@ import Testing
 import Viewfinder
 @testable import ViewfinderKit
 @testable import ViewfinderPreview
+@testable import ViewfinderSinks
 
 #if canImport(Glibc)
 import Glibc
@@ -270,6 +271,28 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(difference(both) { ux, uy in (w - 1 - uy, h - 1 - ux) } < 4)
         let jpeg = try await picture("sim:width=320,height=240,fps=30,format=mjpeg,noise=0,shake=0,seed=5", rotation: 90)
         #expect(jpeg.width == h && jpeg.height == w)
+    }
+
+    /// A recording that ends on its own with an error (a full disk) is said — on the page, in
+    /// `/api/state`, on standard error — and one that could write no frame leaves no file (2 Dec
+    /// sweep: the state went quiet and a 675-byte movie with no frame was left).
+    @Test func aRecordingThatEndsOnItsOwnIsSaidAndAnEmptyOneLeavesNoFile() async throws {
+        let run = try RunningPreview()
+        let controls = run.server.controls
+        for frames in [0, 12] {
+            let path = run.folder + "/movie-\(frames).mov"
+            #expect(FileManager.default.createFile(atPath: path, contents: Data([0, 0, 0, 8])))
+            let summary = MovieRecordingSummary(path: path, frames: frames, preRollFrames: 0, duration: Double(frames) / 30, bytes: 4,
+                                                droppedFrames: 0, reason: .diskFull, successfullyFinished: frames > 0)
+            controls.recordingEnded(path: path, summary: summary, error: .diskFull(path: path))
+            let said = try #require(controls.lastRecordingError)
+            #expect(said.contains("is full"), "\(said)")
+            #expect(FileManager.default.fileExists(atPath: path) == (frames > 0), "\(frames) frames: \(said)")
+        }
+        try await run.start()
+        let state = try await fetch(request(run.url("/api/state"))).body
+        #expect(state.contains(#""recording_error":"recording movie-12.mov ended"#), "\(state.prefix(300))")
+        await run.stop()
     }
 
     @Test func eventsCarryLiveStatistics() async throws {
