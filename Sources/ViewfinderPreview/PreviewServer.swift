@@ -128,6 +128,10 @@ public final class PreviewServer: Sendable {
     public func run(onListening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
         let app = Application(
             router: makeRouter(),
+            // A connection that has sent no complete request for 10 s is closed (a client that
+            // opens connections and never finishes their headers could hold every descriptor);
+            // a stream being answered is never idle.
+            server: .http1(configuration: .init(idleTimeout: .seconds(10))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "viewfinder"),
             onServerRunning: { channel in onListening(channel.localAddress?.port ?? 0) },
             logger: logger
@@ -170,6 +174,7 @@ public final class PreviewServer: Sendable {
     func makeRouter() -> Router<BasicRequestContext> {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: TokenMiddleware(token: configuration.token, openPaths: ["/", "/favicon.ico"]))
+        if configuration.token == nil { router.add(middleware: LoopbackOriginMiddleware(boundHost: configuration.host)) }
         router.get("/") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
                      body: .init(byteBuffer: ByteBuffer(string: PreviewPage.html)))
@@ -270,6 +275,41 @@ public final class PreviewServer: Sendable {
         do { return try JSONDecoder().decode(T.self, from: data.isEmpty ? Data("{}".utf8) : data) } catch {
             throw HTTPError(.badRequest, message: "bad JSON body: \(jsonDecodingFailure(error))")
         }
+    }
+}
+
+/// Without a token (a loopback server), answers 403 to requests whose `Host` or `Origin` is not
+/// this machine's loopback: a page elsewhere that points a name of its own at 127.0.0.1 (DNS
+/// rebinding) cannot read the statistics or press the buttons.
+struct LoopbackOriginMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let boundHost: String
+
+    /// The host name of an authority (`host:port`, `[v6]:port`) or an origin (`scheme://host:port`).
+    static func hostName(_ s: Substring) -> Substring {
+        var rest = s
+        if let r = rest.range(of: "://") { rest = rest[r.upperBound...] }
+        if rest.hasPrefix("[") { return rest.dropFirst().prefix { $0 != "]" } }
+        return rest.prefix { $0 != ":" && $0 != "/" }
+    }
+
+    func isLoopback(_ name: Substring) -> Bool {
+        let n = name.lowercased()
+        return n == "localhost" || n.hasSuffix(".localhost") || n == "::1" || n.hasPrefix("127.") || n == boundHost.lowercased()
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if let authority = request.head.authority, !isLoopback(Self.hostName(Substring(authority))) {
+            return Self.forbidden("Host '\(authority)' is not this machine's loopback address (use http://127.0.0.1:PORT/, or --token)")
+        }
+        if let origin = request.headers[.origin], origin != "null", !isLoopback(Self.hostName(Substring(origin))) {
+            return Self.forbidden("a request from the page of '\(origin)' is refused")
+        }
+        return try await next(request, context)
+    }
+
+    static func forbidden(_ why: String) -> Response {
+        Response(status: .forbidden, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "403: \(why)\n")))
     }
 }
 

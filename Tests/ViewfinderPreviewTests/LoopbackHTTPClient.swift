@@ -75,7 +75,10 @@ enum LoopbackHTTP {
 
         var target = url.percentEncodedPath.isEmpty ? "/" : url.percentEncodedPath
         if let q = url.percentEncodedQuery { target += "?" + q }
-        var head = "\(request.method) \(target) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
+        var head = "\(request.method) \(target) HTTP/1.1\r\n"
+        // A request's own Host (a test of what the server accepts) replaces the address's.
+        if !request.headers.contains(where: { $0.name.lowercased() == "host" }) { head += "Host: \(host):\(port)\r\n" }
+        head += "Connection: close\r\n"
         for h in request.headers { head += "\(h.name): \(h.value)\r\n" }
         if let body = request.body { head += "Content-Length: \(body.count)\r\n" }
         head += "\r\n"

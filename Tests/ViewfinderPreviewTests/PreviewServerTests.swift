@@ -426,6 +426,27 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         await run.stop()
     }
 
+    /// Without a token, only this machine's loopback names and pages are answered (2 Dec sweep:
+    /// `Host: attacker.example` and a foreign `Origin` were accepted — what a DNS-rebinding page
+    /// sends).
+    @Test func aLoopbackServerAnswersOnlyItsOwnHostAndOrigin() async throws {
+        let run = try RunningPreview()
+        try await run.start()
+        func status(host: String? = nil, origin: String? = nil, post: Bool = false) async throws -> UInt {
+            var r = post ? request(run.url("/api/point"), method: .POST, json: #"{"x": 0.5, "y": 0.5}"#) : request(run.url("/api/state"))
+            if let host { r.headers.append((name: "Host", value: host)) }
+            if let origin { r.headers.append((name: "Origin", value: origin)) }
+            return try await fetch(r).status
+        }
+        #expect(try await status() == 200)
+        #expect(try await status(host: "localhost:\(run.port)") == 200)
+        #expect(try await status(host: "attacker.example:\(run.port)") == 403)
+        #expect(try await status(origin: "http://127.0.0.1:\(run.port)", post: true) == 200)
+        #expect(try await status(origin: "http://attacker.example:\(run.port)", post: true) == 403)
+        #expect(try await status(host: "attacker.example", origin: "http://attacker.example", post: true) == 403)
+        await run.stop()
+    }
+
     @Test func anAddressOtherThanLoopbackNeedsAToken() throws {
         let session = CaptureSession(registry: .builtIn)
         let device = try CaptureDevice.open("sim:width=64,height=64", directory: .standard)
