@@ -5,7 +5,8 @@ import ViewfinderKit
 
 /// Builds the statistics message (one JSON object) the page's charts and readouts use.
 ///
-/// Fields: `fps` (captured frames per second since the last message), `captured`, `delivered`,
+/// Fields: `fps` (frames the camera made per second over about the last second of frame
+/// arrivals), `captured`, `delivered`,
 /// `drops` (engine drops by reason), `outputs` (per output: frames, drops by reason), `stages`
 /// (name, mean µs per frame), `latency_ms` (capture to delivery, p50/p99), `preview` (viewers,
 /// pictures, drops by reason, capture-to-preview latency p50/p99 ms), the newest frame's
@@ -15,18 +16,23 @@ import ViewfinderKit
 /// ended when it ended on its own: a full disk), `stage_switches`, `frame`.
 final class StatisticsBuilder: @unchecked Sendable {
     // @unchecked Sendable: used by one task at a time (the ticker, or one request).
-    private var lastCaptured: UInt64 = 0
-    private var lastTime = monotonicNanoseconds()
+    /// (span of frame arrivals, frames captured) of the messages of about the last second.
+    private var history: [(span: Double, captured: UInt64)] = []
+    private var run: EngineStatistics?
 
     func message(server: PreviewServer) -> String {
         var d: [String: Any] = [:]
-        let now = monotonicNanoseconds()
         let output = server.output
         if let s = server.session.statistics {
             let n = s.captured
-            let dt = Double(now &- lastTime) / 1e9
-            d["fps"] = dt > 0 && n >= lastCaptured ? Double(n - lastCaptured) / dt : 0
-            lastCaptured = n
+            // The rate over about the last second of frame arrivals (not of these messages' own
+            // times: a 0.25 s tick saw 7 or 8 frames of a 30 fps camera, 27.7 or 31.7 fps).
+            if run !== s { run = s; history.removeAll() }
+            let span = s.frameSpanSeconds
+            history.append((span, n))
+            while history.count > 2, span - history[1].span >= 1 { history.removeFirst() }
+            let old = history[0]
+            d["fps"] = span > old.span && n >= old.captured ? Double(n - old.captured) / (span - old.span) : 0
             d["captured"] = n
             d["delivered"] = s.delivered
             d["drops"] = s.drops.byName
@@ -35,7 +41,6 @@ final class StatisticsBuilder: @unchecked Sendable {
             d["latency_ms"] = ["p50": Double(s.latency.quantile(0.5)) / 1e6, "p99": Double(s.latency.quantile(0.99)) / 1e6]
             d["outputs"] = s.consumers.map { ["name": $0.name, "frames": $0.consumed, "drops": $0.drops.byName] as [String: Any] }
         }
-        lastTime = now
         var drops: [String: UInt64] = [:]
         for (r, c) in output.counters.drops { drops[r] = c }
         d["preview"] = [
