@@ -33,6 +33,12 @@ struct PreviewCommand: ParsableCommand {
         if !(64...7680).contains(previewWidth) { throw ValidationError("--preview-width must be in 64…7680") }
         if !(1...100).contains(previewQuality) { throw ValidationError("--preview-quality must be in 1…100") }
         if ![0, 90, 180, 270].contains(rotation) { throw ValidationError("--rotation must be 0, 90, 180 or 270") }
+        // An address written as four numbers must be an IPv4 address (999.1.1.1 is a typo, not a
+        // host name to look up).
+        let parts = bind.split(separator: ".", omittingEmptySubsequences: false)
+        if parts.count == 4, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isNumber) }), !parts.allSatisfy({ (Int($0) ?? 256) <= 255 }) {
+            throw ValidationError("--bind '\(bind)' is not an IPv4 address (each number 0…255)")
+        }
         try checkDuration(duration)
         // A folder named for stills and recordings that cannot take them is found now, not at the
         // page's first Still or Record. (The default, the working folder, is not checked: a

@@ -180,6 +180,20 @@ public final class PreviewServer: Sendable {
                      body: .init(byteBuffer: ByteBuffer(string: PreviewPage.html)))
         }
         router.get("/favicon.ico") { _, _ in Response(status: .noContent) }
+        // A known path asked with another method: 405 with the method it takes (not 404, which
+        // says the path does not exist); HEAD of a page or the metrics is answered as GET's head.
+        let methods: [(String, HTTPRequest.Method)] = [("/", .get), ("/stream", .get), ("/events", .get), ("/metrics", .get), ("/api/state", .get),
+                                                       ("/api/point", .post), ("/api/still", .post), ("/api/record", .post), ("/api/stage", .post)]
+        for (path, allowed) in methods {
+            for other: HTTPRequest.Method in [.get, .post, .put, .delete, .patch] where other != allowed {
+                router.on(RouterPath(path), method: other) { _, _ in
+                    Response(status: .methodNotAllowed, headers: [.allow: allowed.rawValue, .contentType: "text/plain"],
+                             body: .init(byteBuffer: ByteBuffer(string: "405: \(path) takes \(allowed.rawValue)\n")))
+                }
+            }
+        }
+        router.head("/") { _, _ in Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"]) }
+        router.head("/metrics") { _, _ in Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"]) }
         router.get("/stream") { _, _ in self.streamResponse() }
         router.get("/events") { _, _ in self.eventsResponse() }
         router.get("/metrics") { _, _ in

@@ -8,6 +8,8 @@ import Foundation
         #expect(CLIExit.run(["preview", "--device", "pattern:width=64,height=32", "--port", "70000"]) == 64)
         #expect(CLIExit.run(["preview", "--device", "pattern:width=64,height=32", "--rotation", "45"]) == 64)
         #expect(CLIExit.run(["preview", "--device", "pattern:width=64,height=32", "--preview-quality", "0"]) == 64)
+        // Four numbers that are not an IPv4 address (it exited 1 after a failed bind).
+        #expect(CLIExit.run(["preview", "--device", "pattern:width=64,height=32", "--bind", "999.1.1.1"]) == 64)
         // Not loopback with a token too short to be one; an output folder that does not exist.
         #expect(CLIExit.run(["preview", "--device", "pattern:width=64,height=32", "--port", "0", "--bind", "0.0.0.0", "--token", "short"]) == 64)
         #expect(CLIExit.run(["preview", "--device", "pattern:width=64,height=32", "--port", "0", "--output", "/nonexistent-vf-folder"]) == 64)

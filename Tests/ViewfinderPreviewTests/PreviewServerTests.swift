@@ -81,7 +81,7 @@ func within<T: Sendable>(_ seconds: Double, _ what: String, _ body: @escaping @S
     }
 }
 
-enum Method: String { case GET, POST }
+enum Method: String { case GET, POST, PUT, DELETE, HEAD }
 
 func request(_ url: String, method: Method = .GET, token: String? = nil, json: String? = nil, contentType: String = "application/json") -> LoopbackHTTP.Request {
     var r = LoopbackHTTP.Request(url: url, method: method.rawValue)
@@ -369,6 +369,11 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(try await fetch(request(point, method: .POST, json: "x=0.5&y=0.5", contentType: "application/x-www-form-urlencoded")).status == 415)
         #expect(try await fetch(request(point, method: .POST, json: String(repeating: " ", count: 8000) + "{}")).status == 413)
         #expect(try await fetch(request(run.url("/api/point"))).status != 200, "controls are POST only")
+        // A known path with another method is 405, not 404 (which says the path does not exist).
+        #expect(try await fetch(request(run.url("/api/point"))).status == 405)
+        #expect(try await fetch(request(run.url("/api/still"), method: .PUT, json: "{}")).status == 405)
+        #expect(try await fetch(request(run.url("/metrics"), method: .POST, json: "{}")).status == 405)
+        #expect(try await fetch(request(run.url("/api/nope"))).status == 404)
         let unknown = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "../../etc", "enabled": false}"#))
         #expect(unknown.status == 400 && unknown.body.contains("unknown stage"))
         let off = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "null", "enabled": false}"#))
