@@ -109,8 +109,19 @@ final class PreviewControls: Sendable {
         let doExposure = r.exposure ?? true, doFocus = r.focus ?? true
         guard doExposure || doFocus else { throw HTTPError(.badRequest, message: "nothing to set: exposure and focus are both false") }
         let p = NormalizedPoint(x: r.x, y: r.y)
-        let canExpose = device.isExposurePointOfInterestSupported, canFocus = device.isFocusPointOfInterestSupported
-        if doExposure && !canExpose && (!doFocus || !canFocus) {
+        // A pipeline that runs its own exposure (or focus) stage meters by that stage's options:
+        // the device's mode switched to continuous beside it would be a second loop fighting it
+        // (2 Dec sweep: exposure hunted between 10 and 33 ms after a tap). The tap leaves that
+        // kind alone and says so.
+        let running = Set(session.stages.filter(\.enabled).map(\.name))
+        let pipelineExposes = running.contains("exposure"), pipelineFocuses = running.contains("focus")
+        let canExpose = device.isExposurePointOfInterestSupported && !pipelineExposes
+        let canFocus = device.isFocusPointOfInterestSupported && !pipelineFocuses
+        if (!doExposure || !canExpose) && (!doFocus || !canFocus) {
+            let owned = [pipelineExposes && doExposure ? "exposure" : nil, pipelineFocuses && doFocus ? "focus" : nil].compactMap { $0 }
+            if !owned.isEmpty {
+                throw HTTPError(.conflict, message: "the pipeline's own \(owned.joined(separator: " and ")) stage meters by its options; switch it off to point by tapping")
+            }
             throw HTTPError(.conflict, message: "device '\(device.uniqueID)' has no exposure or focus control to point")
         }
         do {

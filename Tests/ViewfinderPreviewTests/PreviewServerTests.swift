@@ -452,6 +452,24 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         await run.stop()
     }
 
+    /// A pipeline with its own exposure and focus stages keeps them in charge: a tap does not
+    /// start the device's own loops beside them (2 Dec sweep: with `exposure:mode=continuous`
+    /// a tap made two loops fight, exposure hunting between 10 and 33 ms), and says so.
+    @Test func aTapLeavesThePipelinesOwnLoopsInCharge() async throws {
+        let both = try RunningPreview(stages: "exposure:mode=continuous,focus:mode=continuous")
+        try await both.start()
+        let refused = try await fetch(request(both.url("/api/point"), method: .POST, json: #"{"x": 0.1, "y": 0.9}"#))
+        #expect(refused.status == 409 && refused.body.contains("pipeline's own exposure and focus"), "\(refused.body)")
+        await both.stop()
+        let exposureOnly = try RunningPreview(stages: "exposure:mode=continuous")
+        try await exposureOnly.start()
+        try exposureOnly.device.configure { $0.exposureMode = .locked }
+        let focusOnly = try await fetch(request(exposureOnly.url("/api/point"), method: .POST, json: #"{"x": 0.1, "y": 0.9}"#))
+        #expect(focusOnly.status == 200 && focusOnly.body.contains(#""exposure":false"#) && focusOnly.body.contains(#""focus":true"#), "\(focusOnly.body)")
+        #expect(exposureOnly.device.settings.exposureMode == .locked)
+        await exposureOnly.stop()
+    }
+
     @Test func anAddressOtherThanLoopbackNeedsAToken() throws {
         let session = CaptureSession(registry: .builtIn)
         let device = try CaptureDevice.open("sim:width=64,height=64", directory: .standard)
