@@ -47,6 +47,9 @@ step "browser preview: headless Chromium against viewfinder preview --device sim
 bounded 5 /usr/bin/python3 scripts/browser_preview_test.py .build/debug/viewfinder .build/preview-artifacts
 # ---------------------------------------------------------------------------------------------
 
+step "a terminal that hangs up ends a run as Ctrl-C does (a pseudo-terminal closed under it)"
+bounded 2 /usr/bin/python3 scripts/terminal_hangup_test.py .build/debug/viewfinder .build/hangup-test
+
 step "public API: no test doubles, benchmark harness or frame retain/release in ViewfinderKit"
 VF_BUILD_LOCK="$LOCK" bash scripts/check-public-api.sh
 

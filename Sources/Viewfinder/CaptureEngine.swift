@@ -263,6 +263,11 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Per consumer with a ``FrameConsumer/bufferBudget`` on a live source: its own memory for
     /// the frames it is behind by beyond its ring.
     private let backlogs: [BacklogFrames?]
+    /// Set on the stage thread once the source has ended and the stages give back what they
+    /// hold: the outputs then take frames directly, waiting for room (no copy into a backlog: no
+    /// source is waiting for its buffers).
+    private let draining = DrainingFlag()
+    private final class DrainingFlag: Sendable { let on = Atomic<Bool>(false) }
     /// Whether the source is live (read once, at init): consumers then hear how far behind they are.
     private let sourceIsLive: Bool
     /// Per consumer, the drops it is told about (nil when it does not want them).
@@ -373,6 +378,7 @@ public final class CaptureEngine: @unchecked Sendable {
         let onStage = stageConsumers
         let stageRing = stageChannel
         let logger = self.logger
+        let draining = self.draining
         try chain.prepare(format: configuration.format, context: context) { frame in
             // Lent by the chain: consumers on the stage thread use it during their call, each
             // channel gets a reference of its own.
@@ -387,7 +393,7 @@ public final class CaptureEngine: @unchecked Sendable {
             frame.retain(n)
             for i in threaded {
                 let ch = channels[i]
-                guard let backlog = backlogs[i], ch.count >= direct[i] || backlog.unmarkedDrops > 0 else { ch.send(frame); continue }
+                guard let backlog = backlogs[i], !draining.on.load(ordering: .relaxed), ch.count >= direct[i] || backlog.unmarkedDrops > 0 else { ch.send(frame); continue }
                 // The consumer is a ring behind (its disk stalls): this frame waits in the
                 // consumer's own memory, and the source's buffer goes back to the source. The
                 // copy is this consumer's alone, so it can carry the drops before it in its
@@ -680,6 +686,7 @@ public final class CaptureEngine: @unchecked Sendable {
         // for room (with a live source's policies a look-ahead of 30 lost 27 of 60 frames at a
         // file output's ring).
         for ch in consumerChannels { ch.waitFromNowOn() }
+        draining.on.store(true, ordering: .relaxed)
         chain.finish()
         statistics.publishStageTimes(chain)
         for ch in consumerChannels { ch.close() }

@@ -82,6 +82,13 @@ public protocol PixelDecoder: AnyObject {
     func decode(_ source: Frame, scale: Int, into target: Frame) throws
 }
 
+/// An output that decodes frames itself on its own thread when it needs to (the video data
+/// output's pixel formats, a turned preview of a camera's JPEGs): the session hands it the
+/// device's decoders when it starts.
+public protocol PixelDecodingOutput: AnyObject {
+    func setPixelDecoders(_ decoders: (any PixelDecoderFactory)?)
+}
+
 /// Makes decoders; what the engine is given (ViewfinderKit's device directory carries TurboJPEG's).
 public protocol PixelDecoderFactory: Sendable {
     /// A decoder for frames of `format`, nil when it has none.

@@ -51,10 +51,13 @@ struct PreviewCommand: ParsableCommand {
     func run() throws {
         let specs = try stages.map { try StageSpec.parseList($0) } ?? []
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
-        // The page's taps drive the exposure and focus loops: run them where the device has them.
+        // The page's taps drive the exposure and focus loops: run them where the device has them
+        // — unless the pipeline runs its own exposure or focus stage, which then stays the only
+        // loop of its kind (two would fight over the same controls).
+        let owned = Set(specs.filter(\.enabled).map(\.name))
         try dev.configure { s in
-            if dev.isExposureModeSupported(.continuous) { s.exposureMode = .continuous }
-            if dev.isFocusModeSupported(.continuous) { s.focusMode = .continuous }
+            if !owned.contains("exposure"), dev.isExposureModeSupported(.continuous) { s.exposureMode = .continuous }
+            if !owned.contains("focus"), dev.isFocusModeSupported(.continuous) { s.focusMode = .continuous }
         }
         session.beginConfiguration()
         try session.setStages(specs)
@@ -108,7 +111,10 @@ struct PreviewCommand: ParsableCommand {
         // ends at the request, not after the server has waited for a stalled viewer (that added
         // up to 2 s to the movie).
         let movie = server.movie
+        let stopped = LockedBox(false)
         let stop: @Sendable () -> Void = {
+            // Once: a second stop request would move the recording's end to its own time.
+            guard !stopped.withLock({ s in defer { s = true }; return s }) else { return }
             if movie.isRecording { movie.stopRecording() }
             task.cancel()
         }
@@ -119,7 +125,8 @@ struct PreviewCommand: ParsableCommand {
             stop()
         }
         done.wait()
-        if server.movie.isRecording { server.movie.stopRecording() }
+        // A server that ended by itself (it failed) was not stopped: its recording ends here.
+        if !stopped.withLock({ $0 }), server.movie.isRecording { server.movie.stopRecording() }
         session.stopRunning()
         if let e = failure.withLock({ $0 }) { throw RuntimeFailure(message: Self.serverFailure(e, host: bind, port: port)) }
         if let s = session.statistics {

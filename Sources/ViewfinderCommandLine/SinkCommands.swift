@@ -124,6 +124,9 @@ final class InterruptHandler {
     /// replay to their last whole record.
     init(_ body: @escaping @Sendable () -> Void) {
         let firstAt = self.firstAt
+        // Which of standard input, output and error are the terminal, found now: once it has hung
+        // up, isatty fails on them (EIO) and they cannot be told apart any more.
+        let terminals = (Int32(0)...2).filter { isatty($0) != 0 }
         // SIGHUP: the terminal closed (an ssh session dropped) — unless the command was started
         // with it ignored (`nohup`), which it keeps.
         var signals = [SIGINT, SIGTERM]
@@ -139,7 +142,7 @@ final class InterruptHandler {
                 // The terminal is gone: writing to it now fails (EIO), and Foundation's
                 // FileHandle.write traps on a failed write — the status line, the summary and any
                 // message go to /dev/null instead (as under `nohup`), so the stop can finish.
-                if sig == SIGHUP { detachFromTerminal() }
+                if sig == SIGHUP { detachFromTerminal(terminals) }
                 let now = monotonicNanoseconds()
                 let first = firstAt.withLock { t -> UInt64? in defer { t = t ?? now }; return t }
                 if let first, now &- first < 1_000_000_000 { return }
@@ -163,12 +166,12 @@ final class InterruptHandler {
 
 func onInterrupt(_ body: @escaping @Sendable () -> Void) -> InterruptHandler { InterruptHandler(body) }
 
-/// Points standard input, output and error at /dev/null where they are a terminal (a pipe or a
-/// file stays as it is).
-func detachFromTerminal() {
+/// Points `descriptors` (those of standard input, output and error that were the terminal) at
+/// /dev/null; a pipe or a file stays as it is.
+func detachFromTerminal(_ descriptors: [Int32]) {
     let null = open("/dev/null", O_RDWR)
     guard null >= 0 else { return }
-    for fd: Int32 in 0...2 where isatty(fd) != 0 { _ = dup2(null, fd) }
+    for fd in descriptors { _ = dup2(null, fd) }
     if null > 2 { close(null) }
 }
 

@@ -77,7 +77,14 @@ final class PreviewControls: Sendable {
 
     func recordingEnded(path: String, summary: MovieRecordingSummary, error: MovieRecordingError?) {
         guard let error else { return }
-        recordingFile.withLock { $0 = nil }
+        // Called on the movie's thread after it let go of the file: a recording started from the
+        // page meanwhile is not this one, and keeps its name and state.
+        let name = PathName.lastComponent(path)
+        let current = recordingFile.withLock { f -> Bool in
+            guard f == nil || f == name else { return false }
+            f = nil
+            return true
+        }
         var message = "recording \(PathName.lastComponent(path)) ended: \(error)"
         if summary.frames == 0 {
             // Nothing of it is a movie (a header at most): it is not left to look like one.
@@ -87,7 +94,7 @@ final class PreviewControls: Sendable {
             message += String(format: " (%d frames, %.2f s kept)", summary.frames, summary.duration)
         }
         logger.error("preview: \(message)")
-        recordingEnd.withLock { $0 = message }
+        if current { recordingEnd.withLock { $0 = message } }
     }
 
     init(session: CaptureSession, device: CaptureDevice, photo: PhotoOutput, movie: MovieFileOutput, folder: String, logger: Logger) {
@@ -229,6 +236,13 @@ final class PreviewControls: Sendable {
                 throw HTTPError(.conflict, message: "recording to \(file): switching a stage restarts the session and would end the recording; stop recording first")
             }
             specs[i].enabled = r.enabled
+            // A pipeline exposure or focus stage switched on takes its kind back from the device's
+            // own loop (a tap may have started it while the stage was off): one loop per kind.
+            if r.enabled, ["exposure", "focus"].contains(r.name) {
+                try? device.configure { s in
+                    if r.name == "exposure" { s.exposureMode = .locked } else { s.focusMode = .locked }
+                }
+            }
             do { try session.setStages(specs) } catch {
                 throw HTTPError(.conflict, message: "the session refused the change: \(error)")
             }

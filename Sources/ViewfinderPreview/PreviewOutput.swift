@@ -120,12 +120,31 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
         connection.withLock { c in c.connection.map { (($0.videoRotationAngle % 360 + 360) % 360, $0.isVideoMirrored) } ?? (0, false) }
     }
 
-    /// A turned or mirrored picture is made from the frame's pixels: on MJPEG, RGB and Bayer
-    /// streams the engine's decoded view is asked for then (a camera JPEG passes through only
-    /// as it is).
-    public func needsPixels(for format: PixelFormat) -> Bool {
-        let o = orientation()
-        return !format.hasYUVPlanes && (o.rotation != 0 || o.mirrored)
+    /// The device's decoders (the session sets them when it starts): a turned or mirrored
+    /// picture of a camera's JPEGs (or RGB, Bayer) is decoded here, on this output's thread and
+    /// only while someone watches — reduced by TurboJPEG towards the preview's size — never by
+    /// asking the engine to decode every frame for every output.
+    public func setPixelDecoders(_ decoders: (any PixelDecoderFactory)?) { decodersBox.withLock { $0 = decoders } }
+    private let decodersBox = LockedBox<(any PixelDecoderFactory)?>(nil)
+    // The output's thread only.
+    private var decoder: (any PixelDecoder)?
+    private var decoderFormat: FrameFormat?
+    private var decoded: Frame?
+
+    /// The frame decoded here at the reduction nearest the preview's size (nil: no decoder).
+    private func decodedHere(_ frame: Frame) throws -> Frame? {
+        if decoderFormat != frame.format {
+            decoder = decodersBox.withLock { $0 }?.makeDecoder(for: frame.format)
+            decoderFormat = frame.format
+            decoded = nil
+        }
+        guard let decoder else { return nil }
+        let k = Self.previewSize(width: frame.format.width, height: frame.format.height, maximumWidth: maximumWidth).factor
+        let scale = decoder.scaleDenominators.filter { $0 <= k }.max() ?? 1
+        let need = decoder.decodedByteCount(for: frame.format, scale: scale)
+        if decoded == nil || decoded!.capacity < need { decoded = Frame(capacity: need, format: frame.format) }
+        try decoder.decode(frame, scale: scale, into: decoded!)
+        return decoded
     }
 
     /// Maps a sensor point to the picture as the user sees it (the connection's rotation and
@@ -229,12 +248,19 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
         let captured = frame.timestamp.clock == .monotonic && frame.timestamp.nanoseconds > 0 ? frame.timestamp.nanoseconds : frame.receiveTime
         let turn = orientation()
         let turned = turn.rotation != 0 || turn.mirrored
-        if frame.format.pixelFormat == .mjpeg && !frame.pixelsModified && (!turned || frame.pixelFrame == nil) {
+        if frame.format.pixelFormat == .mjpeg && !frame.pixelsModified && !turned {
             let buffer = ByteBuffer(bytes: UnsafeRawBufferPointer(start: frame.data, count: frame.bytesUsed))
             return PreviewPicture(jpeg: buffer, sequence: frame.sequence, captureNanoseconds: captured, passedThrough: true)
         }
         guard let encoder else { return nil }
-        if let src = frame.pixelFrame, let scaled = scaleToI420(src, rotation: turn.rotation, mirrored: turn.mirrored) {
+        // The engine's decoded view when it has one at least the preview's size; else, to turn a
+        // picture that has no YUV planes, one decoded here.
+        var source = frame.pixelFrame
+        if turned, !frame.format.pixelFormat.hasYUVPlanes,
+           source == nil || source!.format.width < min(maximumWidth, frame.format.width) {
+            source = try decodedHere(frame) ?? source
+        }
+        if let src = source, let scaled = scaleToI420(src, rotation: turn.rotation, mirrored: turn.mirrored) {
             let bytes = try encoder.encode(UnsafeRawPointer(scaled.data), byteCount: scaled.format.maxByteCount, format: scaled.format, quality: quality, subsampling: .s420)
             return PreviewPicture(jpeg: ByteBuffer(bytes: bytes), sequence: frame.sequence, captureNanoseconds: captured, passedThrough: false)
         }

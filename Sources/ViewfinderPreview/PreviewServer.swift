@@ -26,9 +26,15 @@ public struct PreviewConfiguration: Sendable {
 
     public init() {}
 
-    /// Whether `host` is a loopback address (`127.0.0.0/8`, `::1`, `localhost`).
+    /// Whether `host` is a loopback address (`127.0.0.0/8`, `::1`, `localhost`). An IPv4
+    /// address must be one whole (a name such as `127.evil.example` is not: it can point
+    /// anywhere).
     public static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+        let h = host.lowercased()
+        if h == "localhost" || h.hasSuffix(".localhost") || h == "::1" || h == "[::1]" { return true }
+        var a = in_addr()
+        guard inet_pton(AF_INET, h, &a) == 1 else { return false }
+        return UInt32(bigEndian: a.s_addr) >> 24 == 127
     }
 
     /// A new random token: 128 bits as 32 hexadecimal digits.
@@ -308,8 +314,7 @@ struct LoopbackOriginMiddleware: RouterMiddleware {
     }
 
     func isLoopback(_ name: Substring) -> Bool {
-        let n = name.lowercased()
-        return n == "localhost" || n.hasSuffix(".localhost") || n == "::1" || n.hasPrefix("127.") || n == boundHost.lowercased()
+        PreviewConfiguration.isLoopback(String(name)) || name.lowercased() == boundHost.lowercased()
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

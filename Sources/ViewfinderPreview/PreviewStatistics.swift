@@ -19,6 +19,8 @@ final class StatisticsBuilder: @unchecked Sendable {
     /// (span of frame arrivals, frames captured) of the messages of about the last second.
     private var history: [(span: Double, captured: UInt64)] = []
     private var run: EngineStatistics?
+    /// When a frame last arrived as these messages saw it (monotonic ns).
+    private var lastArrivalSeen: UInt64 = 0
 
     func message(server: PreviewServer) -> String {
         var d: [String: Any] = [:]
@@ -29,10 +31,19 @@ final class StatisticsBuilder: @unchecked Sendable {
             // times: a 0.25 s tick saw 7 or 8 frames of a 30 fps camera, 27.7 or 31.7 fps).
             if run !== s { run = s; history.removeAll() }
             let span = s.frameSpanSeconds
-            history.append((span, n))
+            let now = monotonicNanoseconds()
+            if let last = history.last, last.span == span {
+                // No frame since the last message: nothing new to measure (and a stalled camera
+                // would otherwise keep showing its last second's rate, its history growing).
+                history[history.count - 1].captured = max(last.captured, n)
+            } else {
+                history.append((span, n))
+                lastArrivalSeen = now
+            }
             while history.count > 2, span - history[1].span >= 1 { history.removeFirst() }
             let old = history[0]
-            d["fps"] = span > old.span && n >= old.captured ? Double(n - old.captured) / (span - old.span) : 0
+            let stalled = now &- lastArrivalSeen > 1_000_000_000
+            d["fps"] = !stalled && span > old.span && n >= old.captured ? Double(n - old.captured) / (span - old.span) : 0
             d["captured"] = n
             d["delivered"] = s.delivered
             d["drops"] = s.drops.byName

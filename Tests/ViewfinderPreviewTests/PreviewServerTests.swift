@@ -446,6 +446,9 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(try await status() == 200)
         #expect(try await status(host: "localhost:\(run.port)") == 200)
         #expect(try await status(host: "attacker.example:\(run.port)") == 403)
+        // A name that begins like a loopback address is still a name (2 Dec review).
+        #expect(try await status(host: "127.evil.example:\(run.port)") == 403)
+        #expect(try await status(host: "127.0.0.2:\(run.port)") == 200)
         #expect(try await status(origin: "http://127.0.0.1:\(run.port)", post: true) == 200)
         #expect(try await status(origin: "http://attacker.example:\(run.port)", post: true) == 403)
         #expect(try await status(host: "attacker.example", origin: "http://attacker.example", post: true) == 403)
@@ -483,6 +486,7 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(throws: PreviewError.outputDirectory(path: "/nonexistent-folder-vf")) { try PreviewServer(session: session, device: device, configuration: cfg) }
         #expect(PreviewConfiguration.generateToken().count == 32)
         #expect(PreviewConfiguration.isLoopback("127.0.0.1") && PreviewConfiguration.isLoopback("::1") && !PreviewConfiguration.isLoopback("192.168.1.2"))
+        #expect(!PreviewConfiguration.isLoopback("127.evil.example") && !PreviewConfiguration.isLoopback("127.0.0.1.example.com"))
     }
 
     @Test func metricsUsePrometheusNames() async throws {

@@ -219,6 +219,27 @@ extension EngineTests {
         #expect(slow.sequences == Array(0..<60), "\(slow.sequences.count) of 60 frames: \(slow.sequences.suffix(8))")
         #expect(e.statistics.consumers[0].drops.total == 0)
     }
+
+    /// The same for an output with a buffer budget (a movie, a dump): the burst goes to it
+    /// directly, not through its backlog's copies, which a small budget runs out of (2 Dec
+    /// review: dropped as storage_backlog).
+    @Test func theLookAheadsLastFramesReachAnOutputWithABufferBudget() throws {
+        final class Budgeted: FrameConsumer, @unchecked Sendable {
+            let consumerName = "budgeted"
+            let seen = LockedBox<[UInt64]>([])
+            var bufferBudget: BufferBudget? { BufferBudget(seconds: 0.05) }
+            func consume(_ frame: Frame) {
+                seen.withLock { $0.append(frame.sequence) }
+                sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 2_000_000)
+            }
+        }
+        let src = try source("pattern:width=64,height=32,frames=60,buffers=48,fps=120,paced=true")
+        var o = DelayStage.Options(); o.frames = 30
+        let out = Budgeted()
+        let e = try run(src, stages: [DelayStage(options: o)], consumers: [out])
+        #expect(out.seen.withLock { $0 } == Array(0..<60), "\(out.seen.withLock { $0 }.count) of 60")
+        #expect(e.statistics.consumers[0].drops.total == 0)
+    }
 }
 
 /// A live camera (not paced: the stamps say the time) that loses frames 80…94 — reported as a

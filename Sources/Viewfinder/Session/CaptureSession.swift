@@ -446,7 +446,7 @@ public final class CaptureSession: @unchecked Sendable {
         try applyManualControls(settings, device: device)
 
         let audio = try prepareAudio(c, connections: connectionsStore)
-        for case let v as VideoDataOutput in consumers { v.setPixelDecoders(device.pixelDecoders) }
+        for case let v as any PixelDecodingOutput in consumers { v.setPixelDecoders(device.pixelDecoders) }
         let e = CaptureEngine(source: device.source, configuration: cfg, stages: stages, consumers: consumers, options: c.engineOptions,
                               pixelDecoders: device.pixelDecoders, logger: logger)
         let run = runID.add(1, ordering: .sequentiallyConsistent).newValue

@@ -63,7 +63,7 @@ public struct VideoOutputSettings: Sendable, Equatable {
 /// pool of its own, so a steady stream allocates nothing. A pixel format asked for is always
 /// delivered from that pool, even the stream's own (then copied): frames the app holds are the
 /// output's, never the engine's.
-public final class VideoDataOutput: CaptureOutput, @unchecked Sendable {
+public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @unchecked Sendable {
     // @unchecked Sendable: delegate/queue/continuations behind `state`; `busy` is atomic.
     public let consumerName: String
     public var acceptedMediaTypes: Set<MediaType> { [.video] }
