@@ -121,7 +121,7 @@ public final class AssetWriterInput: @unchecked Sendable {
         return enqueue(timestamp: timestamp.nanoseconds) { writer in try writer.writeAudio(samples, timestamp: timestamp.nanoseconds) }
     }
 
-    /// Appends a period of sound as an audio source delivers it (an ``AudioBuffer`` lent to a
+    /// Appends a period of sound as an audio source delivers it (an `AudioBuffer` lent to a
     /// custom `AudioSource` consumer; the samples are copied).
     @discardableResult
     public func append(_ buffer: AudioBuffer) -> Bool {

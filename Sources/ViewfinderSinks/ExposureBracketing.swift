@@ -62,9 +62,12 @@ public final class DeviceExposureBracketer: ExposureBracketing, @unchecked Senda
     /// control's range alone limits it.
     public let maximumExposureSeconds: @Sendable () -> Double?
 
-    /// - Parameter maximumExposureSeconds: the frame interval of the stream: a longer exposure
-    ///   than one frame's time is not given by the sensor (the sim caps it; many cameras lower
-    ///   their rate), so what a bias asks beyond it is made up by the gain.
+    /// - Parameters:
+    ///   - controls: the device's controls (`exposure_time_absolute`, and `gain` when it has one).
+    ///   - gainUnit: device gain units per 1.0x.
+    ///   - maximumExposureSeconds: the longest exposure the stream allows (its longest frame
+    ///     duration): a longer one is not given by the sensor (the sim caps it; many cameras
+    ///     lower their rate), so what a bias asks beyond it is made up by the gain.
     public init(controls: any DeviceControlling, gainUnit: Double = 100, maximumExposureSeconds: @escaping @Sendable () -> Double? = { nil }) {
         self.controls = controls
         self.gainUnit = gainUnit
