@@ -122,14 +122,20 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
         #expect(c.state.periods.filter(\.discontinuity).count >= Int(s.overruns) - 1)
     }
 
-    @Test func aDeviceThatDisappearsEndsCaptureWithOneErrorAndKeepsWhatCameBefore() throws {
-        let source = ScriptedAudioSource(failAfter: 100)
+    /// An engine on `source` feeding a collecting consumer, started, with its runtime errors
+    /// collected as text.
+    func started(_ source: ScriptedAudioSource) throws -> (AudioCaptureEngine, CollectingConsumer, LockedBox<[String]>) {
         let c = CollectingConsumer()
         let errors = LockedBox<[String]>([])
         let format = try source.configure(AudioStreamRequest())
         let engine = AudioCaptureEngine(source: source, format: format, consumers: [c])
         engine.onRuntimeError = { e in errors.withLock { $0.append("\(e)") } }
         try engine.start()
+        return (engine, c, errors)
+    }
+
+    @Test func aDeviceThatDisappearsEndsCaptureWithOneErrorAndKeepsWhatCameBefore() throws {
+        let (engine, c, errors) = try started(ScriptedAudioSource(failAfter: 100))
         engine.waitUntilFinished()
         #expect(errors.withLock { $0 } == ["sound device 'scripted' disappeared"])
         #expect(engine.statistics.error == "sound device 'scripted' disappeared")
@@ -145,12 +151,7 @@ final class ScriptedAudioSource: AudioCaptureSource, @unchecked Sendable {
     @Test func aReadThatNeverReturnsCannotHoldTheStop() throws {
         let source = ScriptedAudioSource()
         source.blocksAfter = 50
-        let c = CollectingConsumer()
-        let errors = LockedBox<[String]>([])
-        let format = try source.configure(AudioStreamRequest())
-        let engine = AudioCaptureEngine(source: source, format: format, consumers: [c])
-        engine.onRuntimeError = { e in errors.withLock { $0.append("\(e)") } }
-        try engine.start()
+        let (engine, c, errors) = try started(source)
         while source.reads.load(ordering: .relaxed) <= 50 { usleep(1000) }
         let t0 = monotonicNanoseconds()
         engine.stop()
