@@ -8,6 +8,7 @@ file must hold whole frames. Usage: terminal_hangup_test.py VIEWFINDER_BINARY SC
 """
 import os
 import pty
+import signal
 import sys
 import time
 
@@ -18,6 +19,9 @@ if os.path.exists(out):
     os.remove(out)
 pid, master = pty.fork()
 if pid == 0:
+    # As in a terminal's session, whatever this script inherited (`nohup` ignores SIGHUP, and an
+    # ignored signal stays ignored across exec).
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     os.execv(binary, [binary, "run", "--device", "sim:width=320,height=240", "--duration", "30", "--output", out])
 time.sleep(3)
 seen = b""
