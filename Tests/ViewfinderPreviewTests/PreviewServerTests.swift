@@ -243,9 +243,11 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
             let run = try RunningPreview(sim: device, rotation: rotation)
             for c in run.session.connections where c.mediaType == .video { c.isVideoMirrored = mirrored }
             try await run.start()
-            let got = try await readPictures(run, count: 3)
+            // The same picture in every run: once the exposure and focus loops have settled
+            // (under AddressSanitizer the third picture came at another point of the loops).
+            let got = try await readPictures(run, count: 30)
             await run.stop()
-            return try decodeJPEG(got.pictures[2].jpeg)
+            return try decodeJPEG(got.pictures[29].jpeg)
         }
         let plain = try await picture(sim, rotation: 0)
         let (w, h) = (plain.width, plain.height)
@@ -258,17 +260,21 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
             } }
             return Double(sum) / Double(p.width * p.height)
         }
+        // Each turned picture matches the plain one read through its mapping — closely (JPEG's
+        // own error) and far better than read straight (the picture has structure to tell).
         let quarter = try await picture(sim, rotation: 90)
         #expect(quarter.width == h && quarter.height == w)
-        #expect(difference(quarter) { ux, uy in (uy, h - 1 - ux) } < 4)
+        #expect(difference(quarter) { ux, uy in (uy, h - 1 - ux) } < 6)
         let half = try await picture(sim, rotation: 180)
-        #expect(difference(half) { ux, uy in (w - 1 - ux, h - 1 - uy) } < 4)
+        let halfMapped = difference(half) { ux, uy in (w - 1 - ux, h - 1 - uy) }, halfStraight = difference(half) { ux, uy in (ux, uy) }
+        #expect(halfMapped < 6 && halfMapped < halfStraight / 3, "\(halfMapped) against \(halfStraight) unturned")
         let mirrored = try await picture(sim, rotation: 0, mirrored: true)
-        #expect(difference(mirrored) { ux, uy in (w - 1 - ux, uy) } < 4)
+        let mirroredMapped = difference(mirrored) { ux, uy in (w - 1 - ux, uy) }, mirroredStraight = difference(mirrored) { ux, uy in (ux, uy) }
+        #expect(mirroredMapped < 6 && mirroredMapped < mirroredStraight / 3, "\(mirroredMapped) against \(mirroredStraight) unturned")
         let both = try await picture(sim, rotation: 270, mirrored: true)
         #expect(both.width == h && both.height == w)
         // Mirrored after the turn: the user's x runs backwards, then 270° turns it back.
-        #expect(difference(both) { ux, uy in (w - 1 - uy, h - 1 - ux) } < 4)
+        #expect(difference(both) { ux, uy in (w - 1 - uy, h - 1 - ux) } < 6)
         let jpeg = try await picture("sim:width=320,height=240,fps=30,format=mjpeg,noise=0,shake=0,seed=5", rotation: 90)
         #expect(jpeg.width == h && jpeg.height == w)
     }
