@@ -85,7 +85,7 @@ final class PreviewControls: Sendable {
             f = nil
             return true
         }
-        var message = "recording \(PathName.lastComponent(path)) ended: \(error)"
+        var message = "recording \(name) ended: \(error)"
         if summary.frames == 0 {
             // Nothing of it is a movie (a header at most): it is not left to look like one.
             try? FileManager.default.removeItem(atPath: path)

@@ -310,18 +310,11 @@ public final class PreviewOutput: CaptureOutput, @unchecked Sendable {
         }
         guard let p = planes else { return nil }
         let yPlane = out.plane(0), uPlane = out.plane(1), vPlane = out.plane(2)
-        if rotation == 0 && !mirrored {
-            for y in 0..<oh {
-                let row = p + yPlane.offset + y * yPlane.bytesPerRow
-                let sy = y * k
-                for x in 0..<ow { row[x] = sampler.y(x * k, sy) }
-            }
-        } else {
-            for y in 0..<oh {
-                let row = p + yPlane.offset + y * yPlane.bytesPerRow
-                let r = Self.sensorRow(uy: y, w: pw, h: ph, rotation: rotation, mirrored: mirrored)
-                for x in 0..<ow { row[x] = sampler.y((r.x0 + r.dx * x) * k, (r.y0 + r.dy * x) * k) }
-            }
+        for y in 0..<oh {
+            let row = p + yPlane.offset + y * yPlane.bytesPerRow
+            // Unturned, the row is (x, y): the same loop serves every orientation.
+            let r = Self.sensorRow(uy: y, w: pw, h: ph, rotation: rotation, mirrored: mirrored)
+            for x in 0..<ow { row[x] = sampler.y((r.x0 + r.dx * x) * k, (r.y0 + r.dy * x) * k) }
         }
         for y in 0..<(oh / 2) {
             let ru = p + uPlane.offset + y * uPlane.bytesPerRow

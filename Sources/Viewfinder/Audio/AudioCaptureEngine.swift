@@ -81,10 +81,9 @@ public final class AudioCaptureEngine: @unchecked Sendable {
     private let stopFlag = Atomic<Bool>(false)
     /// The capture thread's end: 0 running, 1 ended (the delivery thread closes the source), 2
     /// given up on by the delivery thread (a read that did not return after the stop; the capture
-    /// thread closes the source itself if it ever returns).
+    /// thread closes the source itself if it ever returns), 3 given up on and since returned (the
+    /// source closed).
     private let captureState = Atomic<Int>(0)
-    /// Set when the capture thread has returned (and closed the source if it was given up on).
-    private let captureExited = Atomic<Bool>(false)
     /// When ``stop()`` was called (monotonic ns; 0: not yet).
     private let stopRequestedAt = Atomic<UInt64>(0)
     private let overruns = Atomic<UInt64>(0)
@@ -266,14 +265,14 @@ public final class AudioCaptureEngine: @unchecked Sendable {
             // The delivery thread gave up on this thread and finished without it: the source is
             // this thread's to close (no run can have opened it meanwhile: see `isHoldingSource`).
             source.close()
+            captureState.store(3, ordering: .releasing)
         }
-        captureExited.store(true, ordering: .releasing)
     }
 
     /// Whether a capture thread given up on after the stop is still inside the source's read: the
     /// source must not be configured or started again until it returns (and closes it).
     public var isHoldingSource: Bool {
-        captureState.load(ordering: .acquiring) == 2 && !captureExited.load(ordering: .acquiring)
+        captureState.load(ordering: .acquiring) == 2
     }
 
     static let probePeriods = 32
