@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(name: "ViewfinderSimTests", dependencies: ["Viewfinder", "ViewfinderSim", "CTurboJPEG"]),
         .testTarget(name: "ViewfinderKitTests", dependencies: ["ViewfinderKit"]),
         .testTarget(name: "ViewfinderStagesTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport"]),
-        .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderStages", "ViewfinderSinks", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG"]),
+        .testTarget(name: "ViewfinderV4L2Tests", dependencies: ["Viewfinder", "ViewfinderV4L2", "ViewfinderStages", "ViewfinderSinks", "ViewfinderTestSupport", "CV4L2", "CTurboJPEG", "CViewfinderKernels"]),
         .testTarget(name: "ViewfinderSinksTests", dependencies: ["Viewfinder", "ViewfinderSim", "ViewfinderSinks", "ViewfinderStages", "ViewfinderV4L2", "ViewfinderTestSupport", "CTurboJPEG", "CLZ4", "CFutex", "CViewfinderKernels"]),
         .testTarget(name: "ViewfinderAudioTests", dependencies: ["ViewfinderKit", "ViewfinderAudio", "CALSA"]),
         .testTarget(name: "StageRegistryGeneratorTests", dependencies: ["StageRegistryGenerator"]),

@@ -127,3 +127,38 @@ void vf_copy_streaming(void *dst, const void *src, size_t n) {
     memcpy(dst, src, n);
 #endif
 }
+
+// Limited ("video", BT.601/709 studio) range to full range, in place: luma 16..235 to 0..255,
+// chroma 16..240 to 0..255 about 128 (128 stays 128: a neutral pixel stays neutral). 16.16 fixed
+// point, round half up; the loops are simple enough for the compiler to vectorise at -O2.
+static inline uint8_t vf_full_luma(uint8_t y) {
+    int32_t v = (((int32_t)y - 16) * 76309 + 32768) >> 16; // 255 / 219
+    return clamp255(v);
+}
+
+static inline uint8_t vf_full_chroma(uint8_t c) {
+    int32_t v = ((((int32_t)c - 128) * 74602 + 32768) >> 16) + 128; // 255 / 224
+    return clamp255(v);
+}
+
+void vf_expand_limited_range(uint8_t *p, ptrdiff_t n, int layout) {
+    switch (layout) {
+    case 0:
+        for (ptrdiff_t i = 0; i < n; i++) p[i] = vf_full_luma(p[i]);
+        break;
+    case 1:
+        for (ptrdiff_t i = 0; i < n; i++) p[i] = vf_full_chroma(p[i]);
+        break;
+    default: {
+        // Packed 4:2:2: luma at even bytes (layout 2, YUYV) or at odd bytes (layout 3, UYVY).
+        uint8_t *l = p + (layout == 2 ? 0 : 1), *c = p + (layout == 2 ? 1 : 0);
+        ptrdiff_t pairs = n / 2;
+        for (ptrdiff_t i = 0; i < pairs; i++) {
+            l[2 * i] = vf_full_luma(l[2 * i]);
+            c[2 * i] = vf_full_chroma(c[2 * i]);
+        }
+        if (n & 1) p[n - 1] = layout == 2 ? vf_full_luma(p[n - 1]) : vf_full_chroma(p[n - 1]);
+        break;
+    }
+    }
+}

@@ -75,6 +75,10 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
         public var links: [String]
         /// Timestamps flagged `TIMESTAMP_MONOTONIC` (else `TIMESTAMP_UNKNOWN`).
         public var monotonicTimestamps: Bool = true
+        /// What `G_FMT`/`S_FMT` report as the format's `colorspace` and `quantization` (enum
+        /// `v4l2_colorspace`, `v4l2_quantization`; 0, 0: not said).
+        public var colorspace: UInt32 = 0
+        public var quantization: UInt32 = 0
         public init(path: String, driver: String, card: String, bus: String, deviceCaps: UInt32, formats: [Format], controls: [Control], links: [String] = []) {
             self.path = path; self.driver = driver; self.card = card; self.bus = bus; self.deviceCaps = deviceCaps
             self.formats = formats; self.controls = controls; self.links = links
@@ -212,6 +216,7 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
                 let (w, h): (Int, Int)
                 switch s { case .discrete(let a, let b): (w, h) = (a, b); case .stepwise(_, let b, _, _, let d, _): (w, h) = (b, d) }
                 dev.pix = Self.pixFormat(f.fourcc, w, h)
+                dev.pix.colorspace = d.colorspace; dev.pix.quantization = d.quantization
                 if let i = f.intervals.first { dev.interval = i }
             }
             devices_set(dev)
@@ -384,7 +389,10 @@ public final class FakeV4L2Kernel: V4L2Syscalls, @unchecked Sendable {
             let score = abs(c.0 - width) + abs(c.1 - height)
             if score < bestScore { bestScore = score; best = c }
         }
-        return Self.pixFormat(f.fourcc, best.0, best.1)
+        var p = Self.pixFormat(f.fourcc, best.0, best.1)
+        p.colorspace = d.spec.colorspace
+        p.quantization = d.spec.quantization
+        return p
     }
 
     private func produceLocked(_ d: Device) -> Bool {

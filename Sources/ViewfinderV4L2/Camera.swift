@@ -36,6 +36,12 @@ public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Se
         public var subscribeEvents: Bool = true
         /// Fewest buffers to request (V4L2 REQBUFS).
         public var minimumBuffers: Int = 4
+        /// Stretch limited-range YUV (luma 16–235, chroma 16–240: what the driver reports as
+        /// `V4L2_QUANTIZATION_LIM_RANGE`, and what its default means for YUV in every colorspace
+        /// but JPEG's — a UVC webcam's YUYV) to the full range the engine's YUV is everywhere else
+        /// (JPEG's), in place in the kernel buffer before the frame is handed over. Off: the
+        /// driver's bytes untouched, read as full range (lifted blacks, paler colours).
+        public var expandLimitedRange: Bool = true
         public init() {}
     }
 
@@ -90,6 +96,9 @@ public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Se
     var pendingInterval: FrameInterval?
     /// Set when the requested format comes from libv4lconvert (the device lacks it).
     var conversion: Conversion?
+    /// The device's YUV is limited range and is stretched to full range as frames are dequeued
+    /// (false: the range is full, or not said, or the option is off).
+    var expandRange = false
 
     /// A libv4lconvert conversion: kernel buffers stay with the camera, each frame is converted
     /// into a frame of `pool` (one copy, unavoidable for a format change).
@@ -103,6 +112,10 @@ public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Se
             self.converter = converter; self.source = source; self.destination = destination; self.format = format; self.pool = pool
         }
     }
+
+    /// Whether the device delivers limited-range YUV that the camera stretches to full range
+    /// (``Options/expandLimitedRange``).
+    public var expandsLimitedRange: Bool { lock.withLock { expandRange } }
 
     /// The device format behind the stream when libv4lconvert converts it (nil when native).
     public var convertedFrom: UInt32? { lock.withLock { conversion?.source.fmt.pix.pixelformat } }
@@ -159,6 +172,22 @@ public final class V4L2Camera: ReconnectableSource, FrameRecycler, @unchecked Se
         let bpl = Int(pix.bytesperline)
         let minimum = FrameFormat.minimumBytesPerRow(pf, width: Int(pix.width))
         return FrameFormat(pf, width: Int(pix.width), height: Int(pix.height), bytesPerRow: pf == .mjpeg ? 0 : max(bpl, minimum))
+    }
+
+    /// Whether a driver's format is limited-range YUV: `V4L2_QUANTIZATION_LIM_RANGE`, or the default
+    /// for YUV (limited in every colorspace but JPEG's, as `V4L2_MAP_QUANTIZATION_DEFAULT` says) when
+    /// the driver names a colorspace. Grey is taken as limited only when said: monochrome sensors
+    /// leave the default and deliver the whole range.
+    static func isLimitedRange(_ pf: PixelFormat, _ pix: v4l2_pix_format) -> Bool {
+        switch pf {
+        case .yuyv, .uyvy, .nv12, .i420, .yuv422p:
+            if pix.quantization == 2 { return true }
+            return pix.quantization == 0 && pix.colorspace != 0 && pix.colorspace != 7 // DEFAULT, JPEG
+        case .grey:
+            return pix.quantization == 2
+        default:
+            return false
+        }
     }
 
     public var activeConfiguration: StreamConfiguration? { lock.withLock { config } }

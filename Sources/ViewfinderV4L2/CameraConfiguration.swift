@@ -13,7 +13,7 @@ extension V4L2Camera {
     /// Sets the format (`S_FMT` at the closest size the device offers) and rate (`S_PARM`).
     public func configure(_ request: StreamRequest) throws -> StreamConfiguration {
         if lock.withLock({ streaming }) { stop() }
-        lock.withLock { conversion = nil }
+        lock.withLock { conversion = nil; expandRange = false }
         guard let fmt = info.formats.first(where: { $0.fourcc == request.pixelFormat.fourcc }) else {
             if let c = try configureConverted(request) { return c }
             throw DeviceError.unsupportedFormat(device: path, requested: "\(request.pixelFormat) \(request.width)x\(request.height)", available: offered())
@@ -33,8 +33,12 @@ extension V4L2Camera {
         // Linux 6.8; uvcvideo keeps 32), so stages that hold frames plan with the real count.
         let c = StreamConfiguration(format: Self.frameFormat(request.pixelFormat, pix), interval: interval,
                                     bufferCount: min(Self.maximumBuffers, max(options.minimumBuffers, request.bufferCount)))
-        lock.withLock { config = c }
+        let expand = options.expandLimitedRange && Self.isLimitedRange(request.pixelFormat, pix)
+        lock.withLock { config = c; expandRange = expand }
         logger.debug("\(path): configured \(c.format) bytesPerRow \(c.format.bytesPerRow) at \(c.interval)")
+        if expand {
+            logger.info("\(path): the device's \(request.pixelFormat) is limited range (quantization \(pix.quantization), colorspace \(pix.colorspace)): stretched to full range")
+        }
         return c
     }
 

@@ -269,6 +269,7 @@ extension V4L2Camera {
         let frame = slots[i].frame
         let format = config?.format ?? frame.format
         let conv = conversion
+        let expand = expandRange
         lock.unlock()
 
         lastFrameAt = receive
@@ -286,6 +287,7 @@ extension V4L2Camera {
             return popPending()
         }
 
+        if expand { YUVRange.expand(frame.data, capacity: frame.capacity, format: format) }
         frame.reset()
         frame.format = format
         frame.bytesUsed = min(used, frame.capacity)

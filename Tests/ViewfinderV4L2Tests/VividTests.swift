@@ -96,7 +96,7 @@ struct VividTests {
             #expect(cfg.format.pixelFormat == pf)
             #expect(cfg.format.width == 320 && cfg.format.height == 180, "\(pf): \(cfg.format)")
             try cam.start()
-            var got = 0, lastSeq: UInt64? = nil, checksums: Set<UInt64> = []
+            var got = 0, lastSeq: UInt64? = nil, checksums: Set<UInt64> = [], lumaRange: (UInt8, UInt8) = (255, 0)
             let t0 = monotonicNanoseconds()
             while got < 8 && monotonicNanoseconds() - t0 < 10_000_000_000 {
                 switch try cam.next(timeoutNanoseconds: 500_000_000) {
@@ -111,6 +111,14 @@ struct VividTests {
                     var sum: UInt64 = 0
                     for i in stride(from: 0, to: f.bytesUsed, by: 97) { sum = sum &* 31 &+ UInt64(f.bytes[i]) }
                     checksums.insert(sum)
+                    if let l = cfg.format.lumaLayout {
+                        for y in 0..<cfg.format.height {
+                            for x in 0..<cfg.format.width {
+                                let v = f.bytes[l.offset + y * l.bytesPerRow + x * l.pixelStride]
+                                lumaRange = (min(lumaRange.0, v), max(lumaRange.1, v))
+                            }
+                        }
+                    }
                     f.release()
                     got += 1
                 case .lost(let r, let n): print("\(pf): lost \(n) (\(r))")
@@ -119,7 +127,13 @@ struct VividTests {
             }
             #expect(got == 8, "\(pf): \(got) frames")
             #expect(checksums.count > 1, "\(pf): the test pattern moves between frames")
-            print("\(pf) \(cfg.format) bytesPerRow \(cfg.format.bytesPerRow) at \(cfg.interval): \(got) frames OK")
+            // vivid's YUV is limited range (its quantization left at the default, colorspace sRGB):
+            // stretched, the colour bars' black is 0, not 16.
+            if pf != .grey && cfg.format.lumaLayout != nil {
+                #expect(cam.expandsLimitedRange, "\(pf): vivid's YUV not taken as limited range")
+                #expect(lumaRange.0 <= 4, "\(pf): darkest luma \(lumaRange.0)")
+            }
+            print("\(pf) \(cfg.format) bytesPerRow \(cfg.format.bytesPerRow) at \(cfg.interval): \(got) frames OK, luma \(lumaRange.0)...\(lumaRange.1), stretched from limited range: \(cam.expandsLimitedRange)")
         }
     }
 

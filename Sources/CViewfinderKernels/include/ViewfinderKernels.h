@@ -248,6 +248,11 @@ void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width
 /// since the destination is not read into the cache first.
 void vf_copy_streaming(void *dst, const void *src, size_t n);
 
+/// Limited-range YUV (luma 16–235, chroma 16–240, as V4L2's `V4L2_QUANTIZATION_LIM_RANGE`) to
+/// full range (0–255, JPEG's), in place over `n` bytes. `layout`: 0 every byte luma, 1 every byte
+/// chroma, 2 packed 4:2:2 with luma first (YUYV), 3 packed 4:2:2 with chroma first (UYVY).
+void vf_expand_limited_range(uint8_t *p, ptrdiff_t n, int layout);
+
 /// Bytes of heap in use (glibc's mallinfo2: small blocks plus mmapped ones), or -1 where the C
 /// library has no mallinfo2. The soak and the lifetime tests tell a leak from what the allocator
 /// keeps for reuse (which the resident set includes) by it.
