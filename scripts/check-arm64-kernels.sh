@@ -11,11 +11,12 @@ CLANG=/opt/swift/usr/bin/clang
 command -v "$CLANG" >/dev/null || CLANG=clang
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-"$CLANG" -O2 -I "$K/include" "$K/kernels.c" "$K/deltaplanes.c" "$ROOT/scripts/arm64/kernels-check.c" -o "$W/x86"
+"$CLANG" -O2 -I "$K/include" "$K/kernels.c" "$K/deltaplanes.c" "$K/convert.c" "$ROOT/scripts/arm64/kernels-check.c" -o "$W/x86"
 "$CLANG" --target=aarch64-linux-gnu -O2 -I "$K/include" -isystem /usr/aarch64-linux-gnu/include -c "$K/kernels.c" -o "$W/k.o"
 "$CLANG" --target=aarch64-linux-gnu -O2 -I "$K/include" -isystem /usr/aarch64-linux-gnu/include -c "$K/deltaplanes.c" -o "$W/d.o"
+"$CLANG" --target=aarch64-linux-gnu -O2 -I "$K/include" -isystem /usr/aarch64-linux-gnu/include -c "$K/convert.c" -o "$W/v.o"
 "$CLANG" --target=aarch64-linux-gnu -O2 -I "$K/include" -isystem /usr/aarch64-linux-gnu/include -c "$ROOT/scripts/arm64/kernels-check.c" -o "$W/c.o"
-aarch64-linux-gnu-gcc -static "$W/k.o" "$W/d.o" -o "$W/arm64" "$W/c.o"
+aarch64-linux-gnu-gcc -static "$W/k.o" "$W/d.o" "$W/v.o" -o "$W/arm64" "$W/c.o"
 "$W/x86" | grep -v '^avx2_active' > "$W/avx2.txt"
 "$W/x86" portable | grep -v '^avx2_active' > "$W/portable.txt"
 qemu-aarch64 "$W/arm64" | grep -v '^avx2_active' > "$W/arm64.txt"

@@ -534,7 +534,8 @@ struct ExportCommand: ParsableCommand {
     /// What of the dump was left out: a damaged tail, and frames that failed their checksum or did
     /// not decode (skipped; the frames after them are converted).
     static func damageText(_ r: DumpConversion.Result) -> String {
-        var s = r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? ""
+        var s = r.headerDamage.map { "; \($0)" } ?? ""
+        s += r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? ""
         if r.skippedFrames > 0 { s += "; \(r.skippedFrames) corrupt frame\(r.skippedFrames == 1 ? "" : "s") left out (the first: \(r.firstSkipReason ?? "?"))" }
         return s
     }

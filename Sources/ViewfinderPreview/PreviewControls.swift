@@ -236,13 +236,9 @@ final class PreviewControls: Sendable {
                 throw HTTPError(.conflict, message: "recording to \(file): switching a stage restarts the session and would end the recording; stop recording first")
             }
             specs[i].enabled = r.enabled
-            // A pipeline exposure or focus stage switched on takes its kind back from the device's
-            // own loop (a tap may have started it while the stage was off): one loop per kind.
-            if r.enabled, ["exposure", "focus"].contains(r.name) {
-                try? device.configure { s in
-                    if r.name == "exposure" { s.exposureMode = .locked } else { s.focusMode = .locked }
-                }
-            }
+            // A pipeline exposure or focus stage switched on takes its kind from the device's own
+            // loop (a tap may have started it while the stage was off): the session runs one loop
+            // per kind, and the device's resumes when the stage is switched off again.
             do { try session.setStages(specs) } catch {
                 throw HTTPError(.conflict, message: "the session refused the change: \(error)")
             }

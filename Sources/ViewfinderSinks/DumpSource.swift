@@ -89,6 +89,9 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         } catch let e as DumpError {
             throw DeviceError.corruptInput(device: device, reason: e.description)
         }
+        if let h = reader.headerDamage {
+            logger.warning("dump '\(spec)': \(h)")
+        }
         if let d = reader.damage {
             logger.warning("dump '\(spec)': \(d.reason) at byte \(d.offset); replaying the \(reader.frameCount) complete frames before it")
         }
@@ -107,6 +110,8 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     /// Threads decoding a compressed frame's chunks (the `threads` option; 1: the replay's own).
     public var decodeThreads: Int { reader.decodeThreads }
     public var damage: DumpDamage? { reader.damage }
+    /// The dump's stream header was damaged and its frames recovered from their own records.
+    public var headerDamage: String? { reader.headerDamage }
 
     /// The recorded frame interval, or the median of the recorded timestamps' spacing.
     private var nominalInterval: FrameInterval {

@@ -456,7 +456,8 @@ public struct DumpDamage: Sendable, Equatable {
 /// Not thread-safe (one reader per thread); cheap to open twice.
 public final class RawDumpReader {
     public let path: String
-    public let info: DumpStreamInfo
+    /// What the stream header says (rebuilt from the frames when it is damaged: ``headerDamage``).
+    public private(set) var info: DumpStreamInfo
     public let format: FrameFormat
     public private(set) var entries: [DumpIndexEntry] = []
     /// The audio records (version 2 dumps recorded with sound), in the order written.
@@ -465,6 +466,10 @@ public final class RawDumpReader {
     public private(set) var version = 0
     /// Set when the file did not end with a valid index: a crash, a truncated copy, damage.
     public private(set) var damage: DumpDamage?
+    /// Set when the stream header was damaged and the frames were recovered from their own
+    /// records (the format from the first frame record; the rate, when the header's was unreadable,
+    /// from the timestamps): what happened, for the user.
+    public private(set) var headerDamage: String?
     /// Whether the index came from the footer (false: rebuilt by scanning).
     public private(set) var usedFooterIndex = false
     public let fileSize: UInt64
@@ -515,19 +520,48 @@ public final class RawDumpReader {
                 throw DumpError.corruptRecord(path: path, offset: 0, reason: "the file ends after \(fileSize) bytes, inside its header (truncated)")
             }
             version = Int(head[8]) | Int(head[9]) << 8
-            guard RawDumpFormat.readableVersions.contains(version) else { throw DumpError.unsupportedVersion(path: path, version: version) }
             let jsonLength = Int(head[12]) | Int(head[13]) << 8 | Int(head[14]) << 16 | Int(head[15]) << 24
-            guard jsonLength < 1 << 20, UInt64(16 + jsonLength + 8) <= fileSize else { throw DumpError.notADump(path: path, reason: "stream header runs past the end") }
-            var rest = [UInt8](repeating: 0, count: jsonLength + 8)
-            _ = try RawDumpReader.pread(fd, &rest, 16, path)
-            let all = head + rest[0..<jsonLength]
-            let sum = rest.withUnsafeBytes { LE.get($0.baseAddress!, jsonLength, UInt64.self) }
-            guard all.withUnsafeBytes({ XXHash64.hash($0) }) == sum else { throw DumpError.notADump(path: path, reason: "stream header checksum mismatch") }
-            info = try JSONDecoder().decode(DumpStreamInfo.self, from: Data(rest[0..<jsonLength]))
-            guard let f = info.format else { throw DumpError.notADump(path: path, reason: "unknown format '\(info.pixelFormat)' \(info.width)x\(info.height)") }
-            format = f
-            headerEnd = UInt64(16 + jsonLength + 8)
-            if !(try loadFooterIndex()) { try scan(verify: verify) }
+            let header = try Self.streamHeader(fd, head: head, jsonLength: jsonLength, fileSize: fileSize, path: path)
+            if let header {
+                guard RawDumpFormat.readableVersions.contains(version) else { throw DumpError.unsupportedVersion(path: path, version: version) }
+                guard let f = header.info.format else { throw DumpError.notADump(path: path, reason: "unknown format '\(header.info.pixelFormat)' \(header.info.width)x\(header.info.height)") }
+                info = header.info
+                format = f
+                headerEnd = header.end
+                if !(try loadFooterIndex()) { try scan(verify: verify) }
+            } else {
+                // The stream header is damaged (a flipped bit, a bad sector): every frame record
+                // says its own format and has its own checksum, so the frames are recovered from
+                // the first whole record on and only what the header alone said (the rate, the
+                // device, the date) is lost or taken from what is left of it.
+                let stated = jsonLength < 1 << 20 ? UInt64(16 + jsonLength + 8) : nil
+                guard let first = try Self.firstFrameRecord(fd, from: stated, fileSize: fileSize, path: path) else {
+                    if jsonLength >= 1 << 20 || UInt64(16 + jsonLength + 8) > fileSize {
+                        throw DumpError.notADump(path: path, reason: "stream header runs past the end")
+                    }
+                    throw DumpError.notADump(path: path, reason: "stream header checksum mismatch, and no whole frame record after it")
+                }
+                if !RawDumpFormat.readableVersions.contains(version) { version = Int(RawDumpFormat.version) }
+                headerEnd = first.offset
+                format = first.format
+                info = DumpStreamInfo(pixelFormat: "", width: 0, height: 0, bytesPerRow: 0, intervalNumerator: 0, intervalDenominator: 0,
+                                      device: "", created: "", codec: "")
+                if !(try loadFooterIndex()) { try scan(verify: verify) }
+                // What the damaged header still says, where it agrees with the frames.
+                var recovered = Self.partialInfo(fd, jsonLength: jsonLength, end: first.offset, path: path)
+                    ?? DumpStreamInfo(pixelFormat: "", width: 0, height: 0, bytesPerRow: 0, intervalNumerator: 0, intervalDenominator: 0,
+                                      device: "unknown (the stream header is damaged)", created: "", codec: "lz4-block")
+                if recovered.format != first.format || recovered.intervalNumerator == 0 || recovered.intervalDenominator == 0 {
+                    let rate = Self.interval(of: entries)
+                    recovered = DumpStreamInfo(pixelFormat: "\(first.format.pixelFormat)", width: first.format.width, height: first.format.height,
+                                               bytesPerRow: first.format.bytesPerRow, intervalNumerator: rate.numerator, intervalDenominator: rate.denominator,
+                                               device: recovered.device.isEmpty ? "unknown (the stream header is damaged)" : recovered.device,
+                                               created: recovered.created, codec: "lz4-block")
+                }
+                info = recovered
+                headerDamage = "the stream header is damaged (its checksum does not match): the format was taken from the first frame record"
+                    + (recovered.device.hasPrefix("unknown") ? ", the frame rate from the timestamps" : "")
+            }
         } catch {
             close(fd)
             scratch.deallocate()
@@ -540,6 +574,78 @@ public final class RawDumpReader {
         close(fd)
         scratch.deallocate()
         planar.deallocate()
+    }
+
+    /// The stream header when it is whole (its checksum matches and its JSON reads); nil when it
+    /// is damaged.
+    private static func streamHeader(_ fd: Int32, head: [UInt8], jsonLength: Int, fileSize: UInt64, path: String) throws -> (info: DumpStreamInfo, end: UInt64)? {
+        guard jsonLength < 1 << 20, UInt64(16 + jsonLength + 8) <= fileSize else { return nil }
+        var rest = [UInt8](repeating: 0, count: jsonLength + 8)
+        _ = try pread(fd, &rest, 16, path)
+        let all = head + rest[0..<jsonLength]
+        let sum = rest.withUnsafeBytes { LE.get($0.baseAddress!, jsonLength, UInt64.self) }
+        guard all.withUnsafeBytes({ XXHash64.hash($0) }) == sum,
+              let info = try? JSONDecoder().decode(DumpStreamInfo.self, from: Data(rest[0..<jsonLength])) else { return nil }
+        return (info, UInt64(16 + jsonLength + 8))
+    }
+
+    /// The first frame record whose checksum holds: where the header says the records start,
+    /// else the first one in the file's first 64 KiB (a header's JSON is a few hundred bytes).
+    private static func firstFrameRecord(_ fd: Int32, from stated: UInt64?, fileSize: UInt64, path: String) throws -> (offset: UInt64, format: FrameFormat)? {
+        let window = Int(min(fileSize, 1 << 16))
+        var bytes = [UInt8](repeating: 0, count: window)
+        let got = try pread(fd, &bytes, 0, path)
+        var candidates: [UInt64] = []
+        if let stated, stated + 4 <= UInt64(got) { candidates.append(stated) }
+        var i = 16
+        while i + 4 <= got {
+            if bytes[i] == 0x56, bytes[i + 1] == 0x46, bytes[i + 2] == 0x52, bytes[i + 3] == 0x43, UInt64(i) != stated { candidates.append(UInt64(i)) }
+            i += 1
+        }
+        var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
+        var scratch: [UInt8] = []
+        for offset in candidates where offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize {
+            guard try pread(fd, &h, offset, path) == h.count else { continue }
+            let (magic, type, stored, metaLen, fourcc, w, hgt, bpr, sum) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt64) in
+                let p = b.baseAddress!
+                return (LE.get(p, 0, UInt32.self), b[4], LE.get(p, 8, UInt32.self), LE.get(p, 52, UInt32.self), LE.get(p, 16, UInt32.self),
+                        LE.get(p, 20, UInt32.self), LE.get(p, 24, UInt32.self), LE.get(p, 28, UInt32.self), LE.get(p, 64, UInt64.self))
+            }
+            let total = UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen) + UInt64(stored)
+            guard magic == RawDumpFormat.recordMagic, type == RawDumpFormat.RecordType.frame.rawValue, metaLen < 1 << 16,
+                  offset + total <= fileSize, let pf = PixelFormat(fourcc: fourcc),
+                  w > 0, hgt > 0, w < 1 << 16, hgt < 1 << 16, bpr < 1 << 20 else { continue }
+            var meta = [UInt8](repeating: 0, count: Int(metaLen))
+            if metaLen > 0 { _ = try pread(fd, &meta, offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
+            var payload = [UInt8](repeating: 0, count: Int(stored))
+            guard try pread(fd, &payload, offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), path) == payload.count else { continue }
+            let seed = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &scratch) }
+            guard payload.withUnsafeBytes({ XXHash64.hash($0, seed: seed) }) == sum else { continue }
+            let minimum = FrameFormat.minimumBytesPerRow(pf, width: Int(w))
+            return (offset, FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: pf == .mjpeg ? 0 : max(Int(bpr), minimum)))
+        }
+        return nil
+    }
+
+    /// The header's JSON read despite its checksum (the damage may be elsewhere in it); nil when
+    /// it does not read.
+    private static func partialInfo(_ fd: Int32, jsonLength: Int, end: UInt64, path: String) -> DumpStreamInfo? {
+        guard jsonLength > 0, UInt64(16 + jsonLength) <= end else { return nil }
+        var json = [UInt8](repeating: 0, count: jsonLength)
+        guard (try? pread(fd, &json, 16, path)) == jsonLength else { return nil }
+        return try? JSONDecoder().decode(DumpStreamInfo.self, from: Data(json))
+    }
+
+    /// The frame interval the timestamps show (the median step of the first frames, to the
+    /// microsecond); 1/30 s when there are too few.
+    private static func interval(of entries: [DumpIndexEntry]) -> FrameInterval {
+        let ts = entries.prefix(61).map(\.timestampNanoseconds)
+        var steps: [UInt64] = []
+        for (a, b) in zip(ts, ts.dropFirst()) where b > a { steps.append(b - a) }
+        guard !steps.isEmpty else { return FrameInterval(numerator: 1, denominator: 30) }
+        steps.sort()
+        let us = max(1, (steps[steps.count / 2] + 500) / 1000)
+        return FrameInterval(numerator: UInt32(min(us, UInt64(UInt32.max))), denominator: 1_000_000)
     }
 
     static func pread(_ fd: Int32, _ buf: inout [UInt8], _ offset: UInt64, _ path: String) throws -> Int {

@@ -254,6 +254,9 @@ public enum DumpConversion {
         public var duration: Double
         /// The damaged tail of the input dump, if any (its complete frames were converted).
         public var damage: DumpDamage?
+        /// The input dump's stream header was damaged and its frames recovered from their own
+        /// records (``RawDumpReader/headerDamage``).
+        public var headerDamage: String?
         /// Frames left out because their record failed its checksum or did not decode (a corrupt
         /// JPEG from the camera): the frames after them are still converted, as replay drops such
         /// a frame as `corrupt` and carries on.
@@ -265,8 +268,8 @@ public enum DumpConversion {
         /// Sound records left out because they failed their checksum or changed format mid-dump.
         public var skippedAudioRecords = 0
 
-        init(frames: Int, duration: Double, damage: DumpDamage?, skippedFrames: Int = 0, firstSkipReason: String? = nil) {
-            self.frames = frames; self.duration = duration; self.damage = damage
+        init(frames: Int, duration: Double, damage: DumpDamage?, headerDamage: String? = nil, skippedFrames: Int = 0, firstSkipReason: String? = nil) {
+            self.frames = frames; self.duration = duration; self.damage = damage; self.headerDamage = headerDamage
             self.skippedFrames = skippedFrames; self.firstSkipReason = firstSkipReason
         }
     }
@@ -327,7 +330,7 @@ public enum DumpConversion {
             try writer?.flush()
             writer?.close()
             try skips.checkSomethingConverted(written, dump: dump)
-            return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
+            return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
         }
         // A dump with no complete frame (cut after its header) has nothing to export: said before
         // the output is opened, as replaying it says.
@@ -345,7 +348,7 @@ public enum DumpConversion {
         try writer.flush()
         writer.close()
         try skips.checkSomethingConverted(written, dump: dump)
-        return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
+        return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
     }
 
     /// A dump's frames converted to I420 before they are written (RGB, BGR and Bayer for y4m; a
@@ -485,7 +488,7 @@ extension DumpConversion {
         if let origin { try writeSound(upTo: last &+ (interval ?? 0), origin: origin) }
         try writer.finish(lastFrameDurationNanoseconds: interval)
         try skips.checkSomethingConverted(written, dump: dump)
-        var r = Result(frames: written, duration: writer.durationWritten, damage: reader.damage, skippedFrames: skips.count, firstSkipReason: skips.first)
+        var r = Result(frames: written, duration: writer.durationWritten, damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
         if let a = aligner, let s = sound { r.audioDuration = Double(a.emitted) / Double(s.sampleRate) }
         r.skippedAudioRecords = skippedAudio
         return r

@@ -101,6 +101,34 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
     }
 }
 
+@Suite struct PipelineOwnedControlTests {
+    /// A pipeline that runs its own exposure stage keeps the device's continuous exposure from
+    /// running a second loop beside it: the picture settles at the pipeline stage's target, not
+    /// somewhere between its target and the device loop's.
+    @Test func thePipelinesOwnStageIsTheOnlyLoopOfItsKind() throws {
+        let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=90,exposure=8,gain=1,latency=2", directory: .standard)
+        let (session, out) = try continuousExposureSession(dev)
+        try session.setStages([.stage(ExposureStage.self) { $0.targetLuma = 50 }])
+        #expect(dev.settings.exposureMode == .continuous)
+        final class Lumas: VideoDataOutputDelegate, @unchecked Sendable {
+            let values = LockedBox<[Double]>([])
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                if let m = sampleBuffer.frame.metadata.meteredLuma { values.withLock { $0.append(m) } }
+            }
+        }
+        let l = Lumas()
+        out.setDelegate(l, queue: nil)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        let v = l.values.withLock { $0 }
+        #expect(v.count == 90)
+        let settled = v.suffix(20)
+        let lo = settled.min() ?? 0, hi = settled.max() ?? 0
+        #expect(lo > 40 && hi < 60, "the last 20 frames metered \(lo)...\(hi) for the pipeline stage's target 50")
+    }
+}
+
 @Suite struct RuntimeConfigurationTests {
     /// Device settings changed under the configuration lock while the session runs take effect
     /// between frames, without a restart.

@@ -409,6 +409,47 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// A flipped bit in the stream header (its JSON, its version, its length field, its checksum)
+    /// loses only what the header alone said: the frames say their own format and carry their own
+    /// checksums, so every one is read back bit-exact, and the reader says what happened.
+    @Test func aDamagedStreamHeaderLosesNoFrame() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/h.vfdump"
+        let written = try writeDump(path, count: 12)
+        let good = try Data(contentsOf: URL(fileURLWithPath: path))
+        let jsonLength = Int(good[12]) | Int(good[13]) << 8
+        // (byte, bit): inside the JSON's device name, in the version, in the JSON length, in the checksum.
+        let jsonDevice = try #require(good.range(of: Data("\"test\"".utf8))).lowerBound + 2
+        for (byte, bit) in [(jsonDevice, 0), (8, 7), (13, 1), (16 + jsonLength + 3, 4), (40, 2)] {
+            var data = good
+            data[byte] ^= UInt8(1 << bit)
+            let damaged = dir + "/h\(byte).vfdump"
+            try data.write(to: URL(fileURLWithPath: damaged))
+            let reader = try RawDumpReader(path: damaged)
+            #expect(reader.headerDamage != nil, "byte \(byte)")
+            #expect(reader.format == format, "byte \(byte)")
+            #expect(reader.frameCount == 12, "byte \(byte)")
+            #expect(reader.damage == nil, "byte \(byte)")
+            let ms = Double(reader.info.interval.nanoseconds) / 1e6
+            #expect(ms > 30 && ms < 36, "byte \(byte): interval \(ms) ms")
+            let frame = Frame(capacity: format.maxByteCount, format: format)
+            for i in 0..<12 {
+                try reader.read(i, into: frame)
+                #expect(Array(frame.bytes) == written[i].bytes, "byte \(byte), frame \(i)")
+            }
+            // Replay and export say it.
+            let source = try DumpSource(device: "dump:\(damaged),paced=false")
+            #expect(source.headerDamage != nil && source.frameCount == 12)
+        }
+        // A damaged header with no whole frame after it is still not a dump.
+        var empty = good.prefix(16 + jsonLength + 8 + 40)
+        empty[20] ^= 1
+        let cut = dir + "/cut.vfdump"
+        try Data(empty).write(to: URL(fileURLWithPath: cut))
+        #expect(throws: DumpError.self) { _ = try RawDumpReader(path: cut) }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
     @Test func notADumpIsATypedError() throws {
         let dir = makeTempDirectory()
         let path = dir + "/x.vfdump"

@@ -133,7 +133,8 @@ struct VividTests {
                 #expect(cam.expandsLimitedRange, "\(pf): vivid's YUV not taken as limited range")
                 #expect(lumaRange.0 <= 4, "\(pf): darkest luma \(lumaRange.0)")
             }
-            print("\(pf) \(cfg.format) bytesPerRow \(cfg.format.bytesPerRow) at \(cfg.interval): \(got) frames OK, luma \(lumaRange.0)...\(lumaRange.1), stretched from limited range: \(cam.expandsLimitedRange)")
+            let range = cfg.format.lumaLayout == nil ? "" : ", luma \(lumaRange.0)...\(lumaRange.1)\(cam.expandsLimitedRange ? " (stretched from limited range)" : "")"
+            print("\(pf) \(cfg.format) bytesPerRow \(cfg.format.bytesPerRow) at \(cfg.interval): \(got) frames OK\(range)")
         }
     }
 

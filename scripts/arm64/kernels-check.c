@@ -246,5 +246,13 @@ int main(int argc, char **argv) {
     size_t dbpN = vf_dbp_encode(dbpIn, 77, 9, dbpOut);
     int dbpOK = vf_dbp_decode(dbpOut, dbpN, 77, 9, dbpBack) == 0 && memcmp(dbpIn, dbpBack, sizeof dbpIn) == 0;
     printf("dbp_encode %zu %016llx %d\n", dbpN, (unsigned long long)fnv(dbpOut, dbpN), dbpOK);
+
+    // Limited to full range, every layout, over an odd count (the packed loops' tail).
+    for (int layout = 0; layout < 4; layout++) {
+        static uint8_t r[S * 3 + 1];
+        memcpy(r, img, sizeof r);
+        vf_expand_limited_range(r, (ptrdiff_t)sizeof r, layout);
+        printf("expand_limited_range/%d %016llx\n", layout, (unsigned long long)fnv(r, sizeof r));
+    }
     return 0;
 }

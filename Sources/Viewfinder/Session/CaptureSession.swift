@@ -482,9 +482,12 @@ public final class CaptureSession: @unchecked Sendable {
 
     /// The first stage of the chain: the stages the provider makes for the device's modes, rebuilt
     /// between frames when the settings change. Empty when there is no provider or the device has
-    /// no exposure or focus control.
+    /// no exposure or focus control. A kind the pipeline runs a stage of itself (`exposure`,
+    /// `focus`, `white_balance` among the session's stages) is left to that stage: the device's
+    /// mode carried out beside it would be a second loop driving the same control.
     private func controlStageChain(device: CaptureDevice, input: CaptureDeviceInput) throws -> [any Stage] {
         guard let provider = controlStages else { return [] }
+        let pipelineRuns = Set(committed.stages.filter(\.enabled).map(\.name))
         // Zoom needs the control stage too: optical (zoom_absolute) or digital (the provider's).
         let digitalZoom = device.hasOpticalZoom ? nil : provider.makeDigitalZoom()
         guard device.isExposureModeSupported(.continuous) || device.isFocusModeSupported(.continuous)
@@ -500,7 +503,7 @@ public final class CaptureSession: @unchecked Sendable {
             return try provider.controlStages(for: s, device: device, sensorPoint: { [weak device] p in
                 let q = mapping?.sensorPoint(fromUserPoint: p) ?? p
                 return device?.unzoomedPoint(q, factor: zoomTo) ?? q
-            }).map { try registry.makeStage($0) }
+            }).filter { !pipelineRuns.contains($0.name) }.map { try registry.makeStage($0) }
         }
         return [DeviceControlStages(relay: relay, initial: try build(device.settings), build: build, device: device, digitalZoom: digitalZoom, logger: logger)]
     }
