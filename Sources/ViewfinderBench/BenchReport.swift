@@ -25,6 +25,10 @@ public struct BenchReport: Codable, Sendable {
     public var series: FrameSeries
     /// The comparison with `--baseline` (nil without it).
     public var comparison: BaselineComparison?
+    /// Where Ctrl-C ended the measurements ("the pipeline run", "the control steps", "the mode
+    /// sweep"): the figures cover what was measured until then, the later parts are empty. Nil
+    /// for a whole run.
+    public var interruptedDuring: String?
 }
 
 public struct FormatSummary: Codable, Sendable, Equatable {

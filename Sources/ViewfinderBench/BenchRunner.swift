@@ -36,6 +36,26 @@ public struct BenchConfiguration: Sendable {
 public struct BenchRunner {
     public let configuration: BenchConfiguration
     public let logger: Logger
+    private let stop = StopSwitch()
+
+    /// Asks for the measurements to end (Ctrl-C): the run that is going on stops at its next frame
+    /// and the later ones are not started; ``run()`` returns the report of what was measured, its
+    /// ``BenchReport/interruptedDuring`` saying where it ended. From any thread.
+    public func interrupt() { stop.trip() }
+
+    /// ``interrupt()`` as a closure another thread or a signal handler can keep.
+    public var interrupter: @Sendable () -> Void { { [stop] in stop.trip() } }
+
+    /// The interruption flag and the session it stops (shared by the copies of the runner).
+    private final class StopSwitch: @unchecked Sendable {
+        private let state = LockedBox<(tripped: Bool, session: CaptureSession?)>((false, nil))
+        var tripped: Bool { state.withLock { $0.tripped } }
+        func trip() { state.withLock { $0.tripped = true; return $0.session }?.requestStop() }
+        /// Runs `session` under the switch: stopped at once if it was tripped before.
+        func watch(_ session: CaptureSession?) {
+            if state.withLock({ s -> Bool in s.session = session; return s.tripped }) { session?.requestStop() }
+        }
+    }
 
     public init(configuration: BenchConfiguration, logger: Logger = Logger(label: "viewfinder.bench")) {
         self.configuration = configuration
@@ -59,8 +79,10 @@ public struct BenchRunner {
         let before = ThreadCPU.sample()
         let startedAt = monotonicNanoseconds()
         try session.startRunning()
+        stop.watch(session)
         let sampler = RunSampler(session: session, start: startedAt, before: before)
         session.waitUntilFinished()
+        stop.watch(nil)
         session.stopRunning()
         sampler.stop()
         let wall = Double(monotonicNanoseconds() - startedAt) / 1e9
@@ -77,17 +99,23 @@ public struct BenchRunner {
         let deviceID = device.uniqueID
         BenchRunner.close(device)
 
+        var interrupted: String? = stop.tripped ? "the pipeline run" : nil
+
         // 2. The control run, on the device opened again (see `close(_:)`).
-        let controls = try measureControls()
+        let controls = interrupted == nil ? try measureControls() : []
+        if interrupted == nil && stop.tripped { interrupted = "the control steps" }
 
         // 3. The sweep.
-        let sweep = c.sweep ? sweepModes(formats: device.formats) : []
+        let sweep = c.sweep && interrupted == nil ? sweepModes(formats: device.formats) : []
+        if interrupted == nil && stop.tripped && c.sweep { interrupted = "the mode sweep" }
 
-        return BenchReport(
+        var report = BenchReport(
             device: deviceID, stages: specs.map(\.description),
             format: cfg.map { FormatSummary(pixelFormat: $0.format.pixelFormat.rawValue, width: $0.format.width, height: $0.format.height, nominalFps: $0.interval.fps) },
             durationSeconds: wall, camera: camera, controls: controls, pipeline: pipeline, sweep: sweep,
             series: BenchAnalysis.series(samples), comparison: nil)
+        report.interruptedDuring = interrupted
+        return report
     }
 
     /// The mode the configuration asks for, completed from the device's active one (nil: keep it).
@@ -154,7 +182,7 @@ public struct BenchRunner {
                 FrameRecorder(name: "bench-controls", capacity: Int(frames * 2) + 64, stepper: stepper)
             })
             try session.startRunning()
-            while !recorder.stepsDone && session.isRunning { sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 20_000_000) }
+            while !recorder.stepsDone && session.isRunning && !stop.tripped { sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 20_000_000) }
             session.stopRunning()
             session.waitUntilFinished()
             samples = recorder.samples
@@ -187,7 +215,7 @@ public struct BenchRunner {
         // Formats this build cannot name (an unknown fourcc) cannot be requested: left out.
         for f in formats {
             guard let pf = f.pixelFormat else { continue }
-            for size in f.sizes {
+            for size in f.sizes where !stop.tripped {
                 guard case .discrete(let w, let h, let intervals) = size, let best = intervals.max(by: { $0.fps < $1.fps }) else { continue }
                 var e = SweepEntry(pixelFormat: pf.rawValue, width: w, height: h, nominalFps: best.fps, measuredFps: nil, frames: 0, framesMissing: 0, deliveredFps: nil, deliversNominalRate: false, error: nil)
                 do {
@@ -199,7 +227,9 @@ public struct BenchRunner {
                         FrameRecorder(name: "bench-sweep", capacity: Int(seconds * max(fps, 1) * 2) + 64)
                     })
                     try session.startRunning()
+                    stop.watch(session)
                     session.waitUntilFinished()
+                    stop.watch(nil)
                     session.stopRunning()
                     let cam = BenchAnalysis.camera(recorder.samples, nominalFps: session.streamConfiguration?.interval.fps ?? best.fps, pipelineDrops: recorder.pipelineDrops)
                     e.nominalFps = cam.nominalFps

@@ -49,6 +49,9 @@ public enum HTMLReport {
         let c = r.camera
         var h = "<h2>Camera</h2>\n<table>\n"
         h += row(["nominal rate", "\(num(c.nominalFps)) fps"]) + row(["measured rate (sequence over timestamps)", "\(num(c.measuredFps, 3)) fps"])
+        if let during = r.interruptedDuring {
+            h += row(["interrupted", "Ctrl-C during \(during): the figures cover what was measured until then"])
+        }
         if let n = c.endedEarlyAfterFrames {
             h += row(["ended early", "after \(n) frames: the source delivered faster than its nominal rate and filled the frames kept for the duration asked; the figures cover those frames"])
         }

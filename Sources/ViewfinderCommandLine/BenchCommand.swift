@@ -66,7 +66,11 @@ struct BenchCommand: ParsableCommand {
         cfg.maxControlLatencyFrames = maxControlLatency
         cfg.sweep = sweep
         cfg.sweepSeconds = sweepSeconds
-        var result = try BenchRunner(configuration: cfg).run()
+        // Ctrl-C (or SIGTERM) ends the measurements where they are and prints what was measured.
+        let runner = BenchRunner(configuration: cfg)
+        let interrupt = onInterrupt(runner.interrupter)
+        defer { interrupt.cancel() }
+        var result = try runner.run()
         if let old { result.comparison = result.compared(with: old) }
         // The measurements first: a report that cannot be written does not lose them.
         if json {
@@ -99,6 +103,9 @@ struct BenchCommand: ParsableCommand {
             : String(format: "interval between consecutive frames (%d) p50 %.2f p99 %.2f max %.2f ms", c.intervalMs.count, c.intervalMs.p50, c.intervalMs.p99, c.intervalMs.max)
         s += String(format: "\n  measured %.3f fps (%.3f delivered) over %d frames; %d gaps (%llu missing); %@; timestamp jitter %.3f ms",
                     c.measuredFps, c.deliveredFps, c.frames, c.sequenceGaps, c.framesMissing, intervals, c.timestampJitterMs)
+        if let during = r.interruptedDuring {
+            s += "\n  interrupted (Ctrl-C) during \(during): the figures cover what was measured until then"
+        }
         if let n = c.endedEarlyAfterFrames {
             s += "\n  ended early, after \(n) frames (\(String(format: "%.2f", r.durationSeconds)) s): the source delivered faster than its nominal rate and filled the frames kept for the duration asked; the figures cover those frames"
         }

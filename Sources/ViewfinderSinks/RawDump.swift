@@ -590,7 +590,8 @@ public final class RawDumpReader {
     }
 
     /// The first frame record whose checksum holds: where the header says the records start,
-    /// else the first one in the file's first 64 KiB (a header's JSON is a few hundred bytes).
+    /// else the first one in the file's first 64 KiB (a header's JSON is a few hundred bytes; at
+    /// most 64 places that start with a record's magic are tried).
     private static func firstFrameRecord(_ fd: Int32, from stated: UInt64?, fileSize: UInt64, path: String) throws -> (offset: UInt64, format: FrameFormat)? {
         let window = Int(min(fileSize, 1 << 16))
         var bytes = [UInt8](repeating: 0, count: window)
@@ -598,7 +599,7 @@ public final class RawDumpReader {
         var candidates: [UInt64] = []
         if let stated, stated + 4 <= UInt64(got) { candidates.append(stated) }
         var i = 16
-        while i + 4 <= got {
+        while i + 4 <= got && candidates.count < 64 {
             if bytes[i] == 0x56, bytes[i + 1] == 0x46, bytes[i + 2] == 0x52, bytes[i + 3] == 0x43, UInt64(i) != stated { candidates.append(UInt64(i)) }
             i += 1
         }

@@ -79,6 +79,30 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         }
     }
 
+    /// Ctrl-C in the middle of a long bench gives the report of what was measured, not nothing.
+    @Test func anInterruptedBenchReportsWhatItMeasured() throws {
+        var c = BenchConfiguration(device: "sim:fps=30,width=320,height=240")
+        c.durationSeconds = 60
+        c.sweep = true
+        let runner = BenchRunner(configuration: c)
+        let t0 = monotonicNanoseconds()
+        let interrupt = runner.interrupter
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) { interrupt() }
+        let r = try runner.run()
+        let seconds = Double(monotonicNanoseconds() - t0) / 1e9
+        #expect(seconds < 15, "the bench went on for \(seconds) s after the interruption at 1.5 s")
+        #expect(r.interruptedDuring == "the pipeline run")
+        #expect(r.camera.frames >= 10 && r.durationSeconds < 15, "\(r.camera.frames) frames over \(r.durationSeconds) s")
+        #expect(r.controls.isEmpty && r.sweep.isEmpty)
+        // It survives the JSON round trip (as a baseline reads it).
+        let path = NSTemporaryDirectory() + "/vf-bench-interrupted-\(getpid()).json"
+        try r.jsonData().write(to: URL(fileURLWithPath: path))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect(String(decoding: try r.jsonData(), as: UTF8.self).contains("interrupted_during"))
+        #expect(try BenchReport.load(path: path).interruptedDuring == "the pipeline run")
+        #expect(HTMLReport.render(r).contains("interrupted"))
+    }
+
     @Test func stageTimesAndDropsAreReported() throws {
         var c = BenchConfiguration(device: "sim:fps=30,width=320,height=240")
         c.durationSeconds = 1
