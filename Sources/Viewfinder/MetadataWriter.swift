@@ -40,16 +40,26 @@ extension Frame {
 
 /// Writes one JSON line of metadata per frame (`--metadata frames.jsonl`). Runs on its own
 /// thread like any output; a full disk ends the writing with a logged error, not the capture.
+///
+/// Lines are buffered (64 KiB) and written with `write(2)`; when a write fails, a regular file is
+/// cut back to its last whole line, ``lines`` counts the lines that are in the file, and
+/// ``onFailure`` hears it at once.
 public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
-    // @unchecked Sendable: `file` and `failure` are touched only on the consumer thread (start,
-    // consume, finish), then read after the engine has joined that thread.
+    // @unchecked Sendable: the buffer, `fd` and `failure` are touched only on the consumer thread
+    // (start, consume, finish), then read after the engine has joined that thread.
     public let consumerName = "metadata"
     public let path: String
     public var ringCapacity: Int { 16 }
     public var overflowPolicy: OverflowPolicy { .dropNewest }
-    private var file: UnsafeMutablePointer<FILE>?
+    private var fd: Int32 = -1
+    private var buffer: [UInt8] = []
+    private var bufferedLines = 0
+    private var written = 0
     public private(set) var failure: String?
+    /// Lines in the file (whole lines only).
     public private(set) var lines = 0
+    /// Called once, on the output's thread, when writing fails (set before the session starts).
+    public var onFailure: (@Sendable (String) -> Void)?
 
     public init(path: String) { self.path = path }
 
@@ -60,27 +70,51 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
         sigaddset(&pipeSignal, SIGPIPE)
         pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
         // Opened in place, without waiting for a fifo's reader (`StreamFile`).
-        let fd = try StreamFile.openForWriting(path)
-        guard let f = fdopen(fd, "w") else {
-            let e = errno
-            close(fd)
-            throw StreamFileError.cannotOpen(path: path, errno: e, message: String(cString: strerror(e)))
-        }
-        file = f
+        fd = try StreamFile.openForWriting(path)
+        buffer.reserveCapacity(1 << 16 + 4096)
     }
 
     public func consume(_ frame: Frame) {
-        guard let f = file, failure == nil else { return }
-        let line = frame.metadataJSON() + "\n"
-        if fputs(line, f) < 0 { failure = String(cString: strerror(errno)) } else { lines += 1 }
+        guard fd >= 0, failure == nil else { return }
+        buffer.append(contentsOf: (frame.metadataJSON() + "\n").utf8)
+        bufferedLines += 1
+        if buffer.count >= 1 << 16 { flush() }
     }
 
     public func finish(error: (any Error)?) {
-        if let f = file {
-            if fflush(f) != 0 && failure == nil { failure = String(cString: strerror(errno)) }
-            fclose(f)
-            file = nil
+        guard fd >= 0 else { return }
+        if failure == nil { flush() }
+        close(fd)
+        fd = -1
+    }
+
+    /// Writes the buffered lines; on failure cuts a regular file back to its last whole line.
+    private func flush() {
+        var done = 0
+        let failed: Int32? = buffer.withUnsafeBytes { b -> Int32? in
+            while done < b.count {
+                let n = write(fd, b.baseAddress! + done, b.count - done)
+                if n > 0 { done += n; continue }
+                if n < 0 && errno == EINTR { continue }
+                return n < 0 ? errno : ENOSPC
+            }
+            return nil
         }
+        if let e = failed {
+            // The whole lines among the bytes that went out stay; a torn one is cut off.
+            let whole = buffer[..<done].lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
+            lines += buffer[..<whole].reduce(0) { $0 + ($1 == 0x0A ? 1 : 0) }
+            var st = stat()
+            if whole < done, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG { _ = ftruncate(fd, off_t(written + whole)) }
+            written += whole
+            failure = String(cString: strerror(e))
+            onFailure?("writing the metadata file '\(path)' failed after \(lines) lines: \(failure!)")
+        } else {
+            lines += bufferedLines
+            written += done
+        }
+        buffer.removeAll(keepingCapacity: true)
+        bufferedLines = 0
     }
 }
 

@@ -380,6 +380,11 @@ public final class Y4MWriter {
     private let out: UnsafeMutablePointer<UInt8>
     private let outCapacity = 1 << 18
     private var outCount = 0
+    /// Bytes written to the descriptor so far, and where the last whole frame (or the header)
+    /// ends: a frame whose write fails (a full disk) is cut off there, so the file stays a y4m
+    /// of whole frames that every reader takes.
+    private var flushedBytes = 0
+    private var wholeBytes = 0
 
     /// Creates `path` (`-` for stdout) and writes the stream header for frames of `format`.
     /// `colorRange`: the `XCOLORRANGE` tag's value (`FULL`, the engine's own YUV, by default;
@@ -419,6 +424,7 @@ public final class Y4MWriter {
         out = .allocate(capacity: 1 << 18)
         try writeAll(Array(header.line.utf8))
         try flush()
+        wholeBytes = flushedBytes
     }
 
     deinit {
@@ -428,12 +434,29 @@ public final class Y4MWriter {
         if ownsFD && !closed { Glibc.close(fd) }
     }
 
-    /// Writes one frame.
+    /// Writes one frame. When the write fails (a full disk, a closed pipe) the error is thrown
+    /// and a regular file is cut back to the end of the last whole frame.
     public func write(_ frame: Frame) throws {
         let f = frame.format
         guard f.width == header.width, f.height == header.height, !f.pixelFormat.isCompressed, frame.capacity >= f.maxByteCount else {
             throw Y4MError.formatMismatch(expected: "\(header.width)x\(header.height)", got: "\(f)")
         }
+        do {
+            try writeFrame(frame)
+        } catch {
+            outCount = 0
+            var st = stat()
+            if flushedBytes > wholeBytes, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 {
+                _ = lseek(fd, off_t(wholeBytes), SEEK_SET)
+                flushedBytes = wholeBytes
+            }
+            throw error
+        }
+        wholeBytes = flushedBytes
+    }
+
+    private func writeFrame(_ frame: Frame) throws {
+        let f = frame.format
         try writeAll(Array("FRAME\n".utf8))
         let base = frame.data.assumingMemoryBound(to: UInt8.self)
         switch f.pixelFormat {
@@ -471,8 +494,8 @@ public final class Y4MWriter {
         default:
             throw Y4MError.formatMismatch(expected: header.colorspace, got: "\(f.pixelFormat)")
         }
-        framesWritten += 1
         try flush()
+        framesWritten += 1
     }
 
     /// For a descriptor in non-blocking mode (a pipe its owner waits on): called when a write
@@ -495,6 +518,7 @@ public final class Y4MWriter {
                 throw Y4MError.io(path: path, operation: "write", errno: e, message: String(cString: strerror(e)))
             }
             done += n
+            flushedBytes += n
         }
         outCount = 0
     }

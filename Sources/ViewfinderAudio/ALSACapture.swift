@@ -148,7 +148,7 @@ public final class ALSACaptureSource: AudioCaptureSource, @unchecked Sendable {
     }
 
     private func gone(_ why: String) -> AudioError {
-        FileHandle.standardError.write(Data("viewfinder: sound device '\(info.id)': \(why)\n".utf8))
+        StandardStreams.error("viewfinder: sound device '\(info.id)': \(why)\n")
         return AudioError.deviceGone(info.id)
     }
 

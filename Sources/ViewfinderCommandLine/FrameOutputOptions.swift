@@ -39,7 +39,7 @@ struct FrameOutputOptions: ParsableArguments {
             let pipe = FramePipeOutput(path: output, format: FramePipeOutput.Format(rawValue: outputFormat) ?? .y4m)
             pipe.onClosed = { [weak session] in session?.requestStop() }
             // Stdout carries the frames: a raw stream's layout goes to stderr.
-            pipe.onRawLayout = { FileHandle.standardError.write(Data("viewfinder: \($0)\n".utf8)) }
+            pipe.onRawLayout = { StandardStreams.error("viewfinder: \($0)\n") }
             try session.addOutput(pipe)
             outs.pipe = pipe
         }
@@ -100,6 +100,6 @@ struct FrameOutputs {
 
     /// Where the summary goes: stderr when stdout carries the frames.
     static func printSummary(_ text: String, toStderr: Bool) {
-        if toStderr { FileHandle.standardError.write(Data((text + "\n").utf8)) } else { print(text) }
+        if toStderr { StandardStreams.error(text + "\n") } else { print(text) }
     }
 }

@@ -99,7 +99,7 @@ struct PreviewCommand: ParsableCommand {
                     var line = "viewfinder preview: http://\(Self.address(shown, port))/"
                     if let t = shownToken { line += "?token=\(t)" }
                     if madeToken { line += "  (token made for this run)" }
-                    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+                    StandardStreams.output(line + "\n")
                 }
             } catch is CancellationError {
             } catch {

@@ -36,17 +36,15 @@ struct ProcessCommand: ParsableCommand {
         if output != "-" {
             do { try StreamFile.checkWritable(output) } catch { throw RuntimeFailure.cannotCreate("output", output, error) }
         }
-        var meta: FileHandle?
+        var meta: MetadataLines?
         if let path = metadata {
             // Opened in place, as `run --metadata` opens it (`StreamFile`): a fifo or a device
             // there is written into, not replaced.
-            let fd: Int32
-            do { fd = try StreamFile.openForWriting(path) } catch {
+            do { meta = MetadataLines(path: path, fd: try StreamFile.openForWriting(path)) } catch {
                 throw RuntimeFailure.cannotCreate("metadata file", path, error)
             }
-            meta = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         }
-        defer { try? meta?.close() }
+        defer { meta?.close() }
         // The input's range goes through as it was said (or not said): the stages do not change it.
         let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval, colorRange: reader.header.colorRange)
 
@@ -59,7 +57,7 @@ struct ProcessCommand: ParsableCommand {
             do {
                 try writer.write(frame)
                 written += 1
-                if let meta { try meta.write(contentsOf: Data((frame.metadataJSON() + "\n").utf8)) }
+                try meta?.write(frame.metadataJSON() + "\n")
             } catch { writeError = error }
         }
         // Enough frames for every stage's look-ahead plus the one being read.
@@ -91,8 +89,42 @@ struct ProcessCommand: ParsableCommand {
             if !d.isEmpty { line += ", dropped " + d.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
             line += String(format: ", %.2f s (%.1f fps)", secs, Double(reader.framesRead) / max(secs, 1e-9))
             for (n, us) in zip(chain.names, chain.meanMicroseconds) { line += String(format: "; %@ %.0f µs/frame", n, us) }
-            FileHandle.standardError.write(Data((line + "\n").utf8))
+            StandardStreams.error(line + "\n")
         }
         if let inputError { throw inputError }
+    }
+}
+
+/// `process --metadata`: one line per frame, written as it comes; a failed write (a full disk)
+/// cuts a regular file back to its last whole line and says which file and after how many lines.
+final class MetadataLines {
+    let path: String
+    private var fd: Int32
+    private var bytes = 0
+    private var lines = 0
+    init(path: String, fd: Int32) { self.path = path; self.fd = fd }
+
+    func write(_ line: String) throws {
+        var done = 0
+        let failed: Int32? = Array(line.utf8).withUnsafeBytes { b -> Int32? in
+            while done < b.count {
+                let n = Glibc.write(fd, b.baseAddress! + done, b.count - done)
+                if n > 0 { done += n; continue }
+                if n < 0 && errno == EINTR { continue }
+                return n < 0 ? errno : ENOSPC
+            }
+            return nil
+        }
+        if let e = failed {
+            var st = stat()
+            if done > 0, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG { _ = ftruncate(fd, off_t(bytes)) }
+            throw RuntimeFailure(message: "writing the metadata file '\(path)' failed after \(lines) lines: \(String(cString: strerror(e)))")
+        }
+        bytes += done
+        lines += 1
+    }
+
+    func close() {
+        if fd >= 0 { Glibc.close(fd); fd = -1 }
     }
 }

@@ -125,6 +125,8 @@ struct RunCommand: ParsableCommand {
         var writer: MetadataWriter?
         if let metadata {
             let w = MetadataWriter(path: metadata)
+            // Said when it happens (the capture and the other outputs go on), and again at the end.
+            w.onFailure = { StandardStreams.error("viewfinder: warning: \($0); the run goes on without it\n") }
             writer = w
             try session.addOutput(w)
         }
@@ -169,7 +171,7 @@ struct RunCommand: ParsableCommand {
         let outputsSummary = frameOutputs.summary(stats)
         let report = json ? jsonString(summary.dictionary.merging(outputsSummary) { a, _ in a }) : summary.text + frameOutputs.text(stats)
         FrameOutputs.printSummary(report, toStderr: frameOutput.usesStdout)
-        if let w = writer, let f = w.failure { throw RuntimeFailure(message: "writing the metadata file '\(w.path)' failed: \(f)") }
+        if let w = writer, let f = w.failure { throw RuntimeFailure(message: "writing the metadata file '\(w.path)' failed after \(w.lines) lines: \(f)") }
         // The run's first error, with its type: the exit code follows from it.
         if let e = runErrors.first { throw e }
         try frameOutputs.checkFailures()
@@ -201,9 +203,9 @@ final class StatusLine: @unchecked Sendable {
                 for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) { line += String(format: "  %@ %.0fµs", name, us) }
                 line += String(format: "  latency p50 %.1f p99 %.1f ms  ", Double(s.latency.quantile(0.5)) / 1e6, Double(s.latency.quantile(0.99)) / 1e6)
                 if let a = session.audioStatistics { line += audioText(a, live: true) + "  " }
-                FileHandle.standardError.write(Data(line.utf8))
+                StandardStreams.error(line)
             }
-            FileHandle.standardError.write(Data("\n".utf8))
+            StandardStreams.error("\n")
         }
     }
 

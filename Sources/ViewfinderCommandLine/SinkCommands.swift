@@ -147,7 +147,7 @@ final class InterruptHandler {
                 let first = firstAt.withLock { t -> UInt64? in defer { t = t ?? now }; return t }
                 if let first, now &- first < 1_000_000_000 { return }
                 if first != nil {
-                    FileHandle.standardError.write(Data("viewfinder: interrupted again: exiting now, without waiting for the outputs\n".utf8))
+                    StandardStreams.error("viewfinder: interrupted again: exiting now, without waiting for the outputs\n")
                     _exit(128 + sig)
                 }
                 DispatchQueue.global().async { body() }
@@ -285,6 +285,13 @@ struct SnapCommand: ParsableCommand {
         // camera is waited for, not cut at ten seconds without a word.)
         let deadline = monotonicNanoseconds() + 10_000_000_000 + UInt64(warmup) * 100_000_000
         while (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
+        if !session.isRunning {
+            // A finite source (a short dump, `sim:frames=N`) that ended while exposure and focus
+            // settled: say so, not "not attached to a running session".
+            let seen = session.statistics?.delivered ?? 0
+            session.stopRunning()
+            throw RuntimeFailure(message: "the stream from \(dev.uniqueID) ended after \(seen) frame\(seen == 1 ? "" : "s"), during the warm-up of \(warmup) (--warmup): no frame was left to take")
+        }
         let photos: [CapturePhoto]
         do { photos = try photo.capturePhotos(settings: settings, timeoutSeconds: 20) } catch {
             session.stopRunning()
@@ -310,7 +317,9 @@ struct SnapCommand: ParsableCommand {
             print("wrote \(file): \(what), \(formatBytes(UInt64(p.fileDataRepresentation().count))), frame \(p.sequence)\(exposure)\(bias)")
         }
         print("\(photos.count) of \(count) images from \(dev.uniqueID); \(dropSummary(session.statistics))")
-        if photos.count < count { throw RuntimeFailure(message: "\(count - photos.count) images failed") }
+        if photos.count < count {
+            throw RuntimeFailure(message: "\(count - photos.count) of \(count) images failed" + (photos.isEmpty ? "" : " (the ones taken were written)"))
+        }
     }
 }
 
@@ -516,16 +525,21 @@ struct ExportCommand: ParsableCommand {
     func run() throws {
         try refuseOverwritingInput(output, inputs: [input])
         if output != "-" { try refuseExisting(output, force: force) }
+        // Ctrl-C or SIGTERM ends the conversion at a frame's end: the file holds whole frames (a
+        // movie is finished, a dump closed with its index), and the summary says it was cut.
+        let interrupt = onInterrupt {}
+        defer { interrupt.cancel() }
+        let stop = { interrupt.requested }
         if input.hasSuffix(".y4m") {
-            let r = try DumpConversion.importY4M(input, to: output, overwrite: force)
-            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)")
+            let r = try DumpConversion.importY4M(input, to: output, overwrite: force, stop: stop)
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)" + (r.interrupted ? Self.interruptedText : ""))
         } else if output.hasSuffix(".mov") {
-            let r = try DumpConversion.exportMovie(dump: input, to: output, quality: quality, overwrite: force)
+            let r = try DumpConversion.exportMovie(dump: input, to: output, quality: quality, overwrite: force, stop: stop)
             var sound = r.audioDuration > 0 ? String(format: ", with %.2f s of sound", r.audioDuration) : ""
             if r.skippedAudioRecords > 0 { sound += " (\(r.skippedAudioRecords) damaged sound records left out)" }
             print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + sound + Self.damageText(r))
         } else {
-            let r = try DumpConversion.exportY4M(dump: input, to: output, overwrite: force)
+            let r = try DumpConversion.exportY4M(dump: input, to: output, overwrite: force, stop: stop)
             var err = StandardError()
             print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + Self.damageText(r), to: &err)
         }
@@ -533,8 +547,11 @@ struct ExportCommand: ParsableCommand {
 
     /// What of the dump was left out: a damaged tail, and frames that failed their checksum or did
     /// not decode (skipped; the frames after them are converted).
+    static let interruptedText = "; interrupted (Ctrl-C): the frames before it"
+
     static func damageText(_ r: DumpConversion.Result) -> String {
-        var s = r.headerDamage.map { "; \($0)" } ?? ""
+        var s = r.interrupted ? interruptedText : ""
+        s += r.headerDamage.map { "; \($0)" } ?? ""
         s += r.damage.map { "; the dump's tail was damaged (\($0.reason), \($0.ignoredBytes) bytes ignored)" } ?? ""
         if r.skippedFrames > 0 { s += "; \(r.skippedFrames) corrupt frame\(r.skippedFrames == 1 ? "" : "s") left out (the first: \(r.firstSkipReason ?? "?"))" }
         return s

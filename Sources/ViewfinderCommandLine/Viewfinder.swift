@@ -148,7 +148,7 @@ extension RuntimeFailure {
 }
 
 struct StandardError: TextOutputStream {
-    mutating func write(_ s: String) { FileHandle.standardError.write(Data(s.utf8)) }
+    mutating func write(_ s: String) { StandardStreams.error(s) }
 }
 
 func jsonString(_ value: Any) -> String {

@@ -45,6 +45,11 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     /// Planes of one frame for the fast y4m path (packed 4:2:2 split, NV12 chroma split).
     private var scratch: UnsafeMutablePointer<UInt8>?
     private var fastY4M = false
+    /// Bytes written on the fast y4m path and raw output, and where the last whole frame ends: a
+    /// frame whose write fails (a full disk) is cut off a regular file there, so the file holds
+    /// whole frames only (`Y4MWriter` does the same on its path).
+    private var bytesOut = 0
+    private var wholeBytes = 0
     /// The stream has no YUV planes (MJPEG, RGB, Bayer): the header waits for the first decoded
     /// view, whose layout (4:2:2 or 4:2:0 JPEG, I420 from RGB/Bayer) only the frames tell.
     private var pendingOpen: StreamConfiguration?
@@ -162,6 +167,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
             // staging copy.
             let header = Y4MHeader(width: f.width, height: f.height, pixelFormat: f.pixelFormat, fps: configuration.interval)
             try writeAll(Array(header.line.utf8))
+            wholeBytes = bytesOut
             scratch = .allocate(capacity: f.width * f.height * 2)
             fastY4M = true
         } else {
@@ -220,11 +226,22 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
                 try begin(c)
             }
             if fastY4M { try writeY4MFast(frame) } else if let y = y4m { try y.write(frame) } else { try writeRaw(frame) }
+            wholeBytes = bytesOut
             state.withLock { $0.written += 1 }
         } catch {
+            cutToWholeFrames()
             state.withLock { $0.afterClose += 1 }
             try? handleWriteError(error)
         }
+    }
+
+    /// After a failed write: a regular file ends at the last whole frame again.
+    private func cutToWholeFrames() {
+        guard bytesOut > wholeBytes, fd >= 0 else { return }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 else { return }
+        _ = lseek(fd, off_t(wholeBytes), SEEK_SET)
+        bytesOut = wholeBytes
     }
 
     /// EPIPE ends the output quietly (the reader went away); other errors are kept and logged.
@@ -277,6 +294,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
                 throw SinkError.fromErrno(path: path, operation: "write")
             }
             done += n
+            bytesOut += n
             lastProgress = monotonicNanoseconds()
         }
     }

@@ -312,6 +312,13 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         endFlash(job)
         job.didCaptureSent = true
         job.delegate.photoOutput(self, didCapturePhotoFor: job.resolved)
+        let firstError = deliverShots(job)
+        job.finished = true
+        job.delegate.photoOutput(self, didFinishCaptureFor: job.resolved, error: firstError)
+    }
+
+    /// Encodes the job's shots and hands each to the delegate; the first error, if any.
+    private func deliverShots(_ job: Job) -> PhotoCaptureError? {
         var firstError: PhotoCaptureError?
         for (i, shot) in job.shots.enumerated() {
             do {
@@ -330,8 +337,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
                 job.delegate.photoOutput(self, didFinishProcessingPhoto: raw, resolved: job.resolved, error: raw == nil ? .encodingFailed("raw companion") : nil)
             }
         }
-        job.finished = true
-        job.delegate.photoOutput(self, didFinishCaptureFor: job.resolved, error: firstError)
+        return firstError
     }
 
     private func process(_ shot: Shot, job: Job, index: Int, raw: Bool) throws -> CapturePhoto {
@@ -409,6 +415,10 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         if !job.began { job.began = true; d.photoOutput(self, willBeginCaptureFor: job.resolved) }
         if !job.willCaptureSent { job.willCaptureSent = true; d.photoOutput(self, willCapturePhotoFor: job.resolved) }
         if !job.didCaptureSent { job.didCaptureSent = true; d.photoOutput(self, didCapturePhotoFor: job.resolved) }
+        // A stream that ended in the middle of a burst or a bracket (a camera unplugged, a finite
+        // source's last frame) keeps the shots already taken: they are delivered, only the rest
+        // fail.
+        if case .sessionEnded = error, !job.shots.isEmpty { _ = deliverShots(job) }
         while job.delivered < job.resolved.expectedPhotoCount {
             job.delivered += 1
             d.photoOutput(self, didFinishProcessingPhoto: nil, resolved: job.resolved, error: error)

@@ -267,6 +267,9 @@ public enum DumpConversion {
         public var audioDuration: Double = 0
         /// Sound records left out because they failed their checksum or changed format mid-dump.
         public var skippedAudioRecords = 0
+        /// The conversion was asked to stop (its `stop` said so): the file holds the frames
+        /// before that point, whole.
+        public var interrupted = false
 
         init(frames: Int, duration: Double, damage: DumpDamage?, headerDamage: String? = nil, skippedFrames: Int = 0, firstSkipReason: String? = nil) {
             self.frames = frames; self.duration = duration; self.damage = damage; self.headerDamage = headerDamage
@@ -291,7 +294,9 @@ public enum DumpConversion {
 
     /// Writes the frames of a dump to a `.y4m` file (`-` for stdout). The y4m frame rate is the
     /// dump's nominal rate (y4m has no per-frame timestamps).
-    public static func exportY4M(dump: String, to output: String, overwrite: Bool = false) throws -> Result {
+    /// `stop`: asked before each frame (Ctrl-C): true ends the conversion there, the file whole,
+    /// and the result ``Result/interrupted``.
+    public static func exportY4M(dump: String, to output: String, overwrite: Bool = false, stop: () -> Bool = { false }) throws -> Result {
         let reader = try RawDumpReader(path: dump)
         if output != "-" && !overwrite && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval : FrameInterval(fps: 30)
@@ -303,7 +308,9 @@ public enum DumpConversion {
             var writer: Y4MWriter?
             var planar: Frame?
             var skips = Skips(), written = 0
+            var interrupted = false
             for i in 0..<reader.frameCount {
+                if stop() { interrupted = true; break }
                 let d: (width: Int, height: Int, subsampling: ChromaSubsampling, y: [UInt8], u: [UInt8], v: [UInt8])
                 do {
                     try reader.read(i, into: frame)
@@ -329,8 +336,11 @@ public enum DumpConversion {
             }
             try writer?.flush()
             writer?.close()
-            try skips.checkSomethingConverted(written, dump: dump)
-            return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
+            if !interrupted { try skips.checkSomethingConverted(written, dump: dump) }
+            var r = Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
+            r.interrupted = interrupted
+            if interrupted { r.duration = Double(written) * interval.seconds }
+            return r
         }
         // A dump with no complete frame (cut after its header) has nothing to export: said before
         // the output is opened, as replaying it says.
@@ -339,16 +349,20 @@ public enum DumpConversion {
         let pf = reader.format.pixelFormat
         let toI420 = try ToI420(reader.format, if: !pf.hasYUVPlanes && pf != .mjpeg)
         let writer = try Y4MWriter(path: output, format: toI420?.frame.format ?? reader.format, interval: interval)
-        var skips = Skips(), written = 0
+        var skips = Skips(), written = 0, interrupted = false
         for i in 0..<reader.frameCount {
+            if stop() { interrupted = true; break }
             do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
             try writer.write(try toI420?.convert(frame) ?? frame)
             written += 1
         }
         try writer.flush()
         writer.close()
-        try skips.checkSomethingConverted(written, dump: dump)
-        return Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
+        if !interrupted { try skips.checkSomethingConverted(written, dump: dump) }
+        var r = Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
+        r.interrupted = interrupted
+        if interrupted { r.duration = Double(written) * interval.seconds }
+        return r
     }
 
     /// A dump's frames converted to I420 before they are written (RGB, BGR and Bayer for y4m; a
@@ -391,7 +405,7 @@ public enum DumpConversion {
     }
 
     /// Makes a dump from a `.y4m` file; timestamps follow the y4m frame rate from `startNanoseconds`.
-    public static func importY4M(_ input: String, to dump: String, overwrite: Bool = false, startNanoseconds: UInt64 = 0) throws -> Result {
+    public static func importY4M(_ input: String, to dump: String, overwrite: Bool = false, startNanoseconds: UInt64 = 0, stop: () -> Bool = { false }) throws -> Result {
         let reader = try Y4MReader(path: input)
         let interval = reader.header.interval ?? FrameInterval(fps: 30)
         let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
@@ -399,8 +413,9 @@ public enum DumpConversion {
         // error, and an existing dump is not replaced by an empty one.
         guard try reader.read(into: frame) else { throw DumpError.unsupported("'\(input)' holds no frame (a y4m header alone)") }
         let writer = try RawDumpWriter(path: dump, format: reader.format, interval: interval, device: "y4m:\(input)", overwrite: overwrite)
-        var n = 0
+        var n = 0, interrupted = false
         repeat {
+            if stop() { interrupted = true; break }
             frame.sequence = UInt64(n)
             frame.timestamp = Timestamp(nanoseconds: startNanoseconds &+ UInt64(n) &* interval.nanoseconds)
             frame.receiveTime = 0
@@ -409,7 +424,9 @@ public enum DumpConversion {
             n += 1
         } while try reader.read(into: frame)
         try writer.close()
-        return Result(frames: n, duration: Double(n) * interval.seconds, damage: nil)
+        var r = Result(frames: n, duration: Double(n) * interval.seconds, damage: nil)
+        r.interrupted = interrupted
+        return r
     }
 }
 
@@ -423,7 +440,7 @@ extension DumpConversion {
     /// A dump recorded with sound (`viewfinder dump --audio`) gives the movie its sound track too,
     /// laid on the video's timeline as a recording does (`AudioTimelineAligner`: the first video
     /// frame is time zero; gaps are filled with silence, the card's clock drift absorbed).
-    public static func exportMovie(dump: String, to output: String, quality: Int = 85, overwrite: Bool = false) throws -> Result {
+    public static func exportMovie(dump: String, to output: String, quality: Int = 85, overwrite: Bool = false, stop: () -> Bool = { false }) throws -> Result {
         guard (1...100).contains(quality) else { throw SinkError.invalidArgument(name: "quality", reason: "\(quality) is outside 1...100") }
         let reader = try RawDumpReader(path: dump)
         guard reader.frameCount > 0 else { throw DumpError.unsupported("'\(dump)' holds no complete frame") }
@@ -464,9 +481,10 @@ extension DumpConversion {
             }
             try writer.appendAudio(from: &aligner!, upTo: end, buffer: &pcm)
         }
-        var origin: UInt64?, last: UInt64 = 0
+        var origin: UInt64?, last: UInt64 = 0, interrupted = false
         try withExtendedLifetime(encoder) {
             for i in 0..<reader.frameCount {
+                if stop() { interrupted = true; break }
                 do { try reader.read(i, into: frame) } catch let e as DumpError { skips.skip(e); continue }
                 let ts = frame.timestamp.nanoseconds
                 if frame.format.pixelFormat == .mjpeg {
@@ -487,8 +505,9 @@ extension DumpConversion {
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval.nanoseconds : nil
         if let origin { try writeSound(upTo: last &+ (interval ?? 0), origin: origin) }
         try writer.finish(lastFrameDurationNanoseconds: interval)
-        try skips.checkSomethingConverted(written, dump: dump)
+        if !interrupted { try skips.checkSomethingConverted(written, dump: dump) }
         var r = Result(frames: written, duration: writer.durationWritten, damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
+        r.interrupted = interrupted
         if let a = aligner, let s = sound { r.audioDuration = Double(a.emitted) / Double(s.sampleRate) }
         r.skippedAudioRecords = skippedAudio
         return r

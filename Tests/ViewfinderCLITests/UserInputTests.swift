@@ -604,6 +604,93 @@ extension UserInputTests {
 }
 
 extension UserInputTests {
+    static let fullStderrChildEnv = "VF_TEST_FULL_STDERR_CHILD"
+
+    /// The child of `aStandardErrorThatCannotBeWrittenIsNoCrash`: the command in the variable
+    /// (arguments separated by tabs), its status as the exit status.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[fullStderrChildEnv] != nil))
+    func fullStderrChild() {
+        let args = ProcessInfo.processInfo.environment[Self.fullStderrChildEnv]!.split(separator: "\t").map(String.init)
+        exit(CLIExit.run(args))
+    }
+
+    /// Standard error on a full disk (`2>>log`, here /dev/full) or closed: the error line and the
+    /// summaries that go there are lost, the command is not (2 Dec sweep: Foundation's
+    /// FileHandle.write trapped, exit 132 instead of 1, and instead of 0 after a whole export).
+    @Test func aStandardErrorThatCannotBeWrittenIsNoCrash() throws {
+        let s = Scratch()
+        let dump = s.path("e.vfdump")
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=4", "--output", dump]) == 0)
+        for (args, status) in [(["export", s.path("missing.vfdump"), s.path("m.y4m")], Int32(1)),
+                               (["run", "--device", "bogus"], 1),
+                               (["export", dump, s.path("e.y4m")], 0)] {
+            let child = Process()
+            child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+            child.arguments = ["--testing-library", "swift-testing", "--filter", "fullStderrChild"]
+            child.environment = ProcessInfo.processInfo.environment.merging([Self.fullStderrChildEnv: args.joined(separator: "\t")]) { $1 }
+            child.standardOutput = FileHandle.nullDevice
+            child.standardError = try #require(FileHandle(forWritingAtPath: "/dev/full"))
+            try child.run()
+            child.waitUntilExit()
+            #expect(child.terminationReason == .exit && child.terminationStatus == status,
+                    "\(args[0]): \(child.terminationReason == .exit ? "exit" : "signal") \(child.terminationStatus)")
+        }
+        #expect(try Y4MReader(path: s.path("e.y4m")).header.width == 64)
+    }
+
+    /// A full disk under `run --output x.y4m` and `--metadata`: the files end at their last whole
+    /// frame and line, so every reader takes them (2 Dec sweep: a torn last frame made the y4m
+    /// unreadable by `process` and `export`, and the metadata file ended in half a line while the
+    /// summary counted lines never written).
+    @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root (CI runs as root)"))
+    func aFullDiskLeavesWholeFramesAndLines() throws {
+        let s = Scratch()
+        let disk = s.path("full")
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        let mount = Process()
+        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
+        mount.arguments = ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]
+        mount.standardError = FileHandle.nullDevice
+        try mount.run()
+        mount.waitUntilExit()
+        try #require(mount.terminationStatus == 0, "cannot mount a tmpfs")
+        defer {
+            let u = Process()
+            u.executableURL = URL(fileURLWithPath: "/bin/umount")
+            u.arguments = [disk]
+            try? u.run()
+            u.waitUntilExit()
+        }
+        // 320x180 YUYV: 115200 bytes a frame in y4m, a 1 MiB disk holds 9 and a torn tenth.
+        #expect(CLIExit.run(["run", "--device", "pattern:width=320,height=180,frames=40", "--output", disk + "/x.y4m"]) == 1)
+        do {
+            // (The reader closes the file at the end of this block: its space is free after it.)
+            let y4m = try Y4MReader(path: disk + "/x.y4m")
+            let frame = Frame(capacity: y4m.format.maxByteCount, format: y4m.format)
+            var frames = 0
+            while try y4m.read(into: frame) { frames += 1 }
+            #expect(frames >= 5)
+        }
+        try FileManager.default.removeItem(atPath: disk + "/x.y4m")
+        // The metadata file fills the disk the same way (a filler first leaves little room).
+        let filler = try #require(FileHandle(forWritingAtPath: disk + "/filler") ?? {
+            FileManager.default.createFile(atPath: disk + "/filler", contents: nil)
+            return FileHandle(forWritingAtPath: disk + "/filler")
+        }())
+        try? filler.write(contentsOf: Data(count: 900_000))
+        try? filler.close()
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3000,fps=1000", "--metadata", disk + "/m.jsonl"]) == 1)
+        let text = try String(contentsOfFile: disk + "/m.jsonl", encoding: .utf8)
+        #expect(!text.isEmpty && text.hasSuffix("\n"), "the metadata file ends in a torn line")
+        for line in text.split(separator: "\n") { #expect((try? JSONSerialization.jsonObject(with: Data(line.utf8))) != nil) }
+        // `process --metadata` on the full disk names the file.
+        let input = s.path("in.y4m")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=3000", "--output", input]) == 0)
+        #expect(CLIExit.run(["process", "--input", input, "--output", "/dev/null", "--metadata", disk + "/p.jsonl"]) == 1)
+        let p = try String(contentsOfFile: disk + "/p.jsonl", encoding: .utf8)
+        #expect(p.isEmpty || p.hasSuffix("\n"))
+    }
+
     static let hangupChildEnv = "VF_TEST_HANGUP_CHILD"
 
     /// The child of `aClosedTerminalEndsTheRunAsCtrlCDoes`: a 30 s dump, its status as the exit status.

@@ -11,6 +11,39 @@ import ViewfinderSim
         try simSession(device, outputs: outputs, lockLoops: true)
     }
 
+    /// A stream that ends in the middle of a burst (a camera unplugged, a short dump) keeps the
+    /// shots already taken: they are delivered, only the rest fail (2 Dec sweep: a 30-shot burst
+    /// from a 20-frame stream wrote nothing).
+    @Test func aBurstCutShortByTheStreamsEndKeepsItsShots() throws {
+        let photo = PhotoOutput()
+        let (session, _) = try session("sim:width=160,height=120,fps=30,paced=false,frames=20", outputs: [photo])
+        final class Seen: PhotoCaptureDelegate, @unchecked Sendable {
+            let lock = ConditionLock()
+            var photos = 0, failures = 0, done = false
+            var finalError: PhotoCaptureError?
+            func photoOutput(_ output: PhotoOutput, didFinishProcessingPhoto photo: CapturePhoto?, resolved: ResolvedPhotoSettings, error: PhotoCaptureError?) {
+                lock.withLock { if photo != nil { photos += 1 } else { failures += 1 } }
+            }
+            func photoOutput(_ output: PhotoOutput, didFinishCaptureFor resolved: ResolvedPhotoSettings, error: PhotoCaptureError?) {
+                lock.withLock { finalError = error; done = true; lock.broadcast() }
+            }
+        }
+        let seen = Seen()
+        // Queued before the start: the burst takes frames from the first on.
+        try session.startRunning()
+        photo.capture(settings: PhotoSettings(burstCount: 30), delegate: seen)
+        session.waitUntilFinished()
+        session.stopRunning()
+        let deadline = monotonicNanoseconds() + 5_000_000_000
+        seen.lock.withLock { while !seen.done && seen.lock.wait(untilMonotonicNanoseconds: deadline) {} }
+        seen.lock.withLock {
+            #expect(seen.done)
+            #expect(seen.photos > 0 && seen.photos < 30, "\(seen.photos) photos")
+            #expect(seen.photos + seen.failures == 30)
+            #expect(seen.finalError == .sessionEnded)
+        }
+    }
+
     @Test func bracketThroughTheSimCameraControls() throws {
         let photo = PhotoOutput()
         let (session, _) = try session("sim:width=320,height=240,fps=60,exposure=8,gain=1,latency=2", outputs: [photo])
