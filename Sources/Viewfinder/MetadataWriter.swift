@@ -41,7 +41,8 @@ extension Frame {
 /// Writes one JSON line of metadata per frame (`--metadata frames.jsonl`). Runs on its own
 /// thread like any output; a full disk ends the writing with a logged error, not the capture.
 ///
-/// Lines are buffered (64 KiB) and written with `write(2)`; when a write fails, a regular file is
+/// Lines are buffered (4 KiB, as stdio did: a reader on a fifo gets them as they come) and written
+/// with `write(2)`; when a write fails, a regular file is
 /// cut back to its last whole line, ``lines`` counts the lines that are in the file, and
 /// ``onFailure`` hears it at once.
 public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
@@ -71,14 +72,14 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
         pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
         // Opened in place, without waiting for a fifo's reader (`StreamFile`).
         fd = try StreamFile.openForWriting(path)
-        buffer.reserveCapacity(1 << 16 + 4096)
+        buffer.reserveCapacity(8192)
     }
 
     public func consume(_ frame: Frame) {
         guard fd >= 0, failure == nil else { return }
         buffer.append(contentsOf: (frame.metadataJSON() + "\n").utf8)
         bufferedLines += 1
-        if buffer.count >= 1 << 16 { flush() }
+        if buffer.count >= 4096 { flush() }
     }
 
     public func finish(error: (any Error)?) {

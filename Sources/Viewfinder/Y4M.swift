@@ -435,7 +435,7 @@ public final class Y4MWriter {
     }
 
     /// Writes one frame. When the write fails (a full disk, a closed pipe) the error is thrown
-    /// and a regular file is cut back to the end of the last whole frame.
+    /// and a regular file the writer created is cut back to the end of the last whole frame.
     public func write(_ frame: Frame) throws {
         let f = frame.format
         guard f.width == header.width, f.height == header.height, !f.pixelFormat.isCompressed, frame.capacity >= f.maxByteCount else {
@@ -446,7 +446,9 @@ public final class Y4MWriter {
         } catch {
             outCount = 0
             var st = stat()
-            if flushedBytes > wholeBytes, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 {
+            // Only a file this writer created (and so started at offset 0): a descriptor it was
+            // given may hold what others wrote before (`>> file`).
+            if ownsFD, flushedBytes > wholeBytes, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 {
                 _ = lseek(fd, off_t(wholeBytes), SEEK_SET)
                 flushedBytes = wholeBytes
             }

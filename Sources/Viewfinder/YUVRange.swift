@@ -5,8 +5,10 @@ import CViewfinderKernels
 /// V4L2 calls `V4L2_QUANTIZATION_LIM_RANGE` and what its default means for a YUV camera).
 ///
 /// A V4L2 camera's limited-range frames are stretched as they are dequeued
-/// (`V4L2Camera.Options.expandLimitedRange`); ``expandToFull(_:)`` does the same for frames that
-/// came another way (a raw dump recorded with the stretching off, a source of your own).
+/// (`V4L2Camera.Options.expandLimitedRange`, or `/dev/video0,range=keep` to keep the driver's
+/// bytes); ``expandToFull(_:)`` does the same for frames that came another way (a raw dump
+/// recorded with `range=keep`, a source of your own). The stretch is lossy at the ends (values
+/// outside the limited range clip) and nothing in a frame says it was made: stretch a frame once.
 public enum YUVRange {
     /// Stretches `frame`'s limited-range YUV to full range in place (luma 16–235 and chroma 16–240
     /// to 0–255, rounded; values outside clip; neutral chroma 128 stays 128). Returns false and

@@ -40,7 +40,8 @@ public struct BenchRunner {
 
     /// Asks for the measurements to end (Ctrl-C): the run that is going on stops at its next frame
     /// and the later ones are not started; ``run()`` returns the report of what was measured, its
-    /// ``BenchReport/interruptedDuring`` saying where it ended. From any thread.
+    /// ``BenchReport/interruptedDuring`` saying where it ended (control steps cut short are left
+    /// out whole). From any thread. The request stays: a runner is for one bench.
     public func interrupt() { stop.trip() }
 
     /// ``interrupt()`` as a closure another thread or a signal handler can keep.
@@ -102,8 +103,9 @@ public struct BenchRunner {
         var interrupted: String? = stop.tripped ? "the pipeline run" : nil
 
         // 2. The control run, on the device opened again (see `close(_:)`).
-        let controls = interrupted == nil ? try measureControls() : []
-        if interrupted == nil && stop.tripped { interrupted = "the control steps" }
+        var controls = interrupted == nil ? try measureControls() : []
+        // A step cut short is no measurement: the controls' figures are left out whole.
+        if interrupted == nil && stop.tripped { interrupted = "the control steps"; controls = [] }
 
         // 3. The sweep.
         let sweep = c.sweep && interrupted == nil ? sweepModes(formats: device.formats) : []
@@ -231,6 +233,11 @@ public struct BenchRunner {
                     session.waitUntilFinished()
                     stop.watch(nil)
                     session.stopRunning()
+                    if stop.tripped {
+                        e.error = "interrupted (Ctrl-C) before the mode's \(seconds) s"
+                        out.append(e)
+                        break
+                    }
                     let cam = BenchAnalysis.camera(recorder.samples, nominalFps: session.streamConfiguration?.interval.fps ?? best.fps, pipelineDrops: recorder.pipelineDrops)
                     e.nominalFps = cam.nominalFps
                     e.frames = cam.frames

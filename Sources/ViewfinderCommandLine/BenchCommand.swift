@@ -71,7 +71,11 @@ struct BenchCommand: ParsableCommand {
         let interrupt = onInterrupt(runner.interrupter)
         defer { interrupt.cancel() }
         var result = try runner.run()
-        if let old { result.comparison = result.compared(with: old) }
+        // A bench cut short is not compared: its missing parts would read as changes.
+        if let old, result.interruptedDuring == nil { result.comparison = result.compared(with: old) }
+        if old != nil, let during = result.interruptedDuring {
+            StandardStreams.error("viewfinder: the bench was interrupted during \(during): not compared with the baseline\n")
+        }
         // The measurements first: a report that cannot be written does not lose them.
         if json {
             print(String(decoding: try result.jsonData(), as: UTF8.self))

@@ -274,6 +274,8 @@ struct SnapCommand: ParsableCommand {
         }
 
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: nil, registry: ViewfinderCommandLine.stages)
+        let runtimeErrors = LockedBox<[any Error]>([])
+        session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
         let photo = PhotoOutput()
         session.beginConfiguration()
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
@@ -290,6 +292,8 @@ struct SnapCommand: ParsableCommand {
             // settled: say so, not "not attached to a running session".
             let seen = session.statistics?.delivered ?? 0
             session.stopRunning()
+            // The camera's own error (unplugged, an I/O error) when there was one.
+            if let e = runtimeErrors.withLock({ $0.first }) { throw e }
             throw RuntimeFailure(message: "the stream from \(dev.uniqueID) ended after \(seen) frame\(seen == 1 ? "" : "s"), during the warm-up of \(warmup) (--warmup): no frame was left to take")
         }
         let photos: [CapturePhoto]

@@ -237,7 +237,9 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
 
     /// After a failed write: a regular file ends at the last whole frame again.
     private func cutToWholeFrames() {
-        guard bytesOut > wholeBytes, fd >= 0 else { return }
+        // Only a file this output opened (truncated, so its bytes are all this run's): standard
+        // output may be a file others wrote into before (`>> frames.raw`).
+        guard bytesOut > wholeBytes, fd >= 0, path != "-" else { return }
         var st = stat()
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 else { return }
         _ = lseek(fd, off_t(wholeBytes), SEEK_SET)

@@ -541,26 +541,41 @@ public final class RawDumpReader {
                     }
                     throw DumpError.notADump(path: path, reason: "stream header checksum mismatch, and no whole frame record after it")
                 }
-                if !RawDumpFormat.readableVersions.contains(version) { version = Int(RawDumpFormat.version) }
-                headerEnd = first.offset
+                // The version may be the damaged part: the newest this build reads reads them all
+                // (every difference between versions is an addition).
+                version = Int(RawDumpFormat.version)
+                // The records start where the header says when a sound record is there (sound
+                // captured before the first frame), else at the first whole frame record.
+                if let stated, stated < first.offset, try Self.hasAudioRecord(fd, at: stated, fileSize: fileSize, path: path) {
+                    headerEnd = stated
+                } else {
+                    headerEnd = first.offset
+                }
                 format = first.format
                 info = DumpStreamInfo(pixelFormat: "", width: 0, height: 0, bytesPerRow: 0, intervalNumerator: 0, intervalDenominator: 0,
                                       device: "", created: "", codec: "")
                 if !(try loadFooterIndex()) { try scan(verify: verify) }
-                // What the damaged header still says, where it agrees with the frames.
+                // What the damaged header still says, where it agrees with the frames: the format,
+                // and the rate within 10 % of the timestamps' (else the timestamps').
+                let unknownDevice = "unknown (the stream header is damaged)"
                 var recovered = Self.partialInfo(fd, jsonLength: jsonLength, end: first.offset, path: path)
                     ?? DumpStreamInfo(pixelFormat: "", width: 0, height: 0, bytesPerRow: 0, intervalNumerator: 0, intervalDenominator: 0,
-                                      device: "unknown (the stream header is damaged)", created: "", codec: "lz4-block")
-                if recovered.format != first.format || recovered.intervalNumerator == 0 || recovered.intervalDenominator == 0 {
-                    let rate = Self.interval(of: entries)
+                                      device: unknownDevice, created: "", codec: "lz4-block")
+                let measured = Self.interval(of: entries)
+                let stamped = entries.count >= 2
+                let rateAgrees = recovered.intervalNumerator > 0 && recovered.intervalDenominator > 0
+                    && (!stamped || abs(recovered.interval.seconds / measured.seconds - 1) <= 0.1)
+                if recovered.format != first.format || !rateAgrees {
                     recovered = DumpStreamInfo(pixelFormat: "\(first.format.pixelFormat)", width: first.format.width, height: first.format.height,
-                                               bytesPerRow: first.format.bytesPerRow, intervalNumerator: rate.numerator, intervalDenominator: rate.denominator,
-                                               device: recovered.device.isEmpty ? "unknown (the stream header is damaged)" : recovered.device,
+                                               bytesPerRow: first.format.bytesPerRow,
+                                               intervalNumerator: rateAgrees ? recovered.intervalNumerator : measured.numerator,
+                                               intervalDenominator: rateAgrees ? recovered.intervalDenominator : measured.denominator,
+                                               device: recovered.device.isEmpty ? unknownDevice : recovered.device,
                                                created: recovered.created, codec: "lz4-block")
                 }
                 info = recovered
                 headerDamage = "the stream header is damaged (its checksum does not match): the format was taken from the first frame record"
-                    + (recovered.device.hasPrefix("unknown") ? ", the frame rate from the timestamps" : "")
+                    + (rateAgrees ? "" : ", the frame rate from the timestamps")
             }
         } catch {
             close(fd)
@@ -576,16 +591,21 @@ public final class RawDumpReader {
         planar.deallocate()
     }
 
-    /// The stream header when it is whole (its checksum matches and its JSON reads); nil when it
-    /// is damaged.
+    /// The stream header when it is whole; nil when it is damaged (its checksum does not match, or
+    /// its length runs past the file).
     private static func streamHeader(_ fd: Int32, head: [UInt8], jsonLength: Int, fileSize: UInt64, path: String) throws -> (info: DumpStreamInfo, end: UInt64)? {
         guard jsonLength < 1 << 20, UInt64(16 + jsonLength + 8) <= fileSize else { return nil }
         var rest = [UInt8](repeating: 0, count: jsonLength + 8)
         _ = try pread(fd, &rest, 16, path)
         let all = head + rest[0..<jsonLength]
         let sum = rest.withUnsafeBytes { LE.get($0.baseAddress!, jsonLength, UInt64.self) }
-        guard all.withUnsafeBytes({ XXHash64.hash($0) }) == sum,
-              let info = try? JSONDecoder().decode(DumpStreamInfo.self, from: Data(rest[0..<jsonLength])) else { return nil }
+        guard all.withUnsafeBytes({ XXHash64.hash($0) }) == sum else { return nil }
+        // A header whose checksum holds is what its writer wrote: JSON this build cannot read is
+        // an error, not damage to recover from.
+        let info: DumpStreamInfo
+        do { info = try JSONDecoder().decode(DumpStreamInfo.self, from: Data(rest[0..<jsonLength])) } catch {
+            throw DumpError.notADump(path: path, reason: "its stream header does not read: \(error)")
+        }
         return (info, UInt64(16 + jsonLength + 8))
     }
 
@@ -604,7 +624,7 @@ public final class RawDumpReader {
             i += 1
         }
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
-        var scratch: [UInt8] = []
+        var scratch: [UInt8] = [], piece: [UInt8] = []
         for offset in candidates where offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize {
             guard try pread(fd, &h, offset, path) == h.count else { continue }
             let (magic, type, stored, metaLen, fourcc, w, hgt, bpr, sum) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt64) in
@@ -618,14 +638,30 @@ public final class RawDumpReader {
                   w > 0, hgt > 0, w < 1 << 16, hgt < 1 << 16, bpr < 1 << 20 else { continue }
             var meta = [UInt8](repeating: 0, count: Int(metaLen))
             if metaLen > 0 { _ = try pread(fd, &meta, offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
-            var payload = [UInt8](repeating: 0, count: Int(stored))
-            guard try pread(fd, &payload, offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), path) == payload.count else { continue }
             let seed = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &scratch) }
-            guard payload.withUnsafeBytes({ XXHash64.hash($0, seed: seed) }) == sum else { continue }
+            // Hashed in pieces of at most 1 MiB: the length is the damaged file's word, not a size
+            // to allocate.
+            var hasher = XXHash64.Streaming(seed: seed)
+            var at = offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), left = Int(stored), whole = true
+            while left > 0 {
+                if piece.count != min(left, 1 << 20) { piece = [UInt8](repeating: 0, count: min(left, 1 << 20)) }
+                let n = try pread(fd, &piece, at, path)
+                guard n == piece.count else { whole = false; break }
+                piece.withUnsafeBytes { hasher.update($0) }
+                at += UInt64(n); left -= n
+            }
+            guard whole, hasher.digest() == sum else { continue }
             let minimum = FrameFormat.minimumBytesPerRow(pf, width: Int(w))
             return (offset, FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: pf == .mjpeg ? 0 : max(Int(bpr), minimum)))
         }
         return nil
+    }
+
+    /// Whether a sound record's header is at `offset` (sound captured before the first frame).
+    private static func hasAudioRecord(_ fd: Int32, at offset: UInt64, fileSize: UInt64, path: String) throws -> Bool {
+        guard offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize else { return false }
+        var m = [UInt8](repeating: 0, count: 5)
+        return try pread(fd, &m, offset, path) == 5 && Array(m[0..<4]) == [0x56, 0x46, 0x52, 0x43] && m[4] == RawDumpFormat.RecordType.audio.rawValue
     }
 
     /// The header's JSON read despite its checksum (the damage may be elsewhere in it); nil when

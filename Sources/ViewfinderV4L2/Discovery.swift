@@ -205,8 +205,20 @@ public struct V4L2Provider: DeviceProvider {
         device.hasPrefix("v4l2:") ? String(device.dropFirst(5)) : device
     }
 
+    /// Opens the node. A trailing `,range=keep` (`/dev/video0,range=keep`) keeps a limited-range
+    /// camera's bytes as the driver gives them (``V4L2Camera/Options/expandLimitedRange`` off);
+    /// `,range=full`, the default, stretches them to full range.
     public func open(_ device: String) throws -> any CaptureSource {
-        try V4L2Camera(path: V4L2Provider.path(for: device), syscalls: syscalls, options: options, logger: logger)
+        var node = device, options = self.options
+        if let comma = device.lastIndex(of: ","), device[device.index(after: comma)...].hasPrefix("range=") {
+            node = String(device[..<comma])
+            switch device[device.index(after: comma)...].dropFirst(6) {
+            case "keep": options.expandLimitedRange = false
+            case "full": options.expandLimitedRange = true
+            case let v: throw DeviceError.invalidDeviceOption(device: device, option: "range", reason: "'\(v)' is not keep or full")
+            }
+        }
+        return try V4L2Camera(path: V4L2Provider.path(for: node), syscalls: syscalls, options: options, logger: logger)
     }
 
     /// Every video capture node under `/dev` (metadata, output, radio and touch nodes are skipped).

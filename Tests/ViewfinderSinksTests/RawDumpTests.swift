@@ -420,7 +420,9 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         let jsonLength = Int(good[12]) | Int(good[13]) << 8
         // (byte, bit): inside the JSON's device name, in the version, in the JSON length, in the checksum.
         let jsonDevice = try #require(good.range(of: Data("\"test\"".utf8))).lowerBound + 2
-        for (byte, bit) in [(jsonDevice, 0), (8, 7), (13, 1), (16 + jsonLength + 3, 4), (40, 2)] {
+        // "intervalDenominator":30 made 70: a rate the timestamps disagree with is not kept.
+        let jsonRate = try #require(good.range(of: Data("\"intervalDenominator\":30".utf8))).upperBound - 2
+        for (byte, bit) in [(jsonDevice, 0), (8, 7), (13, 1), (16 + jsonLength + 3, 4), (40, 2), (jsonRate, 2)] {
             var data = good
             data[byte] ^= UInt8(1 << bit)
             let damaged = dir + "/h\(byte).vfdump"
@@ -432,6 +434,7 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
             #expect(reader.damage == nil, "byte \(byte)")
             let ms = Double(reader.info.interval.nanoseconds) / 1e6
             #expect(ms > 30 && ms < 36, "byte \(byte): interval \(ms) ms")
+            if byte == jsonRate { #expect(reader.headerDamage?.contains("frame rate from the timestamps") == true) }
             let frame = Frame(capacity: format.maxByteCount, format: format)
             for i in 0..<12 {
                 try reader.read(i, into: frame)

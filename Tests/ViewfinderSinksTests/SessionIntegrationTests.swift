@@ -16,7 +16,8 @@ import ViewfinderSim
     /// from a 20-frame stream wrote nothing).
     @Test func aBurstCutShortByTheStreamsEndKeepsItsShots() throws {
         let photo = PhotoOutput()
-        let (session, _) = try session("sim:width=160,height=120,fps=30,paced=false,frames=20", outputs: [photo])
+        // Paced (0.67 s of frames): the capture is queued long before the stream's end.
+        let (session, _) = try session("sim:width=160,height=120,fps=30,frames=20", outputs: [photo])
         final class Seen: PhotoCaptureDelegate, @unchecked Sendable {
             let lock = ConditionLock()
             var photos = 0, failures = 0, done = false
@@ -29,7 +30,6 @@ import ViewfinderSim
             }
         }
         let seen = Seen()
-        // Queued before the start: the burst takes frames from the first on.
         try session.startRunning()
         photo.capture(settings: PhotoSettings(burstCount: 30), delegate: seen)
         session.waitUntilFinished()

@@ -76,6 +76,21 @@ import ViewfinderTestSupport
         let r = try capture(.yuyv, colorspace: Self.srgb, quantization: Self.limited, pattern: [16, 16, 235, 240], options: o)
         #expect(!r.expands)
         #expect(Array(r.bytes.prefix(4)) == [16, 16, 235, 240])
+        // The same from the device string.
+        var spec = FakeV4L2Kernel.DeviceSpec.webcam()
+        spec.colorspace = Self.srgb
+        spec.quantization = Self.limited
+        let k = makeKernel([spec])
+        let provider = V4L2Provider(syscalls: k)
+        for (device, expands) in [("/dev/video0,range=keep", false), ("/dev/video0,range=full", true), ("/dev/video0", true)] {
+            let cam = try #require(try provider.open(device) as? V4L2Camera)
+            _ = try cam.configure(StreamRequest(pixelFormat: .yuyv, width: 320, height: 240))
+            #expect(cam.expandsLimitedRange == expands, "\(device)")
+            cam.close()
+        }
+        #expect(throws: DeviceError.invalidDeviceOption(device: "/dev/video0,range=tv", option: "range", reason: "'tv' is not keep or full")) {
+            _ = try provider.open("/dev/video0,range=tv")
+        }
     }
 
     @Test func theKernelMatchesTheFormulaForEveryValue() {
