@@ -287,18 +287,17 @@ struct SnapCommand: ParsableCommand {
         // camera is waited for, not cut at ten seconds without a word.)
         let deadline = monotonicNanoseconds() + 10_000_000_000 + UInt64(warmup) * 100_000_000
         while (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
-        if !session.isRunning {
-            // A finite source (a short dump, `sim:frames=N`) that ended while exposure and focus
-            // settled: say so, not "not attached to a running session".
-            let seen = session.statistics?.delivered ?? 0
-            session.stopRunning()
-            // The camera's own error (unplugged, an I/O error) when there was one.
-            if let e = runtimeErrors.withLock({ $0.first }) { throw e }
-            throw RuntimeFailure(message: "the stream from \(dev.uniqueID) ended after \(seen) frame\(seen == 1 ? "" : "s"), during the warm-up of \(warmup) (--warmup): no frame was left to take")
-        }
         let photos: [CapturePhoto]
         do { photos = try photo.capturePhotos(settings: settings, timeoutSeconds: 20) } catch {
+            let seen = session.statistics?.delivered ?? 0
             session.stopRunning()
+            // The camera's own error (unplugged, an I/O error) when there was one; a finite
+            // source (a short dump, `sim:frames=N`) that ended before the capture is said as
+            // such, not "not attached to a running session".
+            if let e = runtimeErrors.withLock({ $0.first }) { throw e }
+            if let e = error as? PhotoCaptureError, e == .notRunning || e == .sessionEnded {
+                throw RuntimeFailure(message: "the stream from \(dev.uniqueID) ended after \(seen) frame\(seen == 1 ? "" : "s") (a warm-up of \(warmup), --warmup) before a frame could be taken")
+            }
             throw error
         }
         session.stopRunning()

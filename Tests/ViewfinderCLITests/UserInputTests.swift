@@ -422,22 +422,8 @@ extension UserInputTests {
     @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root (CI runs as root)"))
     func aDumpStopsWhenItsDiskIsFullInsteadOfCapturingOnForNothing() throws {
         let s = Scratch()
-        let disk = s.path("small")
-        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-        let mount = Process()
-        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
-        mount.arguments = ["-t", "tmpfs", "-o", "size=2m", "tmpfs", disk]
-        mount.standardError = FileHandle.nullDevice
-        try mount.run()
-        mount.waitUntilExit()
-        try #require(mount.terminationStatus == 0, "cannot mount a tmpfs")
-        defer {
-            let u = Process()
-            u.executableURL = URL(fileURLWithPath: "/bin/umount")
-            u.arguments = [disk]
-            try? u.run()
-            u.waitUntilExit()
-        }
+        let disk = try Self.mountSmallDisk(s.path("small"), size: "2m")
+        defer { Self.unmount(disk) }
         let t0 = monotonicNanoseconds()
         #expect(CLIExit.run(["dump", "--device", "sim:width=640,height=480,paced=false,noise=5", "--duration", "30", "--compression", "none", "-o", disk + "/f.vfdump"]) == 1)
         let seconds = Double(monotonicNanoseconds() - t0) / 1e9
@@ -604,6 +590,27 @@ extension UserInputTests {
 }
 
 extension UserInputTests {
+    /// A tmpfs of `size` (`1m`, `2m`) mounted at `path` (created), for a disk that fills; root only.
+    static func mountSmallDisk(_ path: String, size: String) throws -> String {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let mount = Process()
+        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
+        mount.arguments = ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path]
+        mount.standardError = FileHandle.nullDevice
+        try mount.run()
+        mount.waitUntilExit()
+        try #require(mount.terminationStatus == 0, "cannot mount a tmpfs")
+        return path
+    }
+
+    static func unmount(_ path: String) {
+        let u = Process()
+        u.executableURL = URL(fileURLWithPath: "/bin/umount")
+        u.arguments = [path]
+        try? u.run()
+        u.waitUntilExit()
+    }
+
     static let fullStderrChildEnv = "VF_TEST_FULL_STDERR_CHILD"
 
     /// The child of `aStandardErrorThatCannotBeWrittenIsNoCrash`: the command in the variable
@@ -645,22 +652,8 @@ extension UserInputTests {
     @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root (CI runs as root)"))
     func aFullDiskLeavesWholeFramesAndLines() throws {
         let s = Scratch()
-        let disk = s.path("full")
-        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-        let mount = Process()
-        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
-        mount.arguments = ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]
-        mount.standardError = FileHandle.nullDevice
-        try mount.run()
-        mount.waitUntilExit()
-        try #require(mount.terminationStatus == 0, "cannot mount a tmpfs")
-        defer {
-            let u = Process()
-            u.executableURL = URL(fileURLWithPath: "/bin/umount")
-            u.arguments = [disk]
-            try? u.run()
-            u.waitUntilExit()
-        }
+        let disk = try Self.mountSmallDisk(s.path("full"), size: "1m")
+        defer { Self.unmount(disk) }
         // 320x180 YUYV: 115200 bytes a frame in y4m, a 1 MiB disk holds 9 and a torn tenth.
         #expect(CLIExit.run(["run", "--device", "pattern:width=320,height=180,frames=40", "--output", disk + "/x.y4m"]) == 1)
         do {

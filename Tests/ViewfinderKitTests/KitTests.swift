@@ -17,6 +17,24 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
     return (session, out)
 }
 
+/// Runs `session` to its end and gives `luma` of every frame `out` delivered (where it has one).
+func runRecordingLuma(_ session: CaptureSession, _ out: VideoDataOutput, _ luma: @escaping @Sendable (Frame) -> Double?) throws -> [Double] {
+    final class Lumas: VideoDataOutputDelegate, @unchecked Sendable {
+        let values = LockedBox<[Double]>([])
+        let luma: @Sendable (Frame) -> Double?
+        init(_ luma: @escaping @Sendable (Frame) -> Double?) { self.luma = luma }
+        func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+            if let m = luma(sampleBuffer.frame) { values.withLock { $0.append(m) } }
+        }
+    }
+    let l = Lumas(luma)
+    out.setDelegate(l, queue: nil)
+    try session.startRunning()
+    session.waitUntilFinished()
+    session.stopRunning()
+    return l.values.withLock { $0 }
+}
+
 @Suite struct KitTests {
     @Test func standardDirectoryOpensEveryKindAndNamesTheBadOnes() throws {
         let dir = DeviceDirectory.standard
@@ -81,19 +99,7 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
     @Test func continuousExposureThroughTheSessionBrightensADarkScene() throws {
         let dev = try CaptureDevice.open("sim:width=320,height=240,paced=false,frames=60,exposure=1,gain=1,latency=2", directory: .standard)
         let (session, out) = try continuousExposureSession(dev)
-        final class Lumas: VideoDataOutputDelegate, @unchecked Sendable {
-            let values = LockedBox<[Double]>([])
-            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
-                let frame = sampleBuffer.frame
-                if let m = frame.metadata.truth?.renderedMeanLuma { values.withLock { $0.append(m) } }
-            }
-        }
-        let l = Lumas()
-        out.setDelegate(l, queue: nil)
-        try session.startRunning()
-        session.waitUntilFinished()
-        session.stopRunning()
-        let v = l.values.withLock { $0 }
+        let v = try runRecordingLuma(session, out) { $0.metadata.truth?.renderedMeanLuma }
         #expect(v.count == 60)
         let first = v.first ?? 0, last = v.last ?? 0
         #expect(last > first * 2, "mean luma went from \(first) to \(last)")
@@ -110,18 +116,7 @@ func continuousExposureSession(_ device: CaptureDevice) throws -> (CaptureSessio
         let (session, out) = try continuousExposureSession(dev)
         try session.setStages([.stage(ExposureStage.self) { $0.targetLuma = 50 }])
         #expect(dev.settings.exposureMode == .continuous)
-        final class Lumas: VideoDataOutputDelegate, @unchecked Sendable {
-            let values = LockedBox<[Double]>([])
-            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
-                if let m = sampleBuffer.frame.metadata.meteredLuma { values.withLock { $0.append(m) } }
-            }
-        }
-        let l = Lumas()
-        out.setDelegate(l, queue: nil)
-        try session.startRunning()
-        session.waitUntilFinished()
-        session.stopRunning()
-        let v = l.values.withLock { $0 }
+        let v = try runRecordingLuma(session, out) { $0.metadata.meteredLuma }
         #expect(v.count == 90)
         let settled = v.suffix(20)
         let lo = settled.min() ?? 0, hi = settled.max() ?? 0
