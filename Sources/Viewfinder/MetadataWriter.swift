@@ -41,8 +41,8 @@ extension Frame {
 /// Writes one JSON line of metadata per frame (`--metadata frames.jsonl`). Runs on its own
 /// thread like any output; a full disk ends the writing with a logged error, not the capture.
 ///
-/// Lines are buffered (4 KiB, as stdio did: a reader on a fifo gets them as they come) and written
-/// with `write(2)`; when a write fails, a regular file is
+/// Lines are buffered (4 KiB, as stdio did: a reader on a fifo gets them in batches of about ten
+/// frames) and written with `write(2)`; when a write fails, a regular file is
 /// cut back to its last whole line, ``lines`` counts the lines that are in the file, and
 /// ``onFailure`` hears it at once.
 public final class MetadataWriter: FrameConsumer, @unchecked Sendable {

@@ -385,6 +385,7 @@ public final class Y4MWriter {
     /// of whole frames that every reader takes.
     private var flushedBytes = 0
     private var wholeBytes = 0
+    private let cutsTornFrames: Bool
 
     /// Creates `path` (`-` for stdout) and writes the stream header for frames of `format`.
     /// `colorRange`: the `XCOLORRANGE` tag's value (`FULL`, the engine's own YUV, by default;
@@ -404,8 +405,10 @@ public final class Y4MWriter {
 
     /// `whenBlocked`: see ``whenBlocked`` (set before the header is written, which may find a
     /// non-blocking pipe full too).
+    /// `cutsTornFrames`: whether a failed frame is cut off the file (a regular file whose bytes are
+    /// all this writer's, from offset 0; default: when the writer owns the descriptor).
     public init(fileDescriptor: Int32, path: String, ownsDescriptor: Bool, format: FrameFormat, interval: FrameInterval? = nil,
-                colorRange: String? = "FULL", whenBlocked: (() throws -> Void)? = nil) throws {
+                colorRange: String? = "FULL", cutsTornFrames: Bool? = nil, whenBlocked: (() throws -> Void)? = nil) throws {
         switch format.pixelFormat {
         case .i420, .nv12, .yuv422p, .yuyv, .uyvy, .grey: break
         default:
@@ -414,6 +417,7 @@ public final class Y4MWriter {
         }
         self.fd = fileDescriptor
         self.ownsFD = ownsDescriptor
+        self.cutsTornFrames = cutsTornFrames ?? ownsDescriptor
         self.path = path
         var h = Y4MHeader(width: format.width, height: format.height, pixelFormat: format.pixelFormat, fps: interval)
         h.extras = colorRange.map { ["XCOLORRANGE=\($0)"] } ?? []
@@ -448,7 +452,7 @@ public final class Y4MWriter {
             var st = stat()
             // Only a file this writer created (and so started at offset 0): a descriptor it was
             // given may hold what others wrote before (`>> file`).
-            if ownsFD, flushedBytes > wholeBytes, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 {
+            if cutsTornFrames, flushedBytes > wholeBytes, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 {
                 _ = lseek(fd, off_t(wholeBytes), SEEK_SET)
                 flushedBytes = wholeBytes
             }

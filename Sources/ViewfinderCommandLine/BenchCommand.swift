@@ -87,6 +87,9 @@ struct BenchCommand: ParsableCommand {
                 throw BenchError.cannotWrite(path: report, reason: "\(error)")
             }
         }
+        if failOnRegression, old != nil, let during = result.interruptedDuring {
+            throw RuntimeFailure(message: "interrupted during \(during): nothing was compared with \(baseline ?? "the baseline") (--fail-on-regression needs a whole bench)")
+        }
         if failOnRegression, let c = result.comparison, c.regressions > 0 {
             throw RuntimeFailure(message: "\(c.regressions) regression(s) against \(baseline ?? "the baseline"): " + c.metrics.filter { $0.verdict == .regression }.map(\.metric).joined(separator: ", "))
         }

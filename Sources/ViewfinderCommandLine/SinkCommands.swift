@@ -294,8 +294,8 @@ struct SnapCommand: ParsableCommand {
             // The camera's own error (unplugged, an I/O error) when there was one; a finite
             // source (a short dump, `sim:frames=N`) that ended before the capture is said as
             // such, not "not attached to a running session".
-            if let e = runtimeErrors.withLock({ $0.first }) { throw e }
             if let e = error as? PhotoCaptureError, e == .notRunning || e == .sessionEnded {
+                if let e = runtimeErrors.withLock({ $0.first }) { throw e }
                 throw RuntimeFailure(message: "the stream from \(dev.uniqueID) ended after \(seen) frame\(seen == 1 ? "" : "s") (a warm-up of \(warmup), --warmup) before a frame could be taken")
             }
             throw error

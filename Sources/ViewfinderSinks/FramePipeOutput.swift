@@ -172,7 +172,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
             fastY4M = true
         } else {
             y4m = try Y4MWriter(fileDescriptor: fd, path: path, ownsDescriptor: false, format: f, interval: configuration.interval,
-                                whenBlocked: { [unowned self] in try self.waitUntilWritable() })
+                                cutsTornFrames: path != "-", whenBlocked: { [unowned self] in try self.waitUntilWritable() })
         }
     }
 

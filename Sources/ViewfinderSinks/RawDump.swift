@@ -535,7 +535,7 @@ public final class RawDumpReader {
                 // the first whole record on and only what the header alone said (the rate, the
                 // device, the date) is lost or taken from what is left of it.
                 let stated = jsonLength < 1 << 20 ? UInt64(16 + jsonLength + 8) : nil
-                guard let first = try Self.firstFrameRecord(fd, from: stated, fileSize: fileSize, path: path) else {
+                guard let first = try Self.firstRecords(fd, from: stated, fileSize: fileSize, path: path) else {
                     if jsonLength >= 1 << 20 || UInt64(16 + jsonLength + 8) > fileSize {
                         throw DumpError.notADump(path: path, reason: "stream header runs past the end")
                     }
@@ -544,13 +544,7 @@ public final class RawDumpReader {
                 // The version may be the damaged part: the newest this build reads reads them all
                 // (every difference between versions is an addition).
                 version = Int(RawDumpFormat.version)
-                // The records start where the header says when a sound record is there (sound
-                // captured before the first frame), else at the first whole frame record.
-                if let stated, stated < first.offset, try Self.hasAudioRecord(fd, at: stated, fileSize: fileSize, path: path) {
-                    headerEnd = stated
-                } else {
-                    headerEnd = first.offset
-                }
+                headerEnd = first.start
                 format = first.format
                 info = DumpStreamInfo(pixelFormat: "", width: 0, height: 0, bytesPerRow: 0, intervalNumerator: 0, intervalDenominator: 0,
                                       device: "", created: "", codec: "")
@@ -558,24 +552,24 @@ public final class RawDumpReader {
                 // What the damaged header still says, where it agrees with the frames: the format,
                 // and the rate within 10 % of the timestamps' (else the timestamps').
                 let unknownDevice = "unknown (the stream header is damaged)"
-                var recovered = Self.partialInfo(fd, jsonLength: jsonLength, end: first.offset, path: path)
+                var recovered = Self.partialInfo(fd, jsonLength: jsonLength, end: first.start, path: path)
                     ?? DumpStreamInfo(pixelFormat: "", width: 0, height: 0, bytesPerRow: 0, intervalNumerator: 0, intervalDenominator: 0,
                                       device: unknownDevice, created: "", codec: "lz4-block")
+                // (1/30 s when neither the header nor the timestamps tell.)
                 let measured = Self.interval(of: entries)
-                let stamped = entries.count >= 2
                 let rateAgrees = recovered.intervalNumerator > 0 && recovered.intervalDenominator > 0
-                    && (!stamped || abs(recovered.interval.seconds / measured.seconds - 1) <= 0.1)
+                    && (measured.map { abs(recovered.interval.seconds / $0.seconds - 1) <= 0.1 } ?? true)
+                let rate = rateAgrees ? recovered.interval : measured ?? FrameInterval(numerator: 1, denominator: 30)
                 if recovered.format != first.format || !rateAgrees {
                     recovered = DumpStreamInfo(pixelFormat: "\(first.format.pixelFormat)", width: first.format.width, height: first.format.height,
                                                bytesPerRow: first.format.bytesPerRow,
-                                               intervalNumerator: rateAgrees ? recovered.intervalNumerator : measured.numerator,
-                                               intervalDenominator: rateAgrees ? recovered.intervalDenominator : measured.denominator,
+                                               intervalNumerator: rate.numerator, intervalDenominator: rate.denominator,
                                                device: recovered.device.isEmpty ? unknownDevice : recovered.device,
                                                created: recovered.created, codec: "lz4-block")
                 }
                 info = recovered
                 headerDamage = "the stream header is damaged (its checksum does not match): the format was taken from the first frame record"
-                    + (rateAgrees ? "" : ", the frame rate from the timestamps")
+                    + (rateAgrees ? "" : measured != nil ? ", the frame rate from the timestamps" : ", the frame rate unknown (taken as 30 fps)")
             }
         } catch {
             close(fd)
@@ -604,64 +598,83 @@ public final class RawDumpReader {
         // an error, not damage to recover from.
         let info: DumpStreamInfo
         do { info = try JSONDecoder().decode(DumpStreamInfo.self, from: Data(rest[0..<jsonLength])) } catch {
+            let version = Int(head[8]) | Int(head[9]) << 8
+            if !RawDumpFormat.readableVersions.contains(version) { throw DumpError.unsupportedVersion(path: path, version: version) }
             throw DumpError.notADump(path: path, reason: "its stream header does not read: \(error)")
         }
         return (info, UInt64(16 + jsonLength + 8))
     }
 
-    /// The first frame record whose checksum holds: where the header says the records start,
-    /// else the first one in the file's first 64 KiB (a header's JSON is a few hundred bytes; at
-    /// most 64 places that start with a record's magic are tried).
-    private static func firstFrameRecord(_ fd: Int32, from stated: UInt64?, fileSize: UInt64, path: String) throws -> (offset: UInt64, format: FrameFormat)? {
-        let window = Int(min(fileSize, 1 << 16))
-        var bytes = [UInt8](repeating: 0, count: window)
-        let got = try pread(fd, &bytes, 0, path)
-        var candidates: [UInt64] = []
-        if let stated, stated + 4 <= UInt64(got) { candidates.append(stated) }
-        var i = 16
-        while i + 4 <= got && candidates.count < 64 {
-            if bytes[i] == 0x56, bytes[i + 1] == 0x46, bytes[i + 2] == 0x52, bytes[i + 3] == 0x43, UInt64(i) != stated { candidates.append(UInt64(i)) }
-            i += 1
-        }
+    /// A whole record at `offset` (its checksum holds): its type, its length, and for a frame its
+    /// format; nil when there is none.
+    private final class RecordCheck {
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
         var scratch: [UInt8] = [], piece: [UInt8] = []
-        for offset in candidates where offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize {
-            guard try pread(fd, &h, offset, path) == h.count else { continue }
+
+        func record(_ fd: Int32, at offset: UInt64, fileSize: UInt64, path: String) throws -> (type: UInt8, total: UInt64, format: FrameFormat?)? {
+            guard offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize, try RawDumpReader.pread(fd, &h, offset, path) == h.count else { return nil }
             let (magic, type, stored, metaLen, fourcc, w, hgt, bpr, sum) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt64) in
                 let p = b.baseAddress!
                 return (LE.get(p, 0, UInt32.self), b[4], LE.get(p, 8, UInt32.self), LE.get(p, 52, UInt32.self), LE.get(p, 16, UInt32.self),
                         LE.get(p, 20, UInt32.self), LE.get(p, 24, UInt32.self), LE.get(p, 28, UInt32.self), LE.get(p, 64, UInt64.self))
             }
             let total = UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen) + UInt64(stored)
-            guard magic == RawDumpFormat.recordMagic, type == RawDumpFormat.RecordType.frame.rawValue, metaLen < 1 << 16,
-                  offset + total <= fileSize, let pf = PixelFormat(fourcc: fourcc),
-                  w > 0, hgt > 0, w < 1 << 16, hgt < 1 << 16, bpr < 1 << 20 else { continue }
+            guard magic == RawDumpFormat.recordMagic, metaLen < 1 << 16, offset + total <= fileSize else { return nil }
+            var format: FrameFormat?
+            if type == RawDumpFormat.RecordType.frame.rawValue {
+                guard let pf = PixelFormat(fourcc: fourcc), w > 0, hgt > 0, w < 1 << 16, hgt < 1 << 16, bpr < 1 << 20 else { return nil }
+                let minimum = FrameFormat.minimumBytesPerRow(pf, width: Int(w))
+                format = FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: pf == .mjpeg ? 0 : max(Int(bpr), minimum))
+            } else if type != RawDumpFormat.RecordType.audio.rawValue {
+                return nil
+            }
             var meta = [UInt8](repeating: 0, count: Int(metaLen))
-            if metaLen > 0 { _ = try pread(fd, &meta, offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
+            if metaLen > 0 { _ = try RawDumpReader.pread(fd, &meta, offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
             let seed = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &scratch) }
             // Hashed in pieces of at most 1 MiB: the length is the damaged file's word, not a size
             // to allocate.
             var hasher = XXHash64.Streaming(seed: seed)
-            var at = offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), left = Int(stored), whole = true
+            var at = offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), left = Int(stored)
             while left > 0 {
                 if piece.count != min(left, 1 << 20) { piece = [UInt8](repeating: 0, count: min(left, 1 << 20)) }
-                let n = try pread(fd, &piece, at, path)
-                guard n == piece.count else { whole = false; break }
+                let n = try RawDumpReader.pread(fd, &piece, at, path)
+                guard n == piece.count else { return nil }
                 piece.withUnsafeBytes { hasher.update($0) }
                 at += UInt64(n); left -= n
             }
-            guard whole, hasher.digest() == sum else { continue }
-            let minimum = FrameFormat.minimumBytesPerRow(pf, width: Int(w))
-            return (offset, FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: pf == .mjpeg ? 0 : max(Int(bpr), minimum)))
+            guard hasher.digest() == sum else { return nil }
+            return (type, total, format)
         }
-        return nil
     }
 
-    /// Whether a sound record's header is at `offset` (sound captured before the first frame).
-    private static func hasAudioRecord(_ fd: Int32, at offset: UInt64, fileSize: UInt64, path: String) throws -> Bool {
-        guard offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize else { return false }
-        var m = [UInt8](repeating: 0, count: 5)
-        return try pread(fd, &m, offset, path) == 5 && Array(m[0..<4]) == [0x56, 0x46, 0x52, 0x43] && m[4] == RawDumpFormat.RecordType.audio.rawValue
+    /// Where the records of a dump with a damaged header start, and the format of its first frame
+    /// record. First the records are walked from where the header says they start, each checked,
+    /// through any sound captured before the first frame; when that fails (the length field is
+    /// the damaged part, or the first record is), the first whole frame record in the file's first
+    /// 64 KiB is taken (a header's JSON is a few hundred bytes; at most 64 places that start with
+    /// a record's magic are tried).
+    private static func firstRecords(_ fd: Int32, from stated: UInt64?, fileSize: UInt64, path: String) throws -> (start: UInt64, format: FrameFormat)? {
+        let check = RecordCheck()
+        if let stated {
+            var offset = stated
+            for _ in 0..<100_000 {
+                guard let r = try check.record(fd, at: offset, fileSize: fileSize, path: path) else { break }
+                if let f = r.format { return (stated, f) }
+                offset += r.total
+            }
+        }
+        let window = Int(min(fileSize, 1 << 16))
+        var bytes = [UInt8](repeating: 0, count: window)
+        let got = try pread(fd, &bytes, 0, path)
+        var tried = 0, i = 16
+        while i + 4 <= got && tried < 64 {
+            if bytes[i] == 0x56, bytes[i + 1] == 0x46, bytes[i + 2] == 0x52, bytes[i + 3] == 0x43, UInt64(i) != stated {
+                tried += 1
+                if let r = try check.record(fd, at: UInt64(i), fileSize: fileSize, path: path), let f = r.format { return (UInt64(i), f) }
+            }
+            i += 1
+        }
+        return nil
     }
 
     /// The header's JSON read despite its checksum (the damage may be elsewhere in it); nil when
@@ -674,12 +687,12 @@ public final class RawDumpReader {
     }
 
     /// The frame interval the timestamps show (the median step of the first frames, to the
-    /// microsecond); 1/30 s when there are too few.
-    private static func interval(of entries: [DumpIndexEntry]) -> FrameInterval {
+    /// microsecond); nil when they show none (fewer than two frames, no step forward).
+    private static func interval(of entries: [DumpIndexEntry]) -> FrameInterval? {
         let ts = entries.prefix(61).map(\.timestampNanoseconds)
         var steps: [UInt64] = []
         for (a, b) in zip(ts, ts.dropFirst()) where b > a { steps.append(b - a) }
-        guard !steps.isEmpty else { return FrameInterval(numerator: 1, denominator: 30) }
+        guard !steps.isEmpty else { return nil }
         steps.sort()
         let us = max(1, (steps[steps.count / 2] + 500) / 1000)
         return FrameInterval(numerator: UInt32(min(us, UInt64(UInt32.max))), denominator: 1_000_000)

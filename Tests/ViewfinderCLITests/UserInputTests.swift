@@ -665,6 +665,16 @@ extension UserInputTests {
             #expect(frames >= 5)
         }
         try FileManager.default.removeItem(atPath: disk + "/x.y4m")
+        // The same on the y4m writer's general path (an odd width: not the planes-as-they-lie one).
+        #expect(CLIExit.run(["run", "--device", "pattern:format=grey,width=321,height=181,frames=40", "--output", disk + "/g.y4m"]) == 1)
+        do {
+            let y4m = try Y4MReader(path: disk + "/g.y4m")
+            let frame = Frame(capacity: y4m.format.maxByteCount, format: y4m.format)
+            var frames = 0
+            while try y4m.read(into: frame) { frames += 1 }
+            #expect(frames >= 5)
+        }
+        try FileManager.default.removeItem(atPath: disk + "/g.y4m")
         // The metadata file fills the disk the same way (a filler first leaves little room).
         let filler = try #require(FileHandle(forWritingAtPath: disk + "/filler") ?? {
             FileManager.default.createFile(atPath: disk + "/filler", contents: nil)

@@ -453,6 +453,57 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// Sound captured before the first frame survives a damaged header (the records are walked
+    /// from where the header said they start), even past the 64 KiB the fallback search reads; a
+    /// header whose checksum holds but whose JSON does not read stays an error.
+    @Test func aDamagedHeaderBeforeSoundKeepsTheSound() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/s.vfdump"
+        let fmt = FrameFormat(.grey, width: 8, height: 4)
+        let writer = try RawDumpWriter(path: path, format: fmt, interval: FrameInterval(numerator: 1, denominator: 30),
+                                       device: "sim", overwrite: true, preallocate: false, compressionThreads: 1)
+        // 40 periods of 10 ms stereo before the first frame: 64 KiB of sound.
+        let samples = [Int16](repeating: 7, count: 2 * 480)
+        for k in 0..<40 {
+            try samples.withUnsafeBytes { raw in
+                try writer.appendAudio(AudioBuffer(data: raw, format: AudioStreamFormat(sampleFormat: .s16, sampleRate: 48000, channels: 2),
+                                                   period: AudioPeriod(frames: 480, timestamp: Timestamp(nanoseconds: UInt64(k) * 10_000_000, clock: .monotonic),
+                                                                       position: UInt64(k) * 480, discontinuity: false),
+                                                   measuredRate: 48000))
+            }
+        }
+        let frame = Frame(capacity: fmt.maxByteCount, format: fmt)
+        for i in 0..<5 {
+            memset(frame.data, Int32(i * 40), fmt.maxByteCount)
+            frame.bytesUsed = fmt.maxByteCount
+            frame.timestamp = Timestamp(nanoseconds: 400_000_000 + UInt64(i) * 33_333_333)
+            try writer.append(frame)
+        }
+        try writer.close()
+        var data = try Data(contentsOf: URL(fileURLWithPath: path))
+        let device = try #require(data.range(of: Data("\"sim\"".utf8))).lowerBound + 1
+        data[device] ^= 0x01
+        try data.write(to: URL(fileURLWithPath: path))
+        let reader = try RawDumpReader(path: path)
+        #expect(reader.headerDamage != nil)
+        #expect(reader.audioEntries.count == 40)
+        #expect(reader.frameCount == 5)
+
+        // A whole header (its checksum right) with JSON this build cannot read.
+        var bad = try Data(contentsOf: URL(fileURLWithPath: path))
+        bad[device] ^= 0x01
+        let jsonLength = Int(bad[12]) | Int(bad[13]) << 8
+        for i in 16..<(16 + jsonLength) { bad[i] = 0x20 }
+        bad[16] = 0x7B   // "{" and blanks: no keys
+        let sum = bad.prefix(16 + jsonLength).withUnsafeBytes { XXHash64.hash($0) }
+        for i in 0..<8 { bad[16 + jsonLength + i] = UInt8(truncatingIfNeeded: sum >> (8 * i)) }
+        let badPath = dir + "/bad.vfdump"
+        try bad.write(to: URL(fileURLWithPath: badPath))
+        let e = #expect(throws: DumpError.self) { _ = try RawDumpReader(path: badPath) }
+        if case .notADump(_, let reason)? = e { #expect(reason.hasPrefix("its stream header does not read")) } else { Issue.record("\(String(describing: e))") }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
     @Test func notADumpIsATypedError() throws {
         let dir = makeTempDirectory()
         let path = dir + "/x.vfdump"
