@@ -656,24 +656,12 @@ extension UserInputTests {
         defer { Self.unmount(disk) }
         // 320x180 YUYV: 115200 bytes a frame in y4m, a 1 MiB disk holds 9 and a torn tenth.
         #expect(CLIExit.run(["run", "--device", "pattern:width=320,height=180,frames=40", "--output", disk + "/x.y4m"]) == 1)
-        do {
-            // (The reader closes the file at the end of this block: its space is free after it.)
-            let y4m = try Y4MReader(path: disk + "/x.y4m")
-            let frame = Frame(capacity: y4m.format.maxByteCount, format: y4m.format)
-            var frames = 0
-            while try y4m.read(into: frame) { frames += 1 }
-            #expect(frames >= 5)
-        }
+        // (The reader closes the file when it returns: its space is free after the removal.)
+        #expect(try Self.framesIn(y4m: disk + "/x.y4m") >= 5)
         try FileManager.default.removeItem(atPath: disk + "/x.y4m")
         // The same on the y4m writer's general path (an odd width: not the planes-as-they-lie one).
         #expect(CLIExit.run(["run", "--device", "pattern:format=grey,width=321,height=181,frames=40", "--output", disk + "/g.y4m"]) == 1)
-        do {
-            let y4m = try Y4MReader(path: disk + "/g.y4m")
-            let frame = Frame(capacity: y4m.format.maxByteCount, format: y4m.format)
-            var frames = 0
-            while try y4m.read(into: frame) { frames += 1 }
-            #expect(frames >= 5)
-        }
+        #expect(try Self.framesIn(y4m: disk + "/g.y4m") >= 5)
         try FileManager.default.removeItem(atPath: disk + "/g.y4m")
         // The metadata file fills the disk the same way (a filler first leaves little room).
         let filler = try #require(FileHandle(forWritingAtPath: disk + "/filler") ?? {
