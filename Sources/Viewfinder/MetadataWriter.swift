@@ -52,13 +52,10 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
     public let path: String
     public var ringCapacity: Int { 16 }
     public var overflowPolicy: OverflowPolicy { .dropNewest }
-    private var fd: Int32 = -1
-    private var buffer: [UInt8] = []
-    private var bufferedLines = 0
-    private var written = 0
+    private var file: WholeLineFile?
     public private(set) var failure: String?
     /// Lines in the file (whole lines only).
-    public private(set) var lines = 0
+    public var lines: Int { file?.lines ?? 0 }
     /// Called once, on the output's thread, when writing fails (set before the session starts).
     public var onFailure: (@Sendable (String) -> Void)?
 
@@ -71,51 +68,24 @@ public final class MetadataWriter: FrameConsumer, @unchecked Sendable {
         sigaddset(&pipeSignal, SIGPIPE)
         pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
         // Opened in place, without waiting for a fifo's reader (`StreamFile`).
-        fd = try StreamFile.openForWriting(path)
-        buffer.reserveCapacity(8192)
+        file = WholeLineFile(path: path, fd: try StreamFile.openForWriting(path), flushBytes: 4096)
     }
 
     public func consume(_ frame: Frame) {
-        guard fd >= 0, failure == nil else { return }
-        buffer.append(contentsOf: (frame.metadataJSON() + "\n").utf8)
-        bufferedLines += 1
-        if buffer.count >= 4096 { flush() }
+        guard let file, failure == nil else { return }
+        if !file.append(frame.metadataJSON()) { failed(file) }
     }
 
     public func finish(error: (any Error)?) {
-        guard fd >= 0 else { return }
-        if failure == nil { flush() }
-        close(fd)
-        fd = -1
+        guard let file else { return }
+        if failure == nil, !file.flush() { failed(file) }
+        file.close()
     }
 
-    /// Writes the buffered lines; on failure cuts a regular file back to its last whole line.
-    private func flush() {
-        var done = 0
-        let failed: Int32? = buffer.withUnsafeBytes { b -> Int32? in
-            while done < b.count {
-                let n = write(fd, b.baseAddress! + done, b.count - done)
-                if n > 0 { done += n; continue }
-                if n < 0 && errno == EINTR { continue }
-                return n < 0 ? errno : ENOSPC
-            }
-            return nil
-        }
-        if let e = failed {
-            // The whole lines among the bytes that went out stay; a torn one is cut off.
-            let whole = buffer[..<done].lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
-            lines += buffer[..<whole].reduce(0) { $0 + ($1 == 0x0A ? 1 : 0) }
-            var st = stat()
-            if whole < done, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG { _ = ftruncate(fd, off_t(written + whole)) }
-            written += whole
-            failure = String(cString: strerror(e))
-            onFailure?("writing the metadata file '\(path)' failed after \(lines) lines: \(failure!)")
-        } else {
-            lines += bufferedLines
-            written += done
-        }
-        buffer.removeAll(keepingCapacity: true)
-        bufferedLines = 0
+    private func failed(_ file: WholeLineFile) {
+        guard failure == nil, let message = file.failureMessage, let e = file.failure else { return }
+        failure = String(cString: strerror(e))
+        onFailure?(message)
     }
 }
 

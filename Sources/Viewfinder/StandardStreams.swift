@@ -17,12 +17,7 @@ package enum StandardStreams {
 
     private static func write(_ fd: Int32, _ text: String) {
         var bytes = Array(text.utf8)
-        bytes.withUnsafeMutableBytes { b in
-            var done = 0
-            while done < b.count {
-                let n = Glibc.write(fd, b.baseAddress! + done, b.count - done)
-                if n > 0 { done += n } else if n < 0 && errno == EINTR { continue } else { return }
-            }
-        }
+        var written = 0
+        _ = bytes.withUnsafeMutableBytes { DescriptorWrite.all(fd, $0.baseAddress!, $0.count, written: &written) }
     }
 }

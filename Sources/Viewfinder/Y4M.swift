@@ -449,11 +449,9 @@ public final class Y4MWriter {
             try writeFrame(frame)
         } catch {
             outCount = 0
-            var st = stat()
             // Only a file this writer created (and so started at offset 0): a descriptor it was
             // given may hold what others wrote before (`>> file`).
-            if cutsTornFrames, flushedBytes > wholeBytes, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 {
-                _ = lseek(fd, off_t(wholeBytes), SEEK_SET)
+            if cutsTornFrames, flushedBytes > wholeBytes, DescriptorWrite.cutRegularFile(fd, to: wholeBytes) {
                 flushedBytes = wholeBytes
             }
             throw error
@@ -511,22 +509,10 @@ public final class Y4MWriter {
     /// Writes out what is buffered.
     public func flush() throws {
         var done = 0
-        while done < outCount {
-            let n = Glibc.write(fd, out + done, outCount - done)
-            if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK, let wait = whenBlocked {
-                    do { try wait() } catch { outCount = 0; throw error }
-                    continue
-                }
-                let e = errno
-                outCount = 0
-                throw Y4MError.io(path: path, operation: "write", errno: e, message: String(cString: strerror(e)))
-            }
-            done += n
-            flushedBytes += n
+        defer { flushedBytes += done; outCount = 0 }
+        if let e = try DescriptorWrite.all(fd, out, outCount, written: &done, whenBlocked: whenBlocked.map { wait in { _ in try wait() } }) {
+            throw Y4MError.io(path: path, operation: "write", errno: e, message: String(cString: strerror(e)))
         }
-        outCount = 0
     }
 
     /// Closes the file (stdout is left open).

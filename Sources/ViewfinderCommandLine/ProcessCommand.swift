@@ -19,12 +19,14 @@ struct ProcessCommand: ParsableCommand {
     @Option(help: "Output .y4m file, or - for stdout.") var output: String
     @Option(help: "Write one JSON line of metadata per output frame to this file.") var metadata: String?
     @Flag(help: "Print no summary on stderr.") var quiet = false
+    @Flag(help: "Overwrite an existing output file (a fifo or a device is written into either way).") var force = false
 
     func run() throws {
         let registry = ViewfinderCommandLine.stages
         try refuseOverwritingInput(output, inputs: [input])
         try refuseOverwritingInput(metadata, inputs: [input], what: "metadata file")
         try refuseOneFileForTwoOutputs(("--output", output), ("--metadata", metadata))
+        try refuseExistingRegularFile(output, force: force)
         let specs = try StageSpec.parseList(stages).filter(\.enabled)
         let built = try specs.map { try registry.makeStage($0) }
         let reader = try Y4MReader(path: input)
@@ -36,11 +38,11 @@ struct ProcessCommand: ParsableCommand {
         if output != "-" {
             do { try StreamFile.checkWritable(output) } catch { throw RuntimeFailure.cannotCreate("output", output, error) }
         }
-        var meta: MetadataLines?
+        var meta: WholeLineFile?
         if let path = metadata {
             // Opened in place, as `run --metadata` opens it (`StreamFile`): a fifo or a device
             // there is written into, not replaced.
-            do { meta = MetadataLines(path: path, fd: try StreamFile.openForWriting(path)) } catch {
+            do { meta = WholeLineFile(path: path, fd: try StreamFile.openForWriting(path), flushBytes: 0) } catch {
                 throw RuntimeFailure.cannotCreate("metadata file", path, error)
             }
         }
@@ -57,7 +59,11 @@ struct ProcessCommand: ParsableCommand {
             do {
                 try writer.write(frame)
                 written += 1
-                try meta?.write(frame.metadataJSON() + "\n")
+                // Each line as it comes (a reader on a fifo sees it at once); a failed write
+                // leaves the file's whole lines and stops the run with which file and after how many.
+                if let meta, !meta.append(frame.metadataJSON()) {
+                    throw RuntimeFailure(message: meta.failureMessage ?? "writing the metadata file '\(meta.path)' failed")
+                }
             } catch { writeError = error }
         }
         // Enough frames for every stage's look-ahead plus the one being read.
@@ -92,39 +98,5 @@ struct ProcessCommand: ParsableCommand {
             StandardStreams.error(line + "\n")
         }
         if let inputError { throw inputError }
-    }
-}
-
-/// `process --metadata`: one line per frame, written as it comes; a failed write (a full disk)
-/// cuts a regular file back to its last whole line and says which file and after how many lines.
-final class MetadataLines {
-    let path: String
-    private var fd: Int32
-    private var bytes = 0
-    private var lines = 0
-    init(path: String, fd: Int32) { self.path = path; self.fd = fd }
-
-    func write(_ line: String) throws {
-        var done = 0
-        let failed: Int32? = Array(line.utf8).withUnsafeBytes { b -> Int32? in
-            while done < b.count {
-                let n = Glibc.write(fd, b.baseAddress! + done, b.count - done)
-                if n > 0 { done += n; continue }
-                if n < 0 && errno == EINTR { continue }
-                return n < 0 ? errno : ENOSPC
-            }
-            return nil
-        }
-        if let e = failed {
-            var st = stat()
-            if done > 0, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG { _ = ftruncate(fd, off_t(bytes)) }
-            throw RuntimeFailure(message: "writing the metadata file '\(path)' failed after \(lines) lines: \(String(cString: strerror(e)))")
-        }
-        bytes += done
-        lines += 1
-    }
-
-    func close() {
-        if fd >= 0 { Glibc.close(fd); fd = -1 }
     }
 }

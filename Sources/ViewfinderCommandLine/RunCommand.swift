@@ -107,6 +107,7 @@ struct RunCommand: ParsableCommand {
         try refuseOverwritingInput(frameOutput.output, inputs: [source])
         try refuseOverwritingInput(metadata, inputs: [source, config], what: "metadata file")
         try refuseOneFileForTwoOutputs(("--output", frameOutput.output), ("--metadata", metadata))
+        try refuseExistingRegularFile(frameOutput.output, force: frameOutput.force)
         // Checked before anything is captured, by the rule the writer opens it by (`StreamFile`).
         if let metadata {
             do { try StreamFile.checkWritable(metadata) } catch {

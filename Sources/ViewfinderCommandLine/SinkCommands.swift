@@ -46,6 +46,17 @@ func refuseExisting(_ path: String, force: Bool) throws {
     }
 }
 
+/// For the stream outputs of `run --output` and `process --output`: refuses an existing regular
+/// file without --force, as the other commands refuse theirs (frames captured earlier are not
+/// lost to a repeated command). A fifo, a terminal or another device is written into, not
+/// replaced, and passes; `-` is standard output.
+func refuseExistingRegularFile(_ path: String?, force: Bool) throws {
+    guard let path, !force, path != "-" else { return }
+    var st = stat()
+    guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return }
+    throw ValidationError("'\(path)' exists; add --force to overwrite it")
+}
+
 /// The file a device string reads (`dump:FILE[,options]`), if it names one.
 func inputFile(ofDevice device: String?) -> String? {
     guard let d = device, d.hasPrefix("dump:") else { return nil }

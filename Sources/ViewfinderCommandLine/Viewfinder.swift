@@ -67,11 +67,7 @@ struct ViewfinderCommand: ParsableCommand {
     /// notice, warning, error, critical) sets another level.
     static func bootstrapLogging() {
         let level = ProcessInfo.processInfo.environment["VIEWFINDER_LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0.lowercased()) } ?? .warning
-        LoggingSystem.bootstrap { label in
-            var h = StreamLogHandler.standardError(label: label)
-            h.logLevel = level
-            return h
-        }
+        LoggingSystem.bootstrap { label in CommandLineLogHandler(label: label, logLevel: level) }
     }
 }
 
@@ -86,6 +82,7 @@ enum CLIExit {
         do {
             var command = try ViewfinderCommand.parseAsRoot(arguments)
             try command.run()
+            HeldErrorLines.shared.release(before: nil)
             return 0
         } catch {
             return report(error)
@@ -100,8 +97,11 @@ enum CLIExit {
             print(ViewfinderCommand.fullMessage(for: error))
             return 0
         }
+        let text = message(for: error)
+        // The libraries' log lines that said this already are not printed above it.
+        HeldErrorLines.shared.release(before: text)
         var stderr = StandardError()
-        print("viewfinder: error: \(message(for: error))", to: &stderr)
+        print("viewfinder: error: \(text)", to: &stderr)
         return status(for: error)
     }
 

@@ -239,10 +239,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     private func cutToWholeFrames() {
         // Only a file this output opened (truncated, so its bytes are all this run's): standard
         // output may be a file others wrote into before (`>> frames.raw`).
-        guard bytesOut > wholeBytes, fd >= 0, path != "-" else { return }
-        var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(wholeBytes)) == 0 else { return }
-        _ = lseek(fd, off_t(wholeBytes), SEEK_SET)
+        guard bytesOut > wholeBytes, fd >= 0, path != "-", DescriptorWrite.cutRegularFile(fd, to: wholeBytes) else { return }
         bytesOut = wholeBytes
     }
 
@@ -287,18 +284,15 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     }
 
     private func writeAll(_ p: UnsafeRawPointer, _ count: Int) throws {
-        var done = 0
-        while done < count {
-            let n = write(fd, p + done, count - done)
-            if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK { try waitUntilWritable(); continue }
-                throw SinkError.fromErrno(path: path, operation: "write")
-            }
-            done += n
-            bytesOut += n
-            lastProgress = monotonicNanoseconds()
+        var done = 0, counted = 0
+        defer { bytesOut += done - counted }
+        let failed = try DescriptorWrite.all(fd, p, count, written: &done) { [self] soFar in
+            // Bytes went in since the last wait: the reader is reading.
+            if soFar > counted { bytesOut += soFar - counted; counted = soFar; lastProgress = monotonicNanoseconds() }
+            try waitUntilWritable()
         }
+        if done > counted { lastProgress = monotonicNanoseconds() }
+        if let e = failed { throw SinkError.fromErrno(path: path, operation: "write", errno: e) }
     }
 
     /// Waits for room in the pipe (the reader reads), in steps of 100 ms; once

@@ -605,6 +605,23 @@ public final class RawDumpReader {
         return (info, UInt64(16 + jsonLength + 8))
     }
 
+    /// The record whose header starts at `offset`: its header in `h`, its metadata and the seed of
+    /// its checksum (header and metadata hashed; the payload goes on from it); nil when no record
+    /// header is there (the file ends first, no magic, a metadata length no record has). Shared by
+    /// the reads of frames and the walk over a dump whose header is damaged.
+    private static func recordHead(_ fd: Int32, at offset: UInt64, path: String, header h: inout [UInt8], scratch: inout [UInt8]) throws -> (stored: UInt32, metadata: [UInt8], seed: UInt64, sum: UInt64)? {
+        guard try pread(fd, &h, offset, path) == h.count else { return nil }
+        let (magic, stored, metaLen, sum) = h.withUnsafeBytes { b -> (UInt32, UInt32, UInt32, UInt64) in
+            let p = b.baseAddress!
+            return (LE.get(p, 0, UInt32.self), LE.get(p, 8, UInt32.self), LE.get(p, 52, UInt32.self), LE.get(p, 64, UInt64.self))
+        }
+        guard magic == RawDumpFormat.recordMagic, metaLen < 1 << 16 else { return nil }
+        var meta = [UInt8](repeating: 0, count: Int(metaLen))
+        if metaLen > 0 { guard try pread(fd, &meta, offset + UInt64(RawDumpFormat.recordHeaderSize), path) == meta.count else { return nil } }
+        let seed = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &scratch) }
+        return (stored, meta, seed, sum)
+    }
+
     /// A whole record at `offset` (its checksum holds): its type, its length, and for a frame its
     /// format; nil when there is none.
     private final class RecordCheck {
@@ -612,29 +629,26 @@ public final class RawDumpReader {
         var scratch: [UInt8] = [], piece: [UInt8] = []
 
         func record(_ fd: Int32, at offset: UInt64, fileSize: UInt64, path: String) throws -> (type: UInt8, total: UInt64, format: FrameFormat?)? {
-            guard offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize, try RawDumpReader.pread(fd, &h, offset, path) == h.count else { return nil }
-            let (magic, type, stored, metaLen, fourcc, w, hgt, bpr, sum) = h.withUnsafeBytes { b -> (UInt32, UInt8, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt64) in
-                let p = b.baseAddress!
-                return (LE.get(p, 0, UInt32.self), b[4], LE.get(p, 8, UInt32.self), LE.get(p, 52, UInt32.self), LE.get(p, 16, UInt32.self),
-                        LE.get(p, 20, UInt32.self), LE.get(p, 24, UInt32.self), LE.get(p, 28, UInt32.self), LE.get(p, 64, UInt64.self))
-            }
-            let total = UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen) + UInt64(stored)
-            guard magic == RawDumpFormat.recordMagic, metaLen < 1 << 16, offset + total <= fileSize else { return nil }
+            guard offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize,
+                  let head = try RawDumpReader.recordHead(fd, at: offset, path: path, header: &h, scratch: &scratch) else { return nil }
+            let total = UInt64(RawDumpFormat.recordHeaderSize) + UInt64(head.metadata.count) + UInt64(head.stored)
+            guard offset + total <= fileSize else { return nil }
+            let type = h[4]
             var format: FrameFormat?
             if type == RawDumpFormat.RecordType.frame.rawValue {
+                let (fourcc, w, hgt, bpr) = h.withUnsafeBytes { b in
+                    (LE.get(b.baseAddress!, 16, UInt32.self), LE.get(b.baseAddress!, 20, UInt32.self), LE.get(b.baseAddress!, 24, UInt32.self), LE.get(b.baseAddress!, 28, UInt32.self))
+                }
                 guard let pf = PixelFormat(fourcc: fourcc), w > 0, hgt > 0, w < 1 << 16, hgt < 1 << 16, bpr < 1 << 20 else { return nil }
                 let minimum = FrameFormat.minimumBytesPerRow(pf, width: Int(w))
                 format = FrameFormat(pf, width: Int(w), height: Int(hgt), bytesPerRow: pf == .mjpeg ? 0 : max(Int(bpr), minimum))
             } else if type != RawDumpFormat.RecordType.audio.rawValue {
                 return nil
             }
-            var meta = [UInt8](repeating: 0, count: Int(metaLen))
-            if metaLen > 0 { _ = try RawDumpReader.pread(fd, &meta, offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
-            let seed = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &scratch) }
             // Hashed in pieces of at most 1 MiB: the length is the damaged file's word, not a size
             // to allocate.
-            var hasher = XXHash64.Streaming(seed: seed)
-            var at = offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen), left = Int(stored)
+            var hasher = XXHash64.Streaming(seed: head.seed)
+            var at = offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(head.metadata.count), left = Int(head.stored)
             while left > 0 {
                 if piece.count != min(left, 1 << 20) { piece = [UInt8](repeating: 0, count: min(left, 1 << 20)) }
                 let n = try RawDumpReader.pread(fd, &piece, at, path)
@@ -642,7 +656,7 @@ public final class RawDumpReader {
                 piece.withUnsafeBytes { hasher.update($0) }
                 at += UInt64(n); left -= n
             }
-            guard hasher.digest() == sum else { return nil }
+            guard hasher.digest() == head.sum else { return nil }
             return (type, total, format)
         }
     }
@@ -820,16 +834,13 @@ public final class RawDumpReader {
     /// uncompressed and fits there (a replay of a noisy dump then copies each frame once, not twice).
     private func checkedPayload(_ e: DumpIndexEntry, frameNumber: Int, direct: UnsafeMutableRawBufferPointer? = nil) throws -> (header: [UInt8], metadata: [UInt8], payload: UnsafeRawBufferPointer) {
         var h = [UInt8](repeating: 0, count: RawDumpFormat.recordHeaderSize)
-        guard try RawDumpReader.pread(fd, &h, e.offset, path) == h.count else { throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "truncated header") }
-        let (magic, stored, metaLen, sum) = h.withUnsafeBytes { b -> (UInt32, UInt32, UInt32, UInt64) in
-            let p = b.baseAddress!
-            return (LE.get(p, 0, UInt32.self), LE.get(p, 8, UInt32.self), LE.get(p, 52, UInt32.self), LE.get(p, 64, UInt64.self))
+        guard let head = try Self.recordHead(fd, at: e.offset, path: path, header: &h, scratch: &checksummed) else {
+            throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "no whole record header there")
         }
-        guard magic == RawDumpFormat.recordMagic, stored == e.storedLength, metaLen < 1 << 16 else {
+        guard head.stored == e.storedLength else {
             throw DumpError.corruptRecord(path: path, offset: e.offset, reason: "header does not match the index")
         }
-        var meta = [UInt8](repeating: 0, count: Int(metaLen))
-        if metaLen > 0 { _ = try RawDumpReader.pread(fd, &meta, e.offset + UInt64(RawDumpFormat.recordHeaderSize), path) }
+        let (stored, meta, hh, sum) = head
         let buf: UnsafeMutableRawBufferPointer
         if let direct, h[5] & (RawDumpFormat.flagCompressed | RawDumpFormat.flagChunked) == 0, Int(stored) <= direct.count {
             buf = UnsafeMutableRawBufferPointer(rebasing: direct[0..<Int(stored)])
@@ -837,9 +848,8 @@ public final class RawDumpReader {
             ensureScratch(Int(stored))
             buf = UnsafeMutableRawBufferPointer(start: scratch, count: Int(stored))
         }
-        let hh = h.withUnsafeBytes { RawDumpFormat.recordSeed(header: $0.baseAddress!, metadata: meta, scratch: &checksummed) }
         // Read in pieces and hash each while it is in the cache (one pass over memory, not two).
-        let payloadOffset = e.offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(metaLen)
+        let payloadOffset = e.offset + UInt64(RawDumpFormat.recordHeaderSize) + UInt64(meta.count)
         let (fd, path) = (fd, path)
         let (got, filled) = try XXHash64.hashWhileFilling(UnsafeRawPointer(buf.baseAddress!), count: buf.count, seed: hh) { offset, n in
             try RawDumpReader.pread(fd, UnsafeMutableRawBufferPointer(rebasing: buf[offset..<(offset + n)]), payloadOffset + UInt64(offset), path)

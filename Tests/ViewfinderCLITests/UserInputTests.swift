@@ -37,8 +37,8 @@ import ViewfinderBench
         #expect(CLIExit.run(["run", "--device", "pattern:width=96,height=64,frames=8", "--output", input]) == 0)
         #expect(try Self.framesIn(y4m: input) == 8)
         // No stages, a stage without delay, and one that holds frames (handed out at the end).
-        for stages in [[], ["--stages", "null"], ["--stages", "stabilise:lookahead=3"]] {
-            let out = s.path("out\(stages.count).y4m")
+        for (i, stages) in [[], ["--stages", "null"], ["--stages", "stabilise:lookahead=3"]].enumerated() {
+            let out = s.path("out\(i).y4m")
             #expect(CLIExit.run(["process", "--input", input, "--output", out, "--quiet"] + stages) == 0, "\(stages)")
             #expect(try Self.framesIn(y4m: out) == 8, "\(stages)")
         }
@@ -60,6 +60,44 @@ import ViewfinderBench
             #expect(CLIExit.run(["process", "--input", input, "--output", output, "--quiet"]) == 0)
             #expect(try Y4MReader(path: output).header.colorRange == tag)
         }
+    }
+
+    /// `run --output` and `process --output` keep an existing file unless told (--force), as
+    /// `record`, `dump`, `snap` and `export` do; a fifo or a device is written into either way.
+    @Test func streamOutputsKeepAnExistingFileWithoutForce() throws {
+        let s = Scratch()
+        let taken = s.path("taken.y4m"), again = s.path("again.y4m")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=4", "--output", taken]) == 0)
+        let before = try Data(contentsOf: URL(fileURLWithPath: taken))
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--output", taken]) == 64)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--output", taken, "--output-format", "raw"]) == 64)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: taken)) == before)
+        #expect(CLIExit.run(["process", "--input", taken, "--output", again, "--quiet"]) == 0)
+        let processed = try Data(contentsOf: URL(fileURLWithPath: again))
+        #expect(CLIExit.run(["process", "--input", taken, "--output", again, "--stages", "null", "--quiet"]) == 64)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: again)) == processed)
+        // Told to: replaced.
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--output", taken, "--force"]) == 0)
+        #expect(try Self.framesIn(y4m: taken) == 2)
+        #expect(CLIExit.run(["process", "--input", taken, "--output", again, "--force", "--quiet"]) == 0)
+        #expect(try Self.framesIn(y4m: again) == 2)
+        // A device and a fifo are written into without it.
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--output", "/dev/null"]) == 0)
+        let fifo = s.path("f.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let got = LockedBox(0)
+        let reader = Thread {
+            // Opening waits for the writer; reading ends at its close.
+            guard let h = FileHandle(forReadingAtPath: fifo) else { return }
+            let n = h.readDataToEndOfFile().count
+            got.withLock { $0 = n }
+        }
+        reader.start()
+        #expect(CLIExit.run(["process", "--input", taken, "--output", fifo, "--quiet"]) == 0)
+        for _ in 0..<200 where got.withLock({ $0 }) == 0 { usleep(10_000) }
+        #expect(got.withLock { $0 } == (try Data(contentsOf: URL(fileURLWithPath: again))).count)
+        // --force is for --output.
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--force"]) == 64)
     }
 
     @Test func anInputIsNeverTheOutput() throws {
@@ -645,6 +683,52 @@ extension UserInputTests {
                     "\(args[0]): \(child.terminationReason == .exit ? "exit" : "signal") \(child.terminationStatus)")
         }
         #expect(try Y4MReader(path: s.path("e.y4m")).header.width == 64)
+    }
+
+    static let logChildEnv = "VF_TEST_LOG_CHILD"
+
+    /// The child of `aFailureIsSaidOnceNotAgainByTheLibrariesLogs`: the command line's logging as
+    /// `main` sets it up, then the command in the variable (tab-separated).
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[logChildEnv] != nil))
+    func logChild() {
+        ViewfinderCommand.bootstrapLogging()
+        let args = ProcessInfo.processInfo.environment[Self.logChildEnv]!.split(separator: "\t").map(String.init)
+        exit(CLIExit.run(args))
+    }
+
+    /// A failing command says its error once (`viewfinder: error: …`): the outputs' and the
+    /// session's own error logs of the same failure are not printed above it (before, a frame
+    /// output on a full disk printed it three times); an error log that says something else is.
+    @Test func aFailureIsSaidOnceNotAgainByTheLibrariesLogs() throws {
+        let s = Scratch()
+        for (args, status) in [(["run", "--device", "pattern:width=64,height=32,frames=3", "--output", "/dev/full"], Int32(1)),
+                               (["run", "--device", "pattern:width=64,height=32,frames=3"], 0)] {
+            let child = Process()
+            child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+            child.arguments = ["--testing-library", "swift-testing", "--filter", "logChild"]
+            child.environment = ProcessInfo.processInfo.environment.merging([Self.logChildEnv: args.joined(separator: "\t")]) { $1 }
+            child.standardOutput = FileHandle.nullDevice
+            let err = s.path("err-\(status).txt")
+            FileManager.default.createFile(atPath: err, contents: nil)
+            child.standardError = try #require(FileHandle(forWritingAtPath: err))
+            try child.run()
+            child.waitUntilExit()
+            #expect(child.terminationStatus == status)
+            let lines = try String(contentsOfFile: err, encoding: .utf8).split(separator: "\n")
+            let said = lines.filter { $0.contains("no space left") }
+            if status == 1 {
+                #expect(said.count == 1 && said.first?.hasPrefix("viewfinder: error: ") == true, "\(lines)")
+            } else {
+                #expect(!lines.contains { $0.contains("error") }, "\(lines)")
+            }
+        }
+        // Held lines that are not the command's error are printed, before its error line.
+        let held = HeldErrorLines()
+        held.hold(message: "frame output 'x': disk full", line: "A frame output 'x': disk full\n")
+        held.hold(message: "movie: encoding frame 3 failed", line: "B movie: encoding frame 3 failed\n")
+        var printed = ""
+        held.release(before: "disk full") { printed += $0 }
+        #expect(printed == "B movie: encoding frame 3 failed\n")
     }
 
     /// A full disk under `run --output x.y4m` and `--metadata`: the files end at their last whole
