@@ -102,6 +102,8 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
     private var periodFramesInBuffer = 0
     private var periodTimestamp: UInt64 = 0
     private var pendingLoss = 0
+    /// The next period starts a new pass of a looped replay (a join on the time line, no loss).
+    private var pendingJoin = false
     private var started = false
 
     /// How far ahead of the video an unpaced replay's sound may run.
@@ -132,7 +134,7 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
     public func configure(_ request: AudioStreamRequest) throws -> AudioStreamFormat { format }
 
     public func start() throws {
-        entry = -1; pass = 0; cursorFrames = 0; periodFramesInBuffer = 0; pendingLoss = 0
+        entry = -1; pass = 0; cursorFrames = 0; periodFramesInBuffer = 0; pendingLoss = 0; pendingJoin = false
         closedBox.withLock { $0 = false }
         started = true
         timeline.soundStarted()
@@ -155,8 +157,9 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
                 pass += 1
                 if loops != 0 && pass >= loops { return false }
                 entry = 0
-                // The next pass's sound follows on the time line, not in the card's positions.
-                pendingLoss = 1
+                // The next pass's sound follows on the time line, not in the card's positions:
+                // a discontinuity, but nothing was lost.
+                pendingJoin = true
             }
             let e = reader.audioEntries[entry]
             if e.timestampNanoseconds >= videoSpanEnd || (pass > 0 && e.timestampNanoseconds < firstVideo) { continue }
@@ -215,9 +218,10 @@ public final class DumpAudioSource: AudioCaptureSource, @unchecked Sendable {
         samples.withUnsafeBytes { s in buffer.copyMemory(from: s.baseAddress! + cursorFrames * format.bytesPerFrame, byteCount: bytes) }
         cursorFrames += n
         let stamp = rebase ? UInt64(bitPattern: Int64(bitPattern: epoch) &+ mediaStart) : recorded &+ passShift
-        let lost = pendingLoss
+        let lost = pendingLoss, join = pendingJoin
         pendingLoss = 0
-        return AudioReadResult(frames: n, timestamp: Timestamp(nanoseconds: stamp, clock: .monotonic), overruns: lost)
+        pendingJoin = false
+        return AudioReadResult(frames: n, timestamp: Timestamp(nanoseconds: stamp, clock: .monotonic), overruns: lost, discontinuity: join)
     }
 }
 

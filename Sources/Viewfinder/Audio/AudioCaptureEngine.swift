@@ -219,6 +219,7 @@ public final class AudioCaptureEngine: @unchecked Sendable {
                 break
             }
             if r.overruns > 0 { overruns.add(UInt64(r.overruns), ordering: .relaxed); lostBefore = true }
+            if r.discontinuity { lostBefore = true }
             guard r.frames > 0 else {
                 if slot < slotCount { spare = slot }
                 if r.endOfStream { break }

@@ -9,8 +9,13 @@ public struct AudioReadResult: Sendable, Equatable {
     public var overruns: Int
     /// A finite source (a recording replayed) has nothing after these frames.
     public var endOfStream: Bool
-    public init(frames: Int, timestamp: Timestamp?, overruns: Int = 0, endOfStream: Bool = false) {
+    /// These frames do not follow the previous ones on the device's clock although none were lost
+    /// (a replay starting its next loop): the period is marked a discontinuity, as after an
+    /// overrun, without counting one.
+    public var discontinuity: Bool
+    public init(frames: Int, timestamp: Timestamp?, overruns: Int = 0, endOfStream: Bool = false, discontinuity: Bool = false) {
         self.frames = frames; self.timestamp = timestamp; self.overruns = overruns; self.endOfStream = endOfStream
+        self.discontinuity = discontinuity
     }
 }
 
