@@ -77,7 +77,11 @@ public struct AudioTimelineAligner {
     public mutating func emit(upTo endNanoseconds: UInt64, into out: inout [Int16]) -> UInt64 {
         let first = emitted
         guard hasInput, endNanoseconds > origin else { return first }
-        let want = UInt64((Double(endNanoseconds - origin) * Double(sampleRate) / 1e9).rounded(.down))
+        // Frame k plays at k / rate: those before the end are the first ⌈end · rate⌉ (rounding
+        // down lost the last one whenever the end was a hair short of a whole frame, as a 30 fps
+        // end of 1999999999 ns is of 96000 at 48 kHz; the millionth of a frame keeps a whole one
+        // from counting one more).
+        let want = UInt64(max(0, Double(endNanoseconds - origin) * Double(sampleRate) / 1e9 - 1e-6).rounded(.up))
         let tol = tolerance * Double(sampleRate)
         if !started { start(into: &out, until: want) }
         guard started else { return first }
