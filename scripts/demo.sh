@@ -16,7 +16,7 @@ scene="sim:width=1280,height=720,fps=30,shake=4,flicker=50,exposure=2,focus=150,
 stages="exposure:mode=continuous,focus:mode=auto,stabilise"
 
 echo "== 1. pipeline run: $stages" >&2
-$vf run --device "$scene" --stages "$stages" --frames 150 --metadata out/frames.jsonl
+$vf run --device "$scene" --stages "$stages" --frames 150 --metadata out/frames.jsonl --force
 echo "== 2. movie" >&2
 $vf record --device "$scene" --stages "$stages" --duration 5 --output out/demo.mov --force
 echo "== 3. still" >&2

@@ -193,17 +193,29 @@ public final class EngineStatistics: Sendable {
         let a = firstFrameTime.load(ordering: .relaxed), b = lastFrameTime.load(ordering: .relaxed)
         return a > 0 && b > a ? Double(b - a) / 1e9 : 0
     }
-    /// The camera's rate: frames it made (``captured``, the lost ones included) per second of
-    /// ``frameSpanSeconds``. 0 before a second frame.
+    private let capturedAtFirstArrival = Atomic<UInt64>(0)
+    private let capturedAtLastArrival = Atomic<UInt64>(0)
+    /// Notes, after a frame that arrived was counted, how many the camera has made (capture thread).
+    func noteCapturedAtArrival() {
+        let c = capturedCount.load(ordering: .relaxed)
+        if capturedAtFirstArrival.load(ordering: .relaxed) == 0 { capturedAtFirstArrival.store(c, ordering: .relaxed) }
+        capturedAtLastArrival.store(c, ordering: .relaxed)
+    }
+    /// The camera's rate: frames it made (the lost ones included) per second of
+    /// ``frameSpanSeconds``, counted from the first frame that arrived to the last — frames lost
+    /// before the first or after the last are outside the span (counting those made a camera
+    /// that lost its last two frames of a second look faster than it is: 32.8 fps at 30).
+    /// 0 before a second frame.
     public var capturedFps: Double {
         let span = frameSpanSeconds
-        return span > 0 && captured > 1 ? Double(captured - 1) / span : 0
+        let a = capturedAtFirstArrival.load(ordering: .relaxed), b = capturedAtLastArrival.load(ordering: .relaxed)
+        return span > 0 && b > a ? Double(b - a) / span : 0
     }
     /// Frames per second that left the stage chain, over the same span (below ``capturedFps``
     /// by the drops).
     public var deliveredFps: Double {
-        let span = frameSpanSeconds, c = captured
-        return span > 0 && c > 1 ? Double(c - 1) / span * Double(delivered) / Double(c) : 0
+        let c = captured
+        return c > 0 ? capturedFps * Double(delivered) / Double(c) : 0
     }
     func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
     private let refusedMetadataCount = Atomic<UInt64>(0)
@@ -600,6 +612,7 @@ public final class CaptureEngine: @unchecked Sendable {
                     if f.metadata.exposedWith.isEmpty { f.metadata.exposedWith = exposed }
                 }
                 statistics.countCaptured()
+                statistics.noteCapturedAtArrival()
                 firstChannel.send(f)
             case .lost(let reason, var n):
                 // On the camera's time, lost frames are placed at the nominal interval after the

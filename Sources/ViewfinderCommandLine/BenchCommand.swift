@@ -21,10 +21,10 @@ struct BenchCommand: ParsableCommand {
     @OptionGroup var stream: StreamRequestOptions
     @Option(help: "Controls to step for the control latency: \(SteppedControl.allCases.map(\.rawValue).joined(separator: ", ")), or none.")
     var controls: String = "exposure,gain,focus"
-    @Option(parsing: .unconditional, help: "Steps per control (alternately away from the current value and back).") var steps: Int = 3
+    @Option(parsing: .unconditional, help: "Steps per control (alternately away from the current value and back). Default: 3.") var steps: Int?
     @Option(parsing: .unconditional, help: "The largest control latency looked for, frames.") var maxControlLatency: Int = 10
     @Flag(help: "Also measure every listed mode (format and size at its fastest listed rate).") var sweep = false
-    @Option(parsing: .unconditional, help: "Seconds per mode of --sweep.") var sweepSeconds: Double = 1.5
+    @Option(parsing: .unconditional, help: "Seconds per mode of --sweep. Default: 1.5.") var sweepSeconds: Double?
     @Flag(help: "Print the report as JSON (a stable schema) instead of a summary.") var json = false
     @Option(help: "Write the HTML report (self-contained, with SVG plots) to this file.") var report: String?
     @Option(help: "Compare with an earlier --json report and mark regressions beyond the measured noise.") var baseline: String?
@@ -34,7 +34,10 @@ struct BenchCommand: ParsableCommand {
         // The bench keeps every frame's record in memory: an hour per run is its limit.
         try checkDuration(duration, limit: 3600)
         try checkDuration(sweepSeconds, option: "--sweep-seconds", limit: 600)
-        if !(1...30).contains(steps) { throw ValidationError("--steps must be 1...30, got \(steps)") }
+        if let steps, !(1...30).contains(steps) { throw ValidationError("--steps must be 1...30, got \(steps)") }
+        // Options of a part that does not run are refused, not ignored.
+        if sweepSeconds != nil && !sweep { throw ValidationError("--sweep-seconds needs --sweep") }
+        if try steps != nil && steppedControls().isEmpty { throw ValidationError("--steps needs a control to step (--controls is none)") }
         if !(1...60).contains(maxControlLatency) { throw ValidationError("--max-control-latency must be 1...60 frames, got \(maxControlLatency)") }
         _ = try steppedControls()
         if failOnRegression && baseline == nil { throw ValidationError("--fail-on-regression needs --baseline") }
@@ -43,6 +46,7 @@ struct BenchCommand: ParsableCommand {
     func steppedControls() throws -> [SteppedControl] {
         if controls == "none" || controls.isEmpty { return [] }
         return try controls.split(separator: ",").map {
+            if $0 == "none" { throw ValidationError("'none' stands alone in --controls (no control is stepped), not in a list") }
             guard let c = SteppedControl(rawValue: String($0)) else {
                 throw ValidationError("unknown control '\($0)' (known: \(SteppedControl.allCases.map(\.rawValue).joined(separator: ", ")), none)")
             }
@@ -62,10 +66,10 @@ struct BenchCommand: ParsableCommand {
         cfg.pixelFormat = try stream.pixelFormat
         cfg.width = stream.width; cfg.height = stream.height; cfg.fps = stream.fps
         cfg.controls = try steppedControls()
-        cfg.stepsPerControl = steps
+        cfg.stepsPerControl = steps ?? 3
         cfg.maxControlLatencyFrames = maxControlLatency
         cfg.sweep = sweep
-        cfg.sweepSeconds = sweepSeconds
+        cfg.sweepSeconds = sweepSeconds ?? 1.5
         // Ctrl-C (or SIGTERM) ends the measurements where they are and prints what was measured.
         let runner = BenchRunner(configuration: cfg)
         let interrupt = onInterrupt(runner.interrupter)

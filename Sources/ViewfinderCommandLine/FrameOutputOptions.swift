@@ -10,8 +10,6 @@ struct FrameOutputOptions: ParsableArguments {
     var output: String?
     @Option(name: .customLong("output-format"), help: "Format of --output: y4m (default) or raw (bare planes; the layout is printed to stderr).")
     var outputFormat: String = "y4m"
-    @Flag(help: "Overwrite an existing --output file (a fifo or a device is written into either way).")
-    var force = false
     @Option(help: "Publish the frames into the POSIX shared-memory ring /dev/shm/NAME (for python/ FrameReader and other local readers).")
     var shm: String?
     @Option(name: .customLong("shm-slots"), parsing: .unconditional, help: "Frames the shared-memory ring holds (2…1024).")
@@ -22,7 +20,6 @@ struct FrameOutputOptions: ParsableArguments {
             throw ValidationError("unknown --output-format '\(outputFormat)' (known: \(FramePipeOutput.Format.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
         if output == nil && outputFormat != "y4m" { throw ValidationError("--output-format needs --output") }
-        if output == nil && force { throw ValidationError("--force needs --output") }
         if output == "-" && isatty(STDOUT_FILENO) != 0 { throw ValidationError("refusing to write frames to a terminal: pipe --output - into a program, or give a file") }
         if let n = shmSlots, !(2...1024).contains(n) { throw ValidationError("--shm-slots must be within 2…1024") }
         if shm == nil && shmSlots != nil { throw ValidationError("--shm-slots needs --shm") }

@@ -61,7 +61,9 @@ struct PreviewCommand: ParsableCommand {
         }
         session.beginConfiguration()
         try session.setStages(specs)
-        var options = EngineOptions(durationSeconds: duration)
+        // --duration is the preview's, timed below from the start: the engine's own would start
+        // again with every run of the session (a stage switch restarts it).
+        var options = EngineOptions()
         if !dev.source.isLive { options.stallTimeoutSeconds = 30 }
         try session.setEngineOptions(options)
         try session.commitConfiguration()
@@ -124,14 +126,17 @@ struct PreviewCommand: ParsableCommand {
             session.waitUntilFinished()
             stop()
         }
+        if let duration { DispatchQueue.global().asyncAfter(deadline: .now() + duration) { stop() } }
         done.wait()
         // A server that ended by itself (it failed) was not stopped: its recording ends here.
         if !stopped.withLock({ $0 }), server.movie.isRecording { server.movie.stopRecording() }
         session.stopRunning()
         if let e = failure.withLock({ $0 }) { throw RuntimeFailure(message: Self.serverFailure(e, host: bind, port: port)) }
-        if let s = session.statistics {
+        if session.statistics != nil {
+            // Over every run of the session (a stage switch restarts it), not the last one's.
+            let t = server.totals
             var stderr = StandardError()
-            print("captured \(s.captured), delivered \(s.delivered), dropped \(s.drops.total); preview pictures \(server.output.pictureCount)", to: &stderr)
+            print("captured \(t.captured), delivered \(t.delivered), dropped \(t.dropped); preview pictures \(server.output.pictureCount)", to: &stderr)
         }
     }
 }

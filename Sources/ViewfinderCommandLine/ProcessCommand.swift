@@ -19,7 +19,7 @@ struct ProcessCommand: ParsableCommand {
     @Option(help: "Output .y4m file, or - for stdout.") var output: String
     @Option(help: "Write one JSON line of metadata per output frame to this file.") var metadata: String?
     @Flag(help: "Print no summary on stderr.") var quiet = false
-    @Flag(help: "Overwrite an existing output file (a fifo or a device is written into either way).") var force = false
+    @Flag(help: "Overwrite existing output and metadata files (a fifo or a device is written into either way).") var force = false
 
     func run() throws {
         let registry = ViewfinderCommandLine.stages
@@ -27,6 +27,7 @@ struct ProcessCommand: ParsableCommand {
         try refuseOverwritingInput(metadata, inputs: [input], what: "metadata file")
         try refuseOneFileForTwoOutputs(("--output", output), ("--metadata", metadata))
         try refuseExistingRegularFile(output, force: force)
+        try refuseExistingRegularFile(metadata, force: force)
         let specs = try StageSpec.parseList(stages).filter(\.enabled)
         let built = try specs.map { try registry.makeStage($0) }
         let reader = try Y4MReader(path: input)

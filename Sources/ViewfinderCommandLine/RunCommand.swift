@@ -38,6 +38,16 @@ struct DeviceOptions: ParsableArguments {
     var preset: String?
     @OptionGroup var stream: StreamRequestOptions
 
+    func validate() throws {
+        // A preset chooses the whole stream: with a part of it asked for as well, one of the two
+        // would be ignored (the preset was, silently).
+        if let p = preset, !stream.isEmpty {
+            let given = [("--format", stream.format != nil), ("--width", stream.width != nil), ("--height", stream.height != nil), ("--fps", stream.fps != nil)]
+                .filter(\.1).map(\.0).joined(separator: ", ")
+            throw ValidationError("--preset \(p) chooses the size, rate and format; give it or \(given), not both")
+        }
+    }
+
     /// Opens the device and makes a session with it as the input.
     func makeSession(defaultDevice: String?, registry: StageRegistry) throws -> (CaptureSession, CaptureDevice) {
         let id = device ?? defaultDevice ?? "sim"
@@ -85,11 +95,14 @@ struct RunCommand: ParsableCommand {
     @Flag(help: "Print the summary as one JSON object.") var json = false
     @Option(help: "Write one JSON line of metadata per frame to this file.") var metadata: String?
     @OptionGroup var frameOutput: FrameOutputOptions
+    @Flag(help: "Overwrite existing --output and --metadata files (a fifo or a device is written into either way).")
+    var force = false
     @OptionGroup var audioOptions: AudioOptions
 
     func validate() throws {
         if stages != nil && config != nil { throw ValidationError("give --stages or --config, not both") }
         if let f = frames, f == 0 { throw ValidationError("--frames must be at least 1") }
+        if force && frameOutput.output == nil && metadata == nil { throw ValidationError("--force needs --output or --metadata") }
         try checkDuration(duration)
     }
 
@@ -107,7 +120,8 @@ struct RunCommand: ParsableCommand {
         try refuseOverwritingInput(frameOutput.output, inputs: [source])
         try refuseOverwritingInput(metadata, inputs: [source, config], what: "metadata file")
         try refuseOneFileForTwoOutputs(("--output", frameOutput.output), ("--metadata", metadata))
-        try refuseExistingRegularFile(frameOutput.output, force: frameOutput.force)
+        try refuseExistingRegularFile(frameOutput.output, force: force)
+        try refuseExistingRegularFile(metadata, force: force)
         // Checked before anything is captured, by the rule the writer opens it by (`StreamFile`).
         if let metadata {
             do { try StreamFile.checkWritable(metadata) } catch {

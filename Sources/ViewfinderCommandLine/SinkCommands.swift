@@ -46,7 +46,7 @@ func refuseExisting(_ path: String, force: Bool) throws {
     }
 }
 
-/// For the stream outputs of `run --output` and `process --output`: refuses an existing regular
+/// For the stream outputs of `run` and `process` (`--output`, `--metadata`): refuses an existing regular
 /// file without --force, as the other commands refuse theirs (frames captured earlier are not
 /// lost to a repeated command). A fifo, a terminal or another device is written into, not
 /// replaced, and passes; `-` is standard output.

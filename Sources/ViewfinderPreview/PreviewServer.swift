@@ -118,14 +118,22 @@ public final class PreviewServer: Sendable {
         output = PreviewOutput(maximumWidth: configuration.previewWidth, quality: configuration.previewQuality)
         photo = PhotoOutput(name: "still")
         movie = MovieFileOutput(name: "recording")
-        metrics = PreviewMetrics()
-        controls = PreviewControls(session: session, device: device, photo: photo, movie: movie, folder: configuration.outputDirectory, logger: logger)
+        let metrics = PreviewMetrics()
+        self.metrics = metrics
+        // The counters go on across the restarts of stage switches whether or not /metrics was
+        // read between them.
+        controls = PreviewControls(session: session, device: device, photo: photo, movie: movie, folder: configuration.outputDirectory, logger: logger,
+                                   afterRestart: { metrics.runEnded($0) })
         session.beginConfiguration()
         try session.addOutput(output)
         try session.addOutput(photo)
         try session.addOutput(movie)
         try session.commitConfiguration()
     }
+
+    /// Frames captured, delivered and dropped over the whole preview: every run of the session
+    /// (a stage switch restarts it), not only the last.
+    package var totals: (captured: UInt64, delivered: UInt64, dropped: UInt64) { metrics.totals(session: session) }
 
     /// Serves until the calling task is cancelled (or the server fails to start). Cancellation
     /// shuts the server down gracefully: the open streams end, then the listener closes; a

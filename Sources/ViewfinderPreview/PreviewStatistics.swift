@@ -157,6 +157,28 @@ final class PreviewMetrics: Sendable {
         g.set(value.isFinite ? value : 0)
     }
 
+    /// A run of the session ended (a stage switch restarted it): its final counts join the
+    /// earlier runs' — also when no scrape saw it (the counters fell back to the new run's).
+    func runEnded(_ ended: EngineStatistics?) {
+        lock.withLock { runs in
+            if let cur = runs.current, cur !== ended { runs.close(cur) }
+            if let ended { runs.close(ended) }
+            runs.current = nil
+        }
+    }
+
+    /// Frames captured, delivered and dropped over every run, the session's current one included.
+    func totals(session: CaptureSession) -> (captured: UInt64, delivered: UInt64, dropped: UInt64) {
+        lock.withLock { runs in
+            var c = runs.captured, d = runs.delivered, x = runs.drops.values.reduce(0, &+)
+            var live: [EngineStatistics] = []
+            if let cur = runs.current { live.append(cur) }
+            if let s = session.statistics, !live.contains(where: { $0 === s }) { live.append(s) }
+            for s in live { c &+= s.captured; d &+= s.delivered; x &+= s.drops.total }
+            return (c, d, x)
+        }
+    }
+
     /// Copies the session's and the preview's counts in and renders the text format.
     func scrape(server: PreviewServer) -> [UInt8] {
         lock.withLock { runs in

@@ -62,7 +62,19 @@ import ViewfinderBench
         }
     }
 
-    /// `run --output` and `process --output` keep an existing file unless told (--force), as
+    /// Options of a part that does not run, or that another option overrides, are refused, not
+    /// ignored (2 Dec, third session, sweep: `--preset 640x480 --fps 15` ran at 1280x720, `bench
+    /// --sweep-seconds` without `--sweep` and `--steps` with `--controls none` were accepted).
+    @Test func optionsThatWouldBeIgnoredAreRefused() {
+        for extra in [["--fps", "15"], ["--format", "nv12"], ["--width", "320"], ["--height", "480"]] {
+            #expect(CLIExit.run(["run", "--device", "sim", "--preset", "640x480", "--frames", "1"] + extra) == 64, "\(extra)")
+        }
+        #expect(CLIExit.run(["bench", "--device", "pattern:width=64,height=32", "--sweep-seconds", "0.5"]) == 64)
+        #expect(CLIExit.run(["bench", "--device", "pattern:width=64,height=32", "--controls", "none", "--steps", "5"]) == 64)
+        #expect(CLIExit.run(["bench", "--device", "pattern:width=64,height=32", "--controls", "none,exposure"]) == 64)
+    }
+
+    /// `run` and `process` keep an existing output or metadata file unless told (--force), as
     /// `record`, `dump`, `snap` and `export` do; a fifo or a device is written into either way.
     @Test func streamOutputsKeepAnExistingFileWithoutForce() throws {
         let s = Scratch()
@@ -96,7 +108,15 @@ import ViewfinderBench
         #expect(CLIExit.run(["process", "--input", taken, "--output", fifo, "--quiet"]) == 0)
         for _ in 0..<200 where got.withLock({ $0 }) == 0 { usleep(10_000) }
         #expect(got.withLock { $0 } == (try Data(contentsOf: URL(fileURLWithPath: again))).count)
-        // --force is for --output.
+        // The metadata file too.
+        let meta = s.path("m.jsonl")
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=4", "--metadata", meta]) == 0)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--metadata", meta]) == 64)
+        #expect(CLIExit.run(["process", "--input", taken, "--output", "/dev/null", "--metadata", meta]) == 64)
+        #expect(try String(contentsOfFile: meta, encoding: .utf8).split(separator: "\n").count == 4)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--metadata", meta, "--force"]) == 0)
+        #expect(try String(contentsOfFile: meta, encoding: .utf8).split(separator: "\n").count == 2)
+        // --force is for the files.
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--force"]) == 64)
     }
 
@@ -390,7 +410,7 @@ extension UserInputTests {
         // An output that cannot be created leaves an earlier metadata file as it was.
         let kept = s.path("kept.jsonl")
         #expect(FileManager.default.createFile(atPath: kept, contents: Data("earlier\n".utf8)))
-        #expect(CLIExit.run(["process", "--input", input, "--output", "/nonexistent-\(getpid())/out.y4m", "--metadata", kept]) == 1)
+        #expect(CLIExit.run(["process", "--input", input, "--output", "/nonexistent-\(getpid())/out.y4m", "--metadata", kept, "--force"]) == 1)
         #expect(try String(contentsOfFile: kept, encoding: .utf8) == "earlier\n")
     }
 

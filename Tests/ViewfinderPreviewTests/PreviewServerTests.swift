@@ -525,6 +525,26 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         await run.stop()
     }
 
+    /// The counters and the preview's totals go on across a stage switch that no scrape saw
+    /// (2 Dec, third session, sweep: `/metrics` fell from ~110 to 1 after a switch that came
+    /// before the first scrape, and the exit summary counted the last run only).
+    @Test func countsGoOnAcrossASwitchNoScrapeSaw() async throws {
+        let run = try RunningPreview(stages: "null")
+        try await run.start()
+        _ = try await readPictures(run, count: 15)
+        let before = run.server.totals.captured
+        #expect(before >= 15)
+        let off = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "null", "enabled": false}"#))
+        #expect(off.status == 200, "\(off.body)")
+        _ = try await readPictures(run, count: 3)
+        let text = try await fetch(request(run.url("/metrics"))).body
+        let line = text.split(separator: "\n").first { $0.hasPrefix("viewfinder_frames_captured_total ") }
+        let scraped = line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+        #expect(scraped > Double(before), "\(scraped) after \(before) before the switch")
+        #expect(run.server.totals.captured >= UInt64(scraped))
+        await run.stop()
+    }
+
     /// A viewer that never reads: its pictures are dropped (counted) while a movie recorded beside
     /// it loses nothing and another viewer keeps getting pictures.
     @Test func aStalledViewerDropsOnlyItsOwnPictures() async throws {

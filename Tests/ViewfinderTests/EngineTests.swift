@@ -287,3 +287,57 @@ extension EngineTests {
         #expect(sink.sequences == Array(0..<80))
     }
 }
+
+/// Delivers frames 0…29 every 10 ms (by the clock), then loses 10 it reports as a driver gap.
+final class LosesFramesAfterItsLastSource: CaptureSource, @unchecked Sendable {
+    let info = DeviceInfo(id: "loses-after", name: "Loses after", driver: "test", bus: "test",
+                          formats: [FormatDescription(pixelFormat: .grey, fourcc: PixelFormat.grey.fourcc, description: "GREY", compressed: false, sizes: [.discrete(width: 16, height: 16, intervals: [FrameInterval(fps: 100)])])],
+                          controls: [], isLive: true)
+    var isLive: Bool { true }
+    var controls: (any DeviceControlling)? { nil }
+    var activeConfiguration: StreamConfiguration?
+    private var next: UInt64 = 0
+    private var lostReported = false
+    private var pool: FramePool?
+    func configure(_ r: StreamRequest) throws -> StreamConfiguration {
+        let c = StreamConfiguration(format: FrameFormat(.grey, width: 16, height: 16), interval: FrameInterval(fps: 100), bufferCount: 8)
+        activeConfiguration = c
+        return c
+    }
+    func start() throws { pool = FramePool(format: activeConfiguration!.format, count: 8) }
+    func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
+        if next == 30 {
+            if lostReported { return .endOfStream }
+            lostReported = true
+            return .lost(.driverGap, count: 10)
+        }
+        if next > 0 { usleep(10_000) }
+        guard let f = pool?.acquire(timeoutNanoseconds: 1_000_000_000) else { return .timeout }
+        f.sequence = next
+        f.timestamp = Timestamp(nanoseconds: monotonicNanoseconds(), clock: .monotonic)
+        f.receiveTime = f.timestamp.nanoseconds
+        f.bytesUsed = 256
+        next += 1
+        return .frame(f)
+    }
+    func stop() {}
+}
+
+extension EngineTests {
+    /// The camera's rate counts the frames between the first and the last that arrived: frames
+    /// lost after the last are outside the span they are measured over (2 Dec, third session,
+    /// sweep: a camera at 30 fps that lost its last two frames of a 1 s run read 32.8 fps). Frames
+    /// come at most every 10 ms here (sleeps only lengthen), so no true rate is above 100 fps; the
+    /// lost ten counted in would read about 134.
+    @Test func framesLostAfterTheLastArrivalDoNotRaiseTheRate() throws {
+        let src = LosesFramesAfterItsLastSource()
+        let cfg = try src.configure(StreamRequest(pixelFormat: .grey, width: 16, height: 16, fps: 100))
+        let sink = CollectingConsumer(policy: .wait)
+        let e = CaptureEngine(source: src, configuration: cfg, stages: [], consumers: [sink], options: EngineOptions())
+        try e.start()
+        #expect(e.waitUntilFinished(timeoutSeconds: 30))
+        #expect(e.statistics.captured == 40)
+        #expect(e.statistics.capturedFps > 20 && e.statistics.capturedFps <= 101, "\(e.statistics.capturedFps) fps")
+        #expect(e.statistics.deliveredFps <= e.statistics.capturedFps * 0.75 + 0.01)
+    }
+}
