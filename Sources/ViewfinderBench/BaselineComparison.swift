@@ -110,7 +110,7 @@ extension BenchReport {
     /// latencies, one frame in a thousand for the drop fraction.
     public static func noiseFloor(_ metric: String) -> Double {
         if metric.hasSuffix("_us") { return 2 }
-        if metric.hasSuffix("latency_frames") { return 0.5 }
+        if metric.hasSuffix("latency_frames") { return 1 }
         if metric.contains("_ms") { return 0.2 }
         if metric.hasSuffix("dropped_fraction") { return 0.001 }
         return 0

@@ -103,9 +103,11 @@ public struct BenchRunner {
         var interrupted: String? = stop.tripped ? "the pipeline run" : nil
 
         // 2. The control run, on the device opened again (see `close(_:)`).
-        var controls = interrupted == nil ? try measureControls() : []
-        // A step cut short is no measurement: the controls' figures are left out whole.
-        if interrupted == nil && stop.tripped { interrupted = "the control steps"; controls = [] }
+        // A control whose steps were cut short is no measurement and is left out whole; those
+        // whose steps had all been done before the interruption are kept.
+        let measured = interrupted == nil ? try measureControls() : (results: [], cutShort: false)
+        let controls = measured.results
+        if interrupted == nil && measured.cutShort { interrupted = "the control steps" }
 
         // 3. The sweep.
         let sweep = c.sweep && interrupted == nil ? sweepModes(formats: device.formats) : []
@@ -163,14 +165,17 @@ public struct BenchRunner {
     }
 
     /// Steps each control and reads its latency from the pictures.
-    func measureControls() throws -> [ControlLatencyResult] {
+    /// Each control's latency, stepped as configured. Interrupted, only the controls whose steps
+    /// were all done (`cutShort` then).
+    func measureControls() throws -> (results: [ControlLatencyResult], cutShort: Bool) {
         let c = configuration
-        guard !c.controls.isEmpty else { return [] }
+        guard !c.controls.isEmpty else { return ([], false) }
         let device = try CaptureDevice.open(c.device, directory: .standard)
         defer { BenchRunner.close(device) }
         guard let dc = device.controls else {
-            return c.controls.map { ControlLatencyAnalysis.result(control: $0, name: nil, responses: []) }
+            return (c.controls.map { ControlLatencyAnalysis.result(control: $0, name: nil, responses: []) }, false)
         }
+        var cutShort = false
         let stepper = ControlStepper(device: dc, controls: c.controls, repeats: c.stepsPerControl, maxLatencyFrames: c.maxControlLatencyFrames)
         var results: [ControlLatencyResult] = []
         var responses: [StepResponse] = []
@@ -187,6 +192,8 @@ public struct BenchRunner {
             while !recorder.stepsDone && session.isRunning && !stop.tripped { sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 20_000_000) }
             session.stopRunning()
             session.waitUntilFinished()
+            cutShort = stop.tripped && !recorder.stepsDone
+            let completed = recorder.stepsCompleted
             samples = recorder.samples
             for step in recorder.steps {
                 let minimum = step.control.measure == .luma ? 1.0 : 0
@@ -199,6 +206,7 @@ public struct BenchRunner {
             let steps = recorder.steps
             for control in c.controls {
                 let idx = steps.indices.filter { steps[$0].control == control }
+                if cutShort && !idx.allSatisfy({ $0 < completed }) { continue }
                 let name = dc.descriptor(control.standard)?.name
                 results.append(ControlLatencyAnalysis.result(control: control, name: name, responses: idx.map { responses[$0] }))
             }
@@ -207,7 +215,7 @@ public struct BenchRunner {
                 results.append(ControlLatencyAnalysis.result(control: control, name: dc.descriptor(control.standard)?.name, responses: []))
             }
         }
-        return results
+        return (results, cutShort)
     }
 
     /// Each listed format and size at its fastest listed rate, for `sweepSeconds` each (the
@@ -234,7 +242,7 @@ public struct BenchRunner {
                     stop.watch(nil)
                     session.stopRunning()
                     if stop.tripped {
-                        e.error = "interrupted (Ctrl-C) before the mode's \(seconds) s"
+                        e.error = "interrupted (Ctrl-C or SIGTERM) before the mode's \(seconds) s"
                         out.append(e)
                         break
                     }

@@ -98,6 +98,8 @@ public struct ControlStepper: Sendable {
     /// The measure the current step watches (nil when done).
     public var currentMeasure: PictureMeasure? { index < steps.count ? steps[index].control.measure : nil }
     public var isDone: Bool { index >= steps.count }
+    /// Steps done (set and watched for their whole window), in plan order.
+    public var completed: Int { index }
 
     /// Called for each frame as it arrives.
     public mutating func frameArrived(sequence: UInt64, measure: Double?) {

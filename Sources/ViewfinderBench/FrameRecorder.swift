@@ -121,4 +121,6 @@ public final class FrameRecorder: FrameConsumer, CaptureOutput, Sendable {
     public var steps: [ControlStep] { state.withLock { $0.stepper?.steps ?? [] } }
     /// Whether every planned step has been made and observed.
     public var stepsDone: Bool { state.withLock { $0.stepper?.isDone ?? true } }
+    /// Steps done so far, in the plan's order (``ControlStepper/completed``).
+    public var stepsCompleted: Int { state.withLock { $0.stepper?.completed ?? 0 } }
 }

@@ -115,7 +115,7 @@ struct BenchCommand: ParsableCommand {
         s += String(format: "\n  measured %.3f fps (%.3f delivered) over %d frames; %d gaps (%llu missing); %@; timestamp jitter %.3f ms",
                     c.measuredFps, c.deliveredFps, c.frames, c.sequenceGaps, c.framesMissing, intervals, c.timestampJitterMs)
         if let during = r.interruptedDuring {
-            s += "\n  interrupted (Ctrl-C) during \(during): the figures cover what was measured until then"
+            s += "\n  interrupted (Ctrl-C or SIGTERM) during \(during): the figures cover what was measured until then"
         }
         if let n = c.endedEarlyAfterFrames {
             s += "\n  ended early, after \(n) frames (\(String(format: "%.2f", r.durationSeconds)) s): the source delivered faster than its nominal rate and filled the frames kept for the duration asked; the figures cover those frames"

@@ -103,6 +103,27 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         #expect(HTMLReport.render(r).contains("interrupted"))
     }
 
+    /// Interrupted during the control steps, the controls whose steps were all done are kept
+    /// (2 Dec, third session, sweep: a SIGTERM after the exposure steps had finished gave
+    /// `controls: []`); the one cut short is left out whole. One step per control with a 64-frame
+    /// window at 30 fps: exposure's is done about 3 s in, gain's about 5.5 s.
+    @Test func anInterruptedBenchKeepsTheControlsItFinished() throws {
+        var c = BenchConfiguration(device: "sim:fps=30,width=160,height=120,latency=2")
+        c.durationSeconds = 0.5
+        c.controls = [.exposure, .gain]
+        c.stepsPerControl = 1
+        c.maxControlLatencyFrames = 60
+        let runner = BenchRunner(configuration: c)
+        let interrupt = runner.interrupter
+        DispatchQueue.global().asyncAfter(deadline: .now() + 4.4) { interrupt() }
+        let r = try runner.run()
+        #expect(r.interruptedDuring == "the control steps")
+        #expect(r.controls.count <= 1 && r.controls.allSatisfy { $0.control == .exposure }, "\(r.controls.map(\.control))")
+        // On a machine that kept the sim's pace (the usual case) exposure's step was done.
+        if let e = r.controls.first { #expect(e.latencyFrames == 2, "\(e)") }
+        print("interrupted bench kept \(r.controls.map(\.control.rawValue))")
+    }
+
     @Test func stageTimesAndDropsAreReported() throws {
         var c = BenchConfiguration(device: "sim:fps=30,width=320,height=240")
         c.durationSeconds = 1
