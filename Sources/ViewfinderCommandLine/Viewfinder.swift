@@ -121,6 +121,9 @@ enum CLIExit {
         case BenchError.badBaseline: return usage
         case is BenchError: return runtime
         case DeviceError.invalidDeviceOption: return usage
+        // A device string no kind of device takes (`bogus`, `SIM`) is malformed, not a camera
+        // that could not be opened (`/dev/video9`, a missing dump file: runtime).
+        case DeviceError.unknownDevice(let id, _) where !DeviceDirectory.standard.providers.contains(where: { $0.handles(id) }): return usage
         // A control named or valued wrongly by the user (`controls --set gain=99999`, `--set nosuch=1`).
         case DeviceError.unknownControl, DeviceError.controlOutOfRange: return usage
         // Photo settings out of range (--bracket=-20,20) or contradictory (--burst with --bracket).

@@ -75,7 +75,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     public init(device: String, logger: Logger = Logger(label: "viewfinder.dump")) throws {
         let (spec, o) = try Self.parse(device: device)
         let (paced, loops, rebase) = (o.paced, o.loops, o.rebase)
-        guard !spec.isEmpty else { throw DeviceError.unknownDevice(device, reason: "no file named (expected dump:FILE)") }
+        guard !spec.isEmpty else { throw DeviceError.invalidDeviceOption(device: device, option: "file", reason: "no file named (expected dump:FILE)") }
         path = spec
         self.paced = paced
         self.loops = loops

@@ -24,6 +24,15 @@ import ViewfinderKit
         #expect(CLIExit.run(["run", "--device", "/dev/video-none", "--frames", "3"]) == 1)
     }
 
+    /// A device string no kind of device takes, or a dump without its file, is a usage error
+    /// (2 Dec, third session, sweep: both exited 1, as a camera that cannot be opened).
+    @Test func malformedDeviceStringsAreUsageErrors() {
+        for device in ["bogus", "SIM", "dump:"] {
+            #expect(CLIExit.run(["run", "--device", device, "--frames", "3"]) == 64, "\(device)")
+        }
+        #expect(CLIExit.run(["bench", "--device", "bogus", "--duration", "0.2"]) == 64)
+    }
+
     @Test func successAndHelpExit0() {
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=5", "--json"]) == 0)
         #expect(CLIExit.run(["--help"]) == 0)

@@ -689,7 +689,7 @@ extension UserInputTests {
         let dump = s.path("e.vfdump")
         #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=4", "--output", dump]) == 0)
         for (args, status) in [(["export", s.path("missing.vfdump"), s.path("m.y4m")], Int32(1)),
-                               (["run", "--device", "bogus"], 1),
+                               (["run", "--device", "/dev/video-none"], 1),
                                (["export", dump, s.path("e.y4m")], 0)] {
             let child = Process()
             child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
