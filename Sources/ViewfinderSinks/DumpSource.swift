@@ -187,7 +187,8 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
             } catch {
                 f.release()
                 position += 1
-                logger.warning("dump '\(path)': frame \(position - 1): \(error)")
+                // The dump's own errors name the file and the frame already.
+                if error is DumpError { logger.warning("dump: \(error)") } else { logger.warning("dump '\(path)': frame \(position - 1): \(error)") }
                 return .lost(.corrupt, count: 1)
             }
             position += 1
