@@ -214,8 +214,11 @@ public final class EngineStatistics: Sendable {
     /// Frames per second that left the stage chain, over the same span (below ``capturedFps``
     /// by the drops).
     public var deliveredFps: Double {
-        let c = captured
-        return c > 0 ? capturedFps * Double(delivered) / Double(c) : 0
+        // The share of the frames the camera made within the span that were delivered (the
+        // delivered ones all arrived within it).
+        let a = capturedAtFirstArrival.load(ordering: .relaxed), b = capturedAtLastArrival.load(ordering: .relaxed)
+        guard b > a else { return 0 }
+        return capturedFps * min(1, Double(delivered) / Double(b - a + 1))
     }
     func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
     private let refusedMetadataCount = Atomic<UInt64>(0)

@@ -6,8 +6,8 @@ import ViewfinderKit
 ///
 /// A failing command prints its error once, as `viewfinder: error: …`. The libraries also log what
 /// fails where it fails (an output that cannot write, the session's runtime error), which before
-/// printed the same error two or three times above that line. So a line at `error` or above is
-/// held for a second: a command that ends with an error in that time drops the held lines that
+/// printed the same error two or three times above that line. So a line at `error` (not
+/// `critical`) is held for a second: a command that ends with an error in that time drops the held lines that
 /// say the same (their message contains the command's error) and prints the others above its own
 /// line; a line still held after the second is printed then, so an error in a long capture that
 /// goes on is seen when it happens.
@@ -26,7 +26,7 @@ struct CommandLineLogHandler: LogHandler {
         var text = "\(Self.timestamp()) \(event.level) \(label):"
         if !all.isEmpty { text += " " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
         text += " [\(event.source)] \(event.message)\n"
-        if event.level >= .error {
+        if event.level == .error {
             HeldErrorLines.shared.hold(message: event.message.description, line: text)
         } else {
             StandardStreams.error(text)

@@ -41,7 +41,7 @@ struct DeviceOptions: ParsableArguments {
     func validate() throws {
         // A preset chooses the whole stream: with a part of it asked for as well, one of the two
         // would be ignored (the preset was, silently).
-        if let p = preset, !stream.isEmpty {
+        if let p = preset, p != SessionPreset.inputPriority.rawValue, !stream.isEmpty {
             let given = [("--format", stream.format != nil), ("--width", stream.width != nil), ("--height", stream.height != nil), ("--fps", stream.fps != nil)]
                 .filter(\.1).map(\.0).joined(separator: ", ")
             throw ValidationError("--preset \(p) chooses the size, rate and format; give it or \(given), not both")

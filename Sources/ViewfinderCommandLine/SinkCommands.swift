@@ -52,6 +52,9 @@ func refuseExisting(_ path: String, force: Bool) throws {
 /// replaced, and passes; `-` is standard output.
 func refuseExistingRegularFile(_ path: String?, force: Bool) throws {
     guard let path, !force, path != "-" else { return }
+    // `/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N` name a descriptor the shell opened (`>
+    // out.y4m` created the file just now): written into, as `-` is.
+    if path.hasPrefix("/dev/") || path.hasPrefix("/proc/") { return }
     var st = stat()
     guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return }
     throw ValidationError("'\(path)' exists; add --force to overwrite it")
@@ -158,6 +161,8 @@ final class InterruptHandler {
                 let first = firstAt.withLock { t -> UInt64? in defer { t = t ?? now }; return t }
                 if let first, now &- first < 1_000_000_000 { return }
                 if first != nil {
+                    // What the libraries logged in the last second is not lost with the exit.
+                    HeldErrorLines.shared.release(before: nil)
                     StandardStreams.error("viewfinder: interrupted again: exiting now, without waiting for the outputs\n")
                     _exit(128 + sig)
                 }

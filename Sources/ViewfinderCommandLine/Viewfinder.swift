@@ -91,9 +91,10 @@ enum CLIExit {
 
     /// Prints the error (help and version go to standard output) and gives the exit status.
     static func report(_ error: any Error) -> Int32 {
-        if let code = error as? ExitCode { return code.rawValue }
+        if let code = error as? ExitCode { HeldErrorLines.shared.release(before: nil); return code.rawValue }
         let parserCode = ViewfinderCommand.exitCode(for: error)
         if parserCode == .success {
+            HeldErrorLines.shared.release(before: nil)
             print(ViewfinderCommand.fullMessage(for: error))
             return 0
         }

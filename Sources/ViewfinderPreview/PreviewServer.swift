@@ -123,7 +123,12 @@ public final class PreviewServer: Sendable {
         // The counters go on across the restarts of stage switches whether or not /metrics was
         // read between them.
         controls = PreviewControls(session: session, device: device, photo: photo, movie: movie, folder: configuration.outputDirectory, logger: logger,
-                                   afterRestart: { metrics.runEnded($0) })
+                                   afterRestart: { [session] in metrics.runEnded($0, session: session) })
+        // A restart the preview did not ask for (a camera that came back) ends a run too.
+        session.onEvent { [weak session] event in
+            guard let session else { return }
+            if case .didStartRunning = event { metrics.runStarted(session: session) }
+        }
         session.beginConfiguration()
         try session.addOutput(output)
         try session.addOutput(photo)

@@ -115,7 +115,16 @@ final class PreviewMetrics: Sendable {
         /// Stages whose time gauge is published (a stage switched off has its gauge removed).
         var stageGauges: [String: Gauge] = [:]
 
+        /// The runs already added (a run is added once, whichever path sees it end first: a
+        /// scrape, a stage switch or a restart event).
+        var closed: [EngineStatistics] = []
+
+        func isClosed(_ s: EngineStatistics) -> Bool { closed.contains { $0 === s } }
+
+        /// Adds an ended run's final counts, once.
         mutating func close(_ s: EngineStatistics) {
+            guard !isClosed(s) else { return }
+            closed.append(s)
             captured &+= s.captured
             delivered &+= s.delivered
             for r in DropReason.allCases { drops[r, default: 0] &+= s.drops[r] }
@@ -159,11 +168,22 @@ final class PreviewMetrics: Sendable {
 
     /// A run of the session ended (a stage switch restarted it): its final counts join the
     /// earlier runs' — also when no scrape saw it (the counters fell back to the new run's).
-    func runEnded(_ ended: EngineStatistics?) {
+    func runEnded(_ ended: EngineStatistics?, session: CaptureSession) {
         lock.withLock { runs in
-            if let cur = runs.current, cur !== ended { runs.close(cur) }
-            if let ended { runs.close(ended) }
-            runs.current = nil
+            let live = session.statistics
+            if let cur = runs.current, cur !== live { runs.close(cur) }
+            if let ended, ended !== live { runs.close(ended) }
+            if let cur = runs.current, runs.isClosed(cur) { runs.current = nil }
+        }
+    }
+
+    /// The session (re)started a run (a device that came back, a stage switch): the run seen
+    /// before it has ended and is added.
+    func runStarted(session: CaptureSession) {
+        lock.withLock { runs in
+            let live = session.statistics
+            if let cur = runs.current, cur !== live { runs.close(cur) }
+            if let live, !runs.isClosed(live) { runs.current = live }
         }
     }
 
@@ -172,8 +192,8 @@ final class PreviewMetrics: Sendable {
         lock.withLock { runs in
             var c = runs.captured, d = runs.delivered, x = runs.drops.values.reduce(0, &+)
             var live: [EngineStatistics] = []
-            if let cur = runs.current { live.append(cur) }
-            if let s = session.statistics, !live.contains(where: { $0 === s }) { live.append(s) }
+            if let cur = runs.current, !runs.isClosed(cur) { live.append(cur) }
+            if let s = session.statistics, !runs.isClosed(s), !live.contains(where: { $0 === s }) { live.append(s) }
             for s in live { c &+= s.captured; d &+= s.delivered; x &+= s.drops.total }
             return (c, d, x)
         }
@@ -187,6 +207,7 @@ final class PreviewMetrics: Sendable {
                 // counts join the earlier runs'.
                 if let old = runs.current, old !== s { runs.close(old) }
                 runs.current = s
+                // (A live run is never among the closed ones: only a run that ended is added.)
                 setCounter("viewfinder_frames_captured_total", runs.captured &+ s.captured, help: "Frames captured from the device")
                 setCounter("viewfinder_frames_delivered_total", runs.delivered &+ s.delivered, help: "Frames that left the stage chain for the outputs")
                 for r in DropReason.allCases {

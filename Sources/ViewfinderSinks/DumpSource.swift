@@ -187,8 +187,11 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
             } catch {
                 f.release()
                 position += 1
-                // The dump's own errors name the file and the frame already.
-                if error is DumpError { logger.warning("dump: \(error)") } else { logger.warning("dump '\(path)': frame \(position - 1): \(error)") }
+                // These two name the file and the frame already.
+                switch error {
+                case DumpError.checksumMismatch, DumpError.frameOutOfRange: logger.warning("dump: \(error)")
+                default: logger.warning("dump '\(path)': frame \(position - 1): \(error)")
+                }
                 return .lost(.corrupt, count: 1)
             }
             position += 1

@@ -93,8 +93,13 @@ import ViewfinderBench
         #expect(try Self.framesIn(y4m: taken) == 2)
         #expect(CLIExit.run(["process", "--input", taken, "--output", again, "--force", "--quiet"]) == 0)
         #expect(try Self.framesIn(y4m: again) == 2)
-        // A device and a fifo are written into without it.
+        // A device and a fifo are written into without it, and so is a descriptor the shell
+        // opened (`--output /dev/stdout > out.y4m` names a file the shell has just created).
         #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--output", "/dev/null"]) == 0)
+        let shells = open(s.path("shell.y4m"), O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        #expect(CLIExit.run(["run", "--device", "pattern:width=64,height=32,frames=2", "--output", "/dev/fd/\(shells)"]) == 0)
+        close(shells)
+        #expect(try Self.framesIn(y4m: s.path("shell.y4m")) == 2)
         let fifo = s.path("f.fifo")
         #expect(mkfifo(fifo, 0o600) == 0)
         let got = LockedBox(0)
