@@ -35,6 +35,9 @@ public struct BenchConfiguration: Sendable {
 /// each on the device opened afresh.
 public struct BenchRunner {
     public let configuration: BenchConfiguration
+    /// Called on the bench's thread as the control steps get done, with how many are (tests
+    /// interrupt at a known step with it).
+    var onControlStepsDone: (@Sendable (Int) -> Void)?
     public let logger: Logger
     private let stop = StopSwitch()
 
@@ -189,7 +192,12 @@ public struct BenchRunner {
                 FrameRecorder(name: "bench-controls", capacity: Int(frames * 2) + 64, stepper: stepper)
             })
             try session.startRunning()
-            while !recorder.stepsDone && session.isRunning && !stop.tripped { sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 20_000_000) }
+            var seen = 0
+            while !recorder.stepsDone && session.isRunning && !stop.tripped {
+                sleepUntil(monotonicNanoseconds: monotonicNanoseconds() + 20_000_000)
+                let done = recorder.stepsCompleted
+                if done != seen { seen = done; onControlStepsDone?(done) }
+            }
             session.stopRunning()
             session.waitUntilFinished()
             cutShort = stop.tripped && !recorder.stepsDone

@@ -105,19 +105,17 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
 
     /// Interrupted during the control steps, the controls whose steps were all done are kept
     /// (2 Dec, third session, sweep: a SIGTERM after the exposure steps had finished gave
-    /// `controls: []`); the one cut short is left out whole. One step per control of 69 frames
-    /// (4 before, a 64-frame window) at 30 fps, after a 0.5 s pipeline run: exposure's is done
-    /// 2.8 s in at the soonest, gain's 5.1 s (the sim keeps real time: later under load, never
-    /// sooner), so an interruption at 4.9 s leaves 2.1 s for start-up.
+    /// `controls: []`); the one cut short is left out whole. Interrupted as exposure's one step
+    /// is done: gain's takes 69 more frames (2.3 s at 30 fps), so it cannot be done too.
     @Test func anInterruptedBenchKeepsTheControlsItFinished() throws {
         var c = BenchConfiguration(device: "sim:fps=30,width=160,height=120,latency=2")
         c.durationSeconds = 0.5
         c.controls = [.exposure, .gain]
         c.stepsPerControl = 1
         c.maxControlLatencyFrames = 60
-        let runner = BenchRunner(configuration: c)
+        var runner = BenchRunner(configuration: c)
         let interrupt = runner.interrupter
-        DispatchQueue.global().asyncAfter(deadline: .now() + 4.9) { interrupt() }
+        runner.onControlStepsDone = { done in if done == 1 { interrupt() } }
         let r = try runner.run()
         #expect(r.interruptedDuring == "the control steps")
         #expect(r.controls.map(\.control) == [.exposure])

@@ -242,29 +242,39 @@ extension EngineTests {
     }
 }
 
-/// A live camera (not paced: the stamps say the time) that loses frames 80…94 — reported as a
-/// driver gap — and then delivers 95…99.
-final class LosesItsLastFramesSource: CaptureSource, @unchecked Sendable {
-    let info = DeviceInfo(id: "loses", name: "Loses", driver: "test", bus: "test",
-                          formats: [FormatDescription(pixelFormat: .grey, fourcc: PixelFormat.grey.fourcc, description: "GREY", compressed: false, sizes: [.discrete(width: 16, height: 16, intervals: [FrameInterval(fps: 30)])])],
-                          controls: [], isLive: true)
+/// A live GREY camera that delivers frames from 0, loses `lost` from `lossAt` on (reported once,
+/// as a driver gap) and ends at `end`. Not paced by the clock, its stamps say the time (one
+/// interval apart); paced, it delivers a frame every interval and stamps it with the clock.
+final class LosingSource: CaptureSource, @unchecked Sendable {
+    let info: DeviceInfo
     var isLive: Bool { true }
     var controls: (any DeviceControlling)? { nil }
     var activeConfiguration: StreamConfiguration?
+    private let fps: Double, lossAt: UInt64, lost: UInt64, end: UInt64, pacedByClock: Bool
     private var next: UInt64 = 0
     private var pool: FramePool?
+
+    init(fps: Double, lossAt: UInt64, lost: UInt64, end: UInt64, pacedByClock: Bool) {
+        (self.fps, self.lossAt, self.lost, self.end, self.pacedByClock) = (fps, lossAt, lost, end, pacedByClock)
+        info = DeviceInfo(id: "losing", name: "Losing", driver: "test", bus: "test",
+                          formats: [FormatDescription(pixelFormat: .grey, fourcc: PixelFormat.grey.fourcc, description: "GREY", compressed: false, sizes: [.discrete(width: 16, height: 16, intervals: [FrameInterval(fps: fps)])])],
+                          controls: [], isLive: true)
+    }
     func configure(_ r: StreamRequest) throws -> StreamConfiguration {
-        let c = StreamConfiguration(format: FrameFormat(.grey, width: 16, height: 16), interval: FrameInterval(fps: 30), bufferCount: 8)
+        let c = StreamConfiguration(format: FrameFormat(.grey, width: 16, height: 16), interval: FrameInterval(fps: fps), bufferCount: 8)
         activeConfiguration = c
         return c
     }
     func start() throws { pool = FramePool(format: activeConfiguration!.format, count: 8) }
     func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
-        if next == 80 { next = 95; return .lost(.driverGap, count: 15) }
-        guard next < 100 else { return .endOfStream }
+        if next == lossAt { next += lost; return .lost(.driverGap, count: Int(lost)) }
+        guard next < end else { return .endOfStream }
+        if pacedByClock && next > 0 { usleep(UInt32(1e6 / fps)) }
         guard let f = pool?.acquire(timeoutNanoseconds: 1_000_000_000) else { return .timeout }
         f.sequence = next
-        f.timestamp = Timestamp(nanoseconds: 1_000_000_000 + next * 33_333_333, clock: .monotonic)
+        let stamp = pacedByClock ? monotonicNanoseconds() : 1_000_000_000 + next * UInt64(1e9 / fps)
+        f.timestamp = Timestamp(nanoseconds: stamp, clock: .monotonic)
+        f.receiveTime = pacedByClock ? stamp : monotonicNanoseconds()
         f.bytesUsed = 256
         next += 1
         return .frame(f)
@@ -276,7 +286,8 @@ extension EngineTests {
     /// Frames a camera loses past the duration's end are not the run's (2 Dec: a 3 s run at 30 fps
     /// whose camera lost its last frames counted 92 captured, 49 of them lost).
     @Test func framesLostPastTheDurationAreNotCaptured() throws {
-        let src = LosesItsLastFramesSource()
+        // Frames 0…79, 80…94 lost, then 95…99.
+        let src = LosingSource(fps: 30, lossAt: 80, lost: 15, end: 100, pacedByClock: false)
         let cfg = try src.configure(StreamRequest(pixelFormat: .grey, width: 16, height: 16, fps: 30))
         let sink = CollectingConsumer(policy: .wait)
         let e = CaptureEngine(source: src, configuration: cfg, stages: [], consumers: [sink], options: EngineOptions(durationSeconds: 3))
@@ -288,41 +299,6 @@ extension EngineTests {
     }
 }
 
-/// Delivers frames 0…29 every 10 ms (by the clock), then loses 10 it reports as a driver gap.
-final class LosesFramesAfterItsLastSource: CaptureSource, @unchecked Sendable {
-    let info = DeviceInfo(id: "loses-after", name: "Loses after", driver: "test", bus: "test",
-                          formats: [FormatDescription(pixelFormat: .grey, fourcc: PixelFormat.grey.fourcc, description: "GREY", compressed: false, sizes: [.discrete(width: 16, height: 16, intervals: [FrameInterval(fps: 100)])])],
-                          controls: [], isLive: true)
-    var isLive: Bool { true }
-    var controls: (any DeviceControlling)? { nil }
-    var activeConfiguration: StreamConfiguration?
-    private var next: UInt64 = 0
-    private var lostReported = false
-    private var pool: FramePool?
-    func configure(_ r: StreamRequest) throws -> StreamConfiguration {
-        let c = StreamConfiguration(format: FrameFormat(.grey, width: 16, height: 16), interval: FrameInterval(fps: 100), bufferCount: 8)
-        activeConfiguration = c
-        return c
-    }
-    func start() throws { pool = FramePool(format: activeConfiguration!.format, count: 8) }
-    func next(timeoutNanoseconds: UInt64) throws -> SourceEvent {
-        if next == 30 {
-            if lostReported { return .endOfStream }
-            lostReported = true
-            return .lost(.driverGap, count: 10)
-        }
-        if next > 0 { usleep(10_000) }
-        guard let f = pool?.acquire(timeoutNanoseconds: 1_000_000_000) else { return .timeout }
-        f.sequence = next
-        f.timestamp = Timestamp(nanoseconds: monotonicNanoseconds(), clock: .monotonic)
-        f.receiveTime = f.timestamp.nanoseconds
-        f.bytesUsed = 256
-        next += 1
-        return .frame(f)
-    }
-    func stop() {}
-}
-
 extension EngineTests {
     /// The camera's rate counts the frames between the first and the last that arrived: frames
     /// lost after the last are outside the span they are measured over (2 Dec, third session,
@@ -330,7 +306,8 @@ extension EngineTests {
     /// come at most every 10 ms here (sleeps only lengthen), so no true rate is above 100 fps; the
     /// lost ten counted in would read about 134.
     @Test func framesLostAfterTheLastArrivalDoNotRaiseTheRate() throws {
-        let src = LosesFramesAfterItsLastSource()
+        // Frames 0…29 every 10 ms, then 30…39 lost.
+        let src = LosingSource(fps: 100, lossAt: 30, lost: 10, end: 40, pacedByClock: true)
         let cfg = try src.configure(StreamRequest(pixelFormat: .grey, width: 16, height: 16, fps: 100))
         let sink = CollectingConsumer(policy: .wait)
         let e = CaptureEngine(source: src, configuration: cfg, stages: [], consumers: [sink], options: EngineOptions())
