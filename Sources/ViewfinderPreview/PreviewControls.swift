@@ -97,13 +97,7 @@ final class PreviewControls: Sendable {
         if current { recordingEnd.withLock { $0 = message } }
     }
 
-    /// Called after a stage switch restarted the session, with the run that ended (its counts
-    /// are final then).
-    private let afterRestart: @Sendable (EngineStatistics?) -> Void
-
-    init(session: CaptureSession, device: CaptureDevice, photo: PhotoOutput, movie: MovieFileOutput, folder: String, logger: Logger,
-         afterRestart: @escaping @Sendable (EngineStatistics?) -> Void = { _ in }) {
-        self.afterRestart = afterRestart
+    init(session: CaptureSession, device: CaptureDevice, photo: PhotoOutput, movie: MovieFileOutput, folder: String, logger: Logger) {
         self.session = session
         self.device = device
         self.photo = photo
@@ -245,11 +239,9 @@ final class PreviewControls: Sendable {
             // A pipeline exposure or focus stage switched on takes its kind from the device's own
             // loop (a tap may have started it while the stage was off): the session runs one loop
             // per kind, and the device's resumes when the stage is switched off again.
-            let ended = session.statistics
             do { try session.setStages(specs) } catch {
                 throw HTTPError(.conflict, message: "the session refused the change: \(error)")
             }
-            if session.statistics !== ended { afterRestart(ended) }
         }
         return StageReply(stages: stages)
     }

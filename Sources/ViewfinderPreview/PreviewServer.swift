@@ -120,11 +120,9 @@ public final class PreviewServer: Sendable {
         movie = MovieFileOutput(name: "recording")
         let metrics = PreviewMetrics()
         self.metrics = metrics
-        // The counters go on across the restarts of stage switches whether or not /metrics was
-        // read between them.
-        controls = PreviewControls(session: session, device: device, photo: photo, movie: movie, folder: configuration.outputDirectory, logger: logger,
-                                   afterRestart: { [session] in metrics.runEnded($0, session: session) })
-        // A restart the preview did not ask for (a camera that came back) ends a run too.
+        controls = PreviewControls(session: session, device: device, photo: photo, movie: movie, folder: configuration.outputDirectory, logger: logger)
+        // Every restart of the session (a stage switch, a camera that came back) ends a run: the
+        // counters go on across it whether or not /metrics was read between.
         session.onEvent { [weak session] event in
             guard let session else { return }
             if case .didStartRunning = event { metrics.runStarted(session: session) }

@@ -115,8 +115,8 @@ final class PreviewMetrics: Sendable {
         /// Stages whose time gauge is published (a stage switched off has its gauge removed).
         var stageGauges: [String: Gauge] = [:]
 
-        /// The runs already added (a run is added once, whichever path sees it end first: a
-        /// scrape, a stage switch or a restart event).
+        /// The runs already added (a run is added once, whichever sees it end first: a scrape or
+        /// the restart event).
         var closed: [EngineStatistics] = []
 
         func isClosed(_ s: EngineStatistics) -> Bool { closed.contains { $0 === s } }
@@ -164,17 +164,6 @@ final class PreviewMetrics: Sendable {
         let d = Self.descriptor(name, help)
         let g = labels.isEmpty ? registry.makeGauge(descriptor: d) : registry.makeGauge(descriptor: d, labels: labels)
         g.set(value.isFinite ? value : 0)
-    }
-
-    /// A run of the session ended (a stage switch restarted it): its final counts join the
-    /// earlier runs' — also when no scrape saw it (the counters fell back to the new run's).
-    func runEnded(_ ended: EngineStatistics?, session: CaptureSession) {
-        lock.withLock { runs in
-            let live = session.statistics
-            if let cur = runs.current, cur !== live { runs.close(cur) }
-            if let ended, ended !== live { runs.close(ended) }
-            if let cur = runs.current, runs.isClosed(cur) { runs.current = nil }
-        }
     }
 
     /// The session (re)started a run (a device that came back, a stage switch): the run seen
