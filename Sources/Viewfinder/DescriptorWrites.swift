@@ -3,18 +3,21 @@ import Glibc
 #endif
 
 /// The package's `write(2)` loop and its cut back to whole records, in one place: the y4m writer,
-/// the frame output, the metadata files and the standard streams write through these.
+/// the frame output, the metadata files, the standard streams, and the movie and dump files
+/// write through these.
 package enum DescriptorWrite {
     /// Writes `count` bytes from `bytes` to `fd`: a short write goes on, `EINTR` is retried, and
     /// `EAGAIN` (a non-blocking pipe that is full) calls `whenBlocked` with the bytes written so
     /// far — it waits for room and returns, or throws to give up; without it `EAGAIN` is an error.
     /// Returns nil when every byte went out, else the error (`ENOSPC` for a write that wrote
-    /// nothing); `written` counts the bytes that went out either way.
-    package static func all(_ fd: Int32, _ bytes: UnsafeRawPointer, _ count: Int, written: inout Int,
+    /// nothing); `written` counts the bytes that went out either way. With `position` the bytes
+    /// go there (`pwrite(2)`: a header patched in place) and the file offset stays where it is.
+    package static func all(_ fd: Int32, _ bytes: UnsafeRawPointer, _ count: Int, at position: UInt64? = nil, written: inout Int,
                             whenBlocked: ((_ written: Int) throws -> Void)? = nil) rethrows -> Int32? {
         written = 0
         while written < count {
-            let n = Glibc.write(fd, bytes + written, count - written)
+            let n = position.map { Glibc.pwrite(fd, bytes + written, count - written, off_t($0) + off_t(written)) }
+                ?? Glibc.write(fd, bytes + written, count - written)
             if n > 0 { written += n; continue }
             if n == 0 { return ENOSPC }
             let e = errno

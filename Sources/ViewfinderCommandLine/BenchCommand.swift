@@ -88,7 +88,7 @@ struct BenchCommand: ParsableCommand {
         }
         if let report {
             do { try AtomicFile.write(Array(HTMLReport.render(result).utf8), to: report, overwrite: true) } catch {
-                throw BenchError.cannotWrite(path: report, reason: "\(error)")
+                throw BenchError.cannotWrite(path: report, reason: Self.reason(error))
             }
         }
         if failOnRegression, old != nil, let during = result.interruptedDuring {
@@ -101,7 +101,17 @@ struct BenchCommand: ParsableCommand {
 
     /// Whether `path` can take the report (`AtomicFile`'s rule, where it will be written).
     static func checkWritable(_ path: String) throws {
-        do { try AtomicFile.checkWritable(path) } catch { throw BenchError.cannotWrite(path: path, reason: "\(error)") }
+        do { try AtomicFile.checkWritable(path) } catch { throw BenchError.cannotWrite(path: path, reason: reason(error)) }
+    }
+
+    /// Why a file could not be written, without its path (the message names it once).
+    static func reason(_ error: any Error) -> String {
+        switch error {
+        case StreamFileError.cannotOpen(_, let e, let m): return "\(m) (errno \(e))"
+        case SinkError.io(_, let op, let e, let m): return "\(op) failed: \(m) (errno \(e))"
+        case SinkError.diskFull: return "no space left on the device"
+        default: return "\(error)"
+        }
     }
 
     static func summary(_ r: BenchReport) -> String {

@@ -66,8 +66,12 @@ struct FrameOutputs {
         var d: [String: Any] = [:]
         func late(_ name: String) -> UInt64 { stats.consumers.first { $0.name == name }?.drops.total ?? 0 }
         if let p = pipe {
-            var e: [String: Any] = ["path": p.path, "format": p.format.rawValue, "frames": p.framesWritten,
+            // The key is "pipe" for every --output (kept for readers of the JSON); `kind` says what
+            // the path is: a regular file, a fifo, a device, or standard output.
+            var e: [String: Any] = ["path": p.path, "kind": Self.kind(of: p.path), "format": p.format.rawValue, "frames": p.framesWritten,
                                     "consumer_late": late(p.consumerName), "after_close": p.framesAfterClose, "reader_closed": p.readerClosed]
+            // A reader that held the pipe open without reading when Ctrl-C or SIGTERM came.
+            if p.readerStalled { e["reader_stalled"] = true }
             if let err = p.error { e["error"] = "\(err)" }
             d["pipe"] = e
         }
@@ -79,6 +83,19 @@ struct FrameOutputs {
             d["shm"] = e
         }
         return d
+    }
+
+    /// What an output path is: `stdout`, `file`, `fifo`, `device`, or `other`.
+    static func kind(of path: String) -> String {
+        if path == "-" { return "stdout" }
+        var st = stat()
+        guard stat(path, &st) == 0 else { return "other" }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: return "file"
+        case S_IFIFO: return "fifo"
+        case S_IFCHR, S_IFBLK: return "device"
+        default: return "other"
+        }
     }
 
     func text(_ stats: EngineStatistics) -> String {

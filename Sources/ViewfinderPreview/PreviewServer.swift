@@ -123,10 +123,9 @@ public final class PreviewServer: Sendable {
         controls = PreviewControls(session: session, device: device, photo: photo, movie: movie, folder: configuration.outputDirectory, logger: logger)
         // Every restart of the session (a stage switch, a camera that came back) ends a run: the
         // counters go on across it whether or not /metrics was read between.
-        session.onEvent { [weak session] event in
-            guard let session else { return }
-            if case .didStartRunning = event { metrics.runStarted(session: session) }
-        }
+        session.onRunStarted { metrics.runStarted($0) }
+        // A session already running when the preview was made: its run counts from here too.
+        if session.isRunning, let s = session.statistics { metrics.runStarted(s) }
         session.beginConfiguration()
         try session.addOutput(output)
         try session.addOutput(photo)
@@ -136,7 +135,7 @@ public final class PreviewServer: Sendable {
 
     /// Frames captured, delivered and dropped over the whole preview: every run of the session
     /// (a stage switch restarts it), not only the last.
-    package var totals: (captured: UInt64, delivered: UInt64, dropped: UInt64) { metrics.totals(session: session) }
+    package var totals: (captured: UInt64, delivered: UInt64, dropped: UInt64) { metrics.totals() }
 
     /// Serves until the calling task is cancelled (or the server fails to start). Cancellation
     /// shuts the server down gracefully: the open streams end, then the listener closes; a
@@ -296,6 +295,10 @@ public final class PreviewServer: Sendable {
     static func decode<T: Decodable>(_ request: Request, context: BasicRequestContext) async throws -> T {
         guard let type = request.headers[.contentType], type.lowercased().hasPrefix("application/json") else {
             throw HTTPError(.unsupportedMediaType, message: "controls take a JSON body (Content-Type: application/json)")
+        }
+        // A body announced larger than the limit is refused before any of it is read.
+        if let announced = request.headers[.contentLength], let n = UInt64(announced.trimmingCharacters(in: .whitespaces)), n > 4096 {
+            throw HTTPError(.contentTooLarge, message: "the body is larger than 4 KiB")
         }
         var r = request
         let buffer: ByteBuffer

@@ -103,38 +103,16 @@ private func optional(_ v: Double?) -> Any { v.flatMap { $0.isFinite ? $0 : nil 
 /// `viewfinder_gain`, `viewfinder_focus_score`, `viewfinder_lens_position`.
 final class PreviewMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
-    /// The counts of the session's earlier runs (a stage switch restarts it), so the counters
-    /// only ever grow, and the run they were last read from.
-    private struct Runs {
-        var current: EngineStatistics?
-        var captured: UInt64 = 0
-        var delivered: UInt64 = 0
-        var drops: [DropReason: UInt64] = [:]
-        var consumed: [String: UInt64] = [:]
-        var consumerDrops: [String: [DropReason: UInt64]] = [:]
-        /// Stages whose time gauge is published (a stage switched off has its gauge removed).
-        var stageGauges: [String: Gauge] = [:]
-
-        /// The runs already added (a run is added once, whichever sees it end first: a scrape or
-        /// the restart event).
-        var closed: [EngineStatistics] = []
-
-        func isClosed(_ s: EngineStatistics) -> Bool { closed.contains { $0 === s } }
-
-        /// Adds an ended run's final counts, once.
-        mutating func close(_ s: EngineStatistics) {
-            guard !isClosed(s) else { return }
-            closed.append(s)
-            captured &+= s.captured
-            delivered &+= s.delivered
-            for r in DropReason.allCases { drops[r, default: 0] &+= s.drops[r] }
-            for c in s.consumers {
-                consumed[c.name, default: 0] &+= c.consumed
-                for r in DropReason.allCases { consumerDrops[c.name, default: [:]][r, default: 0] &+= c.drops[r] }
-            }
-        }
-    }
-    private let lock = LockedBox(Runs())
+    /// Every run of the session (a stage switch or a camera that came back starts a new one), in
+    /// order, as the session reported each start (``CaptureSession/onRunStarted(_:)``): the
+    /// counters are their sums, so they only ever grow and no run is missed however quickly the
+    /// restarts come. A leaf lock: taken with the session's lock held, and never around a call
+    /// into the session.
+    private let runs = LockedBox<[EngineStatistics]>([])
+    /// Stages whose time gauge is published (a stage switched off has its gauge removed).
+    private let stageGauges = LockedBox<[String: Gauge]>([:])
+    /// One scrape at a time (the registry's counters are reset and set).
+    private let scraping = Mutex(())
     private let previewLatency: DurationHistogram
 
     init() {
@@ -166,61 +144,54 @@ final class PreviewMetrics: Sendable {
         g.set(value.isFinite ? value : 0)
     }
 
-    /// The session (re)started a run (a device that came back, a stage switch): the run seen
-    /// before it has ended and is added.
-    func runStarted(session: CaptureSession) {
-        lock.withLock { runs in
-            let live = session.statistics
-            if let cur = runs.current, cur !== live { runs.close(cur) }
-            if let live, !runs.isClosed(live) { runs.current = live }
-        }
+    /// The session started a run.
+    func runStarted(_ s: EngineStatistics) {
+        runs.withLock { all in if !all.contains(where: { $0 === s }) { all.append(s) } }
     }
 
-    /// Frames captured, delivered and dropped over every run, the session's current one included.
-    func totals(session: CaptureSession) -> (captured: UInt64, delivered: UInt64, dropped: UInt64) {
-        lock.withLock { runs in
-            var c = runs.captured, d = runs.delivered, x = runs.drops.values.reduce(0, &+)
-            var live: [EngineStatistics] = []
-            if let cur = runs.current, !runs.isClosed(cur) { live.append(cur) }
-            if let s = session.statistics, !runs.isClosed(s), !live.contains(where: { $0 === s }) { live.append(s) }
-            for s in live { c &+= s.captured; d &+= s.delivered; x &+= s.drops.total }
-            return (c, d, x)
-        }
+    /// Frames captured, delivered and dropped over every run.
+    func totals() -> (captured: UInt64, delivered: UInt64, dropped: UInt64) {
+        runs.withLock { $0 }.reduce((0, 0, 0)) { t, s in (t.0 &+ s.captured, t.1 &+ s.delivered, t.2 &+ s.drops.total) }
     }
 
     /// Copies the session's and the preview's counts in and renders the text format.
     func scrape(server: PreviewServer) -> [UInt8] {
-        lock.withLock { runs in
-            if let s = server.session.statistics {
-                // A new run (the session restarted for a stage switch): the last one's final
-                // counts join the earlier runs'.
-                if let old = runs.current, old !== s { runs.close(old) }
-                runs.current = s
-                // (A live run is never among the closed ones: only a run that ended is added.)
-                setCounter("viewfinder_frames_captured_total", runs.captured &+ s.captured, help: "Frames captured from the device")
-                setCounter("viewfinder_frames_delivered_total", runs.delivered &+ s.delivered, help: "Frames that left the stage chain for the outputs")
+        scraping.withLock { _ in
+            let all = runs.withLock { $0 }
+            if let s = all.last {
+                setCounter("viewfinder_frames_captured_total", all.reduce(0) { $0 &+ $1.captured }, help: "Frames captured from the device")
+                setCounter("viewfinder_frames_delivered_total", all.reduce(0) { $0 &+ $1.delivered }, help: "Frames that left the stage chain for the outputs")
                 for r in DropReason.allCases {
-                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], runs.drops[r, default: 0] &+ s.drops[r],
+                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], all.reduce(0) { $0 &+ $1.drops[r] },
                                help: "Frames dropped before the outputs, by reason")
                 }
-                for c in s.consumers {
-                    setCounter("viewfinder_output_frames_total", labels: [("output", c.name)], runs.consumed[c.name, default: 0] &+ c.consumed,
-                               help: "Frames an output consumed")
+                // Every output any run had (an output's counts go on across runs).
+                var consumed: [String: UInt64] = [:], consumerDrops: [String: [DropReason: UInt64]] = [:]
+                for run in all {
+                    for c in run.consumers {
+                        consumed[c.name, default: 0] &+= c.consumed
+                        for r in DropReason.allCases { consumerDrops[c.name, default: [:]][r, default: 0] &+= c.drops[r] }
+                    }
+                }
+                for (name, n) in consumed {
+                    setCounter("viewfinder_output_frames_total", labels: [("output", name)], n, help: "Frames an output consumed")
                     for r in DropReason.allCases {
-                        setCounter("viewfinder_output_frames_dropped_total", labels: [("output", c.name), ("reason", r.name)],
-                                   (runs.consumerDrops[c.name]?[r] ?? 0) &+ c.drops[r], help: "Frames dropped on the way to an output, by reason")
+                        setCounter("viewfinder_output_frames_dropped_total", labels: [("output", name), ("reason", r.name)],
+                                   consumerDrops[name]?[r] ?? 0, help: "Frames dropped on the way to an output, by reason")
                     }
                 }
                 let d = Self.descriptor("viewfinder_stage_time_seconds", "Mean time per frame in a stage")
-                for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) {
-                    let g = runs.stageGauges[name] ?? registry.makeGauge(descriptor: d, labels: [("stage", name)])
-                    runs.stageGauges[name] = g
-                    g.set(us.isFinite ? us / 1e6 : 0)
-                }
-                // A stage no longer in the chain has no time now (its last figure stayed).
-                for (name, g) in runs.stageGauges where !s.stageNames.contains(name) {
-                    registry.unregisterGauge(g)
-                    runs.stageGauges[name] = nil
+                stageGauges.withLock { gauges in
+                    for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) {
+                        let g = gauges[name] ?? registry.makeGauge(descriptor: d, labels: [("stage", name)])
+                        gauges[name] = g
+                        g.set(us.isFinite ? us / 1e6 : 0)
+                    }
+                    // A stage no longer in the chain has no time now (its last figure stayed).
+                    for (name, g) in gauges where !s.stageNames.contains(name) {
+                        registry.unregisterGauge(g)
+                        gauges[name] = nil
+                    }
                 }
                 for q in [0.5, 0.9, 0.99] {
                     setGauge("viewfinder_latency_seconds", labels: [("quantile", String(q))], Double(s.latency.quantile(q)) / 1e9,

@@ -30,7 +30,8 @@ package enum StorageStalls {
         if none { active.store(false, ordering: .releasing) }
     }
 
-    /// Called before each system call that moves data to the disk.
+    /// Called before each buffer written (``DescriptorWrite/all(_:_:_:at:written:whenBlocked:)``
+    /// writes it whole) and each `fdatasync`.
     @inline(__always)
     static func wait(path: String) {
         guard active.load(ordering: .acquiring) else { return }
@@ -94,20 +95,13 @@ final class OutputFile {
         let start = offset
         var done: UInt64 = 0
         for b in buffers where b.count > 0 {
-            var p = b.baseAddress!
-            var left = b.count
-            while left > 0 {
-                StorageStalls.wait(path: path)
-                let n = Glibc.write(fd, p, left)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    let e = errno
-                    _ = ftruncate(fd, off_t(start))
-                    _ = lseek(fd, off_t(start), SEEK_SET)
-                    throw SinkError.fromErrno(path: path, operation: "write", errno: e)
-                }
-                p += n; left -= n; done += UInt64(n)
+            StorageStalls.wait(path: path)
+            var n = 0
+            if let e = DescriptorWrite.all(fd, b.baseAddress!, b.count, written: &n) {
+                cutBack(to: start)
+                throw SinkError.fromErrno(path: path, operation: "write", errno: e)
             }
+            done += UInt64(n)
         }
         offset = start + done
     }
@@ -137,17 +131,11 @@ final class OutputFile {
 
     /// Overwrites bytes at an absolute offset (patching a header) without moving the end.
     func pwrite(_ buffer: UnsafeRawBufferPointer, at position: UInt64) throws {
-        var p = buffer.baseAddress!
-        var left = buffer.count
-        var pos = off_t(position)
-        while left > 0 {
-            StorageStalls.wait(path: path)
-            let n = Glibc.pwrite(fd, p, left, pos)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw SinkError.fromErrno(path: path, operation: "pwrite")
-            }
-            p += n; left -= n; pos += off_t(n)
+        guard let p = buffer.baseAddress, buffer.count > 0 else { return }
+        StorageStalls.wait(path: path)
+        var n = 0
+        if let e = DescriptorWrite.all(fd, p, buffer.count, at: position, written: &n) {
+            throw SinkError.fromErrno(path: path, operation: "pwrite", errno: e)
         }
     }
 

@@ -53,7 +53,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     /// The stream has no YUV planes (MJPEG, RGB, Bayer): the header waits for the first decoded
     /// view, whose layout (4:2:2 or 4:2:0 JPEG, I420 from RGB/Bayer) only the frames tell.
     private var pendingOpen: StreamConfiguration?
-    private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var error: (any Error)? }
+    private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var readerStalled = false; var error: (any Error)? }
     private let state = LockedBox(Counts())
     /// When set (ns): once the run is asked to stop, a write that has made no progress for this
     /// long (the reader is not reading) gives up instead of waiting on.
@@ -79,9 +79,14 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     }
 
     public var framesWritten: UInt64 { state.withLock { $0.written } }
-    /// Frames that reached the output after the reader had closed the pipe (not written).
+    /// Frames that reached the output after the reader had closed the pipe, or was given up on
+    /// (``readerStalled``), or a write failed (not written).
     public var framesAfterClose: UInt64 { state.withLock { $0.afterClose } }
     public var readerClosed: Bool { state.withLock { $0.readerClosed } }
+    /// The output gave up on a reader that kept the pipe open but stopped reading, once the run
+    /// was asked to stop (``stopWaitingForTheReader(after:)``); the frames after it are counted
+    /// in ``framesAfterClose``. Not ``readerClosed``: the reader never closed the pipe.
+    public var readerStalled: Bool { state.withLock { $0.readerStalled } }
     /// A write error other than the reader closing the pipe (a full disk, …).
     public var error: (any Error)? { state.withLock { $0.error } }
 
@@ -212,7 +217,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
 
     public func consume(_ source: Frame) {
         let gone = state.withLock { c -> Bool in
-            if c.readerClosed || c.error != nil { c.afterClose += 1; return true }
+            if c.readerClosed || c.readerStalled || c.error != nil { c.afterClose += 1; return true }
             return false
         }
         if gone { return }
@@ -252,6 +257,11 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         default: e = 0
         }
         _ = vf_clear_pending_sigpipe()
+        if error is ReaderStalled {
+            let first = state.withLock { c -> Bool in defer { c.readerStalled = true }; return !c.readerStalled && !c.readerClosed }
+            if first { onClosed?() }
+            return
+        }
         if e == EPIPE {
             let first = state.withLock { c -> Bool in defer { c.readerClosed = true }; return !c.readerClosed }
             if first { onClosed?() }
@@ -295,9 +305,13 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         if let e = failed { throw SinkError.fromErrno(path: path, operation: "write", errno: e) }
     }
 
+    /// The reader kept the pipe open but took nothing for the grace of
+    /// ``stopWaitingForTheReader(after:)``: the output ends as on a closed pipe, quietly.
+    private struct ReaderStalled: Error {}
+
     /// Waits for room in the pipe (the reader reads), in steps of 100 ms; once
     /// ``stopWaitingForTheReader(after:)`` was called, no longer than its time since the last
-    /// bytes went in: then the reader counts as gone (EPIPE).
+    /// bytes went in: then the reader counts as gone (``readerStalled``).
     private func waitUntilWritable() throws {
         if lastProgress == 0 { lastProgress = monotonicNanoseconds() }
         while true {
@@ -307,7 +321,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
             if r < 0 && errno != EINTR { throw SinkError.fromErrno(path: path, operation: "poll") }
             if let grace = giveUpAfter.withLock({ $0 }), monotonicNanoseconds() &- lastProgress >= grace {
                 logger.warning("frame output '\(path)': the reader stopped reading; the run was asked to stop, so the frames left are not written")
-                throw SinkError.io(path: path, operation: "write", errno: EPIPE, message: "the reader stopped reading")
+                throw ReaderStalled()
             }
         }
     }

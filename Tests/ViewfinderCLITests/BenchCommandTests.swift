@@ -18,6 +18,12 @@ import ViewfinderBench
     @Test func runtimeErrorsExit1() {
         #expect(CLIExit.run(["bench", "--device", "/dev/video-none", "--duration", "0.5"]) == 1)
         #expect(CLIExit.run(["bench", "--device", "sim:width=320,height=240", "--duration", "0.5", "--controls", "none", "--report", "/nonexistent/dir/r.html"]) == 1)
+        // The message names the file once.
+        #expect(throws: BenchError.self) { try BenchCommand.checkWritable("/nonexistent/dir/r.html") }
+        do { try BenchCommand.checkWritable("/nonexistent/dir/r.html") } catch {
+            let m = CLIExit.message(for: error)
+            #expect(m.components(separatedBy: "/nonexistent/dir/r.html").count == 2, "\(m)")
+        }
     }
 
     @Test func writesTheReportsAndComparesWithABaseline() throws {

@@ -74,6 +74,18 @@ import ViewfinderBench
         #expect(CLIExit.run(["bench", "--device", "pattern:width=64,height=32", "--controls", "none,exposure"]) == 64)
     }
 
+    /// The summary's `pipe` entry says what `--output` is: a regular file is no pipe.
+    @Test func theOutputsSummarySaysWhatThePathIs() throws {
+        let s = Scratch()
+        let file = s.path("frames.y4m"), fifo = s.path("fifo")
+        #expect(FileManager.default.createFile(atPath: file, contents: Data()))
+        #expect(mkfifo(fifo, 0o600) == 0)
+        #expect(FrameOutputs.kind(of: file) == "file")
+        #expect(FrameOutputs.kind(of: fifo) == "fifo")
+        #expect(FrameOutputs.kind(of: "/dev/null") == "device")
+        #expect(FrameOutputs.kind(of: "-") == "stdout")
+    }
+
     /// `run` and `process` keep an existing output or metadata file unless told (--force), as
     /// `record`, `dump`, `snap` and `export` do; a fifo or a device is written into either way.
     @Test func streamOutputsKeepAnExistingFileWithoutForce() throws {

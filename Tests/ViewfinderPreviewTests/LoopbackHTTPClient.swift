@@ -17,6 +17,10 @@ enum LoopbackHTTP {
         var method: String = "GET"
         var headers: [(name: String, value: String)] = []
         var body: [UInt8]? = nil
+        /// The request line's version (`1.0` for an HTTP/1.0 client).
+        var version = "1.1"
+        /// A `Content-Length` to announce instead of the body's own (a client lying about its body).
+        var announcedLength: Int? = nil
     }
 
     struct Response: Sendable {
@@ -75,12 +79,12 @@ enum LoopbackHTTP {
 
         var target = url.percentEncodedPath.isEmpty ? "/" : url.percentEncodedPath
         if let q = url.percentEncodedQuery { target += "?" + q }
-        var head = "\(request.method) \(target) HTTP/1.1\r\n"
+        var head = "\(request.method) \(target) HTTP/\(request.version)\r\n"
         // A request's own Host (a test of what the server accepts) replaces the address's.
         if !request.headers.contains(where: { $0.name.lowercased() == "host" }) { head += "Host: \(host):\(port)\r\n" }
         head += "Connection: close\r\n"
         for h in request.headers { head += "\(h.name): \(h.value)\r\n" }
-        if let body = request.body { head += "Content-Length: \(body.count)\r\n" }
+        if let body = request.body { head += "Content-Length: \(request.announcedLength ?? body.count)\r\n" }
         head += "\r\n"
         do {
             try sendAll(fd, Array(head.utf8) + (request.body ?? []))

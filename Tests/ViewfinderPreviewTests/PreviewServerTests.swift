@@ -374,6 +374,11 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(try await fetch(request(point, method: .POST, json: #"{"x": "left"}"#)).status == 400)
         #expect(try await fetch(request(point, method: .POST, json: "x=0.5&y=0.5", contentType: "application/x-www-form-urlencoded")).status == 415)
         #expect(try await fetch(request(point, method: .POST, json: String(repeating: " ", count: 8000) + "{}")).status == 413)
+        // A body announced as 1 TB is refused at once, before the server waits for any of it (the
+        // client sends 2 bytes and waits: a server reading the body first would time out here).
+        var huge = request(point, method: .POST, json: "{}")
+        huge.announcedLength = 1 << 40
+        #expect(try await LoopbackHTTP.execute(huge, timeout: 5).status == 413)
         #expect(try await fetch(request(run.url("/api/point"))).status != 200, "controls are POST only")
         // A known path with another method is 405, not 404 (which says the path does not exist).
         #expect(try await fetch(request(run.url("/api/point"))).status == 405)
@@ -543,6 +548,31 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(scraped > Double(before), "\(scraped) after \(before) before the switch")
         #expect(run.server.totals.captured >= UInt64(scraped))
         await run.stop()
+    }
+
+    /// Every run the session starts is added, however quickly the switches come (the counters
+    /// once learnt of a run from the session's start event, which a second restart could
+    /// overtake): the totals are the sums over the runs the session reported.
+    @Test func everyRunOfQuickSwitchesIsCounted() async throws {
+        let run = try RunningPreview(stages: "null")
+        let seen = LockedBox<[EngineStatistics]>([])
+        run.session.onRunStarted { s in seen.withLock { $0.append(s) } }
+        try await run.start()
+        _ = try await readPictures(run, count: 5)
+        for enabled in [false, true, false] {
+            let r = try await fetch(request(run.url("/api/stage"), method: .POST, json: #"{"name": "null", "enabled": \#(enabled)}"#))
+            #expect(r.status == 200, "\(r.body)")
+        }
+        _ = try await readPictures(run, count: 3)
+        await run.stop()
+        let runs = seen.withLock { $0 }
+        #expect(runs.count == 4, "\(runs.count) runs started")
+        let totals = run.server.totals
+        #expect(totals.captured == runs.reduce(0) { $0 + $1.captured })
+        #expect(totals.delivered == runs.reduce(0) { $0 + $1.delivered })
+        let text = String(decoding: run.server.metrics.scrape(server: run.server), as: UTF8.self)
+        let line = text.split(separator: "\n").first { $0.hasPrefix("viewfinder_frames_captured_total ") }
+        #expect(line.flatMap { Double($0.split(separator: " ").last ?? "") } == Double(totals.captured), "\(line ?? "no line")")
     }
 
     /// A viewer that never reads: its pictures are dropped (counted) while a movie recorded beside

@@ -336,7 +336,8 @@ final class ChecksumRecorder: FrameConsumer, Sendable {
         writer.join()
         let waited = Double(monotonicNanoseconds() - t0) / 1e9
         #expect(waited < 2, "the output waited \(waited) s for a reader that does not read")
-        #expect(output.readerClosed)
+        // Given up on, not closed: the reader still holds the pipe.
+        #expect(output.readerStalled && !output.readerClosed && output.error == nil)
         #expect(output.framesWritten >= 1 && output.framesWritten < 20)
         #expect(output.framesWritten + output.framesAfterClose == 20)
         output.finish(error: nil)

@@ -106,6 +106,17 @@ public final class CaptureSession: @unchecked Sendable {
         hub.add(handler)
     }
 
+    /// Calls `observer` with each run's statistics as the run starts (the first start, a restart
+    /// for a configuration change, a camera that came back), synchronously, before
+    /// ``SessionEvent/didStartRunning`` is posted and with the session's lock held: it must only
+    /// take the statistics (no call into the session). Unlike the event, which is delivered later
+    /// and may find a newer run already started, every run is seen — a preview's counters add
+    /// them all up.
+    package func onRunStarted(_ observer: @escaping @Sendable (EngineStatistics) -> Void) {
+        runObservers.withLock { $0.append(observer) }
+    }
+    private let runObservers = LockedBox<[@Sendable (EngineStatistics) -> Void]>([])
+
     /// Session events as an async sequence.
     public func events() -> AsyncStream<SessionEvent> {
         AsyncStream { continuation in onEvent { continuation.yield($0) } }
@@ -476,6 +487,7 @@ public final class CaptureSession: @unchecked Sendable {
         }
         engine = e
         lastStatistics = e.statistics
+        for observe in runObservers.withLock({ $0 }) { observe(e.statistics) }
         hub.post(.didStartRunning)
         if order.withLock({ o in o.started = true; return o.finished }) { hub.post(.didStopRunning) }
     }
