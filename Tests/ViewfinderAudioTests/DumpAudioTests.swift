@@ -178,8 +178,29 @@ import ViewfinderKit
         let dump = try Self.makeDump(dir)
         let frames = try RawDumpReader(path: dump).frameCount
         let movie = dir + "/loop.mov"
-        let (_, stats, delivered) = try Self.replay("dump:\(dump),paced=false,loop=3", to: movie)
+        let (samples, stats, delivered) = try Self.replay("dump:\(dump),paced=false,loop=3", to: movie)
         #expect(delivered == UInt64(3 * frames))
+        // Each pass's sound is where its frames are: pass p plays p pass lengths (the frames' span
+        // and one interval) after the first — placed by the first sound record of the pass, so
+        // within that record's timestamp jitter (measured 12 samples, 0.25 ms), and no drift from
+        // loop to loop.
+        let reader = try RawDumpReader(path: dump)
+        let passFrames = Double(reader.entries.last!.timestampNanoseconds - reader.entries.first!.timestampNanoseconds + 1_000_000_000 / 30) * 48000 / 1e9
+        let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
+        let n0 = try #require(ALSAFixture.frameNumber(at: first, in: samples))
+        var k = first, offsets: [Int] = []
+        while offsets.count < 2 {
+            // The next place where the samples stop following on from those before; a loop join
+            // goes back in the recording (a skip forward is the recording's own timestamps).
+            let base = k, nb = try #require(ALSAFixture.frameNumber(at: base, in: samples))
+            let j = try #require((base..<(samples.count / 2)).first { samples[2 * $0 + 1] != ALSAFixture.right(nb + $0 - base) }, "no loop join after sample \(base)")
+            k = try #require((j..<(samples.count / 2)).first { ALSAFixture.frameNumber(at: $0, in: samples) != nil })
+            let n = try #require(ALSAFixture.frameNumber(at: k, in: samples))
+            if n < nb + (j - base) { offsets.append((k - first) - (n - n0)) }
+        }
+        for (i, o) in offsets.enumerated() {
+            #expect(abs(Double(o) - Double(i + 1) * passFrames) <= 48, "pass \(i + 1) starts \(o) samples after pass 0, expected \(Double(i + 1) * passFrames)")
+        }
         if let d = try ffprobeDurations(movie) {
             #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s")
         }
