@@ -227,6 +227,8 @@ public final class AssetWriter: @unchecked Sendable {
         var inputs: [AssetWriterInput] = []
         var sessionStart: UInt64?
         var sessionEnd: UInt64?
+        /// `startWriting()` made the file (it is this writer's to remove).
+        var madeFile = false
     }
     private let state = LockedBox(State())
     private let queue = DispatchQueue(label: "viewfinder.asset-writer")
@@ -299,7 +301,7 @@ public final class AssetWriter: @unchecked Sendable {
             fail(error)
             throw error
         }
-        state.withLock { $0.status = .writing }
+        state.withLock { $0.madeFile = true; if $0.status == .unknown { $0.status = .writing } }
     }
 
     /// Time zero of the movie: samples are placed relative to it, video frames before it are not
@@ -348,16 +350,22 @@ public final class AssetWriter: @unchecked Sendable {
         DispatchQueue.global().async { _ = try? self.finishWriting(); handler() }
     }
 
-    /// Stops writing and removes the file.
+    /// Stops writing and removes the file — also after the writer failed (a sample appended
+    /// before ``startSession(atSourceTime:)``, a frame of the wrong size), which leaves its
+    /// status `.failed` and its ``error``. After ``finishWriting()`` completed it does nothing.
     public func cancelWriting() {
-        let was = state.withLock { s -> Status in let w = s.status; if w == .writing || w == .unknown { s.status = .cancelled }; return w }
-        guard was == .writing || was == .unknown else { return }
+        let (was, made) = state.withLock { s -> (Status, Bool) in
+            let w = s.status
+            if w == .writing || w == .unknown { s.status = .cancelled }
+            return (w, s.madeFile)
+        }
+        guard was == .writing || was == .unknown || was == .failed else { return }
         for i in inputs { i.markAsFinished() }
         queue.sync { movie = nil }
-        // Only a file this writer wrote (it was writing), and only a regular one: never a file
-        // that was there before `startWriting`, a device node or a folder.
+        // Only a file this writer made, and only a regular one: never a file that was there
+        // before `startWriting`, a device node or a folder.
         var st = stat()
-        if was == .writing, lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG { unlink(path) }
+        if made, lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG { unlink(path) }
     }
 
     func fail(_ error: any Error) {

@@ -125,12 +125,20 @@ import Viewfinder
         w2.startSession(atSourceTime: Timestamp(nanoseconds: 0, clock: .monotonic))
         #expect(!v2.append(frame(0)))
         #expect(w2.error as? AssetWriterError == .formatMismatch("frame 320x240, input expects 640x480"))
+        // Cancelled after the failure: the file it made goes, the failure stays said.
+        #expect(FileManager.default.fileExists(atPath: dir + "/b.mov"))
+        w2.cancelWriting()
+        #expect(!FileManager.default.fileExists(atPath: dir + "/b.mov"))
+        #expect(w2.status == .failed)
         // An existing file is not overwritten unless asked.
         _ = FileManager.default.createFile(atPath: dir + "/c.mov", contents: Data([1, 2, 3]))
         let w3 = AssetWriter(path: dir + "/c.mov")
         try w3.add(AssetWriterInput(settings: .video(width: 320, height: 240)))
         #expect(throws: SinkError.fileExists(path: dir + "/c.mov")) { try w3.startWriting() }
         #expect(w3.status == .failed)
+        // Cancelled then, the file that was there before stays.
+        w3.cancelWriting()
+        #expect(FileManager.default.fileExists(atPath: dir + "/c.mov"))
         // Odd sizes and bad rates are refused when the input is added.
         #expect(throws: AssetWriterError.self) { try AssetWriter(path: dir + "/d.mov").add(AssetWriterInput(settings: .video(width: 321, height: 240))) }
         #expect(throws: AssetWriterError.self) { try AssetWriter(path: dir + "/d.mov").add(AssetWriterInput(settings: .audio(sampleRate: 10, channels: 2))) }

@@ -162,6 +162,76 @@ import ViewfinderSim
         video.setSampleBufferDelegate(Sink(), queue: nil)
     }
 
+    /// `stopRunning()` from a video delegate without a queue (on the engine's own thread) stops
+    /// and returns; it waited for its own thread for ever, and every later `stopRunning()` with it
+    /// (a library user's sweep, 2 Dec). The session then starts and stops again as usual.
+    @Test func stopRunningFromADelegateOnTheEnginesThreadReturns() throws {
+        final class Stopper: VideoDataOutputDelegate, @unchecked Sendable {
+            weak var session: CaptureSession?
+            let returned = LockedBox(0)
+            let frames = LockedBox(0)
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                let n = frames.withLock { $0 += 1; return $0 }
+                if n == 3 { session?.stopRunning(); returned.withLock { $0 += 1 } }
+            }
+        }
+        let video = VideoDataOutput()
+        let stopper = Stopper()
+        video.setDelegate(stopper, queue: nil)
+        let (session, _) = try session("sim:width=320,height=240,fps=60", outputs: [video])
+        stopper.session = session
+        for run in 1...2 {
+            stopper.frames.withLock { $0 = 0 }
+            try session.startRunning()
+            let deadline = monotonicNanoseconds() + 20_000_000_000
+            while stopper.returned.withLock({ $0 }) < run && monotonicNanoseconds() < deadline { usleep(10_000) }
+            #expect(stopper.returned.withLock { $0 } == run, "stopRunning() inside the delegate did not return")
+            session.waitUntilFinished()
+            #expect(!session.isRunning)
+            session.stopRunning()   // from the test's thread: returns too
+        }
+    }
+
+    /// The camera's input removed while running ends the run and is gone; it stayed (the change
+    /// was refused silently, the engine restarted around it; a library user's sweep, 2 Dec). An
+    /// input added again runs again.
+    @Test func removingTheCamerasInputWhileRunningEndsTheRun() throws {
+        let video = VideoDataOutput()
+        let (session, _) = try session("sim:width=320,height=240,fps=30", outputs: [video])
+        let events = LockedBox<[String]>([])
+        session.onEvent { e in events.withLock { $0.append("\(e)") } }
+        try session.startRunning()
+        let input = try #require(session.inputs.first)
+        session.removeInput(input)
+        session.deliverPendingEvents()
+        #expect(session.inputs.isEmpty)
+        #expect(!session.isRunning)
+        #expect(events.withLock { $0 }.last?.contains("stop") == true, "\(events.withLock { $0 })")
+        #expect(throws: SessionError.noVideoInput) { try session.startRunning() }
+        try session.addInput(input)
+        try session.startRunning()
+        #expect(session.isRunning)
+        session.stopRunning()
+    }
+
+    /// A custom exposure the device cannot take is refused at the call; it was accepted, then
+    /// refused when applied, and the batch's other changes (zoom, lens) were dropped with it while
+    /// `settings` said they were in use (a library user's sweep, 2 Dec).
+    @Test func aCustomExposureOutOfRangeIsRefusedAtTheCall() throws {
+        let device = try CaptureDevice.open("sim:width=320,height=240", directory: .core)
+        let maxDuration = try #require(device.maxExposureDurationMicroseconds)
+        try device.lockForConfiguration()
+        #expect(throws: SessionError.self) { try device.setExposureModeCustom(durationMicroseconds: maxDuration * 5, iso: 200) }
+        #expect(throws: SessionError.self) { try device.setExposureModeCustom(durationMicroseconds: 10_000_000, iso: 200) }
+        #expect(throws: SessionError.self) { try device.setExposureModeCustom(durationMicroseconds: 1_000, gain: 1000) }
+        device.unlockForConfiguration()
+        #expect(device.settings.exposureMode != .custom)
+        try device.lockForConfiguration()
+        try device.setExposureModeCustom(durationMicroseconds: min(maxDuration, 20_000), iso: 200)
+        device.unlockForConfiguration()
+        #expect(device.settings.exposureMode == .custom)
+    }
+
     /// `setExposureMode(.custom)` after a custom spell and a return to auto keeps the exposure in
     /// use now, not the old custom values (which it brought back).
     @Test func customAgainKeepsTheCurrentExposureNotTheOldCustomOne() throws {

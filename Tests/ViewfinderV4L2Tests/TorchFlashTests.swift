@@ -51,6 +51,10 @@ import ViewfinderTestSupport
             try device.setTorchModeOn(level: 1)
         }
         #expect(throws: SessionError.self) { try device.setTorchMode(.auto) }
+        // Off it always is: turning it off is no error and writes nothing (a ported app's
+        // clean-up), as AVFoundation's flash modes offer `.off` on every device.
+        #expect(device.isTorchModeSupported(.off))
+        try device.setTorchMode(.off)
         #expect(throws: PhotoCaptureError.flashUnavailable("the device has no flash (led_mode with flash, strobe)")) { try DeviceFlash(device: device).fire() }
         #expect(DeviceFlash(device: device).supportedFlashModes == [.off])
         #expect(kernel.controlWrites().isEmpty)

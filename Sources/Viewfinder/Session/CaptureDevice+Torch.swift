@@ -111,14 +111,21 @@ extension CaptureDevice {
     public var isTorchActive: Bool { torchLevel > 0 }
 
     /// Every torch mode is supported on a device with a torch, none on one without.
-    public func isTorchModeSupported(_ mode: TorchMode) -> Bool { hasTorch }
+    public func isTorchModeSupported(_ mode: TorchMode) -> Bool { hasTorch || mode == .off }
 
     /// Sets the torch mode (needs the configuration lock). Applies at once: `.off` writes
     /// `led_mode` none, `.on` is ``setTorchModeOn(level:)`` at ``maxAvailableTorchLevel``, `.auto`
     /// sets `torch_intensity` to its maximum and leaves lighting to the session (see ``TorchMode/auto``).
-    /// - Throws: `SessionError.unsupportedMode` on a device without a torch,
+    /// - Throws: `SessionError.unsupportedMode` on a device without a torch (except for `.off`,
+    ///   which such a device always is),
     ///   `SessionError.notLockedForConfiguration` without the lock, `DeviceError` when a write fails.
     public func setTorchMode(_ mode: TorchMode) throws {
+        // A device without a torch is always off: turning it off is no error (a ported app's
+        // clean-up sets `.off` whatever the camera).
+        if mode == .off, !hasTorch {
+            guard isLockedForConfiguration else { throw SessionError.notLockedForConfiguration(device: uniqueID) }
+            return
+        }
         try checkTorch(mode.rawValue)
         switch mode {
         case .on:

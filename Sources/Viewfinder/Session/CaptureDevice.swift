@@ -246,11 +246,26 @@ public final class CaptureDevice: @unchecked Sendable {
     }
 
     /// Custom exposure: duration in µs and gain (1 = unity); sets the mode to `.custom`.
+    /// The exposure stage's custom range, µs (its `exposure_ms` option: 0.01…1000 ms).
+    static let customExposureRange: ClosedRange<Double> = 10...1_000_000
+
     public func setExposureModeCustom(durationMicroseconds: Double, gain: Double) throws {
         guard isExposureModeSupported(.custom) else {
             throw SessionError.unsupportedMode(device: uniqueID, mode: "custom exposure", reason: "it has no exposure time or gain control")
         }
         guard durationMicroseconds > 0, gain >= 1 else { throw SessionError.invalidConfiguration(reason: "custom exposure needs a positive duration and a gain ≥ 1") }
+        // Within what the device takes (and the exposure stage's 10 µs…1 s) now, at the call: an
+        // exposure refused later, when the settings are applied, was dropped with the rest of
+        // the batch (zoom, lens) while `settings` claimed it.
+        let lo = max(Self.customExposureRange.lowerBound, minExposureDurationMicroseconds ?? 0)
+        let hi = min(Self.customExposureRange.upperBound, maxExposureDurationMicroseconds ?? .infinity)
+        guard durationMicroseconds.isFinite, durationMicroseconds >= lo, durationMicroseconds <= hi else {
+            throw SessionError.invalidConfiguration(reason: "exposure duration \(durationMicroseconds) µs is outside \(lo)...\(hi) µs (minExposureDurationMicroseconds...maxExposureDurationMicroseconds)")
+        }
+        let maxGain = min(64, max(1, controls?.descriptor(.gain).map { Double($0.maximum) / Self.gainUnit } ?? 64))
+        guard gain.isFinite, gain <= maxGain else {
+            throw SessionError.invalidConfiguration(reason: "gain \(gain) is above the device's \(maxGain) (maxISO \(maxISO))")
+        }
         try stage { $0.exposureMode = .custom; $0.customExposureDuration = durationMicroseconds; $0.customGain = gain }
     }
 

@@ -169,6 +169,14 @@ public final class CaptureSession: @unchecked Sendable {
         if let running { finish(running) }
         lock.withLock { committed = c; rebuildConnections() }
         guard running != nil else { return }
+        // The camera's input removed while running: the run ends there (the outputs finish their
+        // files, `didStopRunning` is posted) and the session stays stopped without it until an
+        // input is added and `startRunning()` called — a run needs its camera. (The removal was
+        // refused before, silently, with the engine restarted around it.)
+        if !c.inputs.contains(where: { $0 is CaptureDeviceInput }) {
+            logger.info("the session's video input was removed while running: the run ends")
+            return
+        }
         do { try lock.withLock { try startEngine() } } catch {
             logger.warning("new configuration failed to start, keeping the old one: \(error)")
             lock.withLock {
@@ -249,6 +257,9 @@ public final class CaptureSession: @unchecked Sendable {
         }
     }
 
+    /// Removes an input. The camera's input removed while the session runs ends the run (the
+    /// outputs finish their files, ``SessionEvent/didStopRunning`` is posted): the session stays
+    /// stopped until an input is added and ``startRunning()`` is called.
     public func removeInput(_ input: CaptureInput) {
         try? change { c in c.inputs.removeAll { $0 === input } }
     }
@@ -320,6 +331,7 @@ public final class CaptureSession: @unchecked Sendable {
     public var audioStatistics: AudioStatistics? { audioRun.withLock { $0.engine?.statistics ?? $0.last } }
 
     public func startRunning() throws {
+        if !EngineThread.isCurrent { waitForStopsFromEngineThreads() }
         try transition.withLock {
             try lock.withLock {
                 if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
@@ -340,7 +352,25 @@ public final class CaptureSession: @unchecked Sendable {
     /// Stops capture; what was captured still reaches the outputs, which finish their files.
     /// Returns once ``SessionEvent/didStopRunning`` has reached the handlers (at once when called
     /// from a handler).
+    ///
+    /// Called on one of the engine's own threads (a video delegate without a queue, a stage, an
+    /// output's callback), which it cannot wait for, it stops the capture and returns at once; a
+    /// thread of its own waits for the outputs to finish, and the next ``startRunning()`` or
+    /// ``stopRunning()`` from another thread waits for that.
     public func stopRunning() {
+        if EngineThread.isCurrent {
+            let (e, w) = transition.withLock { lock.withLock { (detachEngine(), cancelWatcher()) } }
+            guard e != nil || w != nil else { return }
+            e?.stop()
+            if let e { stopsFromEngineThreads.withLock { $0.append(e) } }
+            EngineThread(name: "vf-session-stop") { [stops = stopsFromEngineThreads] in
+                e?.waitUntilFinished()
+                w?.join()
+                if let e { stops.withLock { $0.removeAll { $0 === e } } }
+            }.detach()
+            return
+        }
+        waitForStopsFromEngineThreads()
         let w: InterruptionWatcher? = transition.withLock {
             let (e, w) = lock.withLock { (detachEngine(), cancelWatcher()) }
             if let e { finish(e) }
@@ -348,6 +378,13 @@ public final class CaptureSession: @unchecked Sendable {
         }
         w?.join()
         hub.drain()
+    }
+
+    /// Engines stopped by ``stopRunning()`` on one of their own threads, until their outputs are done.
+    private let stopsFromEngineThreads = LockedBox<[CaptureEngine]>([])
+
+    private func waitForStopsFromEngineThreads() {
+        for e in stopsFromEngineThreads.withLock({ $0 }) { e.waitUntilFinished() }
     }
 
     /// Asks the running capture to end, from any thread — an output's, a stage's or a delegate's

@@ -147,7 +147,7 @@ public enum SessionError: Error, Equatable, CustomStringConvertible {
         case .noVideoInput: return "the session has no video input"
         case .notInConfiguration: return "commitConfiguration() without beginConfiguration()"
         case .notLockedForConfiguration(let d): return "device '\(d)' must be locked for configuration first (lockForConfiguration)"
-        case .lockedByAnotherClient(let d): return "device '\(d)' is locked for configuration by another client"
+        case .lockedByAnotherClient(let d): return "device '\(d)' is already locked for configuration (by another client, or by this one without unlockForConfiguration())"
         case .unsupportedMode(let d, let m, let r): return "device '\(d)' does not support \(m): \(r)"
         case .unsupportedRotation(let a): return "rotation \(a)° is not supported (use 0, 90, 180 or 270)"
         case .invalidConfiguration(let r): return "invalid session configuration: \(r)"

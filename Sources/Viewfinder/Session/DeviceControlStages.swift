@@ -41,6 +41,9 @@ final class DeviceControlStages: Stage {
     private var opticalZoom = false
     private var lastZoomValue: Int64?
     private var frameSeconds = 1.0 / 30
+    /// The last frame's capture time (ns): the zoom ramp moves by the time between frames, so
+    /// frames the camera lost do not stretch it.
+    private var lastZoomFrameTime: UInt64?
     private let zoomKey = MetadataKey("zoom.factor")
     /// Subject-area change detection (stage thread only).
     private var subjectArea = SubjectAreaMonitor()
@@ -125,11 +128,18 @@ final class DeviceControlStages: Stage {
         return .forward
     }
 
-    /// Advances the zoom ramp one frame and carries it out: `zoom_absolute` queued for the capture
+    /// Advances the zoom ramp by the time since the last frame on a live camera (the frame
+    /// interval for the first, after a gap of a second or more, and on sources that are not live)
+    /// and carries it out: `zoom_absolute` queued for the capture
     /// side when its value changes (optical), or the crop-and-resample (digital, after the control
     /// stages metered the full frame). The frame carries `zoom.factor`.
     private func applyZoom(_ frame: Frame) {
-        zoom.advance(seconds: frameSeconds)
+        let t = frame.timestamp.nanoseconds
+        var seconds = frameSeconds
+        // A live camera's capture times; a replay or an unpaced source goes by its frame interval.
+        if prepared?.1.isLive == true, let last = lastZoomFrameTime, t > last, Double(t - last) / 1e9 < 1 { seconds = Double(t - last) / 1e9 }
+        lastZoomFrameTime = t
+        zoom.advance(seconds: seconds)
         let z = zoom.current
         if opticalZoom {
             if let v = device?.zoomControlValue(forFactor: z), v != lastZoomValue, prepared?.1.controlRequests?.request(.zoomAbsolute, to: v) == true {

@@ -95,7 +95,12 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     /// - Parameters:
     ///   - name: the output's name in statistics and logs.
     ///   - alwaysDiscardsLateVideoFrames: true (the default) drops frames that arrive while the
-    ///     delegate is busy; false queues them (bounded by the ring) instead.
+    ///     delegate is busy; false queues every frame on the delegate's queue instead (a file or
+    ///     dump replay reaches the delegate whole). Each queued frame holds its buffer: with the
+    ///     stream's own buffers (no pixel format asked for) a delegate slower than a live camera
+    ///     holds the camera's buffers, and the other outputs lose frames as `out_of_buffers` —
+    ///     ask for a pixel format (``setVideoSettings(_:)``: frames in the output's own pool)
+    ///     or keep the default.
     public init(name: String = "video-data", alwaysDiscardsLateVideoFrames: Bool = true) {
         self.consumerName = name
         self.discardLate = alwaysDiscardsLateVideoFrames
