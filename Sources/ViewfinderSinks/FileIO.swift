@@ -30,7 +30,7 @@ package enum StorageStalls {
         if none { active.store(false, ordering: .releasing) }
     }
 
-    /// Called before each buffer written (``DescriptorWrite/all(_:_:_:at:written:whenBlocked:)``
+    /// Called before each buffer written (`DescriptorWrite.all`
     /// writes it whole) and each `fdatasync`.
     @inline(__always)
     static func wait(path: String) {

