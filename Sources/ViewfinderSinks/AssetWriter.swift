@@ -357,6 +357,9 @@ public final class AssetWriter: @unchecked Sendable {
         let (was, made) = state.withLock { s -> (Status, Bool) in
             let w = s.status
             if w == .writing || w == .unknown { s.status = .cancelled }
+            // Removed once: a second cancel (after a failure the status stays) must not remove
+            // a file someone wrote at the path since.
+            defer { s.madeFile = false }
             return (w, s.madeFile)
         }
         guard was == .writing || was == .unknown || was == .failed else { return }

@@ -30,7 +30,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     /// (planar YUV), which the engine makes because this output asks for it.
     public var needsPixels: Bool { true }
     /// Called once, on the output's thread, when the output can write no more: the reader closed
-    /// the pipe, or opening or writing failed. The CLI stops the run there
+    /// the pipe, was given up on (``readerStalled``), or opening or writing failed. The CLI stops the run there
     /// (`CaptureSession.requestStop()`; `stopRunning()` would wait for this very thread).
     public var onClosed: (@Sendable () -> Void)?
     /// Called once, on the output's thread, with ``rawLayout(of:)`` of the frames a raw output is

@@ -123,7 +123,8 @@ extension CaptureDevice {
     /// (``exposureDurationMicroseconds``, ``iso``). On a running session the exposure stage applies
     /// it on the frames after the lock is released.
     /// - Throws: `SessionError.invalidConfiguration` for an ISO outside ``minISO`` … ``maxISO`` or
-    ///   a duration that is not positive (or not known, for ``currentExposureDuration``),
+    ///   a duration outside ``minExposureDurationMicroseconds`` … ``maxExposureDurationMicroseconds``
+    ///   (or not known, for ``currentExposureDuration``),
     ///   `SessionError.unsupportedMode` without exposure controls.
     public func setExposureModeCustom(durationMicroseconds: Double, iso: Double) throws {
         let d: Double

@@ -110,7 +110,8 @@ extension CaptureDevice {
     /// Whether the torch is lit now (AVFoundation's `isTorchActive`).
     public var isTorchActive: Bool { torchLevel > 0 }
 
-    /// Every torch mode is supported on a device with a torch, none on one without.
+    /// Every torch mode is supported on a device with a torch; on one without, only `.off` (what
+    /// it always is).
     public func isTorchModeSupported(_ mode: TorchMode) -> Bool { hasTorch || mode == .off }
 
     /// Sets the torch mode (needs the configuration lock). Applies at once: `.off` writes

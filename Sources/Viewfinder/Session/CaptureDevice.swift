@@ -245,10 +245,14 @@ public final class CaptureDevice: @unchecked Sendable {
         try stage { $0.exposureTargetBias = ev }
     }
 
-    /// Custom exposure: duration in µs and gain (1 = unity); sets the mode to `.custom`.
     /// The exposure stage's custom range, µs (its `exposure_ms` option: 0.01…1000 ms).
     static let customExposureRange: ClosedRange<Double> = 10...1_000_000
 
+    /// Custom exposure: duration in µs and gain (1 = unity); sets the mode to `.custom`.
+    /// - Throws: `SessionError.invalidConfiguration` for a duration outside
+    ///   ``minExposureDurationMicroseconds`` … ``maxExposureDurationMicroseconds`` (and 10 µs … 1 s)
+    ///   or a gain below 1 or above the device's; `SessionError.unsupportedMode` without exposure
+    ///   controls.
     public func setExposureModeCustom(durationMicroseconds: Double, gain: Double) throws {
         guard isExposureModeSupported(.custom) else {
             throw SessionError.unsupportedMode(device: uniqueID, mode: "custom exposure", reason: "it has no exposure time or gain control")

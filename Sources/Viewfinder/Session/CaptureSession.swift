@@ -163,6 +163,8 @@ public final class CaptureSession: @unchecked Sendable {
     /// `transition` held; the old engine is waited for without `lock`.
     private func apply(_ c: Configuration) throws {
         try validate(c)
+        // A run stopped on its engine's thread finishes its outputs before they are reconnected.
+        waitForStopsFromEngineThreads()
         // Checked and taken at once: two sessions committing one output together cannot both win.
         try OutputClaims.claim(c.outputs, for: self)
         let (old, running) = lock.withLock { (committed, detachEngine()) }
@@ -175,6 +177,8 @@ public final class CaptureSession: @unchecked Sendable {
         // refused before, silently, with the engine restarted around it.)
         if !c.inputs.contains(where: { $0 is CaptureDeviceInput }) {
             logger.info("the session's video input was removed while running: the run ends")
+            // Nor is a camera that went away waited for any more.
+            lock.withLock { cancelWatcher() }?.detach()
             return
         }
         do { try lock.withLock { try startEngine() } } catch {
@@ -331,7 +335,7 @@ public final class CaptureSession: @unchecked Sendable {
     public var audioStatistics: AudioStatistics? { audioRun.withLock { $0.engine?.statistics ?? $0.last } }
 
     public func startRunning() throws {
-        if !EngineThread.isCurrent { waitForStopsFromEngineThreads() }
+        waitForStopsFromEngineThreads()
         try transition.withLock {
             try lock.withLock {
                 if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
@@ -359,10 +363,16 @@ public final class CaptureSession: @unchecked Sendable {
     /// ``stopRunning()`` from another thread waits for that.
     public func stopRunning() {
         if EngineThread.isCurrent {
-            let (e, w) = transition.withLock { lock.withLock { (detachEngine(), cancelWatcher()) } }
+            // Not `transition`: a stop or a change on another thread may hold it while it waits
+            // for this very thread to end. The engine is taken out and noted as finishing at once,
+            // under `lock` (which no one holds while waiting for an engine).
+            let (e, w) = lock.withLock { () -> (CaptureEngine?, InterruptionWatcher?) in
+                let e = detachEngine()
+                if let e { stopsFromEngineThreads.withLock { $0.append(e) } }
+                return (e, cancelWatcher())
+            }
             guard e != nil || w != nil else { return }
             e?.stop()
-            if let e { stopsFromEngineThreads.withLock { $0.append(e) } }
             EngineThread(name: "vf-session-stop") { [stops = stopsFromEngineThreads] in
                 e?.waitUntilFinished()
                 w?.join()
@@ -383,7 +393,9 @@ public final class CaptureSession: @unchecked Sendable {
     /// Engines stopped by ``stopRunning()`` on one of their own threads, until their outputs are done.
     private let stopsFromEngineThreads = LockedBox<[CaptureEngine]>([])
 
+    /// Waits for them (not on an engine thread, which may be one of theirs).
     private func waitForStopsFromEngineThreads() {
+        guard !EngineThread.isCurrent else { return }
         for e in stopsFromEngineThreads.withLock({ $0 }) { e.waitUntilFinished() }
     }
 
@@ -399,6 +411,7 @@ public final class CaptureSession: @unchecked Sendable {
     /// off, a new preset) restarts the engine: that is not the end, and the wait goes on with the
     /// new engine.
     public func waitUntilFinished() {
+        defer { waitForStopsFromEngineThreads() }
         var waited: CaptureEngine?
         while true {
             // A change in progress holds `transition` from taking the old engine out until the

@@ -128,15 +128,16 @@ final class DeviceControlStages: Stage {
         return .forward
     }
 
-    /// Advances the zoom ramp by the time since the last frame on a live camera (the frame
-    /// interval for the first, after a gap of a second or more, and on sources that are not live)
+    /// Advances the zoom ramp by the time since the last frame on a live source (the frame
+    /// interval for the first, after a gap of a second or more, and on unpaced sources)
     /// and carries it out: `zoom_absolute` queued for the capture
     /// side when its value changes (optical), or the crop-and-resample (digital, after the control
     /// stages metered the full frame). The frame carries `zoom.factor`.
     private func applyZoom(_ frame: Frame) {
         let t = frame.timestamp.nanoseconds
         var seconds = frameSeconds
-        // A live camera's capture times; a replay or an unpaced source goes by its frame interval.
+        // A live source's capture times (a camera, a paced replay); an unpaced one goes by its
+        // frame interval (its times are not media time).
         if prepared?.1.isLive == true, let last = lastZoomFrameTime, t > last, Double(t - last) / 1e9 < 1 { seconds = Double(t - last) / 1e9 }
         lastZoomFrameTime = t
         zoom.advance(seconds: seconds)
