@@ -109,10 +109,9 @@ final class PreviewMetrics: Sendable {
     /// restarts come. A leaf lock: taken with the session's lock held, and never around a call
     /// into the session.
     private let runs = LockedBox<[EngineStatistics]>([])
-    /// Stages whose time gauge is published (a stage switched off has its gauge removed).
-    private let stageGauges = LockedBox<[String: Gauge]>([:])
-    /// One scrape at a time (the registry's counters are reset and set).
-    private let scraping = Mutex(())
+    /// Stages whose time gauge is published (a stage switched off has its gauge removed); held
+    /// for the whole scrape, one at a time (the registry's counters are reset and set).
+    private let stageGauges = Mutex<[String: Gauge]>([:])
     private let previewLatency: DurationHistogram
 
     init() {
@@ -156,7 +155,7 @@ final class PreviewMetrics: Sendable {
 
     /// Copies the session's and the preview's counts in and renders the text format.
     func scrape(server: PreviewServer) -> [UInt8] {
-        scraping.withLock { _ in
+        stageGauges.withLock { gauges in
             let all = runs.withLock { $0 }
             if let s = all.last {
                 setCounter("viewfinder_frames_captured_total", all.reduce(0) { $0 &+ $1.captured }, help: "Frames captured from the device")
@@ -181,17 +180,15 @@ final class PreviewMetrics: Sendable {
                     }
                 }
                 let d = Self.descriptor("viewfinder_stage_time_seconds", "Mean time per frame in a stage")
-                stageGauges.withLock { gauges in
-                    for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) {
-                        let g = gauges[name] ?? registry.makeGauge(descriptor: d, labels: [("stage", name)])
-                        gauges[name] = g
-                        g.set(us.isFinite ? us / 1e6 : 0)
-                    }
-                    // A stage no longer in the chain has no time now (its last figure stayed).
-                    for (name, g) in gauges where !s.stageNames.contains(name) {
-                        registry.unregisterGauge(g)
-                        gauges[name] = nil
-                    }
+                for (name, us) in zip(s.stageNames, s.stageMeanMicroseconds) {
+                    let g = gauges[name] ?? registry.makeGauge(descriptor: d, labels: [("stage", name)])
+                    gauges[name] = g
+                    g.set(us.isFinite ? us / 1e6 : 0)
+                }
+                // A stage no longer in the chain has no time now (its last figure stayed).
+                for (name, g) in gauges where !s.stageNames.contains(name) {
+                    registry.unregisterGauge(g)
+                    gauges[name] = nil
                 }
                 for q in [0.5, 0.9, 0.99] {
                     setGauge("viewfinder_latency_seconds", labels: [("quantile", String(q))], Double(s.latency.quantile(q)) / 1e9,

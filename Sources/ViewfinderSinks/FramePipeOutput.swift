@@ -53,7 +53,10 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     /// The stream has no YUV planes (MJPEG, RGB, Bayer): the header waits for the first decoded
     /// view, whose layout (4:2:2 or 4:2:0 JPEG, I420 from RGB/Bayer) only the frames tell.
     private var pendingOpen: StreamConfiguration?
-    private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var readerClosed = false; var readerStalled = false; var error: (any Error)? }
+    /// How the output ended without an error of its own: the reader closed the pipe, or kept it
+    /// open without reading and was given up on.
+    private enum QuietEnd { case readerClosed, readerStalled }
+    private struct Counts { var written: UInt64 = 0; var afterClose: UInt64 = 0; var quietEnd: QuietEnd?; var error: (any Error)? }
     private let state = LockedBox(Counts())
     /// When set (ns): once the run is asked to stop, a write that has made no progress for this
     /// long (the reader is not reading) gives up instead of waiting on.
@@ -82,11 +85,11 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     /// Frames that reached the output after the reader had closed the pipe, or was given up on
     /// (``readerStalled``), or a write failed (not written).
     public var framesAfterClose: UInt64 { state.withLock { $0.afterClose } }
-    public var readerClosed: Bool { state.withLock { $0.readerClosed } }
+    public var readerClosed: Bool { state.withLock { $0.quietEnd == .readerClosed } }
     /// The output gave up on a reader that kept the pipe open but stopped reading, once the run
     /// was asked to stop (``stopWaitingForTheReader(after:)``); the frames after it are counted
     /// in ``framesAfterClose``. Not ``readerClosed``: the reader never closed the pipe.
-    public var readerStalled: Bool { state.withLock { $0.readerStalled } }
+    public var readerStalled: Bool { state.withLock { $0.quietEnd == .readerStalled } }
     /// A write error other than the reader closing the pipe (a full disk, …).
     public var error: (any Error)? { state.withLock { $0.error } }
 
@@ -217,7 +220,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
 
     public func consume(_ source: Frame) {
         let gone = state.withLock { c -> Bool in
-            if c.readerClosed || c.readerStalled || c.error != nil { c.afterClose += 1; return true }
+            if c.quietEnd != nil || c.error != nil { c.afterClose += 1; return true }
             return false
         }
         if gone { return }
@@ -257,13 +260,12 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
         default: e = 0
         }
         _ = vf_clear_pending_sigpipe()
-        if error is ReaderStalled {
-            let first = state.withLock { c -> Bool in defer { c.readerStalled = true }; return !c.readerStalled && !c.readerClosed }
-            if first { onClosed?() }
-            return
-        }
-        if e == EPIPE {
-            let first = state.withLock { c -> Bool in defer { c.readerClosed = true }; return !c.readerClosed }
+        if let quiet: QuietEnd = error is ReaderStalled ? .readerStalled : e == EPIPE ? .readerClosed : nil {
+            let first = state.withLock { c -> Bool in
+                guard c.quietEnd == nil else { return false }
+                c.quietEnd = quiet
+                return true
+            }
             if first { onClosed?() }
             return
         }

@@ -266,7 +266,8 @@ public final class CaptureDevice: @unchecked Sendable {
         guard durationMicroseconds.isFinite, durationMicroseconds >= lo, durationMicroseconds <= hi else {
             throw SessionError.invalidConfiguration(reason: "exposure duration \(durationMicroseconds) µs is outside \(lo)...\(hi) µs (minExposureDurationMicroseconds...maxExposureDurationMicroseconds)")
         }
-        let maxGain = min(64, max(1, controls?.descriptor(.gain).map { Double($0.maximum) / Self.gainUnit } ?? 64))
+        // The device's largest gain is `maxISO`'s; without a gain control, the stage's 64×.
+        let maxGain = controls?.descriptor(.gain) == nil ? 64 : maxISO / 100
         guard gain.isFinite, gain <= maxGain else {
             throw SessionError.invalidConfiguration(reason: "gain \(gain) is above the device's \(maxGain) (maxISO \(maxISO))")
         }
