@@ -81,7 +81,11 @@ import ViewfinderKit
         #expect(delegate.wait(seconds: 15))
         session.stopRunning()
         let summary = try #require(delegate.summary)
-        #expect(summary.preRollFrames >= 25)
+        // The pre-roll is the movie's first second of 2.5: about 40 % of its frames whatever rate
+        // a loaded machine let the sim keep (a CI run kept 23 frames in that second, not 30).
+        #expect(summary.preRollFrames >= 10)
+        #expect(Double(summary.preRollFrames) >= 0.3 * Double(summary.frames),
+                "\(summary.preRollFrames) of \(summary.frames) frames from the pre-roll")
         // The pre-roll's second has the microphone's sound, not silence (it had 1 s of zeros).
         let samples = try movieAudioSamples(path)
         let first = try #require((0..<(samples.count / 2)).first { samples[2 * $0 + 1] != 0 })
