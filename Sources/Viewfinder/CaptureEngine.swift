@@ -120,7 +120,7 @@ public final class ConsumerStatistics: Sendable {
     private let consumedCount = Atomic<UInt64>(0)
     public init(name: String) { self.name = name }
     public var consumed: UInt64 { consumedCount.load(ordering: .relaxed) }
-    func countConsumed() { consumedCount.add(1, ordering: .relaxed) }
+    package func countConsumed() { consumedCount.add(1, ordering: .relaxed) }
 }
 
 /// Everything the engine counts. Safe to read from any thread while running.
@@ -139,7 +139,7 @@ public final class EngineStatistics: Sendable {
     private let startTime = Atomic<UInt64>(0)
     private let endTime = Atomic<UInt64>(0)
 
-    init(stageNames: [String], consumerNames: [String]) {
+    package init(stageNames: [String], consumerNames: [String]) {
         self.stageNames = stageNames
         self.consumers = consumerNames.map(ConsumerStatistics.init)
         self.stageTimes = LockedBox(Array(repeating: 0, count: stageNames.count))
@@ -178,7 +178,7 @@ public final class EngineStatistics: Sendable {
         decodeCount.add(1, ordering: .relaxed)
     }
 
-    func countCaptured(_ n: UInt64 = 1) { capturedCount.add(n, ordering: .relaxed) }
+    package func countCaptured(_ n: UInt64 = 1) { capturedCount.add(n, ordering: .relaxed) }
 
     private let firstFrameTime = Atomic<UInt64>(0)
     private let lastFrameTime = Atomic<UInt64>(0)
@@ -220,7 +220,7 @@ public final class EngineStatistics: Sendable {
         guard b > a else { return 0 }
         return capturedFps * min(1, Double(delivered) / Double(b - a + 1))
     }
-    func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
+    package func countDelivered() { deliveredCount.add(1, ordering: .relaxed) }
     private let refusedMetadataCount = Atomic<UInt64>(0)
     /// Frames that left the stage chain with custom metadata keys refused (every one of the
     /// frame's ``CustomMetadata/capacity`` slots was taken: ``CustomMetadata/refused``).

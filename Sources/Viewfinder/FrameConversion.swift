@@ -11,6 +11,9 @@ public enum FrameConversionError: Error, Equatable, CustomStringConvertible {
     case corrupt(String)
     /// The rotation is not 0, 90, 180 or 270 degrees.
     case unsupportedRotation(Int)
+    /// A video output's ``VideoOutputSettings/bufferCount`` below 1 (it delivers from that many
+    /// frames of its own).
+    case invalidBufferCount(Int)
 
     public var description: String {
         switch self {
@@ -18,6 +21,7 @@ public enum FrameConversionError: Error, Equatable, CustomStringConvertible {
         case .noDecoder(let f): return "no decoder for \(f) frames"
         case .corrupt(let why): return "corrupt frame: \(why)"
         case .unsupportedRotation(let a): return "rotation \(a)° is not 0, 90, 180 or 270"
+        case .invalidBufferCount(let n): return "bufferCount \(n) is too small: an output needs at least 1 frame of its own"
         }
     }
 }

@@ -197,14 +197,14 @@ public final class PreviewServer: Sendable {
         }
         router.get("/favicon.ico") { _, _ in Response(status: .noContent) }
         // A known path asked with another method: 405 with the method it takes (not 404, which
-        // says the path does not exist); HEAD of a page or the metrics is answered as GET's head.
+        // says the path does not exist), as JSON like every other error of the API; HEAD of a
+        // page or the metrics is answered as GET's head.
         let methods: [(String, HTTPRequest.Method)] = [("/", .get), ("/stream", .get), ("/events", .get), ("/metrics", .get), ("/api/state", .get),
                                                        ("/api/point", .post), ("/api/still", .post), ("/api/record", .post), ("/api/stage", .post)]
         for (path, allowed) in methods {
             for other: HTTPRequest.Method in [.get, .post, .put, .delete, .patch] where other != allowed {
-                router.on(RouterPath(path), method: other) { _, _ in
-                    Response(status: .methodNotAllowed, headers: [.allow: allowed.rawValue, .contentType: "text/plain"],
-                             body: .init(byteBuffer: ByteBuffer(string: "405: \(path) takes \(allowed.rawValue)\n")))
+                router.on(RouterPath(path), method: other) { _, _ -> Response in
+                    throw HTTPError(.methodNotAllowed, headers: [.allow: allowed.rawValue], message: "\(path) takes \(allowed.rawValue), not \(other.rawValue)")
                 }
             }
         }

@@ -103,12 +103,15 @@ private func optional(_ v: Double?) -> Any { v.flatMap { $0.isFinite ? $0 : nil 
 /// `viewfinder_gain`, `viewfinder_focus_score`, `viewfinder_lens_position`.
 final class PreviewMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
-    /// Every run of the session (a stage switch or a camera that came back starts a new one), in
-    /// order, as the session reported each start (``CaptureSession/onRunStarted(_:)``): the
-    /// counters are their sums, so they only ever grow and no run is missed however quickly the
-    /// restarts come. A leaf lock: taken with the session's lock held, and never around a call
-    /// into the session.
-    private let runs = LockedBox<[EngineStatistics]>([])
+    /// The session's runs (a stage switch or a camera that came back starts a new one), as the
+    /// session reported each start (``CaptureSession/onRunStarted(_:)``): the counters are the
+    /// sums over every run, so they only ever grow and no run is missed however quickly the
+    /// restarts come. The newest ``liveRuns`` are kept (their counts may still move); older ones
+    /// are folded into `ended`, so a camera that comes back thousands of times costs nothing more.
+    /// A leaf lock: taken with the session's lock held, and never around a call into the session.
+    private let runs = LockedBox<(live: [EngineStatistics], ended: RunTotals)>(([], RunTotals()))
+    /// Runs kept apart before they are folded: a run this many starts old has long finished.
+    static let liveRuns = 8
     /// Stages whose time gauge is published (a stage switched off has its gauge removed); held
     /// for the whole scrape, one at a time (the registry's counters are reset and set).
     private let stageGauges = Mutex<[String: Gauge]>([:])
@@ -145,38 +148,47 @@ final class PreviewMetrics: Sendable {
 
     /// The session started a run.
     func runStarted(_ s: EngineStatistics) {
-        runs.withLock { all in if !all.contains(where: { $0 === s }) { all.append(s) } }
+        runs.withLock { r in
+            guard !r.live.contains(where: { $0 === s }) else { return }
+            r.live.append(s)
+            while r.live.count > Self.liveRuns { r.ended.add(r.live.removeFirst()) }
+        }
     }
+
+    /// The counts summed over every run, and the newest run (nil before the first).
+    private func sums() -> (RunTotals, newest: EngineStatistics?) {
+        let (live, ended) = runs.withLock { ($0.live, $0.ended) }
+        var t = ended
+        for s in live { t.add(s) }
+        return (t, live.last)
+    }
+
+    /// Runs kept apart (the rest are folded into one sum).
+    var keptRuns: Int { runs.withLock { $0.live.count } }
 
     /// Frames captured, delivered and dropped over every run.
     func totals() -> (captured: UInt64, delivered: UInt64, dropped: UInt64) {
-        runs.withLock { $0 }.reduce((0, 0, 0)) { t, s in (t.0 &+ s.captured, t.1 &+ s.delivered, t.2 &+ s.drops.total) }
+        let t = sums().0
+        return (t.captured, t.delivered, t.drops.values.reduce(0, &+))
     }
 
     /// Copies the session's and the preview's counts in and renders the text format.
     func scrape(server: PreviewServer) -> [UInt8] {
         stageGauges.withLock { gauges in
-            let all = runs.withLock { $0 }
-            if let s = all.last {
-                setCounter("viewfinder_frames_captured_total", all.reduce(0) { $0 &+ $1.captured }, help: "Frames captured from the device")
-                setCounter("viewfinder_frames_delivered_total", all.reduce(0) { $0 &+ $1.delivered }, help: "Frames that left the stage chain for the outputs")
+            let (t, newest) = sums()
+            if let s = newest {
+                setCounter("viewfinder_frames_captured_total", t.captured, help: "Frames captured from the device")
+                setCounter("viewfinder_frames_delivered_total", t.delivered, help: "Frames that left the stage chain for the outputs")
                 for r in DropReason.allCases {
-                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], all.reduce(0) { $0 &+ $1.drops[r] },
+                    setCounter("viewfinder_frames_dropped_total", labels: [("reason", r.name)], t.drops[r] ?? 0,
                                help: "Frames dropped before the outputs, by reason")
                 }
                 // Every output any run had (an output's counts go on across runs).
-                var consumed: [String: UInt64] = [:], consumerDrops: [String: [DropReason: UInt64]] = [:]
-                for run in all {
-                    for c in run.consumers {
-                        consumed[c.name, default: 0] &+= c.consumed
-                        for r in DropReason.allCases { consumerDrops[c.name, default: [:]][r, default: 0] &+= c.drops[r] }
-                    }
-                }
-                for (name, n) in consumed {
+                for (name, n) in t.consumed {
                     setCounter("viewfinder_output_frames_total", labels: [("output", name)], n, help: "Frames an output consumed")
                     for r in DropReason.allCases {
                         setCounter("viewfinder_output_frames_dropped_total", labels: [("output", name), ("reason", r.name)],
-                                   consumerDrops[name]?[r] ?? 0, help: "Frames dropped on the way to an output, by reason")
+                                   t.consumerDrops[name]?[r] ?? 0, help: "Frames dropped on the way to an output, by reason")
                     }
                 }
                 let d = Self.descriptor("viewfinder_stage_time_seconds", "Mean time per frame in a stage")
@@ -207,6 +219,26 @@ final class PreviewMetrics: Sendable {
             if let f = latest.focusScore { setGauge("viewfinder_focus_score", f, help: "Focus measure of the newest frame (variance of the Laplacian, normalised)") }
             if let l = latest.lensPosition { setGauge("viewfinder_lens_position", l, help: "Lens position of the newest frame, device units") }
             return registry.emitToBuffer()
+        }
+    }
+}
+
+/// Counts summed over runs of the session (``PreviewMetrics``).
+struct RunTotals: Sendable {
+    var captured: UInt64 = 0
+    var delivered: UInt64 = 0
+    var drops: [DropReason: UInt64] = [:]
+    /// Per output, by name (an output's counts go on across runs).
+    var consumed: [String: UInt64] = [:]
+    var consumerDrops: [String: [DropReason: UInt64]] = [:]
+
+    mutating func add(_ s: EngineStatistics) {
+        captured &+= s.captured
+        delivered &+= s.delivered
+        for r in DropReason.allCases { drops[r, default: 0] &+= s.drops[r] }
+        for c in s.consumers {
+            consumed[c.name, default: 0] &+= c.consumed
+            for r in DropReason.allCases { consumerDrops[c.name, default: [:]][r, default: 0] &+= c.drops[r] }
         }
     }
 }

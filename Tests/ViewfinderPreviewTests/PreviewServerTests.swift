@@ -381,7 +381,10 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(try await LoopbackHTTP.execute(huge, timeout: 5).status == 413)
         #expect(try await fetch(request(run.url("/api/point"))).status != 200, "controls are POST only")
         // A known path with another method is 405, not 404 (which says the path does not exist).
-        #expect(try await fetch(request(run.url("/api/point"))).status == 405)
+        let wrongMethod = try await fetch(request(run.url("/api/point")))
+        #expect(wrongMethod.status == 405)
+        // As JSON, like the API's other errors.
+        #expect(((try? jsonObject(wrongMethod.body))?["error"] as? [String: Any])?["message"] as? String == "/api/point takes POST, not GET", "\(wrongMethod.body)")
         #expect(try await fetch(request(run.url("/api/still"), method: .PUT, json: "{}")).status == 405)
         #expect(try await fetch(request(run.url("/metrics"), method: .POST, json: "{}")).status == 405)
         #expect(try await fetch(request(run.url("/api/nope"))).status == 404)
@@ -553,6 +556,31 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
     /// Every run the session starts is added, however quickly the switches come (the counters
     /// once learnt of a run from the session's start event, which a second restart could
     /// overtake): the totals are the sums over the runs the session reported.
+    /// A camera that drops out and comes back many times: the metrics keep the newest runs and a
+    /// sum of the rest (they kept every run's statistics for ever), and still count every run.
+    @Test func manyRunsAreSummedNotKept() {
+        let metrics = PreviewMetrics()
+        var runs: [EngineStatistics] = []
+        for i in 0..<50 {
+            let s = EngineStatistics(stageNames: [], consumerNames: ["preview", i % 2 == 0 ? "movie" : "dump"])
+            s.countCaptured(UInt64(i + 1))
+            for _ in 0..<i { s.countDelivered() }
+            s.drops.count(.late, 2)
+            s.consumers[0].countConsumed()
+            s.consumers[1].drops.count(.storageBacklog)
+            metrics.runStarted(s)
+            metrics.runStarted(s)   // told twice: counted once
+            runs.append(s)
+        }
+        #expect(metrics.keptRuns == PreviewMetrics.liveRuns)
+        let t = metrics.totals()
+        #expect(t.captured == runs.reduce(0) { $0 + $1.captured } && t.captured == 1275)
+        #expect(t.delivered == 1225 && t.dropped == 100)
+        // A kept run still moving is counted as it is now.
+        runs.last!.countCaptured(10)
+        #expect(metrics.totals().captured == 1285)
+    }
+
     @Test func everyRunOfQuickSwitchesIsCounted() async throws {
         let run = try RunningPreview(stages: "null")
         let seen = LockedBox<[EngineStatistics]>([])

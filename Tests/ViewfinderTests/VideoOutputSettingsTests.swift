@@ -169,6 +169,9 @@ private func userPixel(_ sx: Int, _ sy: Int, w: Int, h: Int, rotation: Int, mirr
         #expect(throws: FrameConversionError.unsupportedTarget(.mjpeg)) { try FrameConverter(target: .mjpeg) }
         #expect(throws: FrameConversionError.unsupportedTarget(.yuyv)) { try FrameConverter(target: .yuyv) }
         #expect(throws: FrameConversionError.unsupportedRotation(45)) { try FrameConverter(target: .bgra, rotation: 45) }
+        var none = VideoOutputSettings(pixelFormat: .bgra)
+        none.bufferCount = 0
+        #expect(throws: FrameConversionError.invalidBufferCount(0)) { try VideoDataOutput().setVideoSettings(none) }
         // MJPEG without a decoder, and a decoder that refuses the data.
         let jpeg = noiseFrame(FrameFormat(.mjpeg, width: 16, height: 16))
         let conv = try! FrameConverter(target: .bgra)
@@ -276,6 +279,37 @@ final class RecordingDelegate: VideoDataOutputDelegate, @unchecked Sendable {
             try reference.convert(src, into: want)
             #expect(Array(UnsafeRawBufferPointer(start: want.data, count: want.bytesUsed)) == ca.2)
         }
+    }
+
+    /// A delegate slower than a live camera, not discarding late frames: the frames queued for it
+    /// are copies, so the camera keeps its buffers and the other outputs their frames (it held
+    /// the camera's buffers, and the camera lost frames as out_of_buffers).
+    @Test func aSlowDelegateKeepingEveryFrameHoldsNoneOfTheCamerasBuffers() throws {
+        let session = CaptureSession()
+        let dev = CaptureDevice(source: try PatternSource(deviceString: "pattern:width=64,height=32,frames=60,fps=60,paced=true,buffers=6"))
+        try session.addInput(CaptureDeviceInput(device: dev))
+        let slow = VideoDataOutput(name: "slow", alwaysDiscardsLateVideoFrames: false)
+        let fast = VideoDataOutput(name: "fast", alwaysDiscardsLateVideoFrames: false)
+        let s = RecordingDelegate(delayNs: 50_000_000), f = RecordingDelegate()
+        let queue = DispatchQueue(label: "slow-delegate")
+        slow.setDelegate(s, queue: queue)
+        fast.setDelegate(f, queue: nil)
+        try session.addOutput(slow)
+        try session.addOutput(fast)
+        try session.startRunning()
+        session.waitUntilFinished()
+        session.stopRunning()
+        queue.sync {}   // the slow delegate's queue drained
+        let stats = try #require(session.statistics)
+        #expect(stats.drops[.outOfBuffers] == 0, "\(stats.drops)")
+        let handed = try #require(stats.consumers.first { $0.name == "slow" }).consumed
+        let got = s.got.withLock { $0 }, reference = f.got.withLock { $0 }
+        #expect(handed >= 30)
+        #expect(slow.droppedFrames.total == 0 && UInt64(got.count) == handed, "\(slow.droppedFrames)")
+        #expect(zip(got, got.dropFirst()).allSatisfy { $0.0 < $1.0 }, "in order")
+        let bySequence = Dictionary(reference.map { ($0.0, $0.2) }, uniquingKeysWith: { a, _ in a })
+        #expect(got.allSatisfy { bySequence[$0.0] == nil || bySequence[$0.0] == $0.2 }, "the copies are the frames")
+        #expect(got.filter { bySequence[$0.0] != nil }.count >= 30)
     }
 
     @Test func followsTheConnectionsRotationAndMirroringWhenAsked() throws {

@@ -64,7 +64,8 @@ public struct VideoOutputSettings: Sendable, Equatable {
 /// delivered from that pool, even the stream's own (then copied): frames the app holds are the
 /// output's, never the engine's.
 public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @unchecked Sendable {
-    // @unchecked Sendable: delegate/queue/continuations behind `state`; `busy` is atomic.
+    // @unchecked Sendable: delegate/queue/continuations behind `state`; `pendingCalls` is atomic;
+    // the converter, pools and backlog are the output thread's.
     public let consumerName: String
     public var acceptedMediaTypes: Set<MediaType> { [.video] }
     public var ringCapacity: Int { 4 }
@@ -82,7 +83,6 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     private let state = LockedBox(State())
     private let settingsBox = LockedBox(VideoOutputSettings())
     private let decodersBox = LockedBox<(any PixelDecoderFactory)?>(nil)
-    private let busy = Atomic<Bool>(false)
     private let lateDrops = Atomic<UInt64>(0)
     private let delivered = Atomic<UInt64>(0)
     private let droppedByReason = DropCounters()
@@ -91,16 +91,27 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     private var pool: FramePool?
     private var retiredPools: [FramePool] = []
     private var decodersForConverter: (any PixelDecoderFactory)?
+    /// Whether this run's source is live (the engine calls ``willConsume(framesWaiting:)`` on live
+    /// sources only), and the run's stream, for the backlog's size.
+    private var liveRun = false
+    private var runConfiguration: StreamConfiguration?
+    /// Copies of stream frames queued for a busy delegate (not discarding late frames, live source).
+    private var backlog: BacklogFrames?
+    private var backlogFormat: FrameFormat?
+    /// Delegate calls queued and not yet returned.
+    private let pendingCalls = Atomic<Int>(0)
 
     /// - Parameters:
     ///   - name: the output's name in statistics and logs.
     ///   - alwaysDiscardsLateVideoFrames: true (the default) drops frames that arrive while the
     ///     delegate is busy; false queues every frame on the delegate's queue instead (a file or
-    ///     dump replay reaches the delegate whole). Each queued frame holds its buffer: with the
-    ///     stream's own buffers (no pixel format asked for) a delegate slower than a live camera
-    ///     holds the camera's buffers, and the other outputs lose frames as `out_of_buffers` —
-    ///     ask for a pixel format (``setVideoSettings(_:)``: frames in the output's own pool)
-    ///     or keep the default.
+    ///     dump replay reaches the delegate whole). On a live camera a frame queued behind a busy
+    ///     delegate is a copy in memory of the output's own (never the camera's buffer, which
+    ///     the camera and the other outputs need), up to ``BufferBudget/standard`` (2 s of the
+    ///     stream, at most 512 MiB); past it, frames are dropped for this output as
+    ///     ``DropReason/outOfBuffers`` and reported to the delegate, as AVFoundation's are. With
+    ///     a pixel format asked for (``setVideoSettings(_:)``) the queued frames are the
+    ///     output's pool's, and its ``VideoOutputSettings/bufferCount`` bounds them instead.
     public init(name: String = "video-data", alwaysDiscardsLateVideoFrames: Bool = true) {
         self.consumerName = name
         self.discardLate = alwaysDiscardsLateVideoFrames
@@ -111,11 +122,12 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
 
     /// Sets the pixel format, rotation and mirroring of the delivered frames; takes effect from
     /// the next frame, also while running. Throws for a format not in
-    /// ``availableVideoPixelFormats`` or a rotation other than 0, 90, 180, 270.
+    /// ``availableVideoPixelFormats``, a rotation other than 0, 90, 180, 270, or a buffer count
+    /// below 1.
     public func setVideoSettings(_ settings: VideoOutputSettings) throws(FrameConversionError) {
         if let f = settings.pixelFormat, !FrameConverter.outputPixelFormats.contains(f) { throw .unsupportedTarget(f) }
         guard [0, 90, 180, 270].contains(settings.rotation) else { throw .unsupportedRotation(settings.rotation) }
-        guard settings.bufferCount >= 1 else { throw .corrupt("bufferCount must be at least 1") }
+        guard settings.bufferCount >= 1 else { throw .invalidBufferCount(settings.bufferCount) }
         settingsBox.withLock { $0 = settings }
     }
 
@@ -191,13 +203,13 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
 
     /// The sample buffer to deliver for `frame`: the frame itself, or its conversion in a buffer
     /// of the output's pool. Nil when the frame is dropped here (reported).
-    private func deliverable(_ frame: Frame, connection: CaptureConnection?) -> SampleBuffer? {
+    private func deliverable(_ frame: Frame, connection: CaptureConnection?) -> (buffer: SampleBuffer, isStreamFrame: Bool)? {
         let s = settingsBox.withLock { $0 }
         var rotation = s.rotation, mirrored = s.isMirrored
         if s.followsConnection, let connection { rotation = connection.videoRotationAngle; mirrored = connection.isVideoMirrored }
         // A pixel format asked for is delivered from the output's own pool even when it is the
         // stream's (a copy): the app may then hold its buffers without starving the engine.
-        if rotation == 0, !mirrored, s.pixelFormat == nil { return sampleBuffer(frame) }
+        if rotation == 0, !mirrored, s.pixelFormat == nil { return (sampleBuffer(frame), true) }
         let decoders = decodersBox.withLock { $0 }
         if converter == nil || converter!.target != s.pixelFormat || converter!.rotation != rotation || converter!.mirrored != mirrored
             || (decoders == nil) != (decodersForConverter == nil) {
@@ -220,19 +232,41 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
             dropHere(frame, .corrupt)
             return nil
         }
-        return SampleBuffer(adopting: out)
+        return (SampleBuffer(adopting: out), false)
+    }
+
+    public func start(configuration: StreamConfiguration) throws {
+        liveRun = false
+        runConfiguration = configuration
+    }
+
+    public func willConsume(framesWaiting: Int) { liveRun = true }
+
+    /// A copy of a live stream's `frame` for a delegate still busy with earlier ones, in the
+    /// output's backlog (made on first need, again when the frames' format changes). Nil past the
+    /// budget.
+    private func backlogCopy(_ frame: Frame) -> SampleBuffer? {
+        if backlog == nil || backlogFormat != frame.format {
+            let interval = runConfiguration.map { $0.interval.nanoseconds } ?? 0
+            let limit = max(1, BufferBudget.standard.frames(frameBytes: frame.format.maxByteCount, intervalNanoseconds: interval))
+            backlog = BacklogFrames(format: frame.format, limit: limit)
+            backlogFormat = frame.format
+        }
+        return backlog!.copy(frame).map { SampleBuffer(adopting: $0) }
     }
 
     public func consume(_ frame: Frame) {
         let (delegate, queue, conts, connection) = state.withLock { ($0.delegate, $0.queue, $0.continuations, $0.connection) }
-        // Late: the delegate is still busy with an earlier frame (its queue is asynchronous).
         var toDelegate = delegate != nil
-        if toDelegate, queue != nil, discardLate, busy.load(ordering: .acquiring) {
+        // The delegate is still busy with earlier frames (its queue is asynchronous): late, or
+        // queued behind them.
+        let delegateBusy = queue != nil && pendingCalls.load(ordering: .acquiring) > 0
+        if toDelegate, discardLate, delegateBusy {
             toDelegate = false
             dropHere(frame, .late)
         }
         guard toDelegate || !conts.isEmpty else { return }
-        guard let buffer = deliverable(frame, connection: connection) else { return }
+        guard let (buffer, isStreamFrame) = deliverable(frame, connection: connection) else { return }
         for c in conts.values {
             // The sequence's consumer was behind: the older buffer it had not taken is dropped.
             if case .dropped = c.yield(buffer) { lateDrops.add(1, ordering: .relaxed); droppedByReason.count(.late) }
@@ -243,11 +277,18 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
             delivered.add(1, ordering: .relaxed)
             return
         }
-        busy.store(true, ordering: .relaxed)
-        queue.async {
-            delegate.videoDataOutput(self, didOutput: buffer, from: connection)
+        var queued = buffer
+        // Queued behind a busy delegate on a live camera: a copy, so the camera's buffer goes back
+        // to the camera and the other outputs now (the delegate's queue may hold it for seconds).
+        if delegateBusy, liveRun, isStreamFrame {
+            guard let copy = backlogCopy(frame) else { dropHere(frame, .outOfBuffers); return }
+            queued = copy
+        }
+        pendingCalls.add(1, ordering: .relaxed)
+        queue.async { [queued] in
+            delegate.videoDataOutput(self, didOutput: queued, from: connection)
             self.delivered.add(1, ordering: .relaxed)
-            self.busy.store(false, ordering: .releasing)
+            self.pendingCalls.subtract(1, ordering: .releasing)
         }
     }
 
