@@ -156,7 +156,7 @@ final class PreviewMetrics: Sendable {
     }
 
     /// The counts summed over every run, and the newest run (nil before the first).
-    private func sums() -> (RunTotals, newest: EngineStatistics?) {
+    func sums() -> (RunTotals, newest: EngineStatistics?) {
         let (live, ended) = runs.withLock { ($0.live, $0.ended) }
         var t = ended
         for s in live { t.add(s) }

@@ -553,9 +553,6 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         await run.stop()
     }
 
-    /// Every run the session starts is added, however quickly the switches come (the counters
-    /// once learnt of a run from the session's start event, which a second restart could
-    /// overtake): the totals are the sums over the runs the session reported.
     /// A camera that drops out and comes back many times: the metrics keep the newest runs and a
     /// sum of the rest (they kept every run's statistics for ever), and still count every run.
     @Test func manyRunsAreSummedNotKept() {
@@ -576,11 +573,20 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         let t = metrics.totals()
         #expect(t.captured == runs.reduce(0) { $0 + $1.captured } && t.captured == 1275)
         #expect(t.delivered == 1225 && t.dropped == 100)
+        // Per output, over the folded runs and the kept ones alike.
+        let (sums, newest) = metrics.sums()
+        #expect(newest === runs.last)
+        #expect(sums.consumed["preview"] == 50 && sums.consumed["movie"] == 0 && sums.consumed["dump"] == 0)
+        #expect(sums.consumerDrops["movie"]?[.storageBacklog] == 25 && sums.consumerDrops["dump"]?[.storageBacklog] == 25)
+        #expect(sums.drops[.late] == 100)
         // A kept run still moving is counted as it is now.
         runs.last!.countCaptured(10)
         #expect(metrics.totals().captured == 1285)
     }
 
+    /// Every run the session starts is added, however quickly the switches come (the counters
+    /// once learnt of a run from the session's start event, which a second restart could
+    /// overtake): the totals are the sums over the runs the session reported.
     @Test func everyRunOfQuickSwitchesIsCounted() async throws {
         let run = try RunningPreview(stages: "null")
         let seen = LockedBox<[EngineStatistics]>([])

@@ -106,12 +106,14 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     ///   - alwaysDiscardsLateVideoFrames: true (the default) drops frames that arrive while the
     ///     delegate is busy; false queues every frame on the delegate's queue instead (a file or
     ///     dump replay reaches the delegate whole). On a live camera a frame queued behind a busy
-    ///     delegate is a copy in memory of the output's own (never the camera's buffer, which
-    ///     the camera and the other outputs need), up to ``BufferBudget/standard`` (2 s of the
-    ///     stream, at most 512 MiB); past it, frames are dropped for this output as
-    ///     ``DropReason/outOfBuffers`` and reported to the delegate, as AVFoundation's are. With
-    ///     a pixel format asked for (``setVideoSettings(_:)``) the queued frames are the
-    ///     output's pool's, and its ``VideoOutputSettings/bufferCount`` bounds them instead.
+    ///     delegate, or handed to a ``frames()`` sequence, is a copy in memory of the output's own
+    ///     (never the camera's buffer, which the camera and the other outputs need), made for the
+    ///     run, up to ``BufferBudget/standard`` (2 s of the stream, in at most 512 MiB or an eighth
+    ///     of the machine's memory; an MJPEG frame's decoded picture is copied beside it); past
+    ///     it, frames are dropped for this output as ``DropReason/outOfBuffers`` and reported to
+    ///     the delegate, as AVFoundation's are. When the output converts (a pixel format asked
+    ///     for, a rotation or mirroring: ``setVideoSettings(_:)``), the frames are its pool's
+    ///     already, and ``VideoOutputSettings/bufferCount`` bounds them instead.
     public init(name: String = "video-data", alwaysDiscardsLateVideoFrames: Bool = true) {
         self.consumerName = name
         self.discardLate = alwaysDiscardsLateVideoFrames
@@ -152,8 +154,8 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     }
 
     /// Frames as an async sequence. With late-frame discarding only the newest unconsumed frame is
-    /// kept; otherwise up to 8 are buffered. Each sample buffer gives its frame back when the last
-    /// reference to it goes.
+    /// kept; otherwise up to 8 are buffered (copies on a live camera, as the delegate's queued
+    /// frames are). Each sample buffer gives its frame back when the last reference to it goes.
     public func frames() -> AsyncStream<SampleBuffer> {
         let policy: AsyncStream<SampleBuffer>.Continuation.BufferingPolicy = discardLate ? .bufferingNewest(1) : .bufferingNewest(8)
         return AsyncStream(bufferingPolicy: policy) { continuation in
@@ -238,13 +240,16 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     public func start(configuration: StreamConfiguration) throws {
         liveRun = false
         runConfiguration = configuration
+        // The backlog is the run's (sized by its rate; a stall's memory not kept after it).
+        backlog = nil
+        backlogFormat = nil
     }
 
     public func willConsume(framesWaiting: Int) { liveRun = true }
 
-    /// A copy of a live stream's `frame` for a delegate still busy with earlier ones, in the
-    /// output's backlog (made on first need, again when the frames' format changes). Nil past the
-    /// budget.
+    /// A copy of a live stream's `frame` for a delegate still busy with earlier ones or a
+    /// ``frames()`` sequence, in the run's backlog (made on first need, again when the frames'
+    /// format changes). Nil past the budget.
     private func backlogCopy(_ frame: Frame) -> SampleBuffer? {
         if backlog == nil || backlogFormat != frame.format {
             let interval = runConfiguration.map { $0.interval.nanoseconds } ?? 0
@@ -266,7 +271,17 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
             dropHere(frame, .late)
         }
         guard toDelegate || !conts.isEmpty else { return }
-        guard let (buffer, isStreamFrame) = deliverable(frame, connection: connection) else { return }
+        guard let (converted, isStreamFrame) = deliverable(frame, connection: connection) else { return }
+        var buffer = converted
+        // Kept beyond this call on a live camera — queued behind a busy delegate, or in a
+        // sequence's buffer — a frame is a copy, so the camera's buffer goes back to the camera and
+        // the other outputs now (the delegate's queue may hold it for seconds). A frame larger
+        // than its format says (a rare huge JPEG) goes as it is.
+        if !discardLate, liveRun, isStreamFrame, (toDelegate && delegateBusy) || !conts.isEmpty,
+           frame.bytesUsed <= frame.format.maxByteCount {
+            guard let copy = backlogCopy(frame) else { dropHere(frame, .outOfBuffers); return }
+            buffer = copy
+        }
         for c in conts.values {
             // The sequence's consumer was behind: the older buffer it had not taken is dropped.
             if case .dropped = c.yield(buffer) { lateDrops.add(1, ordering: .relaxed); droppedByReason.count(.late) }
@@ -277,15 +292,9 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
             delivered.add(1, ordering: .relaxed)
             return
         }
-        var queued = buffer
-        // Queued behind a busy delegate on a live camera: a copy, so the camera's buffer goes back
-        // to the camera and the other outputs now (the delegate's queue may hold it for seconds).
-        if delegateBusy, liveRun, isStreamFrame {
-            guard let copy = backlogCopy(frame) else { dropHere(frame, .outOfBuffers); return }
-            queued = copy
-        }
+        let queued = buffer
         pendingCalls.add(1, ordering: .relaxed)
-        queue.async { [queued] in
+        queue.async {
             delegate.videoDataOutput(self, didOutput: queued, from: connection)
             self.delivered.add(1, ordering: .relaxed)
             self.pendingCalls.subtract(1, ordering: .releasing)
