@@ -16,12 +16,42 @@ public enum StreamFile {
     /// the caller closes.
     /// - Throws: ``StreamFileError/cannotOpen(path:errno:message:)``; a fifo with no reader
     ///   (ENXIO) is said as such.
+    ///   A regular file another program is writing (a second command given the same output) is
+    ///   refused with `EBUSY` before it is truncated (``lockForWriting(_:)``).
     public static func openForWriting(_ path: String) throws -> Int32 {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0o644)
+        let fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw openError(path, errno) }
+        var st = stat()
+        if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG {
+            if let holder = lockForWriting(fd) {
+                close(fd)
+                throw StreamFileError.cannotOpen(path: path, errno: EBUSY, message: holder > 0 ? "another program (pid \(holder)) is writing it" : "another program is writing it")
+            }
+            guard ftruncate(fd, 0) == 0 else { let e = errno; close(fd); throw openError(path, e) }
+        }
         // Writes block as usual.
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         return fd
+    }
+
+    /// Takes a write lock on the whole file open at `fd` (a POSIX record lock: released when the
+    /// process closes the file, or ends), so that another process writing the same output —
+    /// a second command given it — is found before either truncates what the other wrote.
+    /// Returns the process holding the file (nil when this one has it, or the file system takes
+    /// no locks). This process's own descriptors never conflict: a writer that reopens its
+    /// file (a dump going on after the camera came back) keeps it.
+    package static func lockForWriting(_ fd: Int32) -> pid_t? {
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = 0
+        lock.l_len = 0
+        guard fcntl(fd, F_SETLK, &lock) != 0, errno == EAGAIN || errno == EACCES else { return nil }
+        var probe = flock()
+        probe.l_type = Int16(F_WRLCK)
+        probe.l_whence = Int16(SEEK_SET)
+        guard fcntl(fd, F_GETLK, &probe) == 0, probe.l_type != Int16(F_UNLCK) else { return -1 }
+        return probe.l_pid
     }
 
     /// Checks, before a run, that ``openForWriting(_:)`` will be able to open `path`, changing

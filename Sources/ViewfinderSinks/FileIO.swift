@@ -56,17 +56,31 @@ final class OutputFile {
     /// Opens `path` for writing. `exclusive` fails when the file exists (O_EXCL). With
     /// `regularFile` (movies and dumps, which are patched in place as they grow), anything at
     /// `path` that is not a regular file — a device, a fifo, a folder — is refused before it is
-    /// opened, and the file is then known to be one this writer may remove (``discard()``).
+    /// opened, and the file is then known to be one this writer may remove (``discard()``). A
+    /// file another program is writing (a second command given the same output, asked to
+    /// overwrite) is refused, untouched (``SinkError/fileInUse(path:pid:)``); the writer holds
+    /// its file so for as long as it has it open.
     init(path: String, exclusive: Bool, truncate: Bool = true, regularFile: Bool = false) throws {
         self.path = path
         if regularFile { try PatchedFile.refuseNonRegular(path) }
         var flags = O_WRONLY | O_CREAT | O_CLOEXEC
         if exclusive { flags |= O_EXCL }
-        if truncate { flags |= O_TRUNC }
         let fd = open(path, flags, 0o644)
         if fd < 0 {
             if errno == EEXIST { throw SinkError.fileExists(path: path) }
             throw SinkError.fromErrno(path: path, operation: "open")
+        }
+        var st = stat()
+        if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG {
+            if let holder = StreamFile.lockForWriting(fd) {
+                close(fd)
+                throw SinkError.fileInUse(path: path, pid: holder > 0 ? holder : nil)
+            }
+            if truncate, ftruncate(fd, 0) != 0 {
+                let e = errno
+                close(fd)
+                throw SinkError.fromErrno(path: path, operation: "ftruncate", errno: e)
+            }
         }
         self.fd = fd
     }

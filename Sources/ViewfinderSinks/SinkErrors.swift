@@ -6,6 +6,9 @@ import Glibc
 public enum SinkError: Error, Equatable, CustomStringConvertible {
     /// The output file exists and overwriting was not asked for.
     case fileExists(path: String)
+    /// Another program is writing the file (a second command given the same output): it was
+    /// left as it was. `pid` is that program's, when the system says.
+    case fileInUse(path: String, pid: Int32?)
     /// A system call on a file failed.
     case io(path: String, operation: String, errno: Int32, message: String)
     /// The disk (or the file system) is full (ENOSPC / EDQUOT).
@@ -22,6 +25,7 @@ public enum SinkError: Error, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .fileExists(let p): return "'\(p)' exists; refusing to overwrite it (ask to overwrite explicitly, e.g. --force)"
+        case .fileInUse(let p, let pid): return "'\(p)' is being written by another program\(pid.map { " (pid \($0))" } ?? ""); it was left as it is"
         case .io(let p, let op, let e, let m): return "'\(p)': \(op) failed: \(m) (errno \(e))"
         case .diskFull(let p): return "'\(p)': no space left on the device"
         case .unsupportedFormat(let s): return "unsupported format: \(s)"
