@@ -17,21 +17,45 @@ public enum StreamFile {
     /// - Throws: ``StreamFileError/cannotOpen(path:errno:message:)``; a fifo with no reader
     ///   (ENXIO) is said as such.
     ///   A regular file another program is writing (a second command given the same output) is
-    ///   refused with `EBUSY` before it is truncated (``lockForWriting(_:)``).
+    ///   refused with `EBUSY` before it is truncated (it holds a POSIX write lock on the file).
     public static func openForWriting(_ path: String) throws -> Int32 {
         let fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw openError(path, errno) }
-        var st = stat()
-        if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG {
-            if let holder = lockForWriting(fd) {
-                close(fd)
-                throw StreamFileError.cannotOpen(path: path, errno: EBUSY, message: holder > 0 ? "another program (pid \(holder)) is writing it" : "another program is writing it")
-            }
-            guard ftruncate(fd, 0) == 0 else { let e = errno; close(fd); throw openError(path, e) }
+        switch claim(fd, truncating: true) {
+        case .claimed: break
+        case .heldBy(let pid): close(fd); throw StreamFileError.cannotOpen(path: path, errno: EBUSY, message: busyMessage(pid))
+        case .truncateFailed(let e): close(fd); throw openError(path, e)
         }
         // Writes block as usual.
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         return fd
+    }
+
+    /// What ``claim(_:truncating:)`` found.
+    package enum FileClaim: Equatable {
+        /// This process writes the file now (or it is not a regular file: a fifo, a device).
+        case claimed
+        /// Another process is writing it (its pid, when the system says): left untouched.
+        case heldBy(pid_t?)
+        /// Locked, but cutting it to empty failed (`errno`).
+        case truncateFailed(Int32)
+    }
+
+    /// Makes the file open at `fd` this writer's, as every output opened for writing does: a
+    /// regular file is locked (``lockForWriting(_:)``) and only then, with `truncating`, cut to
+    /// empty — never one another program is writing. (Opened without `O_TRUNC`, which would cut
+    /// it before the lock is asked for.)
+    package static func claim(_ fd: Int32, truncating: Bool) -> FileClaim {
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return .claimed }
+        if let holder = lockForWriting(fd) { return .heldBy(holder > 0 ? holder : nil) }
+        if truncating, ftruncate(fd, 0) != 0 { return .truncateFailed(errno) }
+        return .claimed
+    }
+
+    /// How a file another program writes is said.
+    package static func busyMessage(_ pid: pid_t?) -> String {
+        pid.map { "another program (pid \($0)) is writing it" } ?? "another program is writing it"
     }
 
     /// Takes a write lock on the whole file open at `fd` (a POSIX record lock: released when the

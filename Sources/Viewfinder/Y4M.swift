@@ -394,9 +394,19 @@ public final class Y4MWriter {
         if path == "-" {
             try self.init(fileDescriptor: 1, path: "-", ownsDescriptor: false, format: format, interval: interval, colorRange: colorRange)
         } else {
-            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard fd >= 0 else {
                 let e = errno
+                throw Y4MError.io(path: path, operation: "create", errno: e, message: String(cString: strerror(e)))
+            }
+            // A y4m another program is writing is left to it (`StreamFile.claim`).
+            switch StreamFile.claim(fd, truncating: true) {
+            case .claimed: break
+            case .heldBy(let pid):
+                Glibc.close(fd)
+                throw Y4MError.io(path: path, operation: "create", errno: EBUSY, message: StreamFile.busyMessage(pid))
+            case .truncateFailed(let e):
+                Glibc.close(fd)
                 throw Y4MError.io(path: path, operation: "create", errno: e, message: String(cString: strerror(e)))
             }
             try self.init(fileDescriptor: fd, path: path, ownsDescriptor: true, format: format, interval: interval, colorRange: colorRange)

@@ -70,17 +70,10 @@ final class OutputFile {
             if errno == EEXIST { throw SinkError.fileExists(path: path) }
             throw SinkError.fromErrno(path: path, operation: "open")
         }
-        var st = stat()
-        if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG {
-            if let holder = StreamFile.lockForWriting(fd) {
-                close(fd)
-                throw SinkError.fileInUse(path: path, pid: holder > 0 ? holder : nil)
-            }
-            if truncate, ftruncate(fd, 0) != 0 {
-                let e = errno
-                close(fd)
-                throw SinkError.fromErrno(path: path, operation: "ftruncate", errno: e)
-            }
+        switch StreamFile.claim(fd, truncating: truncate) {
+        case .claimed: break
+        case .heldBy(let pid): close(fd); throw SinkError.fileInUse(path: path, pid: pid)
+        case .truncateFailed(let e): close(fd); throw SinkError.fromErrno(path: path, operation: "ftruncate", errno: e)
         }
         self.fd = fd
     }

@@ -139,16 +139,21 @@ public final class RawDumpWriter {
     init(appendingTo path: String, format: FrameFormat, acceleration: Int = 1, preallocate: Bool = true,
          compressionThreads: Int? = nil, compression: RawDumpCompression = .auto) throws {
         let threads = try Self.compressionThreads(compressionThreads, acceleration: acceleration)
-        let reader = try RawDumpReader(path: path)
-        guard reader.version == Int(RawDumpFormat.version) else {
-            throw DumpError.unsupported("'\(path)' is a version \(reader.version) dump; only version \(RawDumpFormat.version) dumps are appended to")
-        }
-        guard reader.format == format else { throw DumpError.formatMismatch(path: path, expected: "\(reader.format)", got: "\(format)") }
+        // The reader is closed before the writer opens: closing any descriptor of a file drops
+        // this process's lock on it (``OutputFile``), which the writer takes.
+        let (recordsEnd, entries, audioEntries) = try { () throws -> (UInt64, [DumpIndexEntry], [DumpAudioEntry]) in
+            let reader = try RawDumpReader(path: path)
+            guard reader.version == Int(RawDumpFormat.version) else {
+                throw DumpError.unsupported("'\(path)' is a version \(reader.version) dump; only version \(RawDumpFormat.version) dumps are appended to")
+            }
+            guard reader.format == format else { throw DumpError.formatMismatch(path: path, expected: "\(reader.format)", got: "\(format)") }
+            return (reader.recordsEnd, reader.entries, reader.audioEntries)
+        }()
         file = try OutputFile(path: path, exclusive: false, truncate: false, regularFile: true)
-        try file.cut(to: reader.recordsEnd)
-        index = reader.entries
-        audioIndex = reader.audioEntries
-        rawBytes = reader.entries.reduce(0) { $0 &+ UInt64($1.rawLength) }
+        try file.cut(to: recordsEnd)
+        index = entries
+        audioIndex = audioEntries
+        rawBytes = entries.reduce(0) { $0 &+ UInt64($1.rawLength) }
         chunked = ChunkedLZ4(threads: threads, maximumChunks: min(64, 3 * threads))
         self.compression = compression
         planar = .allocate(byteCount: 64, alignment: 64)

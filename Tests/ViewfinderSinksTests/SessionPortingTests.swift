@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import Viewfinder
 import ViewfinderSim
@@ -190,6 +191,46 @@ import ViewfinderSim
             #expect(!session.isRunning)
             session.stopRunning()   // from the test's thread: returns too
         }
+    }
+
+    /// `stopRunning()` then `startRunning()` from a delegate without a queue (a restart from the
+    /// engine's own thread): the new run starts once the old one's outputs are done. It started at
+    /// once, and the new run fed the same delegate from a second thread while the old call was
+    /// still in it (the diff's reading, 2 Dec).
+    @Test func aRestartFromADelegateOnTheEnginesThreadStartsAfterTheOldRun() throws {
+        final class Restarter: VideoDataOutputDelegate, @unchecked Sendable {
+            weak var session: CaptureSession?
+            let inside = Atomic<Int>(0)
+            let overlaps = LockedBox(0)
+            let frames = LockedBox(0)
+            func videoDataOutput(_ output: VideoDataOutput, didOutput sampleBuffer: SampleBuffer, from connection: CaptureConnection?) {
+                if inside.add(1, ordering: .sequentiallyConsistent).newValue > 1 { overlaps.withLock { $0 += 1 } }
+                defer { inside.subtract(1, ordering: .sequentiallyConsistent) }
+                let n = frames.withLock { $0 += 1; return $0 }
+                if n == 3 {
+                    session?.stopRunning()
+                    do { try session?.startRunning() } catch { Issue.record("startRunning() threw \(error)") }
+                    usleep(200_000)   // still in the old run's call: the new run must not be here yet
+                }
+            }
+        }
+        let video = VideoDataOutput()
+        let restarter = Restarter()
+        video.setDelegate(restarter, queue: nil)
+        let (session, _) = try session("sim:width=320,height=240,fps=60", outputs: [video])
+        restarter.session = session
+        let events = LockedBox<[String]>([])
+        session.onEvent { e in events.withLock { $0.append("\(e)") } }
+        try session.startRunning()
+        let deadline = monotonicNanoseconds() + 20_000_000_000
+        while restarter.frames.withLock({ $0 }) < 10 && monotonicNanoseconds() < deadline { usleep(10_000) }
+        session.stopRunning()
+        session.deliverPendingEvents()
+        #expect(restarter.frames.withLock { $0 } >= 10, "the restarted run delivered frames")
+        #expect(restarter.overlaps.withLock { $0 } == 0, "two runs fed the delegate at once")
+        let seen = events.withLock { $0 }
+        #expect(seen.filter { $0 == "did start running" }.count == 2 && !seen.contains { $0.hasPrefix("runtime error") }, "\(seen)")
+        #expect(!session.isRunning)
     }
 
     /// The camera's input removed while running ends the run and is gone; it stayed (the change

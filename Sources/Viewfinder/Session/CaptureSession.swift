@@ -1,3 +1,4 @@
+import Dispatch
 import Logging
 import Synchronization
 
@@ -334,7 +335,23 @@ public final class CaptureSession: @unchecked Sendable {
     /// The microphone's counts: running, or of the last run (nil when that run had no microphone).
     public var audioStatistics: AudioStatistics? { audioRun.withLock { $0.engine?.statistics ?? $0.last } }
 
+    /// Starts capture: the device streams, and its frames go through the stages to the outputs.
+    /// Throws when the session is running already, inside a configuration batch, or when the
+    /// device, a stage or an output cannot start.
+    ///
+    /// Called on one of the engine's own threads (a video delegate without a queue) after a
+    /// ``stopRunning()`` there, the old run's outputs are still busy on that very thread, and a
+    /// new run would feed them from a second one at once: the start is then made on a thread of
+    /// its own as soon as the old run's outputs are done, and this returns at once. Its error,
+    /// if it has one, is posted as ``SessionEvent/runtimeError(_:)``.
     public func startRunning() throws {
+        if EngineThread.isCurrent, !stopsFromEngineThreads.withLock({ $0.isEmpty }) {
+            let hub = self.hub
+            DispatchQueue.global().async(group: deferredStarts) { [self] in
+                do { try startRunning() } catch { hub.post(.runtimeError(error)) }
+            }
+            return
+        }
         waitForStopsFromEngineThreads()
         try transition.withLock {
             try lock.withLock {
@@ -360,7 +377,8 @@ public final class CaptureSession: @unchecked Sendable {
     /// Called on one of the engine's own threads (a video delegate without a queue, a stage, an
     /// output's callback), which it cannot wait for, it stops the capture and returns at once; a
     /// thread of its own waits for the outputs to finish, and the next ``startRunning()`` or
-    /// ``stopRunning()`` from another thread waits for that.
+    /// ``stopRunning()`` waits for that (one on an engine thread starts the session once they
+    /// are done).
     public func stopRunning() {
         if EngineThread.isCurrent {
             // Not `transition`: a stop or a change on another thread may hold it while it waits
@@ -380,6 +398,7 @@ public final class CaptureSession: @unchecked Sendable {
             }.detach()
             return
         }
+        deferredStarts.wait()   // a restart a delegate asked for first: this stop is after it
         waitForStopsFromEngineThreads()
         let w: InterruptionWatcher? = transition.withLock {
             let (e, w) = lock.withLock { (detachEngine(), cancelWatcher()) }
@@ -392,6 +411,8 @@ public final class CaptureSession: @unchecked Sendable {
 
     /// Engines stopped by ``stopRunning()`` on one of their own threads, until their outputs are done.
     private let stopsFromEngineThreads = LockedBox<[CaptureEngine]>([])
+    /// Starts asked for on an engine thread after such a stop, until they are made.
+    private let deferredStarts = DispatchGroup()
 
     /// Waits for them (not on an engine thread, which may be one of theirs).
     private func waitForStopsFromEngineThreads() {
