@@ -53,6 +53,23 @@ public enum StreamFile {
         return .claimed
     }
 
+    /// Whether another process is writing the regular file at `path` (holds the write lock our
+    /// writers take), and its pid when the system says — the check before a run, which changes
+    /// nothing (it opens the file read-only and closes it: this process holds no lock on a file
+    /// it has not started writing). Nil when no one is, or it cannot be told.
+    package static func writer(of path: String) -> pid_t?? {
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        var probe = flock()
+        probe.l_type = Int16(F_WRLCK)
+        probe.l_whence = Int16(SEEK_SET)
+        guard fcntl(fd, F_GETLK, &probe) == 0, probe.l_type != Int16(F_UNLCK) else { return nil }
+        return .some(probe.l_pid > 0 ? probe.l_pid : nil)
+    }
+
     /// How a file another program writes is said.
     package static func busyMessage(_ pid: pid_t?) -> String {
         pid.map { "another program (pid \($0)) is writing it" } ?? "another program is writing it"
@@ -102,6 +119,7 @@ public enum StreamFile {
             let fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
             guard fd >= 0 else { throw openError(path, errno) }
             close(fd)
+            if let pid = writer(of: path) { throw StreamFileError.cannotOpen(path: path, errno: EBUSY, message: busyMessage(pid)) }
         default:
             guard access(path, W_OK) == 0 else { throw openError(path, errno) }
         }

@@ -172,7 +172,7 @@ public enum PatchedFile {
 
     /// Checks, before anything is captured, that a movie or a dump can be created at `path`
     /// (the rule its writer opens it by): nothing but a regular file there, and a folder that
-    /// exists and takes new files. Changes nothing.
+    /// exists and takes new files, and no other program writing the file. Changes nothing.
     /// - Throws: ``SinkError`` naming `path`.
     public static func checkWritable(_ path: String) throws {
         try refuseNonRegular(path)
@@ -180,6 +180,9 @@ public enum PatchedFile {
         // where a link points, in that folder.
         if access(path, F_OK) == 0 {
             guard access(path, W_OK) == 0 else { throw SinkError.fromErrno(path: path, operation: "open") }
+            // Another program writing it (a second command given the same output) is said now,
+            // before the camera opens, not when the output starts.
+            if let pid = StreamFile.writer(of: path) { throw SinkError.fileInUse(path: path, pid: pid) }
             return
         }
         let folder = PathName.folder(of: StreamFile.resolvingLink(path))

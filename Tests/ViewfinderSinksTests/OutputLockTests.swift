@@ -10,20 +10,26 @@ import Viewfinder
 /// leaves the first's file alone instead of truncating what it already wrote.
 @Suite(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"), "another program: python3"))
 struct OutputLockTests {
-    /// Another program holding `path` as our writers do (a POSIX write lock), until terminated.
+    /// Another program holding `path` as our writers do (a POSIX write lock), until this object
+    /// goes (it closes the program's standard input, and the program ends).
     final class Holder {
         let process = Process()
+        let input = Pipe()
         init(_ path: String) throws {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = ["-c", "import fcntl, sys, time\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)", path]
+            process.arguments = ["-c", "import fcntl, sys\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\nsys.stdin.read()", path]
             let out = Pipe()
             process.standardOutput = out
+            process.standardInput = input
             try process.run()
-            let line = out.fileHandleForReading.availableData   // blocks until the lock is held
+            let line = out.fileHandleForReading.availableData   // until the lock is held (or python ended)
             guard String(decoding: line, as: UTF8.self).hasPrefix("locked") else { throw SinkError.invalidArgument(name: "holder", reason: "python did not lock the file") }
         }
         var pid: Int32 { process.processIdentifier }
-        deinit { if process.isRunning { process.terminate(); process.waitUntilExit() } }
+        deinit {
+            try? input.fileHandleForWriting.close()
+            if process.isRunning { process.waitUntilExit() }
+        }
     }
 
     @Test func aFileAnotherProgramWritesIsLeftAsItIs() throws {
@@ -41,6 +47,11 @@ struct OutputLockTests {
         }
         #expect(throws: Y4MError.io(path: path, operation: "create", errno: EBUSY, message: "another program (pid \(holder.pid)) is writing it")) {
             try Y4MWriter(path: path, format: fmt)
+        }
+        // The checks before a run say so too, before any camera is opened.
+        #expect(throws: SinkError.fileInUse(path: path, pid: holder.pid)) { try PatchedFile.checkWritable(path) }
+        #expect(throws: StreamFileError.cannotOpen(path: path, errno: EBUSY, message: "another program (pid \(holder.pid)) is writing it")) {
+            try StreamFile.checkWritable(path)
         }
         #expect(try String(contentsOfFile: path, encoding: .utf8) == "their frames")
         #expect(SinkError.fileInUse(path: path, pid: holder.pid).description.contains("being written by another program (pid \(holder.pid))"))

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Logging
 import Synchronization
 
@@ -339,19 +340,43 @@ public final class CaptureSession: @unchecked Sendable {
     /// Throws when the session is running already, inside a configuration batch, or when the
     /// device, a stage or an output cannot start.
     ///
-    /// Called on one of the engine's own threads (a video delegate without a queue) after a
-    /// ``stopRunning()`` there, the old run's outputs are still busy on that very thread, and a
-    /// new run would feed them from a second one at once: the start is then made on a thread of
-    /// its own as soon as the old run's outputs are done, and this returns at once. Its error,
-    /// if it has one, is posted as ``SessionEvent/runtimeError(_:)``.
+    /// Called on one of Viewfinder's engine threads (a video delegate without a queue, after a
+    /// ``stopRunning()`` there; a stage), it waits for nothing: the old run's outputs are still
+    /// busy on that very thread, and a new run would feed them from a second one at once. It throws at
+    /// once when the session runs or a batch is open; otherwise the start is made on a thread of
+    /// its own as soon as the old run's outputs are done, and this returns. That start's error,
+    /// if it has one, is posted as ``SessionEvent/runtimeError(_:)``; a ``stopRunning()`` or
+    /// ``requestStop()`` made before it (from any thread) cancels it, and
+    /// ``waitUntilFinished()`` waits for the run it starts.
     public func startRunning() throws {
-        if EngineThread.isCurrent, !stopsFromEngineThreads.withLock({ $0.isEmpty }) {
-            let hub = self.hub
-            DispatchQueue.global().async(group: deferredStarts) { [self] in
-                do { try startRunning() } catch { hub.post(.runtimeError(error)) }
+        if EngineThread.isCurrent {
+            // Not `transition`: another thread's stop or change may hold it while it waits for
+            // this very thread.
+            try lock.withLock {
+                if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
+                if pending != nil {
+                    throw SessionError.invalidConfiguration(reason: "startRunning() inside a configuration batch: call commitConfiguration() first")
+                }
             }
+            let generation = stopGeneration.load(ordering: .acquiring)
+            let hub = self.hub, group = deferredStarts
+            group.enter()
+            Thread { [self] in
+                defer { group.leave() }
+                waitForStopsFromEngineThreads()
+                guard stopGeneration.load(ordering: .acquiring) == generation else { return }   // a stop came since
+                do { try startNow() } catch SessionError.alreadyRunning {
+                    // Started meanwhile by someone else: what was asked for.
+                } catch { hub.post(.runtimeError(error)) }
+            }.start()
             return
         }
+        deferredStarts.wait()
+        try startNow()
+    }
+
+    /// The start itself, off the engine's threads: once the runs stopped on them are done.
+    private func startNow() throws {
         waitForStopsFromEngineThreads()
         try transition.withLock {
             try lock.withLock {
@@ -380,6 +405,7 @@ public final class CaptureSession: @unchecked Sendable {
     /// ``stopRunning()`` waits for that (one on an engine thread starts the session once they
     /// are done).
     public func stopRunning() {
+        stopGeneration.add(1, ordering: .acquiringAndReleasing)   // a restart asked for before is cancelled
         if EngineThread.isCurrent {
             // Not `transition`: a stop or a change on another thread may hold it while it waits
             // for this very thread to end. The engine is taken out and noted as finishing at once,
@@ -398,7 +424,7 @@ public final class CaptureSession: @unchecked Sendable {
             }.detach()
             return
         }
-        deferredStarts.wait()   // a restart a delegate asked for first: this stop is after it
+        deferredStarts.wait()
         waitForStopsFromEngineThreads()
         let w: InterruptionWatcher? = transition.withLock {
             let (e, w) = lock.withLock { (detachEngine(), cancelWatcher()) }
@@ -411,8 +437,10 @@ public final class CaptureSession: @unchecked Sendable {
 
     /// Engines stopped by ``stopRunning()`` on one of their own threads, until their outputs are done.
     private let stopsFromEngineThreads = LockedBox<[CaptureEngine]>([])
-    /// Starts asked for on an engine thread after such a stop, until they are made.
+    /// Starts asked for on an engine thread, until they are made.
     private let deferredStarts = DispatchGroup()
+    /// Counts the stops asked for: a deferred start made after another stop does not start.
+    private let stopGeneration = Atomic<UInt64>(0)
 
     /// Waits for them (not on an engine thread, which may be one of theirs).
     private func waitForStopsFromEngineThreads() {
@@ -425,7 +453,10 @@ public final class CaptureSession: @unchecked Sendable {
     /// the camera stops, what was captured still reaches the outputs, and
     /// ``waitUntilFinished()`` returns. The program then calls ``stopRunning()`` from its own
     /// thread, which finishes the files. Nothing happens when the session is not running.
-    public func requestStop() { lock.withLock { engine }?.stop() }
+    public func requestStop() {
+        stopGeneration.add(1, ordering: .acquiringAndReleasing)
+        lock.withLock { engine }?.stop()
+    }
 
     /// Waits until the engine finishes by itself (frame or duration limit, end of a file, error),
     /// or the session is stopped. A change of configuration while running (stages switched on or
@@ -435,6 +466,9 @@ public final class CaptureSession: @unchecked Sendable {
         defer { waitForStopsFromEngineThreads() }
         var waited: CaptureEngine?
         while true {
+            // A restart a delegate asked for (``startRunning()`` on an engine thread) is made
+            // once the old run is done: the wait goes on with its run.
+            if !EngineThread.isCurrent { deferredStarts.wait() }
             // A change in progress holds `transition` from taking the old engine out until the
             // new one runs: wait for it to finish, then see which engine the session has.
             let e = transition.withLock { lock.withLock { engine } }
