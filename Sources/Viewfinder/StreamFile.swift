@@ -87,12 +87,16 @@ public enum StreamFile {
         lock.l_whence = Int16(SEEK_SET)
         lock.l_start = 0
         lock.l_len = 0
-        guard fcntl(fd, F_SETLK, &lock) != 0, errno == EAGAIN || errno == EACCES else { return nil }
-        var probe = flock()
-        probe.l_type = Int16(F_WRLCK)
-        probe.l_whence = Int16(SEEK_SET)
-        guard fcntl(fd, F_GETLK, &probe) == 0, probe.l_type != Int16(F_UNLCK) else { return -1 }
-        return probe.l_pid
+        for _ in 0..<2 {
+            guard fcntl(fd, F_SETLK, &lock) != 0, errno == EAGAIN || errno == EACCES else { return nil }
+            var probe = flock()
+            probe.l_type = Int16(F_WRLCK)
+            probe.l_whence = Int16(SEEK_SET)
+            // Let go of between the two calls: ask once more.
+            guard fcntl(fd, F_GETLK, &probe) == 0, probe.l_type != Int16(F_UNLCK) else { continue }
+            return probe.l_pid
+        }
+        return -1
     }
 
     /// Checks, before a run, that ``openForWriting(_:)`` will be able to open `path`, changing

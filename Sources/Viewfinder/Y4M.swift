@@ -387,7 +387,8 @@ public final class Y4MWriter {
     private var wholeBytes = 0
     private let cutsTornFrames: Bool
 
-    /// Creates `path` (`-` for stdout) and writes the stream header for frames of `format`.
+    /// Creates `path` (`-` for stdout) and writes the stream header for frames of `format`. A
+    /// regular file another program is writing is refused (`EBUSY`), untouched.
     /// `colorRange`: the `XCOLORRANGE` tag's value (`FULL`, the engine's own YUV, by default;
     /// nil: no tag, a range not known — as an input y4m without one).
     public convenience init(path: String, format: FrameFormat, interval: FrameInterval? = nil, colorRange: String? = "FULL") throws {

@@ -128,6 +128,11 @@ struct RunCommand: ParsableCommand {
                 throw RuntimeFailure.cannotCreate("metadata file", metadata, error)
             }
         }
+        if let output = frameOutput.output, output != "-" {
+            do { try StreamFile.checkWritable(output) } catch {
+                throw RuntimeFailure.cannotCreate("output", output, error)
+            }
+        }
         let (session, dev) = try deviceOptions.makeSession(defaultDevice: fileDevice, registry: ViewfinderCommandLine.stages)
         session.beginConfiguration()
         try session.setStages(specs)

@@ -352,20 +352,13 @@ public final class CaptureSession: @unchecked Sendable {
         if EngineThread.isCurrent {
             // Not `transition`: another thread's stop or change may hold it while it waits for
             // this very thread.
-            try lock.withLock {
-                if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
-                if pending != nil {
-                    throw SessionError.invalidConfiguration(reason: "startRunning() inside a configuration batch: call commitConfiguration() first")
-                }
-            }
+            try lock.withLock { try refuseStart() }
             let generation = stopGeneration.load(ordering: .acquiring)
             let hub = self.hub, group = deferredStarts
             group.enter()
             Thread { [self] in
                 defer { group.leave() }
-                waitForStopsFromEngineThreads()
-                guard stopGeneration.load(ordering: .acquiring) == generation else { return }   // a stop came since
-                do { try startNow() } catch SessionError.alreadyRunning {
+                do { try startNow(unlessStoppedSince: generation) } catch SessionError.alreadyRunning {
                     // Started meanwhile by someone else: what was asked for.
                 } catch { hub.post(.runtimeError(error)) }
             }.start()
@@ -375,17 +368,26 @@ public final class CaptureSession: @unchecked Sendable {
         try startNow()
     }
 
-    /// The start itself, off the engine's threads: once the runs stopped on them are done.
-    private func startNow() throws {
+    /// Why the session cannot start now, if it cannot (under `lock`).
+    private func refuseStart() throws {
+        if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
+        // As AVFoundation: not between begin and commit (the batch is not the session's
+        // configuration yet; this said "no video input" with one staged).
+        if pending != nil {
+            throw SessionError.invalidConfiguration(reason: "startRunning() inside a configuration batch: call commitConfiguration() first")
+        }
+    }
+
+    /// The start itself, off the engine's threads: once the runs stopped on them are done. A
+    /// start deferred from an engine thread passes the stop count it saw: a stop asked for since
+    /// (``stopRunning()``, ``requestStop()``) cancels it — checked under `lock`, where a
+    /// `requestStop()` either sees the new engine or is seen here.
+    private func startNow(unlessStoppedSince generation: UInt64? = nil) throws {
         waitForStopsFromEngineThreads()
         try transition.withLock {
             try lock.withLock {
-                if let e = engine, !e.isFinished { throw SessionError.alreadyRunning }
-                // As AVFoundation: not between begin and commit (the batch is not the session's
-                // configuration yet; this said "no video input" with one staged).
-                if pending != nil {
-                    throw SessionError.invalidConfiguration(reason: "startRunning() inside a configuration batch: call commitConfiguration() first")
-                }
+                try refuseStart()
+                if let generation, stopGeneration.load(ordering: .acquiring) != generation { return }
                 // Not joined here: its thread may be waiting for `transition` to resume the
                 // session (it will see the cancel and return). Unjoined, it would be a thread
                 // leak (ThreadSanitizer's report on the whole suite, 26 Nov).
@@ -454,8 +456,10 @@ public final class CaptureSession: @unchecked Sendable {
     /// ``waitUntilFinished()`` returns. The program then calls ``stopRunning()`` from its own
     /// thread, which finishes the files. Nothing happens when the session is not running.
     public func requestStop() {
-        stopGeneration.add(1, ordering: .acquiringAndReleasing)
-        lock.withLock { engine }?.stop()
+        lock.withLock {
+            stopGeneration.add(1, ordering: .acquiringAndReleasing)
+            return engine
+        }?.stop()
     }
 
     /// Waits until the engine finishes by itself (frame or duration limit, end of a file, error),

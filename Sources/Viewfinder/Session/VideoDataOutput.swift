@@ -240,7 +240,7 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     public func start(configuration: StreamConfiguration) throws {
         liveRun = false
         runConfiguration = configuration
-        // The backlog is the run's (sized by its rate; a stall's memory not kept after it).
+        // The backlog is the run's (sized by its rate).
         backlog = nil
         backlogFormat = nil
     }
@@ -302,6 +302,9 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     }
 
     public func finish(error: (any Error)?) {
+        // The backlog's memory goes with the run (copies the app still holds keep their own).
+        backlog = nil
+        backlogFormat = nil
         let conts = state.withLock { s -> [AsyncStream<SampleBuffer>.Continuation] in
             let c = Array(s.continuations.values); s.continuations = [:]; return c
         }
