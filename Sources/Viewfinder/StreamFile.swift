@@ -48,7 +48,7 @@ public enum StreamFile {
     package static func claim(_ fd: Int32, truncating: Bool) -> FileClaim {
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return .claimed }
-        if let holder = lockForWriting(fd) { return .heldBy(holder > 0 ? holder : nil) }
+        if let holder = lockForWriting(fd) { return .heldBy(holder) }
         if truncating, ftruncate(fd, 0) != 0 { return .truncateFailed(errno) }
         return .claimed
     }
@@ -63,6 +63,12 @@ public enum StreamFile {
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        return lockHolder(fd)
+    }
+
+    /// Who holds a lock that keeps a write lock on the whole file at `fd` from this process: nil
+    /// when no one does; `.some(nil)` when someone does and the system does not say who.
+    private static func lockHolder(_ fd: Int32) -> pid_t?? {
         var probe = flock()
         probe.l_type = Int16(F_WRLCK)
         probe.l_whence = Int16(SEEK_SET)
@@ -79,9 +85,9 @@ public enum StreamFile {
     /// process closes the file, or ends), so that another process writing the same output —
     /// a second command given it — is found before either truncates what the other wrote.
     /// Returns the process holding the file (nil when this one has it, or the file system takes
-    /// no locks). This process's own descriptors never conflict: a writer that reopens its
+    /// no locks; `.some(nil)` when it is held and the system does not say by whom). This process's own descriptors never conflict: a writer that reopens its
     /// file (a dump going on after the camera came back) keeps it.
-    package static func lockForWriting(_ fd: Int32) -> pid_t? {
+    package static func lockForWriting(_ fd: Int32) -> pid_t?? {
         var lock = flock()
         lock.l_type = Int16(F_WRLCK)
         lock.l_whence = Int16(SEEK_SET)
@@ -89,14 +95,10 @@ public enum StreamFile {
         lock.l_len = 0
         for _ in 0..<2 {
             guard fcntl(fd, F_SETLK, &lock) != 0, errno == EAGAIN || errno == EACCES else { return nil }
-            var probe = flock()
-            probe.l_type = Int16(F_WRLCK)
-            probe.l_whence = Int16(SEEK_SET)
             // Let go of between the two calls: ask once more.
-            guard fcntl(fd, F_GETLK, &probe) == 0, probe.l_type != Int16(F_UNLCK) else { continue }
-            return probe.l_pid
+            if let holder = lockHolder(fd) { return holder }
         }
-        return -1
+        return .some(nil)
     }
 
     /// Checks, before a run, that ``openForWriting(_:)`` will be able to open `path`, changing
