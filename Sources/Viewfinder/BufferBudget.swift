@@ -19,7 +19,8 @@ public struct BufferBudget: Sendable, Equatable, Codable {
     /// Seconds of the stream the output may be behind by (at the stream's nominal frame rate).
     public var seconds: Double
     /// At most this much memory for the frames waiting, bytes (each frame counts as the
-    /// stream's largest frame, `FrameFormat.maxByteCount`).
+    /// stream's largest frame, `FrameFormat.maxByteCount`, and an MJPEG frame's decoded picture,
+    /// copied with it when a stage changed it, counts too).
     public var maximumBytes: Int
 
     /// A budget of `seconds` of the stream, in at most `maximumBytes` of memory.
@@ -56,8 +57,11 @@ public struct BufferBudget: Sendable, Equatable, Codable {
 /// The engine's stage thread takes frames (``copy(_:)``); the output's thread gives them back
 /// by releasing them. Frames point back here weakly (as a pool's do).
 final class BacklogFrames: FrameRecycler, @unchecked Sendable {
-    // @unchecked Sendable: `free`, `made` and `views` are only touched with `lock` held.
+    // @unchecked Sendable: `free`, `all`, `views` and `bytesMade` are only touched with `lock` held.
     let limit: Int
+    /// The memory the frames and their decoded views may grow to, bytes.
+    let maximumBytes: Int
+    private var bytesMade = 0
     private let frameCapacity: Int
     private let format: FrameFormat
     private var free: [Frame] = []
@@ -70,8 +74,11 @@ final class BacklogFrames: FrameRecycler, @unchecked Sendable {
     /// copy carries them in its `droppedBefore`.
     var unmarkedDrops: UInt32 = 0
 
-    init(format: FrameFormat, limit: Int) {
+    /// Up to `limit` frames of `format`, and the decoded views they carry, in at most
+    /// `maximumBytes` together (an MJPEG frame's decoded picture is larger than the frame).
+    init(format: FrameFormat, limit: Int, maximumBytes: Int) {
         self.limit = limit
+        self.maximumBytes = maximumBytes
         self.format = format
         self.frameCapacity = format.maxByteCount
         free.reserveCapacity(limit)
@@ -80,8 +87,11 @@ final class BacklogFrames: FrameRecycler, @unchecked Sendable {
         viewRecycler = ViewRecycler()
     }
 
-    /// Frames made so far (the memory this backlog has grown to is `made × maxByteCount`).
+    /// Frames made so far.
     var made: Int { lock.withLock { all.count } }
+
+    /// The memory this backlog has grown to (its frames and decoded views), bytes.
+    var bytes: Int { lock.withLock { bytesMade } }
 
     /// A copy of `frame` (pixels, attributes, and its decoded view if it has one) in this
     /// backlog's memory, with one reference; nil when the budget is used up.
@@ -89,7 +99,8 @@ final class BacklogFrames: FrameRecycler, @unchecked Sendable {
         guard frame.bytesUsed <= frameCapacity else { return nil }
         lock.lock()
         var f = free.popLast()
-        if f == nil && all.count < limit {
+        if f == nil && all.count < limit && bytesMade + frameCapacity <= maximumBytes {
+            bytesMade += frameCapacity
             let made = Frame(capacity: frameCapacity, format: format, index: all.count, recycler: self)
             all.append(made)
             f = made
@@ -114,7 +125,8 @@ final class BacklogFrames: FrameRecycler, @unchecked Sendable {
         lock.lock()
         var v: Frame?
         if let i = views.firstIndex(where: { $0.referenceCount == 0 && $0.capacity >= bytes }) { v = views[i] }
-        else if views.count < limit {
+        else if views.count < limit && bytesMade + bytes <= maximumBytes {
+            bytesMade += bytes
             let made = Frame(capacity: bytes, format: d.format, recycler: viewRecycler)
             views.append(made)
             v = made

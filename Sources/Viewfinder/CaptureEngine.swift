@@ -326,7 +326,7 @@ public final class CaptureEngine: @unchecked Sendable {
         let backlogs: [BacklogFrames?] = consumers.map { c in
             guard live, !c.consumesOnStageThread, let budget = c.bufferBudget else { return nil }
             let n = budget.frames(frameBytes: configuration.format.maxByteCount, intervalNanoseconds: configuration.interval.nanoseconds)
-            return n > 0 ? BacklogFrames(format: configuration.format, limit: n) : nil
+            return n > 0 ? BacklogFrames(format: configuration.format, limit: n, maximumBytes: budget.maximumBytes) : nil
         }
         self.backlogs = backlogs
         self.consumerChannels = zip(consumers, statistics.consumers).enumerated().map { i, cs in

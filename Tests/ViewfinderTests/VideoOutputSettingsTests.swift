@@ -475,3 +475,74 @@ final class RecordingDelegate: VideoDataOutputDelegate, @unchecked Sendable {
         #expect(out.deliveredFrames == UInt64(kept))
     }
 }
+
+@Suite struct BacklogFramesTests {
+    /// An MJPEG frame's decoded picture, copied with it, counts against the budget's memory: the
+    /// views are larger than the compressed frames, and the frame count alone let them grow past it.
+    @Test func decodedViewsCountAgainstTheMemoryCap() throws {
+        let jpeg = FrameFormat(.mjpeg, width: 64, height: 32)
+        let picture = FrameFormat(.yuyv, width: 64, height: 32)
+        let cap = 3 * jpeg.maxByteCount + 3 * picture.maxByteCount
+        let backlog = BacklogFrames(format: jpeg, limit: 100, maximumBytes: cap)
+        var kept: [Frame] = []
+        for i in 0..<10 {
+            let f = Frame(capacity: jpeg.maxByteCount, format: jpeg)
+            f.bytesUsed = 500
+            f.sequence = UInt64(i)
+            let v = Frame(capacity: picture.maxByteCount, format: picture)
+            v.retain()
+            f.setDecoded(v)
+            guard let c = backlog.copy(f) else { break }
+            #expect(c.decoded != nil && c.sequence == UInt64(i))
+            kept.append(c)
+        }
+        #expect(kept.count == 3, "three frames with their pictures fit in the cap, not the limit's 100")
+        #expect(backlog.bytes <= cap)
+        // Given back, they are reused: no more memory.
+        for c in kept { c.release() }
+        let f = Frame(capacity: jpeg.maxByteCount, format: jpeg)
+        f.bytesUsed = 500
+        let v = Frame(capacity: picture.maxByteCount, format: picture)
+        v.retain()
+        f.setDecoded(v)
+        let again = try #require(backlog.copy(f))
+        #expect(backlog.bytes <= cap && backlog.made == 3)
+        again.release()
+    }
+}
+
+extension VideoDataOutputSettingsTests {
+    /// A sequence whose consumer keeps every buffer uses up the output's backlog; a delegate that
+    /// keeps up still gets every frame (it lost those frames with the sequence before).
+    @Test func anIdleDelegateGetsEveryFrameWhenASequenceUsedUpTheBacklog() async throws {
+        let session = CaptureSession()
+        // 30 fps: the backlog holds 2 s, 60 frames; the sequence's consumer keeps all it gets.
+        let dev = CaptureDevice(source: try PatternSource(deviceString: "pattern:width=64,height=32,frames=100,fps=30,paced=true"))
+        try session.addInput(CaptureDeviceInput(device: dev))
+        let out = VideoDataOutput(name: "both", alwaysDiscardsLateVideoFrames: false)
+        let d = RecordingDelegate()
+        let queue = DispatchQueue(label: "idle-delegate")
+        out.setDelegate(d, queue: queue)
+        try session.addOutput(out)
+        let stream = out.frames()
+        try session.startRunning()
+        var held: [SampleBuffer] = []
+        for await b in stream { held.append(b) }
+        session.stopRunning()
+        queue.sync {}
+        let stats = try #require(session.statistics)
+        let handed = try #require(stats.consumers.first { $0.name == "both" }).consumed
+        let got = d.got.withLock { $0 }
+        #expect(handed >= 90, "\(handed)")
+        // The sequence's consumer kept more than the backlog holds (on a loaded machine its task
+        // may instead fall behind, and the sequence drop the buffers it had not taken as late).
+        #expect(held.count <= 60)
+        #expect((held.count == 60 && out.droppedFrames[.outOfBuffers] > 0) || out.droppedFrames[.late] > 0, "\(held.count) held, \(out.droppedFrames)")
+        // The delegate is never busy for long here; the frames it was busy for went to it as copies
+        // while the backlog had room, or were dropped and reported.
+        let reported = d.dropped.withLock { $0 }.filter { $0.1 == .outOfBuffers }.count
+        #expect(UInt64(got.count + reported) == handed, "every frame handed to the output reached the delegate or was reported: \(got.count) + \(reported) of \(handed)")
+        #expect(got.count >= Int(handed) * 9 / 10, "\(got.count) of \(handed)")
+        #expect(zip(got, got.dropFirst()).allSatisfy { $0.0 < $1.0 })
+    }
+}

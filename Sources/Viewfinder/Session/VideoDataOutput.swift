@@ -253,8 +253,9 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
     private func backlogCopy(_ frame: Frame) -> SampleBuffer? {
         if backlog == nil || backlogFormat != frame.format {
             let interval = runConfiguration.map { $0.interval.nanoseconds } ?? 0
-            let limit = max(1, BufferBudget.standard.frames(frameBytes: frame.format.maxByteCount, intervalNanoseconds: interval))
-            backlog = BacklogFrames(format: frame.format, limit: limit)
+            let budget = BufferBudget.standard
+            let limit = max(1, budget.frames(frameBytes: frame.format.maxByteCount, intervalNanoseconds: interval))
+            backlog = BacklogFrames(format: frame.format, limit: limit, maximumBytes: max(budget.maximumBytes, frame.format.maxByteCount))
             backlogFormat = frame.format
         }
         return backlog!.copy(frame).map { SampleBuffer(adopting: $0) }
@@ -273,18 +274,33 @@ public final class VideoDataOutput: CaptureOutput, PixelDecodingOutput, @uncheck
         guard toDelegate || !conts.isEmpty else { return }
         guard let (converted, isStreamFrame) = deliverable(frame, connection: connection) else { return }
         var buffer = converted
+        var toSequences = !conts.isEmpty
         // Kept beyond this call on a live camera — queued behind a busy delegate, or in a
         // sequence's buffer — a frame is a copy, so the camera's buffer goes back to the camera and
         // the other outputs now (the delegate's queue may hold it for seconds). A frame larger
         // than its format says (a rare huge JPEG) goes as it is.
-        if !discardLate, liveRun, isStreamFrame, (toDelegate && delegateBusy) || !conts.isEmpty,
+        if !discardLate, liveRun, isStreamFrame, (toDelegate && delegateBusy) || toSequences,
            frame.bytesUsed <= frame.format.maxByteCount {
-            guard let copy = backlogCopy(frame) else { dropHere(frame, .outOfBuffers); return }
-            buffer = copy
+            if let copy = backlogCopy(frame) {
+                buffer = copy
+            } else {
+                // Past the budget: dropped where it would have been kept (counted once). An idle
+                // delegate still gets the frame itself, held for its call only, as it would be
+                // with no sequence open.
+                droppedByReason.count(.outOfBuffers)
+                toSequences = false
+                if toDelegate && delegateBusy {
+                    toDelegate = false
+                    report(sequence: frame.sequence, count: 1, reason: .outOfBuffers)
+                }
+                guard toDelegate else { return }
+            }
         }
-        for c in conts.values {
-            // The sequence's consumer was behind: the older buffer it had not taken is dropped.
-            if case .dropped = c.yield(buffer) { lateDrops.add(1, ordering: .relaxed); droppedByReason.count(.late) }
+        if toSequences {
+            for c in conts.values {
+                // The sequence's consumer was behind: the older buffer it had not taken is dropped.
+                if case .dropped = c.yield(buffer) { lateDrops.add(1, ordering: .relaxed); droppedByReason.count(.late) }
+            }
         }
         guard toDelegate, let delegate else { return }
         guard let queue else {
