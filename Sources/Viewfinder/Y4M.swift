@@ -246,6 +246,10 @@ public final class Y4MReader {
         if ownsFD { close(fd) }
     }
 
+    /// Where the frame the last ``read(into:)`` read (or failed to read) starts, in bytes from the
+    /// start of the stream.
+    public private(set) var lastFrameStart = 0
+
     /// A pool of `count` frames for this stream.
     public func makePool(count: Int) -> FramePool { FramePool(format: format, count: count) }
 
@@ -253,6 +257,7 @@ public final class Y4MReader {
     /// the clean end of the stream.
     public func read(into frame: Frame) throws -> Bool {
         let frameStart = offset
+        lastFrameStart = frameStart
         guard let line = try Self.readLine(fd: fd, buffer: buffer, size: bufferSize, start: &bufStart, end: &bufEnd, eof: &eof, offset: &offset, limit: 4096) else {
             return false
         }

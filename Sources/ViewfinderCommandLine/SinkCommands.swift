@@ -539,6 +539,12 @@ struct ExportCommand: ParsableCommand {
         if !input.hasSuffix(".y4m") && output != "-" && !output.hasSuffix(".y4m") && !output.hasSuffix(".mov") {
             throw ValidationError("a dump exports to .y4m (or - for stdout) or .mov; '\(output)' is neither (to copy a dump, copy the file)")
         }
+        // A y4m imports into a dump: a dump under a .y4m or .mov name (or a file called '-') is
+        // what it wrote here before.
+        if input.hasSuffix(".y4m") && (output == "-" || output.hasSuffix(".y4m") || output.hasSuffix(".mov")) {
+            try refuseOverwritingInput(output, inputs: [input])   // that error first, when it is so
+            throw ValidationError("a .y4m imports into a dump (any name but .y4m, .mov or -); '\(output)' is not one. For a movie, import it and export the dump: viewfinder export \(input) x.vfdump && viewfinder export x.vfdump \(output == "-" ? "out.mov" : output)")
+        }
     }
 
     func run() throws {
@@ -551,7 +557,8 @@ struct ExportCommand: ParsableCommand {
         let stop = { interrupt.requested }
         if input.hasSuffix(".y4m") {
             let r = try DumpConversion.importY4M(input, to: output, overwrite: force, stop: stop)
-            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)" + (r.interrupted ? Self.interruptedText : ""))
+            let tail = r.damage.map { "; the .y4m's tail was damaged (\($0.reason); \($0.ignoredBytes) bytes ignored)" } ?? ""
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)" + (r.interrupted ? Self.interruptedText : "") + tail)
         } else if output.hasSuffix(".mov") {
             let r = try DumpConversion.exportMovie(dump: input, to: output, quality: quality, overwrite: force, stop: stop)
             var sound = r.audioDuration > 0 ? String(format: ", with %.2f s of sound", r.audioDuration) : ""

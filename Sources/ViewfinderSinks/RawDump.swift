@@ -664,34 +664,59 @@ public final class RawDumpReader {
             guard hasher.digest() == head.sum else { return nil }
             return (type, total, format)
         }
+
+        /// The length of a damaged record at `offset` as its header states it, when a whole
+        /// record starts right after it (so the length is the writer's, not the damage's); nil
+        /// otherwise.
+        func statedLength(_ fd: Int32, at offset: UInt64, fileSize: UInt64, path: String) throws -> UInt64? {
+            guard offset + UInt64(RawDumpFormat.recordHeaderSize) <= fileSize,
+                  let head = try RawDumpReader.recordHead(fd, at: offset, path: path, header: &h, scratch: &scratch) else { return nil }
+            let total = UInt64(RawDumpFormat.recordHeaderSize) + UInt64(head.metadata.count) + UInt64(head.stored)
+            guard offset + total <= fileSize, try record(fd, at: offset + total, fileSize: fileSize, path: path) != nil else { return nil }
+            return total
+        }
     }
 
     /// Where the records of a dump with a damaged header start, and the format of its first frame
     /// record. First the records are walked from where the header says they start, each checked,
-    /// through any sound captured before the first frame; when that fails (the length field is
-    /// the damaged part, or the first record is), the first whole frame record in the file's first
-    /// 64 KiB is taken (a header's JSON is a few hundred bytes; at most 64 places that start with
-    /// a record's magic are tried).
+    /// through any sound captured before the first frame and past records that are damaged too
+    /// (skipped by the length their header states, when a whole record follows there; the
+    /// reader's scan then leaves them out and counts them); when that fails (the length field is
+    /// the damaged part), the file is searched from its start for the first whole frame record
+    /// (read in 1 MiB pieces; at most 4096 places that start with a record's magic are tried).
     private static func firstRecords(_ fd: Int32, from stated: UInt64?, fileSize: UInt64, path: String) throws -> (start: UInt64, format: FrameFormat)? {
         let check = RecordCheck()
         if let stated {
-            var offset = stated
+            var offset = stated, skipped = 0
             for _ in 0..<100_000 {
-                guard let r = try check.record(fd, at: offset, fileSize: fileSize, path: path) else { break }
-                if let f = r.format { return (stated, f) }
-                offset += r.total
+                if let r = try check.record(fd, at: offset, fileSize: fileSize, path: path) {
+                    if let f = r.format { return (stated, f) }
+                    offset += r.total
+                } else if skipped < 8, let total = try check.statedLength(fd, at: offset, fileSize: fileSize, path: path) {
+                    skipped += 1
+                    offset += total
+                } else {
+                    break
+                }
             }
         }
-        let window = Int(min(fileSize, 1 << 16))
-        var bytes = [UInt8](repeating: 0, count: window)
-        let got = try pread(fd, &bytes, 0, path)
-        var tried = 0, i = 16
-        while i + 4 <= got && tried < 64 {
-            if bytes[i] == 0x56, bytes[i + 1] == 0x46, bytes[i + 2] == 0x52, bytes[i + 3] == 0x43, UInt64(i) != stated {
-                tried += 1
-                if let r = try check.record(fd, at: UInt64(i), fileSize: fileSize, path: path), let f = r.format { return (UInt64(i), f) }
+        let piece = 1 << 20
+        var bytes = [UInt8](repeating: 0, count: piece + 3)
+        var base: UInt64 = 0, tried = 0
+        while base < fileSize && tried < 4096 {
+            let got = try pread(fd, &bytes, base, path)
+            guard got >= 4 else { break }
+            var i = base == 0 ? 16 : 0
+            while i + 4 <= got && tried < 4096 {
+                if bytes[i] == 0x56, bytes[i + 1] == 0x46, bytes[i + 2] == 0x52, bytes[i + 3] == 0x43, base + UInt64(i) != stated {
+                    tried += 1
+                    if let r = try check.record(fd, at: base + UInt64(i), fileSize: fileSize, path: path), let f = r.format { return (base + UInt64(i), f) }
+                }
+                i += 1
             }
-            i += 1
+            // The next piece starts where a magic could still begin (3 bytes back).
+            base += UInt64(max(1, got - 3))
+            if got < bytes.count { break }
         }
         return nil
     }

@@ -406,14 +406,22 @@ public enum DumpConversion {
 
     /// Makes a dump from a `.y4m` file; timestamps follow the y4m frame rate from `startNanoseconds`.
     public static func importY4M(_ input: String, to dump: String, overwrite: Bool = false, startNanoseconds: UInt64 = 0, stop: () -> Bool = { false }) throws -> Result {
-        let reader = try Y4MReader(path: input)
+        // The stream's errors name the file (an I/O error already does).
+        func named<T>(_ body: () throws -> T) throws -> T {
+            do { return try body() } catch let e as Y4MError {
+                if case .io = e { throw e }
+                throw DumpError.unsupported("'\(input)': \(e)")
+            }
+        }
+        let reader = try named { try Y4MReader(path: input) }
         let interval = reader.header.interval ?? FrameInterval(fps: 30)
         let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
         // The first frame before the dump is opened: a y4m without one (a header alone) is an
         // error, and an existing dump is not replaced by an empty one.
-        guard try reader.read(into: frame) else { throw DumpError.unsupported("'\(input)' holds no frame (a y4m header alone)") }
+        guard try named({ try reader.read(into: frame) }) else { throw DumpError.unsupported("'\(input)' holds no frame (a y4m header alone)") }
         let writer = try RawDumpWriter(path: dump, format: reader.format, interval: interval, device: "y4m:\(input)", overwrite: overwrite)
         var n = 0, interrupted = false
+        var damage: DumpDamage?
         repeat {
             if stop() { interrupted = true; break }
             frame.sequence = UInt64(n)
@@ -422,9 +430,23 @@ public enum DumpConversion {
             frame.metadata = FrameMetadata()
             try writer.append(frame)
             n += 1
-        } while try reader.read(into: frame)
+            // A y4m whose writer was stopped mid-frame, or whose tail is damaged: the whole frames
+            // before it are kept (the dump closed with them), and the result says what was left.
+            do {
+                guard try reader.read(into: frame) else { break }
+            } catch let e as Y4MError {
+                switch e {
+                case .truncatedFrame, .malformedFrame: break
+                default: try? writer.close(); throw e
+                }
+                let at = reader.lastFrameStart
+                let size = (try? FileManager.default.attributesOfItem(atPath: input)[.size] as? NSNumber)?.map { $0.uint64Value } ?? UInt64(at)
+                damage = DumpDamage(offset: UInt64(at), ignoredBytes: size >= UInt64(at) ? size - UInt64(at) : 0, reason: "\(e)")
+                break
+            }
+        } while true
         try writer.close()
-        var r = Result(frames: n, duration: Double(n) * interval.seconds, damage: nil)
+        var r = Result(frames: n, duration: Double(n) * interval.seconds, damage: damage)
         r.interrupted = interrupted
         return r
     }

@@ -175,6 +175,13 @@ import ViewfinderBench
         #expect(!FileManager.default.fileExists(atPath: s.path("b.vfdump")))
         #expect(CLIExit.run(["export", dump, s.path("b.y4m")]) == 0)
         #expect(CLIExit.run(["export", dump, s.path("b.mov")]) == 0)
+        // A y4m imports into a dump only: a dump under a .mov or .y4m name, or in a file called
+        // '-', is what it wrote before.
+        for out in [s.path("c.mov"), s.path("c.y4m"), "-"] {
+            #expect(CLIExit.run(["export", s.path("b.y4m"), out]) == 64, "\(out)")
+            #expect(!FileManager.default.fileExists(atPath: out))
+        }
+        #expect(CLIExit.run(["export", s.path("b.y4m"), s.path("c.vfdump")]) == 0)
     }
 
     /// A frame whose record fails its checksum is left out and counted; the frames after it are

@@ -453,8 +453,44 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// A damaged header and a damaged first frame, with frames larger than 64 KiB: the frames after
+    /// it are recovered (the walk skips the damaged record by its stated length; with the header's
+    /// length field damaged too, the search goes past the first 64 KiB). Both lost every frame.
+    @Test func aDamagedHeaderAndFirstFrameLoseOnlyThatFrame() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/big.vfdump"
+        let big = FrameFormat(.yuyv, width: 320, height: 240)
+        let written = try writeDump(path, count: 6, format: big, noise: 255)
+        let good = try Data(contentsOf: URL(fileURLWithPath: path))
+        let jsonLength = Int(good[12]) | Int(good[13]) << 8
+        let firstRecord = 16 + jsonLength + 8
+        let jsonDevice = try #require(good.range(of: Data("\"test\"".utf8))).lowerBound + 2
+        // (header byte, bit): inside the JSON; in the JSON length field (the stated start is lost).
+        for (byte, bit) in [(jsonDevice, 0), (13, 2)] {
+            var data = good
+            data[byte] ^= UInt8(1 << bit)
+            data[firstRecord + 2000] ^= 0x10   // inside frame 0's pixels
+            let damaged = dir + "/d\(byte).vfdump"
+            try data.write(to: URL(fileURLWithPath: damaged))
+            let reader = try RawDumpReader(path: damaged)
+            #expect(reader.headerDamage != nil, "byte \(byte)")
+            #expect(reader.format == big, "byte \(byte)")
+            let frame = Frame(capacity: big.maxByteCount, format: big)
+            // Frames 1-5 read back bit-exact; frame 0 is left out (counted) or fails its checksum.
+            var recovered = 0
+            for i in 0..<reader.frameCount {
+                guard (try? reader.read(i, into: frame)) != nil else { continue }
+                let bytes = Array(frame.bytes)
+                #expect(written[1...].contains { $0.bytes == bytes }, "byte \(byte), frame \(i)")
+                recovered += 1
+            }
+            #expect(recovered == 5, "byte \(byte)")
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
     /// Sound captured before the first frame survives a damaged header (the records are walked
-    /// from where the header said they start), even past the 64 KiB the fallback search reads; a
+    /// from where the header said they start), even when it is more than 64 KiB of it; a
     /// header whose checksum holds but whose JSON does not read stays an error.
     @Test func aDamagedHeaderBeforeSoundKeepsTheSound() throws {
         let dir = makeTempDirectory()
@@ -636,6 +672,37 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         let p2 = try ffprobe(dir + "/y.y4m")
         #expect(p2.stream("video")?["pix_fmt"] as? String == "yuv422p")
         #expect(intValue(p2.stream("video")?["nb_read_frames"]) == 5)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// A y4m cut inside a frame (its writer stopped) imports its whole frames and says what was
+    /// left; an error in its header names the file.
+    @Test func aTruncatedY4MImportsItsWholeFrames() throws {
+        let dir = makeTempDirectory()
+        let path = dir + "/t.vfdump"
+        let i420 = FrameFormat(.i420, width: 64, height: 48)
+        let written = try writeDump(path, count: 6, format: i420)
+        let y4m = dir + "/t.y4m"
+        _ = try DumpConversion.exportY4M(dump: path, to: y4m)
+        let whole = try Data(contentsOf: URL(fileURLWithPath: y4m))
+        let cut = dir + "/cut.y4m"
+        try whole.prefix(whole.count - 1000).write(to: URL(fileURLWithPath: cut))
+        let back = dir + "/back.vfdump"
+        let r = try DumpConversion.importY4M(cut, to: back)
+        #expect(r.frames == 5)
+        let damage = try #require(r.damage)
+        #expect(damage.reason.contains("frame 5 is truncated"), "\(damage)")
+        #expect(damage.ignoredBytes > 0 && damage.offset + damage.ignoredBytes == UInt64(whole.count - 1000))
+        let reader = try RawDumpReader(path: back)
+        #expect(reader.frameCount == 5)
+        let frame = Frame(capacity: i420.maxByteCount, format: i420)
+        for i in 0..<5 { try reader.read(i, into: frame); #expect(Array(frame.bytes) == written[i].bytes) }
+        // A header that does not read: the error names the file.
+        let bad = dir + "/bad.y4m"
+        try Data("YUV4MPEG2 W0 H48\n".utf8).write(to: URL(fileURLWithPath: bad))
+        do { _ = try DumpConversion.importY4M(bad, to: dir + "/x.vfdump"); Issue.record("imported a bad header") } catch {
+            #expect("\(error)".contains("'\(bad)'"), "\(error)")
+        }
         try? FileManager.default.removeItem(atPath: dir)
     }
 
