@@ -23,6 +23,9 @@ public struct PreviewConfiguration: Sendable {
     public var previewQuality: Int = 75
     /// How often the statistics channel sends, seconds.
     public var statisticsInterval: Double = 0.25
+    /// Seconds a connection may take to send a whole request (its headers, then its body), and
+    /// may stay idle between requests; then it is closed. 0.5–600.
+    public var requestTimeout: Double = 10
 
     public init() {}
 
@@ -111,6 +114,9 @@ public final class PreviewServer: Sendable {
         guard configuration.statisticsInterval >= 0.02 && configuration.statisticsInterval <= 10 else {
             throw PreviewError.invalidSetting(name: "statistics interval", reason: "\(configuration.statisticsInterval) s is outside 0.02…10 s")
         }
+        guard configuration.requestTimeout >= 0.5 && configuration.requestTimeout <= 600 else {
+            throw PreviewError.invalidSetting(name: "request timeout", reason: "\(configuration.requestTimeout) s is outside 0.5…600 s")
+        }
         self.session = session
         self.device = device
         self.configuration = configuration
@@ -147,7 +153,7 @@ public final class PreviewServer: Sendable {
             // A connection that has sent no complete request for 10 s is closed (a client that
             // opens connections and never finishes their headers could hold every descriptor);
             // a stream being answered is never idle.
-            server: .http1(configuration: .init(idleTimeout: .seconds(10))),
+            server: .http1(configuration: .init(idleTimeout: .milliseconds(Int64(configuration.requestTimeout * 1000)))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "viewfinder"),
             onServerRunning: { channel in onListening(channel.localAddress?.port ?? 0) },
             logger: logger
@@ -191,10 +197,7 @@ public final class PreviewServer: Sendable {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: TokenMiddleware(token: configuration.token, openPaths: ["/", "/favicon.ico"]))
         if configuration.token == nil { router.add(middleware: LoopbackOriginMiddleware(boundHost: configuration.host)) }
-        router.get("/") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
-                     body: .init(byteBuffer: ByteBuffer(string: PreviewPage.html)))
-        }
+        router.get("/") { _, _ in Self.page() }
         router.get("/favicon.ico") { _, _ in Response(status: .noContent) }
         // A known path asked with another method: 405 with the method it takes (not 404, which
         // says the path does not exist), as JSON like every other error of the API; HEAD of a
@@ -208,33 +211,32 @@ public final class PreviewServer: Sendable {
                 }
             }
         }
-        router.head("/") { _, _ in Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"]) }
-        router.head("/metrics") { _, _ in Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"]) }
+        // HEAD of every GET path: GET's status and headers (its Content-Length, or for a stream
+        // none), no body (the encoder sends none for a HEAD); a stream's viewer is not subscribed.
+        router.head("/") { _, _ in Self.headOf(Self.page()) }
+        router.head("/metrics") { _, _ in Self.headOf(self.metricsResponse()) }
+        router.head("/api/state") { _, _ in Self.headOf(self.stateResponse()) }
+        router.head("/stream") { _, _ in Self.headOf(status: .ok, headers: Self.streamHeaders) }
+        router.head("/events") { _, _ in Self.headOf(status: .ok, headers: Self.eventsHeaders) }
         router.get("/stream") { _, _ in self.streamResponse() }
         router.get("/events") { _, _ in self.eventsResponse() }
-        router.get("/metrics") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                     body: .init(byteBuffer: ByteBuffer(bytes: self.metrics.scrape(server: self))))
-        }
-        router.get("/api/state") { _, _ in
-            let message = self.hub.latest ?? StatisticsBuilder().message(server: self)
-            return Self.json(message)
-        }
+        router.get("/metrics") { _, _ in self.metricsResponse() }
+        router.get("/api/state") { _, _ in self.stateResponse() }
         router.post("/api/point") { request, context in
-            let body: PointRequest = try await Self.decode(request, context: context)
+            let body: PointRequest = try await Self.decode(request, context: context, timeout: self.configuration.requestTimeout)
             let applied = try self.controls.setPoint(body)
             return Self.json(applied)
         }
         router.post("/api/still") { request, context in
-            let _: EmptyRequest = try await Self.decode(request, context: context)
+            let _: EmptyRequest = try await Self.decode(request, context: context, timeout: self.configuration.requestTimeout)
             return Self.json(try await self.controls.takeStill())
         }
         router.post("/api/record") { request, context in
-            let body: RecordRequest = try await Self.decode(request, context: context)
+            let body: RecordRequest = try await Self.decode(request, context: context, timeout: self.configuration.requestTimeout)
             return Self.json(try await self.controls.record(body))
         }
         router.post("/api/stage") { request, context in
-            let body: StageRequest = try await Self.decode(request, context: context)
+            let body: StageRequest = try await Self.decode(request, context: context, timeout: self.configuration.requestTimeout)
             return Self.json(try self.controls.setStage(body))
         }
         return router
@@ -243,6 +245,36 @@ public final class PreviewServer: Sendable {
     static let boundary = "vfpreviewframe"
 
     /// The MJPEG stream: one part per picture, from this viewer's one-picture mailbox.
+    static func page() -> Response {
+        Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
+                 body: .init(byteBuffer: ByteBuffer(string: PreviewPage.html)))
+    }
+
+    func metricsResponse() -> Response {
+        Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                 body: .init(byteBuffer: ByteBuffer(bytes: metrics.scrape(server: self))))
+    }
+
+    func stateResponse() -> Response {
+        Self.json(hub.latest ?? StatisticsBuilder().message(server: self))
+    }
+
+    /// The answer to a HEAD: `response`'s status and headers (with the Content-Length its body
+    /// has, or none for a stream), without the body.
+    static func headOf(_ response: Response) -> Response {
+        var headers = response.headers
+        if let n = response.body.contentLength { headers[.contentLength] = String(n) } else { headers[.contentLength] = nil }
+        return headOf(status: response.status, headers: headers)
+    }
+
+    /// A HEAD's answer with these headers as they are (a stream's: no Content-Length).
+    static func headOf(status: HTTPResponse.Status, headers: HTTPFields) -> Response {
+        Response(status: status, headers: headers, body: ResponseBody(contentLength: nil) { writer in try await writer.finish(nil) })
+    }
+
+    static let streamHeaders: HTTPFields = [.contentType: "multipart/x-mixed-replace; boundary=\(PreviewServer.boundary)", .cacheControl: "no-store"]
+    static let eventsHeaders: HTTPFields = [.contentType: "text/event-stream", .cacheControl: "no-store"]
+
     func streamResponse() -> Response {
         let (pictures, cancel) = output.broadcaster.subscribe()
         let counters = output.counters
@@ -264,7 +296,7 @@ public final class PreviewServer: Sendable {
             }
             try await writer.finish(nil)
         }
-        return Response(status: .ok, headers: [.contentType: "multipart/x-mixed-replace; boundary=\(Self.boundary)", .cacheControl: "no-store"], body: body)
+        return Response(status: .ok, headers: Self.streamHeaders, body: body)
     }
 
     /// Server-sent events: the statistics message every interval.
@@ -279,7 +311,7 @@ public final class PreviewServer: Sendable {
             }
             try await writer.finish(nil)
         }
-        return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
+        return Response(status: .ok, headers: Self.eventsHeaders, body: body)
     }
 
     static func json(_ text: String) -> Response {
@@ -291,8 +323,9 @@ public final class PreviewServer: Sendable {
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
-    /// A control request's JSON body (at most 4 KiB, `Content-Type: application/json`).
-    static func decode<T: Decodable>(_ request: Request, context: BasicRequestContext) async throws -> T {
+    /// A control request's JSON body (at most 4 KiB, `Content-Type: application/json`, whole
+    /// within `timeout` seconds).
+    static func decode<T: Decodable>(_ request: Request, context: BasicRequestContext, timeout: Double) async throws -> T {
         guard let type = request.headers[.contentType], type.lowercased().hasPrefix("application/json") else {
             throw HTTPError(.unsupportedMediaType, message: "controls take a JSON body (Content-Type: application/json)")
         }
@@ -300,11 +333,26 @@ public final class PreviewServer: Sendable {
         if let announced = request.headers[.contentLength], let n = UInt64(announced.trimmingCharacters(in: .whitespaces)), n > 4096 {
             throw HTTPError(.contentTooLarge, message: "the body is larger than 4 KiB")
         }
-        var r = request
         let buffer: ByteBuffer
-        do { buffer = try await r.collectBody(upTo: 4096) } catch {
+        // The whole body within 10 s, as the headers (the idle timeout only sees a connection
+        // that sends nothing; one trickling a byte every few seconds would hold it for ever).
+        let collected: ByteBuffer?
+        do {
+            collected = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
+                group.addTask { var r = request; return try await r.collectBody(upTo: 4096) }
+                group.addTask { try await Task.sleep(nanoseconds: UInt64(timeout * 1e9)); return nil }
+                defer { group.cancelAll() }
+                return try await group.next() ?? nil
+            }
+        } catch is CancellationError {
+            throw HTTPError(.requestTimeout, headers: [.connection: "close"], message: "the request's body did not arrive within \(timeout) s")
+        } catch {
             throw HTTPError(.contentTooLarge, message: "the body is larger than 4 KiB")
         }
+        guard let got = collected else {
+            throw HTTPError(.requestTimeout, headers: [.connection: "close"], message: "the request's body did not arrive within \(timeout) s")
+        }
+        buffer = got
         let data = Data(buffer.readableBytesView)
         do { return try JSONDecoder().decode(T.self, from: data.isEmpty ? Data("{}".utf8) : data) } catch {
             throw HTTPError(.badRequest, message: "bad JSON body: \(jsonDecodingFailure(error))")

@@ -21,7 +21,7 @@ final class RunningPreview: @unchecked Sendable {
     private var task: Task<Void, any Error>?
 
     init(sim: String = "sim:width=320,height=240,fps=30", token: String? = nil, stages: String? = nil, rotation: Int = 0,
-         extraOutputs: [any CaptureOutput] = []) throws {
+         extraOutputs: [any CaptureOutput] = [], requestTimeout: Double = 10) throws {
         folder = NSTemporaryDirectory() + "vf-preview-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         device = try CaptureDevice.open(sim, directory: .standard)
@@ -38,6 +38,7 @@ final class RunningPreview: @unchecked Sendable {
         cfg.token = token
         cfg.outputDirectory = folder
         cfg.statisticsInterval = 0.1
+        cfg.requestTimeout = requestTimeout
         server = try PreviewServer(session: session, device: device, configuration: cfg)
         for c in session.connections where c.mediaType == .video { try c.setVideoRotationAngle(rotation) }
     }
@@ -362,6 +363,69 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
             }
         }
         #expect(run.device.settings.exposureMode == .continuous)
+        await run.stop()
+    }
+
+    /// HEAD of every GET path: GET's status and headers, its Content-Length (a stream: none), no
+    /// body. (HEAD / and /metrics said Content-Length 0; the other paths were 404.)
+    @Test func headAnswersAsGetWithoutTheBody() async throws {
+        let run = try RunningPreview(stages: "null")
+        try await run.start()
+        for path in ["/", "/metrics", "/api/state"] {
+            let get = try await LoopbackHTTP.execute(request(run.url(path)), timeout: 10)
+            let body = try await get.collect(upTo: 1 << 20)
+            let head = try await LoopbackHTTP.execute(request(run.url(path), method: .HEAD), timeout: 10)
+            #expect(head.status == 200, "\(path)")
+            #expect(head.header("Content-Type") == get.header("Content-Type"), "\(path)")
+            let length = try #require(head.header("Content-Length").flatMap(Int.init), "\(path)")
+            // The page is the same bytes; the metrics and state change between two requests.
+            if path == "/" { #expect(length == body.count) } else { #expect(length > 0 && abs(length - body.count) < body.count / 2, "\(path): \(length) vs \(body.count)") }
+        }
+        for path in ["/stream", "/events"] {
+            let head = try await LoopbackHTTP.execute(request(run.url(path), method: .HEAD), timeout: 10)
+            #expect(head.status == 200, "\(path)")
+            #expect(head.header("Content-Length") == nil, "\(path)")
+            #expect(head.header("Content-Type")?.hasPrefix(path == "/stream" ? "multipart/x-mixed-replace" : "text/event-stream") == true, "\(path)")
+        }
+        #expect(run.server.output.broadcaster.viewerCount == 0 && run.server.hub.subscriberCount == 0, "a HEAD of a stream subscribes no viewer")
+        await run.stop()
+    }
+
+    /// A request whose body trickles in is cut off when it is not whole within the request
+    /// timeout (the idle timeout alone let a byte every few seconds hold the connection).
+    @Test func aBodySentTooSlowlyIsCutOff() async throws {
+        let run = try RunningPreview(stages: "null", requestTimeout: 1)
+        try await run.start()
+        let port = run.port
+        let (status, closedAfter) = try await within(20, "slow body") { () -> (String, Double) in
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            guard ok == 0 else { throw TestFailure("connect failed") }
+            var tv = timeval(tv_sec: 0, tv_usec: 300_000)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            let head = "POST /api/point HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+            _ = head.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            let t0 = monotonicNanoseconds()
+            var received: [UInt8] = []
+            var buf = [UInt8](repeating: 0, count: 4096)
+            // One byte every 0.3 s (the idle timeout never fires), reading what comes back.
+            for _ in 0..<40 {
+                _ = send(fd, " ", 1, Int32(MSG_NOSIGNAL))
+                let n = recv(fd, &buf, buf.count, 0)
+                if n > 0 { received += buf[0..<n] }
+                if n == 0 { return (String(decoding: received, as: UTF8.self), Double(monotonicNanoseconds() - t0) / 1e9) }
+            }
+            return (String(decoding: received, as: UTF8.self), -1)
+        }
+        #expect(status.hasPrefix("HTTP/1.1 408"), "\(status.prefix(200))")
+        #expect(closedAfter > 0.5 && closedAfter < 6, "closed after \(closedAfter) s")
+        // The server goes on serving.
+        #expect(try await fetch(request(run.url("/api/state"))).status == 200)
         await run.stop()
     }
 
