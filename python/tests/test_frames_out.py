@@ -14,7 +14,7 @@ import numpy as np
 
 import threading
 
-from viewfinder_frames import FrameReader, RingNotFound, WriterGone, _convert
+from viewfinder_frames import FrameReader, NotARing, ReaderClosed, RingNotFound, WriterGone, _convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("VIEWFINDER_BIN", os.path.join(ROOT, ".build", "debug", "viewfinder"))
@@ -124,6 +124,45 @@ class SharedMemoryTests(unittest.TestCase):
             self.assertTrue(kept.valid())
             self.assertTrue(np.array_equal(kept.y, first_y))
         proc.communicate(timeout=30)
+
+    def test_frames_keep_their_pixels_after_the_reader_closes(self):
+        # A frame's arrays read after the reader's `with` block are the frame, not zeros (they
+        # were new zeroed arrays: the mapping the views were made on was gone); the closed reader
+        # says it is closed.
+        name = ring_name()
+        proc = start(["--device", "pattern:width=64,height=48,format=yuyv,fps=30,paced=true,frames=20",
+                      "--shm", name, "--shm-slots", "32"])
+        with FrameReader(name, wait=10) as reader:
+            f = reader.read(timeout=5)
+            self.assertIsNotNone(f)
+            y_before = f.y.copy()
+            bgr_before = f.to_bgr().copy()
+        self.assertTrue(y_before.any())
+        self.assertTrue(np.array_equal(f.y, y_before))
+        self.assertTrue(np.array_equal(f.to_bgr(), bgr_before))
+        self.assertFalse(f.y.flags.owndata)
+        self.assertTrue(f.valid())                     # 20 frames in 32 slots: never lapped
+        self.assertTrue(np.array_equal(f.copy().y, y_before))
+        with self.assertRaises(ReaderClosed):
+            reader.read()
+        with self.assertRaises(ReaderClosed):
+            reader.published
+        with self.assertRaises(ReaderClosed):
+            next(iter(reader))
+        self.assertIn("closed", repr(reader))
+        proc.communicate(timeout=30)
+
+    def test_a_name_that_is_no_ring_file_says_so(self):
+        for bad in (".", ".."):
+            with self.assertRaises(ValueError):
+                FrameReader(bad, wait=0)
+        name = ring_name()
+        os.mkdir("/dev/shm/" + name)
+        try:
+            with self.assertRaises(NotARing):
+                FrameReader(name, wait=0)
+        finally:
+            os.rmdir("/dev/shm/" + name)
 
     def test_slow_reader_never_slows_a_live_source_and_sees_gaps(self):
         name = ring_name()

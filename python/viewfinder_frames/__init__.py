@@ -9,7 +9,7 @@
 The ring layout is documented in README.md next to this package.
 """
 
-from ._ring import FrameReader, Frame, RingFinished, WriterGone, RingNotFound, NotARing, LAYOUT_VERSION
+from ._ring import FrameReader, Frame, RingFinished, WriterGone, RingNotFound, NotARing, ReaderClosed, LAYOUT_VERSION
 
-__all__ = ["FrameReader", "Frame", "RingFinished", "WriterGone", "RingNotFound", "NotARing", "LAYOUT_VERSION"]
+__all__ = ["FrameReader", "Frame", "RingFinished", "WriterGone", "RingNotFound", "NotARing", "ReaderClosed", "LAYOUT_VERSION"]
 __version__ = "0.1.0"

@@ -5,6 +5,7 @@ import json
 import mmap
 import os
 import platform
+import stat
 import struct
 import time
 
@@ -31,6 +32,10 @@ class RingNotFound(FileNotFoundError):
 
 class NotARing(ValueError):
     """/dev/shm/NAME exists but is not a Viewfinder frame ring of a layout this reader knows."""
+
+
+class ReaderClosed(ValueError):
+    """The reader was closed: it reads no more frames (the frames it gave keep their mapping)."""
 
 
 class _Incomplete(Exception):
@@ -80,7 +85,7 @@ class Frame:
     __slots__ = ("index", "sequence", "timestamp_ns", "clock", "dropped_before", "receive_ns",
                  "publish_ns", "output_ns", "bytes_used", "pixels_modified", "format", "width",
                  "height", "data", "_reader", "_slot", "_meta_raw", "_metadata", "_seq", "_owned",
-                 "_owned_planes")
+                 "_owned_planes", "_mm", "_words")
 
     def __init__(self):
         self._metadata = None
@@ -91,7 +96,8 @@ class Frame:
         off, bpr, w, h = self._reader._planes[i]
         if self._owned:
             return self._owned_planes[i]
-        return np.ndarray((h, w * samples_per_pixel), np.uint8, self._reader._mm,
+        # The frame's own reference to the mapping: it outlives the reader's close().
+        return np.ndarray((h, w * samples_per_pixel), np.uint8, self._mm,
                           self._slot + self._reader.pixel_offset + off, (bpr, 1))
 
     @property
@@ -171,7 +177,7 @@ class Frame:
 
     def valid(self):
         """True while the slot still holds this frame (the views show what they showed)."""
-        return self._owned or int(self._reader._words[self._slot // 8]) == self._seq
+        return self._owned or int(self._words[self._slot // 8]) == self._seq
 
     def copy(self):
         """A frame whose arrays own their memory (safe to keep after the writer moves on).
@@ -206,7 +212,7 @@ _NO_LUMA = ("rgb24", "bgr24", "bgra", "sbggr8", "sgbrg8", "sgrbg8", "srggb8")
 
 _COPIED = ("index", "sequence", "timestamp_ns", "clock", "dropped_before", "receive_ns", "publish_ns",
            "output_ns", "bytes_used", "pixels_modified", "format", "width", "height", "_reader",
-           "_slot", "_seq")
+           "_slot", "_seq", "_mm", "_words")
 
 
 class FrameReader:
@@ -218,8 +224,8 @@ class FrameReader:
     def __init__(self, name, wait=0.0, timeout=1.0):
         """``wait``: seconds to wait for the ring to appear. ``timeout``: how long one iteration
         step waits for a frame before checking that the writer still runs."""
-        if not name or "/" in name:
-            raise ValueError("give the bare ring name (it lives in /dev/shm)")
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError("give the bare ring name (it lives in /dev/shm), not %r" % name)
         self.name = name
         self.timeout = timeout
         # Load the converters (and OpenCV, which takes about a second) now, not inside the first
@@ -260,7 +266,10 @@ class FrameReader:
         except FileNotFoundError:
             raise RingNotFound("no shared-memory ring '%s' (/dev/shm/%s)" % (self.name, self.name)) from None
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotARing("/dev/shm/%s is not a frame ring (not a regular file)" % self.name)
+            size = st.st_size
             if size < HEADER_SIZE:
                 raise _Incomplete("/dev/shm/%s is too small to be a frame ring" % self.name)
             self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
@@ -290,10 +299,12 @@ class FrameReader:
     @property
     def published(self):
         """Frames the writer has published in this run."""
+        self._check_open()
         return int(self._words[_PUBLISHED_WORD])
 
     @property
     def finished(self):
+        self._check_open()
         return int(self._words32[140 // 4]) == STATE_FINISHED
 
     def _is_stale(self):
@@ -323,6 +334,7 @@ class FrameReader:
         Raises RingFinished once the run has ended and every frame was offered, and WriterGone
         (a RingFinished) when no frame is left and the writer's process is gone — found within
         half a second while waiting, not only at the timeout's end."""
+        self._check_open()
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         next_check = time.monotonic() + 0.5
@@ -387,6 +399,7 @@ class FrameReader:
         # they could be another frame's once the writer has reused it.
         f._meta_raw = None if flags & 1 else bytes(self._mm[m0:m0 + min(mlen, self.metadata_capacity)])
         f._reader, f._slot, f._seq = self, slot, seq
+        f._mm, f._words = self._mm, self._words
         if int(self._words[slot // 8]) != seq:
             return None
         return f
@@ -403,9 +416,15 @@ class FrameReader:
                 return
 
     def close(self):
-        """Unmaps the ring. Frames still referenced keep the mapping alive until they go."""
+        """Lets go of the ring. Frames still referenced keep the mapping alive (and their
+        arrays their pixels) until they go; the reader reads no more (ReaderClosed)."""
+        self._closed = True
         self._words = self._words32 = None
         self._mm = None
+
+    def _check_open(self):
+        if getattr(self, "_closed", False):
+            raise ReaderClosed("the reader of ring '%s' is closed" % self.name)
 
     def __enter__(self):
         return self
@@ -414,5 +433,7 @@ class FrameReader:
         self.close()
 
     def __repr__(self):
+        if getattr(self, "_closed", False):
+            return "<FrameReader '%s' %s %dx%d, closed>" % (self.name, self.format, self.width, self.height)
         return "<FrameReader '%s' %s %dx%d, %d slots, %d published>" % (
             self.name, self.format, self.width, self.height, self.slot_count, self.published)
