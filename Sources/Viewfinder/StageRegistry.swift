@@ -185,7 +185,9 @@ public struct StageSpec: Sendable, Equatable, Codable, CustomStringConvertible {
     /// Stages are separated by `,`; options follow the name after `:` as `key=value`.
     public static func parseList(_ text: String) throws -> [StageSpec] {
         var previous: String?
-        return try text.split(separator: ",", omittingEmptySubsequences: true).map { item in
+        // An empty list ('') or an empty item ('exposure,,focus', a trailing ',') is a slip, not
+        // "no stage there": refused, as a stage without a name is.
+        return try text.split(separator: ",", omittingEmptySubsequences: false).map { item in
             let parts = item.split(separator: ":", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
             guard let name = parts.first, !name.isEmpty else { throw ConfigurationError.unknownStage("", known: []) }
             // `stabilise:lookahead=5,keep=0.9`: a second option after a ',' (as in device strings).

@@ -28,7 +28,7 @@ struct ProcessCommand: ParsableCommand {
         try refuseOneFileForTwoOutputs(("--output", output), ("--metadata", metadata))
         try refuseExistingRegularFile(output, force: force)
         try refuseExistingRegularFile(metadata, force: force)
-        let specs = try StageSpec.parseList(stages).filter(\.enabled)
+        let specs = stages.isEmpty ? [] : try StageSpec.parseList(stages).filter(\.enabled)
         let built = try specs.map { try registry.makeStage($0) }
         let reader = try Y4MReader(path: input)
         let format = reader.format

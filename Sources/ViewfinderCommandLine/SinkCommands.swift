@@ -41,9 +41,16 @@ func checkStreamRequest(width: Int?, height: Int?, fps: Double?) throws {
 }
 
 func refuseExisting(_ path: String, force: Bool) throws {
+    try refuseEmptyPath(path)
     if !force && FileManager.default.fileExists(atPath: path) {
         throw ValidationError("'\(path)' exists; add --force to overwrite it")
     }
+}
+
+/// An output named by an empty string (a variable that was not set) is a usage error before the
+/// camera opens, not a failure after it.
+func refuseEmptyPath(_ path: String) throws {
+    if path.isEmpty { throw ValidationError("the output path is empty") }
 }
 
 /// For the stream outputs of `run` and `process` (`--output`, `--metadata`): refuses an existing regular
@@ -51,6 +58,7 @@ func refuseExisting(_ path: String, force: Bool) throws {
 /// lost to a repeated command). A fifo, a terminal or another device is written into, not
 /// replaced, and passes; `-` is standard output.
 func refuseExistingRegularFile(_ path: String?, force: Bool) throws {
+    if let path { try refuseEmptyPath(path) }
     guard let path, !force, path != "-" else { return }
     // `/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N` name a descriptor the shell opened (`>
     // out.y4m` created the file just now): written into, as `-` is.
@@ -88,6 +96,7 @@ func refuseOverwritingInput(_ output: String?, inputs: [String?], what: String =
 /// (`check`: `AtomicFile.checkWritable` for stills, `PatchedFile.checkWritable` for movies and
 /// dumps; a failure is a runtime error), and not an existing file without --force.
 func checkOutputFile(_ path: String, readFrom input: String?, force: Bool, by check: (String) throws -> Void) throws {
+    try refuseEmptyPath(path)
     try refuseOverwritingInput(path, inputs: [input])
     do { try check(path) } catch { throw RuntimeFailure(message: "\(error)") }
     try refuseExisting(path, force: force)
@@ -259,7 +268,8 @@ struct SnapCommand: ParsableCommand {
 
     func biases() throws -> [Double] {
         guard let bracket else { return [] }
-        return try bracket.split(separator: ",").map {
+        // Every item a number: an empty one ('', ',', '1,,2') is a typing slip, not "no bracket".
+        return try bracket.split(separator: ",", omittingEmptySubsequences: false).map {
             guard let v = Double($0.trimmingCharacters(in: .whitespaces)) else { throw ValidationError("--bracket: '\($0)' is not a number") }
             return v
         }

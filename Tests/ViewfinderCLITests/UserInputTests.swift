@@ -166,6 +166,25 @@ import ViewfinderBench
         #expect(try RawDumpReader(path: dump).frameCount == 4)
     }
 
+    /// Empty items in a list and an empty output path are usage errors before the camera opens
+    /// (they were taken as "no stage there", "no bracket", or failed after capturing).
+    @Test func emptyListItemsAndPathsAreUsageErrors() {
+        let s = Scratch()
+        let device = "pattern:width=64,height=32,frames=3"
+        for stages in ["", ",", "exposure,,focus", "exposure,"] {
+            #expect(CLIExit.run(["run", "--device", device, "--stages", stages]) == 64, "--stages '\(stages)'")
+        }
+        #expect(CLIExit.run(["run", "--device", device, "--stages", "exposure,null"]) == 0)
+        for bracket in ["", ",", "1,,2", "1,"] {
+            #expect(CLIExit.run(["snap", "--device", device, "--output", s.path("b.jpg"), "--bracket", bracket]) == 64, "--bracket '\(bracket)'")
+        }
+        #expect(CLIExit.run(["record", "--device", device, "--output", ""]) == 64)
+        #expect(CLIExit.run(["dump", "--device", device, "--output", ""]) == 64)
+        #expect(CLIExit.run(["snap", "--device", device, "--output", ""]) == 64)
+        #expect(CLIExit.run(["run", "--device", device, "--output", ""]) == 64)
+        #expect(CLIExit.run(["run", "--device", device, "--metadata", ""]) == 64)
+    }
+
     @Test func aDumpExportsOnlyToY4MOrAMovie() {
         let s = Scratch()
         let dump = s.path("a.vfdump")
