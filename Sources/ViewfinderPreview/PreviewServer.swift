@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -153,7 +154,9 @@ public final class PreviewServer: Sendable {
             // A connection that has sent no complete request for 10 s is closed (a client that
             // opens connections and never finishes their headers could hold every descriptor);
             // a stream being answered is never idle.
-            server: .http1(configuration: .init(idleTimeout: .milliseconds(Int64(configuration.requestTimeout * 1000)))),
+            server: HTTPServerBuilder { [timeout = configuration.requestTimeout] responder in
+                PreviewHTTP1Channel(responder: responder, idleTimeout: .milliseconds(Int64(timeout * 1000)))
+            },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "viewfinder"),
             onServerRunning: { channel in onListening(channel.localAddress?.port ?? 0) },
             logger: logger

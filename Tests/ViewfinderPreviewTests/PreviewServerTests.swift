@@ -391,6 +391,57 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         await run.stop()
     }
 
+    /// An HTTP/1.0 request is answered as HTTP/1.0: no chunked coding (which HTTP/1.0 does not
+    /// have: the MJPEG and event streams' bytes came with chunk sizes in them), and the connection
+    /// closed after the response (it stayed open until the idle timeout for a client reading to
+    /// the end).
+    @Test func anHTTP10RequestGetsAnHTTP10Answer() async throws {
+        let run = try RunningPreview(stages: "null")
+        try await run.start()
+        let port = run.port
+        /// Sends `request` and reads until the server closes or `limit` bytes came; the bytes and
+        /// whether the server closed, and when.
+        @Sendable func exchange(_ request: String, limit: Int) throws -> (text: String, bytes: [UInt8], closedAfter: Double?) {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            guard ok == 0 else { throw TestFailure("connect failed") }
+            var tv = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            let t0 = monotonicNanoseconds()
+            var got: [UInt8] = []
+            var buf = [UInt8](repeating: 0, count: 65536)
+            while got.count < limit {
+                let n = recv(fd, &buf, buf.count, 0)
+                if n == 0 { return (String(decoding: got, as: UTF8.self), got, Double(monotonicNanoseconds() - t0) / 1e9) }
+                if n < 0 { break }
+                got += buf[0..<n]
+            }
+            return (String(decoding: got, as: UTF8.self), got, nil)
+        }
+        let metrics = try await within(20, "HTTP/1.0 metrics") { try exchange("GET /metrics HTTP/1.0\r\nHost: 127.0.0.1:\(port)\r\n\r\n", limit: 1 << 22) }
+        #expect(metrics.text.hasPrefix("HTTP/1.0 200"), "\(metrics.text.prefix(120))")
+        #expect(metrics.text.lowercased().contains("content-length:"))
+        #expect(!metrics.text.lowercased().contains("transfer-encoding"))
+        let closed = try #require(metrics.closedAfter, "the server closed the connection after the response")
+        #expect(closed < 3, "closed after \(closed) s")
+        let stream = try await within(20, "HTTP/1.0 stream") { try exchange("GET /stream HTTP/1.0\r\nHost: 127.0.0.1:\(port)\r\n\r\n", limit: 20_000) }
+        #expect(stream.text.hasPrefix("HTTP/1.0 200"), "\(stream.text.prefix(120))")
+        let headEnd = try #require(stream.text.range(of: "\r\n\r\n"))
+        let head = stream.text[..<headEnd.lowerBound].lowercased()
+        #expect(!head.contains("transfer-encoding"), "\(head)")
+        #expect(stream.text[headEnd.upperBound...].hasPrefix("--\(PreviewServer.boundary)\r\n"), "the body is the multipart stream itself, no chunk sizes")
+        // HTTP/1.1 is as it was: a stream is chunked.
+        let eleven = try await within(20, "HTTP/1.1 stream") { try exchange("GET /stream HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n", limit: 4000) }
+        #expect(eleven.text.hasPrefix("HTTP/1.1 200") && eleven.text.lowercased().contains("transfer-encoding: chunked"))
+        await run.stop()
+    }
+
     /// A request whose body trickles in is cut off when it is not whole within the request
     /// timeout (the idle timeout alone let a byte every few seconds hold the connection).
     @Test func aBodySentTooSlowlyIsCutOff() async throws {
