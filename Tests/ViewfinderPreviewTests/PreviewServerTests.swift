@@ -82,6 +82,22 @@ func within<T: Sendable>(_ seconds: Double, _ what: String, _ body: @escaping @S
     }
 }
 
+/// A TCP connection to the test server on loopback, for requests the client above does not make
+/// (another HTTP version, a body sent slowly); `recv` gives up after `receiveTimeout` seconds.
+func rawConnection(port: Int, receiveTimeout: Double) throws -> Int32 {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestFailure("socket failed") }
+    let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    guard ok == 0 else { close(fd); throw TestFailure("connect failed") }
+    var tv = timeval(tv_sec: Int(receiveTimeout), tv_usec: Int((receiveTimeout - receiveTimeout.rounded(.down)) * 1e6))
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    return fd
+}
+
 enum Method: String { case GET, POST, PUT, DELETE, HEAD }
 
 func request(_ url: String, method: Method = .GET, token: String? = nil, json: String? = nil, contentType: String = "application/json") -> LoopbackHTTP.Request {
@@ -402,16 +418,8 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         /// Sends `request` and reads until the server closes or `limit` bytes came; the bytes and
         /// whether the server closed, and when.
         @Sendable func exchange(_ request: String, limit: Int) throws -> (text: String, bytes: [UInt8], closedAfter: Double?) {
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let fd = try rawConnection(port: port, receiveTimeout: 5)
             defer { close(fd) }
-            let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-            guard ok == 0 else { throw TestFailure("connect failed") }
-            var tv = timeval(tv_sec: 5, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
             let t0 = monotonicNanoseconds()
             var got: [UInt8] = []
@@ -449,16 +457,8 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         try await run.start()
         let port = run.port
         let (status, closedAfter) = try await within(20, "slow body") { () -> (String, Double) in
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let fd = try rawConnection(port: port, receiveTimeout: 0.3)
             defer { close(fd) }
-            let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-            guard ok == 0 else { throw TestFailure("connect failed") }
-            var tv = timeval(tv_sec: 0, tv_usec: 300_000)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             let head = "POST /api/point HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
             _ = head.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
             let t0 = monotonicNanoseconds()
