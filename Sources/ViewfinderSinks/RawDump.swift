@@ -738,7 +738,10 @@ public final class RawDumpReader {
         for (a, b) in zip(ts, ts.dropFirst()) where b > a { steps.append(b - a) }
         guard !steps.isEmpty else { return nil }
         steps.sort()
-        let us = max(1, (steps[steps.count / 2] + 500) / 1000)
+        // Rounded without adding first: a damaged timestamp can make a step near UInt64.max (found
+        // by FuzzDump: `+ 500` trapped).
+        let mid = steps[steps.count / 2]
+        let us = max(1, mid / 1000 + (mid % 1000 >= 500 ? 1 : 0))
         return FrameInterval(numerator: UInt32(min(us, UInt64(UInt32.max))), denominator: 1_000_000)
     }
 

@@ -386,7 +386,9 @@ public enum DumpConversion {
 
     static func duration(_ reader: RawDumpReader, _ interval: FrameInterval) -> Double {
         let e = reader.entries
-        return e.count > 1 ? Double(e.last!.timestampNanoseconds - e.first!.timestampNanoseconds) / 1e9 + interval.seconds : Double(e.count) * interval.seconds
+        // A damaged dump's last timestamp can be before its first: the span is then the frames'.
+        guard e.count > 1, e.last!.timestampNanoseconds >= e.first!.timestampNanoseconds else { return Double(e.count) * interval.seconds }
+        return Double(e.last!.timestampNanoseconds - e.first!.timestampNanoseconds) / 1e9 + interval.seconds
     }
 
     /// Copies decoded JPEG planes into a planar frame (whose chroma matches the JPEG's subsampling).

@@ -162,4 +162,20 @@ import Viewfinder
         #expect(back.iso != nil)
         #expect(ExifInfo.iso(fromGain: .nan) == 1)
     }
+
+    /// FuzzDump, crash-469a181f (Fuzz/Corpus/FuzzDump/regress-interval-overflow): a damaged
+    /// record's timestamp made a step between frames near UInt64.max, and rounding the median step
+    /// to microseconds (`+ 500`) trapped while the reader opened the dump.
+    @Test func aTimestampStepNearTheLargestIntegerOpensTheDump() throws {
+        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let input = try [UInt8](Data(contentsOf: repo.appendingPathComponent("Fuzz/Corpus/FuzzDump/regress-interval-overflow")))
+        #expect(input[0] == 0)  // mode: no verify, no checksum repair, one decode thread
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("vf-fuzz-interval-\(getpid()).vfdump").path
+        defer { unlink(path) }
+        try Data(input.dropFirst()).write(to: URL(fileURLWithPath: path))
+        let reader = try RawDumpReader(path: path)
+        #expect(reader.frameCount >= 1)
+        #expect(reader.info.interval.numerator >= 1)
+        #expect(reader.headerDamage != nil)
+    }
 }
