@@ -169,4 +169,68 @@ struct SimulatedCard {
         #expect(firstSound == 8400)
         #expect(out[2 * 8400] == 1 && out[2 * 20000] == Int16(20000 - 8400 + 1))
     }
+
+    /// A long overrun is held as a count of silent frames, not as zeros: memory stays that of the
+    /// sound captured, and the track still has the silence where the sound was lost and every
+    /// captured sample where it belongs. (At 768 kHz × 64 channels the 10 s a gap may fill was a
+    /// gigabyte of zeros per overrun: a recording grew to gigabytes and never finished.)
+    @Test func aLongOverrunIsHeldAsACountAndWrittenAsSilence() {
+        let origin: UInt64 = 2_000_000_000, rate = 48000, channels = 8
+        var a = AudioTimelineAligner(sampleRate: rate, channels: channels, origin: origin)
+        // Channel 0 holds the real position (mod 2^15, never 0), the others its negative.
+        func block(_ real: Int, _ frames: Int) -> [Int16] {
+            var b: [Int16] = []
+            for n in real..<(real + frames) {
+                let v = Int16(n % 32000 + 1)
+                b.append(v); for _ in 1..<channels { b.append(-v) }
+            }
+            return b
+        }
+        // 2 s, then 3 s lost (the card's count leaves them out), then 2 s: all of it queued
+        // before the movie's thread gets to it.
+        var reported = 0, real = 0
+        for k in 0..<(7 * 100) {
+            if k >= 200 && k < 500 { real += 480; continue }
+            let lost = k == 500
+            let t = origin + UInt64(Double(real) * 1e9 / Double(rate))
+            block(real, 480).withUnsafeBytes { a.add($0, format: .s16, position: UInt64(reported), timestampNanoseconds: t, discontinuity: lost) }
+            reported += 480; real += 480
+        }
+        // Only what was captured is held (4 s), not the 3 s of silence with it.
+        #expect(a.bytesHeld == 4 * rate * channels * 2)
+        #expect(a.inputEnd == UInt64(7 * rate))
+        var out: [Int16] = []
+        for frame in 1...210 { a.emit(upTo: origin + UInt64(frame) * 33_333_333, into: &out) }
+        #expect(a.silenceInserted == UInt64(3 * rate))
+        #expect(out.count / channels == 7 * rate)   // every frame before 6.99999993 s
+        var wrong = 0
+        for k in 0..<(out.count / channels) {
+            let expected: Int16 = k >= 2 * rate && k < 5 * rate ? 0 : Int16(k % 32000 + 1)
+            if out[k * channels] != expected || out[k * channels + channels - 1] != -expected { wrong += 1 }
+        }
+        #expect(wrong == 0)
+        #expect(a.dropped == 0 && a.repeated == 0)
+        #expect(a.bytesHeld <= 2 * channels * 2)
+    }
+
+    /// The largest format the README allows, 768 kHz × 64 channels, with a 10 s overrun.
+    @Test func aLongOverrunAtTheLargestFormatHoldsOnlyWhatWasCaptured() {
+        let origin: UInt64 = 1_000_000_000, rate = 768_000, channels = 64
+        var a = AudioTimelineAligner(sampleRate: rate, channels: channels, origin: origin)
+        let period = [Int16](repeating: 1000, count: 7680 * channels)   // 10 ms
+        var reported = 0, real = 0
+        for k in 0..<20 {
+            let lost = k == 10
+            if lost { real += 10 * rate }
+            let t = origin + UInt64(Double(real) * 1e9 / Double(rate))
+            period.withUnsafeBytes { a.add($0, format: .s16, position: UInt64(reported), timestampNanoseconds: t, discontinuity: lost) }
+            reported += 7680; real += 7680
+        }
+        #expect(a.bytesHeld == 20 * 7680 * channels * 2)   // 19.7 MB, not 1 GB more of zeros
+        #expect(a.inputEnd == UInt64(10 * rate + 20 * 7680))
+        var out: [Int16] = []
+        a.emit(upTo: origin + 150_000_000, into: &out)
+        #expect(out.count == 115_200 * channels)
+        #expect(out[0] == 1000 && out[(76_800 - 1) * channels] == 1000 && out[76_800 * channels] == 0 && out.last == 0)
+    }
 }

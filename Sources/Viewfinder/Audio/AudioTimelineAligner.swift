@@ -18,8 +18,11 @@
 /// recording. The cost is that a grossly wrong clock (0.5 %, 240 corrections a second) gets a
 /// crude, slightly rough correction where a resampler would be smoother — sync still holds.
 ///
-/// Frames lost in overruns (positions jumping ahead) become silence of the same length, so what
-/// follows stays in place. Not thread-safe: the movie's thread owns it.
+/// Frames lost in overruns (positions jumping ahead) become silence of the same length (at most
+/// 10 s a gap), so what follows stays in place. A long gap is held as a count, not as samples: at
+/// 768 kHz × 64 channels ten seconds of silence is a gigabyte, which materialised per gap took a
+/// recording's memory to gigabytes and its thread out of reach of a stop. Not thread-safe: the
+/// movie's thread owns it.
 public struct AudioTimelineAligner {
     public let sampleRate: Int
     public let channels: Int
@@ -28,8 +31,16 @@ public struct AudioTimelineAligner {
     /// The error (s) beyond which corrections start.
     public var tolerance: Double = 0.001
     private(set) public var clock: AudioClockEstimator
-    /// Input samples (interleaved S16) from position `fifoStart` on.
+    /// Input samples (interleaved S16) from position `fifoStart` on, except the positions in
+    /// ``holes``, which hold silence and have no samples here.
     private var fifo: [Int16] = []
+    /// Runs of silence for lost input (sorted, apart, within `fifoStart..<inputEnd`): a gap longer
+    /// than ``holeThreshold`` samples is held as a run rather than as zeros.
+    private var holes: [(start: UInt64, count: UInt64)] = []
+    /// Frames in `holes`.
+    private var holeFrames: UInt64 = 0
+    /// Samples (frames × channels) from which a gap is held as a run of silence, not as zeros.
+    static let holeThreshold = 1 << 16
     private var fifoHead = 0
     private var fifoStart: UInt64 = 0
     private var started = false
@@ -50,7 +61,9 @@ public struct AudioTimelineAligner {
     }
 
     /// The end of the input held (a position).
-    public var inputEnd: UInt64 { fifoStart + UInt64((fifo.count - fifoHead) / channels) }
+    public var inputEnd: UInt64 { fifoStart + UInt64((fifo.count - fifoHead) / channels) + holeFrames }
+    /// Bytes of input held (a gap's silence held as a run counts nothing).
+    public var bytesHeld: Int { (fifo.count - fifoHead) * 2 }
     /// The monotonic time up to which input is held.
     public var inputEndNanoseconds: Double { clock.hasPoints ? clock.nanoseconds(atPosition: Double(inputEnd)) : 0 }
 
@@ -61,7 +74,11 @@ public struct AudioTimelineAligner {
         var end = inputEnd
         if p > end {
             let gap = min(p - end, UInt64(sampleRate) * 10)
-            fifo.append(contentsOf: repeatElement(0, count: Int(gap) * channels))
+            if Int(gap) * channels < Self.holeThreshold {
+                fifo.append(contentsOf: repeatElement(0, count: Int(gap) * channels))
+            } else {
+                holes.append((end, gap)); holeFrames += gap
+            }
             silenceInserted += gap
             end += gap
         }
@@ -96,10 +113,17 @@ public struct AudioTimelineAligner {
             // In sync: copy a run at once. Within 64 frames the error moves by less than a frame
             // (for any clock within 2 %), so it is checked once per run.
             if correcting == 0 && abs(e) <= tol / 2 {
-                let n = Int(min(64, want - emitted, inputEnd - next))
-                let i = index(next)
-                out.append(contentsOf: fifo[i..<(i + n * channels)])
-                next += UInt64(n); emitted += UInt64(n)
+                var n = min(64, want - emitted, inputEnd - next)
+                if let h = hole(containing: next) {
+                    // Silence for lost input: a whole run of it at once (up to the end of the hole).
+                    n = min(want - emitted, h.start + h.count - next)
+                    out.append(contentsOf: repeatElement(0, count: Int(n) * channels))
+                } else {
+                    if let h = holes.first(where: { $0.start > next }) { n = min(n, h.start - next) }
+                    let i = index(next)
+                    out.append(contentsOf: fifo[i..<(i + Int(n) * channels)])
+                }
+                next += n; emitted += n
                 continue
             }
             if correcting == 0 && abs(e) > tol { correcting = e > 0 ? 1 : -1 }
@@ -141,20 +165,39 @@ public struct AudioTimelineAligner {
         started = true
     }
 
-    private func index(_ p: UInt64) -> Int { fifoHead + Int(p - fifoStart) * channels }
+    /// The hole that holds position `p`, if any.
+    private func hole(containing p: UInt64) -> (start: UInt64, count: UInt64)? {
+        for h in holes where h.start <= p {
+            if p < h.start + h.count { return h }
+        }
+        return nil
+    }
+
+    /// The index in `fifo` of position `p`'s first sample (`p` in no hole).
+    private func index(_ p: UInt64) -> Int {
+        var before: UInt64 = 0
+        for h in holes where h.start < p { before += min(h.count, p - h.start) }
+        return fifoHead + Int(p - fifoStart - before) * channels
+    }
 
     private func copy(_ p: UInt64, into out: inout [Int16]) {
+        if hole(containing: p) != nil {
+            out.append(contentsOf: repeatElement(0, count: channels))
+            return
+        }
         let i = index(p)
         out.append(contentsOf: fifo[i..<(i + channels)])
     }
 
     /// A zero crossing between `p-1` and `p`, or a sample within 1 % of full scale.
     private func isQuiet(_ p: UInt64) -> Bool {
+        if hole(containing: p) != nil { return true }
         let i = index(p)
         var quiet = true
         for c in 0..<channels where abs(Int32(fifo[i + c])) > 328 { quiet = false }
         if quiet { return true }
         guard p > fifoStart else { return false }
+        if hole(containing: p - 1) != nil { return true }
         let j = index(p - 1)
         return (Int32(fifo[j]) < 0) != (Int32(fifo[i]) < 0)
     }
@@ -162,9 +205,16 @@ public struct AudioTimelineAligner {
     private mutating func trim() {
         // Keep one frame before `next` (a repeat copies it).
         guard next > fifoStart + 1 else { return }
-        let drop = Int(next - 1 - fifoStart) * channels
+        let newStart = next - 1
+        let drop = index(newStart) - fifoHead   // holes before the kept frame hold no samples
         fifoHead += drop
-        fifoStart = next - 1
+        // Holes (or the parts of them) before the new start go.
+        while let h = holes.first, h.start < newStart {
+            let cut = min(h.count, newStart - h.start)
+            holeFrames -= cut
+            if cut == h.count { holes.removeFirst() } else { holes[0] = (newStart, h.count - cut) }
+        }
+        fifoStart = newStart
         if fifoHead > 1 << 16 && fifoHead > fifo.count / 2 {
             fifo.removeFirst(fifoHead)
             fifoHead = 0
