@@ -26,7 +26,9 @@ export ALSA_CONFIG_PATH="/usr/share/alsa/alsa.conf:$W/asound.conf"
 "$V" record --device sim:width=640,height=480,fps=30 --audio vfsig --duration 4 --output "$W/a.mov" 2>/dev/null
 # The same sound through a raw dump and its replay: `dump:FILE` brings the dump's sound, so a movie
 # recorded from the replay (as fast as it goes) has it too, in sync.
-"$V" dump --device sim:width=640,height=480,fps=30 --audio vfsig --duration 3 --output "$W/d.vfdump" >/dev/null 2>&1
+"$V" dump --device sim:width=640,height=480,fps=30 --audio vfsig --duration 3 --output "$W/d.vfdump" >"$W/dump.txt" 2>/dev/null
+# The dump's summary says what the sound lost (overruns, ring drops), as `record`'s does.
+grep -q "^sound: [0-9]* samples captured.*overruns" "$W/dump.txt" || { echo "check-sound-movie: dump's summary has no sound line:" >&2; cat "$W/dump.txt" >&2; exit 1; }
 "$V" record --device "dump:$W/d.vfdump,paced=false" --output "$W/b.mov" 2>/dev/null
 check() {   # movie, expected video seconds, label
     ffmpeg -v error -y -i "$1" -map 0:a -f s16le -acodec pcm_s16le "$W/x.raw"

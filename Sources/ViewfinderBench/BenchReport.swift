@@ -202,9 +202,18 @@ public enum BenchError: Error, Equatable, CustomStringConvertible {
     case badBaseline(path: String, reason: String)
     case noFrames(device: String, seconds: Double)
     case cannotWrite(path: String, reason: String)
+    /// Ctrl-C (or SIGTERM) before the device delivered the two frames a measurement needs.
+    case interruptedBeforeFrames(device: String, seconds: Double, frames: Int)
+    /// The run asked for ended before two frames came, the device being as fast as it says.
+    case durationTooShort(device: String, seconds: Double, frames: Int, nominalFps: Double)
 
     public var description: String {
         switch self {
+        case .interruptedBeforeFrames(let d, let s, let n):
+            return "interrupted after \(String(format: "%.1f", s)) s, when \(d) had delivered \(n) frame\(n == 1 ? "" : "s") (a bench needs two): nothing was measured"
+        case .durationTooShort(let d, let s, let n, let fps):
+            let least = fps > 0 ? String(format: " (at %.4g fps, --duration %.2g or more)", fps, 3 / fps) : ""
+            return "the run of \(String(format: "%.2f", s)) s ended with \(n) frame\(n == 1 ? "" : "s") from \(d): a bench needs two; give a longer --duration\(least)"
         case .badBaseline(let p, let r): return "baseline '\(p)': \(r)"
         case .noFrames(let d, let s): return "\(d) delivered no frame in \(String(format: "%.1f", s)) s"
         case .cannotWrite(let p, let r): return "cannot write '\(p)': \(r)"

@@ -90,11 +90,18 @@ public struct BenchRunner {
         session.stopRunning()
         sampler.stop()
         let wall = Double(monotonicNanoseconds() - startedAt) / 1e9
-        guard let stats = session.statistics else { throw BenchError.noFrames(device: c.device, seconds: wall) }
-        let samples = recorder.samples
-        guard samples.count >= 2 else { throw BenchError.noFrames(device: c.device, seconds: wall) }
         let cfg = session.streamConfiguration
         let nominal = cfg?.interval.fps ?? 0
+        let samples = recorder.samples
+        guard let stats = session.statistics, samples.count >= 2 else {
+            // Who is to blame for no measurement: a Ctrl-C, a --duration shorter than two frames
+            // of the device's own rate, or the device.
+            if stop.tripped { throw BenchError.interruptedBeforeFrames(device: c.device, seconds: wall, frames: samples.count) }
+            if nominal > 0 && c.durationSeconds < 2.5 / nominal {
+                throw BenchError.durationTooShort(device: c.device, seconds: c.durationSeconds, frames: samples.count, nominalFps: nominal)
+            }
+            throw BenchError.noFrames(device: c.device, seconds: wall)
+        }
         var camera = BenchAnalysis.camera(samples, nominalFps: nominal, pipelineDrops: recorder.pipelineDrops)
         if recorder.overflow > 0 { camera.endedEarlyAfterFrames = samples.count }
         camera.openToFirstFrameMs = samples.first.map { Double($0.received &- openedAt) / 1e6 }

@@ -58,7 +58,12 @@ struct BenchCommand: ParsableCommand {
         // Read the baseline and check the report's folder first: a bad one is found before a
         // long run, not after it.
         let old = try baseline.map { try BenchReport.load(path: $0) }
-        if let report { try Self.checkWritable(report) }
+        // A baseline that was itself cut short has parts missing: compared with, they would read
+        // as changes (or hide them).
+        if let old, let during = old.interruptedDuring, let baseline {
+            throw ValidationError("the baseline '\(baseline)' is a bench interrupted during \(during): a comparison needs a whole one")
+        }
+        if let report { try refuseEmptyPath(report); try Self.checkWritable(report) }
         var cfg = BenchConfiguration(device: device)
         cfg.stages = stages ?? ""
         cfg.registry = ViewfinderCommandLine.stages

@@ -453,6 +453,14 @@ struct RecordCommand: ParsableCommand {
         let stats = session.statistics
         let outside = Int(stats?.captured ?? 0) - summary.frames - summary.droppedFrames
         let outsideText = outside > 0 ? " (\(outside) captured before the recording began or after it ended)" : ""
+        // Stopped before the first frame (Ctrl-C at once): no movie was made, and the summary says
+        // so instead of "wrote" a file that does not exist.
+        if summary.frames == 0 && !FileManager.default.fileExists(atPath: summary.path) {
+            print("no movie written: the recording ended before its first frame (\(summary.reason.rawValue)); \(dropSummary(stats))")
+            if let a = session.audioStatistics { print(recordedAudioText(a, nil)) }
+            if let err { throw err }
+            return
+        }
         print("wrote \(summary.path): \(summary.frames) frames (\(summary.preRollFrames) from the pre-roll), \(String(format: "%.2f", summary.duration)) s, \(formatBytes(summary.bytes)), \(summary.droppedFrames) dropped on the way to the file; \(dropSummary(stats))\(outsideText)")
         if let a = session.audioStatistics { print(recordedAudioText(a, movie.audioAlignment)) }
         print("ended: \(summary.reason.rawValue)\(err.map { " (\($0))" } ?? ""); file complete: \(summary.successfullyFinished ? "yes" : "no")")
@@ -525,6 +533,9 @@ struct DumpCommand: ParsableCommand {
         let kept = out.framesStoredRawForBacklog > 0 ? ", \(out.framesStoredRawForBacklog) stored uncompressed to keep up" : ""
         // A file that could not be opened: the error alone (no "wrote …: 0 frames" before it).
         if out.fileCreated { print("wrote \(output): \(out.framesWritten) frames\(sound) of \(session.streamConfiguration.map { "\($0.format)" } ?? "?"), \(formatBytes(out.bytesWritten)) (ratio \(String(format: "%.2f", ratio))\(kept)) in \(String(format: "%.2f", secs)) s of running; \(dropSummary(session.statistics))") }
+        // The sound's losses (overruns, ring drops) as `record` says them: the dump holds what
+        // came, and a gap in it is otherwise found only when it is exported.
+        if out.fileCreated, let a = session.audioStatistics { print(recordedAudioText(a, nil)) }
         if let e = out.error { throw e }
         session.deliverPendingEvents()
         if let e = runtimeErrors.withLock({ $0.first }) { throw e }
