@@ -21,13 +21,63 @@ public enum ALSA {
 
     /// Opens a PCM for capture; a failure is the typed error `openError` gives, with what ALSA's
     /// configuration files said when they are why.
-    static func openCapture(_ name: String) throws(AudioError) -> OpaquePointer {
-        silenceErrors()
-        vf_alsa_clear_config_errors()
-        var handle: OpaquePointer?
-        let rc = snd_pcm_open(&handle, name, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
-        guard rc >= 0, let handle else { throw openError(name, rc, configuration: String(cString: vf_alsa_config_errors())) }
+    ///
+    /// The open runs on a thread of its own and is given `timeout` seconds: `SND_PCM_NONBLOCK` does
+    /// not reach everything a PCM does while it opens — a `file` plugin whose `infile` is a FIFO
+    /// with no writer blocks in `open(2)`, a server plugin can wait on a server that does not
+    /// answer — and such a PCM hung `viewfinder devices` (every device unlisted) and `record`
+    /// (no message, no file). An open that does not return in time is an error naming the device;
+    /// if it returns later, the thread closes what it opened.
+    static func openCapture(_ name: String, timeout: Double = 5) throws(AudioError) -> OpaquePointer {
+        final class Attempt: @unchecked Sendable {
+            let lock = NSLock()
+            let done = DispatchSemaphore(value: 0)
+            var handle: OpaquePointer?
+            var rc: Int32 = 0
+            var configuration = ""
+            var abandoned = false
+        }
+        let attempt = Attempt()
+        let thread = Thread {
+            silenceErrors()
+            vf_alsa_clear_config_errors()
+            var handle: OpaquePointer?
+            let rc = snd_pcm_open(&handle, name, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
+            let configuration = rc < 0 ? String(cString: vf_alsa_config_errors()) : ""
+            let abandoned = attempt.lock.withLock { () -> Bool in
+                attempt.handle = handle; attempt.rc = rc; attempt.configuration = configuration
+                return attempt.abandoned
+            }
+            if abandoned, rc >= 0, let handle { snd_pcm_close(handle) }
+            attempt.done.signal()
+        }
+        thread.name = "vf-alsa-open"
+        thread.start()
+        if attempt.done.wait(timeout: .now() + timeout) == .timedOut {
+            // Still blocked: given up on; the thread closes the PCM if the open ever succeeds.
+            let finished = attempt.lock.withLock { () -> Bool in
+                if attempt.handle != nil || attempt.rc != 0 { return true }
+                attempt.abandoned = true
+                return false
+            }
+            if !finished {
+                throw .deviceFailed(device: name, call: "snd_pcm_open",
+                                    message: "did not return within \(String(format: "%g", timeout)) s (a PCM that waits in its open: a `file` plugin reading a FIFO that has no writer, a sound server that does not answer)")
+            }
+        }
+        let (handle, rc, configuration) = attempt.lock.withLock { (attempt.handle, attempt.rc, attempt.configuration) }
+        guard rc >= 0, let handle else { throw openError(name, rc, configuration: configuration) }
         return handle
+    }
+
+    /// Why a listed device could not be opened, in a few words for `devices`.
+    static func whyUnopenable(_ error: AudioError) -> String {
+        switch error {
+        case .deviceBusy: return "busy (another program is using it)"
+        case .deviceNotFound: return "its card or file is missing"
+        case .deviceFailed(_, _, let m): return m
+        default: return "\(error)"
+        }
     }
 
     /// The error of a failed `snd_pcm_open`. `configuration`: ALSA's messages about its own
@@ -147,7 +197,12 @@ public enum ALSA {
 
     /// Opens `id` briefly to read its capabilities; a busy or unopenable device is listed by name.
     public static func probe(_ id: String) -> AudioDeviceInfo {
-        guard let pcm = try? openCapture(id) else { return AudioDeviceInfo(id: id, name: describe(id)) }
+        let pcm: OpaquePointer
+        do { pcm = try openCapture(id, timeout: 2) } catch {
+            var info = AudioDeviceInfo(id: id, name: describe(id))
+            info.unavailable = Self.whyUnopenable(error)
+            return info
+        }
         defer { snd_pcm_close(pcm) }
         return capabilities(of: pcm, id: id, name: describe(id))
     }

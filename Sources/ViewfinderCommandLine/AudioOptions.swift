@@ -86,7 +86,7 @@ enum ListedDevice: Encodable {
     /// Like `arecord -l` with `--dump-hw-params`, short.
     static func render(_ a: AudioDeviceInfo) -> String {
         var s = "\(a.id): \(a.name) [sound capture]\n"
-        if a.sampleFormats.isEmpty && a.maximumRate == 0 { return s + "    (could not be opened to list its capabilities: busy, or needs a server)\n" }
+        if a.sampleFormats.isEmpty && a.maximumRate == 0 { return s + "    (could not be opened to list its capabilities: \(a.unavailable ?? "busy, or needs a server"))\n" }
         s += "    formats: \(a.sampleFormats.map(\.rawValue).joined(separator: ", "))\n"
         s += "    rates: \(a.minimumRate)–\(a.maximumRate) Hz (common: \(a.rates.map(String.init).joined(separator: ", ")))\n"
         s += "    channels: \(a.minimumChannels)–\(a.maximumChannels)\n"

@@ -307,3 +307,33 @@ private let brokenConfigEnv = "VF_ALSA_BROKEN_CONFIG_CHILD"
         #expect(throws: AudioError.deviceNotFound("vf-no-such-pcm")) { _ = try ALSACaptureSource(name: "vf-no-such-pcm") }
     }
 }
+
+/// A PCM whose open never returns (a `file` plugin reading a FIFO with no writer; a sound server
+/// that does not answer) hung `viewfinder devices` and `record` with no message. Its open is given
+/// a time: listing names it and why, opening it is an error naming it.
+@Suite struct BlockingOpenTests {
+    @Test func aPCMWhoseOpenBlocksIsListedAndRefusedInTime() throws {
+        ALSAFixture.install()
+        let t0 = Date()
+        let info = ALSA.probe("vffifo")
+        #expect(info.sampleFormats.isEmpty)
+        #expect(info.unavailable?.contains("did not return within 2 s") == true, "\(String(describing: info.unavailable))")
+        #expect(Date().timeIntervalSince(t0) < 4)
+        let t1 = Date()
+        do {
+            _ = try ALSACaptureSource(name: "vffifo")
+            Issue.record("a PCM whose open blocks opened")
+        } catch let e as AudioError {
+            guard case .deviceFailed(let device, _, let message) = e else { Issue.record("\(e)"); return }
+            #expect(device == "vffifo" && message.contains("did not return"))
+        }
+        #expect(Date().timeIntervalSince(t1) < 8)
+        // A writer lets the abandoned opens finish; they close what they opened.
+        let fd = open(ALSAFixture.directory + "/fifo", O_WRONLY | O_NONBLOCK)
+        #expect(fd >= 0)
+        usleep(200_000)
+        if fd >= 0 { close(fd) }
+        // The other PCMs still open as before.
+        _ = try ALSACaptureSource(name: "vfsig")
+    }
+}

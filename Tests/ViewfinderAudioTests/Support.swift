@@ -35,6 +35,9 @@ enum ALSAFixture {
         for (name, file) in [("vfsig", "s16"), ("vfsig32", "s32"), ("vfsigfloat", "f32")] {
             conf += "pcm.\(name) { type file\n slave.pcm \"vfnull\"\n file \"/dev/null\"\n infile \"\(dir)/\(file).raw\"\n format \"raw\" }\n"
         }
+        // A PCM whose open blocks: its infile a FIFO that has no writer.
+        mkfifo(dir + "/fifo", 0o600)
+        conf += "pcm.vffifo { type file\n slave.pcm \"vfnull\"\n file \"/dev/null\"\n infile \"\(dir)/fifo\"\n format \"raw\" }\n"
         _ = FileManager.default.createFile(atPath: dir + "/asound.conf", contents: Data(conf.utf8))
         return dir
     }()

@@ -112,6 +112,9 @@ public struct AudioDeviceInfo: Sendable, Equatable, Codable {
     public var rates: [Int]
     public var minimumChannels: Int
     public var maximumChannels: Int
+    /// Why the device could not be opened to read its capabilities (busy, missing, an open that
+    /// did not return); nil when it opened.
+    public var unavailable: String?
     public init(id: String, name: String, card: Int? = nil, device: Int? = nil, sampleFormats: [AudioSampleFormat] = [], minimumRate: Int = 0, maximumRate: Int = 0,
                 rates: [Int] = [], minimumChannels: Int = 0, maximumChannels: Int = 0) {
         self.id = id; self.name = name; self.card = card; self.device = device; self.sampleFormats = sampleFormats
