@@ -13,10 +13,20 @@ public enum JSONValue: Sendable, Equatable, Codable, CustomStringConvertible {
         let c = try decoder.singleValueContainer()
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
-        else if let d = try? c.decode(Double.self) { self = .number(d) }
+        else if let d = try Self.number(c) { self = .number(d) }
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
         else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    /// The number in `c`; nil when it holds no number. A number `Double` cannot hold (`1e309`) is
+    /// that error, not a guess at another kind ("must be an object").
+    private static func number(_ c: any SingleValueDecodingContainer) throws -> Double? {
+        do { return try c.decode(Double.self) } catch DecodingError.dataCorrupted(let context) {
+            throw DecodingError.dataCorrupted(context)
+        } catch {
+            return nil
+        }
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -101,5 +111,111 @@ package func jsonDecodingFailure(_ error: any Error, snakeCase: Bool = false) ->
         }
         return "\(at(c.codingPath)): \(c.debugDescription)"
     @unknown default: return "\(error)"
+    }
+}
+
+/// What `JSONDecoder` passes over or words badly in `data` (JSON), said with the key's path
+/// (`stages[0].options.target`): a key an object gives twice (the decoder keeps one of the two
+/// without a word, where the command line calls an option given twice a usage error), or a number
+/// no `Double` holds (`1e309`, `1e-400`: the decoder says only "not valid JSON", or blames the
+/// list around it). Nil when there is neither, or the text is not JSON.
+package func jsonProblem(in data: Data) -> String? {
+    var scanner = JSONKeyScanner(bytes: [UInt8](data))
+    return scanner.run()
+}
+
+private struct JSONKeyScanner {
+    let bytes: [UInt8]
+    var i = 0
+    var found: String?
+
+    init(bytes: [UInt8]) { self.bytes = bytes }
+
+    mutating func run() -> String? {
+        _ = value(path: "", depth: 0)
+        return found
+    }
+
+    mutating func skipSpace() {
+        while i < bytes.count, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 }
+    }
+
+    /// Skips one value; false when the text is not JSON, too deep, or a duplicate was found.
+    mutating func value(path: String, depth: Int) -> Bool {
+        guard depth < 512, found == nil else { return false }
+        skipSpace()
+        guard i < bytes.count else { return false }
+        switch bytes[i] {
+        case UInt8(ascii: "{"):
+            i += 1
+            var keys = Set<String>()
+            skipSpace()
+            if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return true }
+            while true {
+                skipSpace()
+                guard let key = string() else { return false }
+                let p = path.isEmpty ? key : path + "." + key
+                if !keys.insert(key).inserted { found = "'\(p)' is given twice"; return false }
+                skipSpace()
+                guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { return false }
+                i += 1
+                guard value(path: p, depth: depth + 1) else { return false }
+                skipSpace()
+                guard i < bytes.count else { return false }
+                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                if bytes[i] == UInt8(ascii: "}") { i += 1; return true }
+                return false
+            }
+        case UInt8(ascii: "["):
+            i += 1
+            skipSpace()
+            if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return true }
+            var n = 0
+            while true {
+                guard value(path: path + "[\(n)]", depth: depth + 1) else { return false }
+                n += 1
+                skipSpace()
+                guard i < bytes.count else { return false }
+                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                if bytes[i] == UInt8(ascii: "]") { i += 1; return true }
+                return false
+            }
+        case UInt8(ascii: "\""):
+            return string() != nil
+        default:
+            // A number or a literal: up to the next delimiter.
+            let start = i
+            while i < bytes.count, ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x0A, 0x0D, 0x09].contains(bytes[i]) { i += 1 }
+            guard i > start else { return false }
+            let token = String(decoding: bytes[start..<i], as: UTF8.self)
+            if token != "true" && token != "false" && token != "null", let d = Double(token) {
+                // Past Double's range (inf), or under it (a non-zero mantissa read as 0).
+                let mantissa = token.prefix { $0 != "e" && $0 != "E" }
+                if !d.isFinite || (d == 0 && mantissa.contains(where: { $0 >= "1" && $0 <= "9" })) {
+                    found = "\(path.isEmpty ? "the number" : "'\(path)'") is a number out of range (\(token))"
+                    return false
+                }
+            }
+            return true
+        }
+    }
+
+    /// A string at `i` (escapes decoded: `"a"` and `"\u0061"` are one key); nil when none is there.
+    mutating func string() -> String? {
+        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+        let start = i
+        i += 1
+        var escaped = false
+        while i < bytes.count {
+            let b = bytes[i]
+            i += 1
+            if b == UInt8(ascii: "\\") { escaped = true; i += 1; continue }
+            if b == UInt8(ascii: "\"") {
+                let raw = bytes[(start + 1)..<(i - 1)]
+                if !escaped { return String(decoding: raw, as: UTF8.self) }
+                return try? JSONDecoder().decode(String.self, from: Data(bytes[start..<i]))
+            }
+        }
+        return nil
     }
 }

@@ -253,6 +253,7 @@ public struct PipelineConfiguration: Sendable, Equatable, Codable {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ConfigurationError.invalidConfigFile(path: path, reason: "cannot read the file")
         }
+        if let problem = jsonProblem(in: data) { throw ConfigurationError.invalidConfigFile(path: path, reason: problem) }
         let top: JSONValue
         do { top = try JSONDecoder().decode(JSONValue.self, from: data) } catch {
             let d = Self.describe(error)

@@ -128,6 +128,7 @@ public struct Y4MHeader: Sendable, Equatable {
         h.colorspace = "420jpeg"
         h.extras = []
         var w: Int?, ht: Int?
+        var seen = Set<Character>()
         var pos = magic.count
         while pos < line.count {
             guard line[pos] == UInt8(ascii: " ") else {
@@ -140,6 +141,11 @@ public struct Y4MHeader: Sendable, Equatable {
             let tag = String(decoding: line[start..<pos], as: UTF8.self)
             let key = tag.first!
             let value = String(tag.dropFirst())
+            // A tag given twice (`C420 C422`): which one the writer meant is unknown (the last won).
+            if key != "X" {
+                if seen.contains(key) { throw Y4MError.malformedHeader(offset: offset + start, reason: "tag '\(key)' is given twice") }
+                seen.insert(key)
+            }
             func ratio() throws -> (Int, Int) {
                 let parts = value.split(separator: ":", omittingEmptySubsequences: false)
                 guard parts.count == 2, let a = Int(parts[0]), let b = Int(parts[1]), a >= 0, b >= 0 else {

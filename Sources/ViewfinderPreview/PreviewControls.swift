@@ -26,7 +26,21 @@ struct StageRequest: Decodable, Sendable {
 }
 
 /// A body-less control (`{}`).
-struct EmptyRequest: Decodable, Sendable {}
+/// A body that takes no fields: an object (`{}`, or no body at all), not any JSON (`[]`, `3`).
+struct EmptyRequest: Decodable, Sendable {
+    private struct NoKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: NoKey.self)
+        if let k = c.allKeys.first {
+            throw DecodingError.dataCorrupted(.init(codingPath: [k], debugDescription: "this request takes no fields"))
+        }
+    }
+}
 
 struct PointReply: Encodable, Sendable {
     var x: Double, y: Double

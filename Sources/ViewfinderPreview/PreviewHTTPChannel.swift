@@ -70,8 +70,28 @@ final class HTTP10Responses: ChannelDuplexHandler, RemovableChannelHandler {
                 head.headers.replaceOrAdd(name: "connection", value: "close")
                 part = .head(head)
             }
+            // An absolute-form target (`GET http://host:port/path`) names the host that counts;
+            // the Host header is ignored (RFC 9112 §3.2.2). The conversion after this keeps only
+            // the path and takes the host from the header, so the header is made the target's:
+            // the loopback check then sees the host the client asked for.
+            if let authority = Self.absoluteFormAuthority(head.uri) {
+                head.headers.replaceOrAdd(name: "host", value: authority)
+                part = .head(head)
+            }
         }
         context.fireChannelRead(wrapInboundOut(part))
+    }
+
+    /// The authority of an absolute-form request target (`http://127.0.0.1:8080/x` →
+    /// `127.0.0.1:8080`); nil for the origin form (`/x`) and `*`.
+    static func absoluteFormAuthority(_ uri: String) -> String? {
+        guard let r = uri.range(of: "://"), uri[..<r.lowerBound].allSatisfy({ $0.isLetter || $0.isNumber || "+-.".contains($0) }),
+              !uri[..<r.lowerBound].isEmpty else { return nil }
+        let rest = uri[r.upperBound...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        // Userinfo (`user@host`) is no part of the host.
+        let host = authority.split(separator: "@", omittingEmptySubsequences: false).last ?? authority
+        return String(host)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -357,6 +357,7 @@ public final class PreviewServer: Sendable {
         }
         buffer = got
         let data = Data(buffer.readableBytesView)
+        if let problem = jsonProblem(in: data) { throw HTTPError(.badRequest, message: "bad JSON body: \(problem)") }
         do { return try JSONDecoder().decode(T.self, from: data.isEmpty ? Data("{}".utf8) : data) } catch {
             throw HTTPError(.badRequest, message: "bad JSON body: \(jsonDecodingFailure(error))")
         }

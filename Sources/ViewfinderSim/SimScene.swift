@@ -57,8 +57,10 @@ struct SimImage: Sendable {
         let ok = bytes.withUnsafeBufferPointer { b in
             tjDecompressHeader3(h, b.baseAddress, UInt(b.count), &w, &ht, &sub, &cs)
         }
-        guard ok == 0, w > 0, ht > 0, Int(w) * Int(ht) <= 100_000_000 else {
-            throw SimSceneError.undecodable(path: path, reason: String(cString: tjGetErrorStr2(h)))
+        guard ok == 0 else { throw SimSceneError.undecodable(path: path, reason: String(cString: tjGetErrorStr2(h))) }
+        // A header that reads but asks for too much (TurboJPEG has no error to tell: "No error").
+        guard w > 0, ht > 0, Int(w) * Int(ht) <= 100_000_000 else {
+            throw SimSceneError.undecodable(path: path, reason: "\(w)x\(ht) is larger than a scene may be (100 megapixels)")
         }
         var rgb = [UInt8](repeating: 0, count: Int(w) * Int(ht) * 3)
         let r = bytes.withUnsafeBufferPointer { b in
@@ -79,7 +81,11 @@ struct SimImage: Sendable {
                 else { break }
             }
             var v = 0, digits = 0
-            while i < b.count, b[i] >= 48, b[i] <= 57, digits < 9 { v = v * 10 + Int(b[i] - 48); i += 1; digits += 1 }
+            while i < b.count, b[i] >= 48, b[i] <= 57 {
+                // More than 9 digits: no size or maxval this reads (read on, it would be mis-split).
+                guard digits < 9 else { throw SimSceneError.undecodable(path: path, reason: "a PNM header number of more than 9 digits") }
+                v = v * 10 + Int(b[i] - 48); i += 1; digits += 1
+            }
             guard digits > 0 else { throw SimSceneError.undecodable(path: path, reason: "bad PNM header") }
             return v
         }

@@ -336,6 +336,25 @@ extension UserInputTests {
         } catch {
             #expect("\(error)".contains("'stages[0].enabled' must be true or false"), "\(error)")
         }
+        // A key given twice, at the top or inside (the decoder kept one of the two silently), and
+        // a number no Double holds ("'stages' must be an object" blamed the wrong thing): 3 Dec.
+        for (json, said) in [(#"{"device": "sim", "device": "pattern", "stages": []}"#, "'device' is given twice"),
+                             (#"{"stages": [{"name": "exposure", "options": {"target": 0.4, "target": 0.6}}]}"#, "'stages[0].options.target' is given twice"),
+                             (#"{"stages": [{"name": "exposure", "options": {"\u0074arget": 0.4, "target": 0.6}}]}"#, "'stages[0].options.target' is given twice"),
+                             (#"{"stages": [{"name": "exposure", "options": {"target": 1e309}}]}"#, "'stages[0].options.target' is a number out of range")] {
+            let f = s.path("twice.json")
+            try Data(json.utf8).write(to: URL(fileURLWithPath: f))
+            do {
+                _ = try PipelineConfiguration.load(path: f)
+                Issue.record("accepted: \(json)")
+            } catch {
+                #expect("\(error)".contains(said), "\(error)")
+            }
+        }
+        // The same key in two objects is no duplicate.
+        let two = s.path("two.json")
+        try Data(#"{"stages": [{"name": "exposure", "options": {"target": 0.4}}, {"name": "focus", "options": {"target": 1}}]}"#.utf8).write(to: URL(fileURLWithPath: two))
+        #expect(try PipelineConfiguration.load(path: two).stages.count == 2)
         let empty = s.path("empty.json")
         try Data("{}".utf8).write(to: URL(fileURLWithPath: empty))
         do {

@@ -418,7 +418,7 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         /// Sends `request` and reads until the server closes or `limit` bytes came; the bytes and
         /// whether the server closed, and when.
         @Sendable func exchange(_ request: String, limit: Int) throws -> (text: String, bytes: [UInt8], closedAfter: Double?) {
-            let fd = try rawConnection(port: port, receiveTimeout: 5)
+            let fd = try rawConnection(port: port, receiveTimeout: 15)
             defer { close(fd) }
             _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
             let t0 = monotonicNanoseconds()
@@ -487,6 +487,13 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(try await fetch(request(point, method: .POST, json: #"{"x": 1.5, "y": 0.2}"#)).status == 400)
         #expect(try await fetch(request(point, method: .POST, json: #"{"x": -0.1, "y": 0.2}"#)).status == 400)
         #expect(try await fetch(request(point, method: .POST, json: #"{"x": "left"}"#)).status == 400)
+        // A key given twice is refused, not read as one of the two (3 Dec).
+        let twice = try await fetch(request(point, method: .POST, json: #"{"x": 0.5, "y": 0.5, "x": 2}"#))
+        #expect(twice.status == 400 && twice.body.contains("'x' is given twice"), "\(twice.body)")
+        let tiny = try await fetch(request(point, method: .POST, json: #"{"x": 1e-400, "y": 0}"#))
+        #expect(tiny.status == 200 || tiny.body.contains("out of range"), "\(tiny.body)")
+        // A body that takes no fields is an object, not any JSON.
+        #expect(try await fetch(request(run.url("/api/still"), method: .POST, json: "[]")).status == 400)
         #expect(try await fetch(request(point, method: .POST, json: "x=0.5&y=0.5", contentType: "application/x-www-form-urlencoded")).status == 415)
         #expect(try await fetch(request(point, method: .POST, json: String(repeating: " ", count: 8000) + "{}")).status == 413)
         // A body announced as 1 TB is refused at once, before the server waits for any of it (the
@@ -581,6 +588,21 @@ final class SpotRecorder: CaptureOutput, @unchecked Sendable {
         #expect(try await status(origin: "http://127.0.0.1:\(run.port)", post: true) == 200)
         #expect(try await status(origin: "http://attacker.example:\(run.port)", post: true) == 403)
         #expect(try await status(host: "attacker.example", origin: "http://attacker.example", post: true) == 403)
+        // An absolute-form target names the host that counts (RFC 9112 §3.2.2), whatever Host says.
+        let port = run.port
+        @Sendable func statusLine(_ target: String) throws -> String {
+            let fd = try rawConnection(port: port, receiveTimeout: 15)
+            defer { close(fd) }
+            let text = "GET \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n"
+            _ = text.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            var buf = [UInt8](repeating: 0, count: 256)
+            let n = recv(fd, &buf, buf.count, 0)
+            return n > 0 ? String(decoding: buf[0..<n], as: UTF8.self).components(separatedBy: "\r\n")[0] : ""
+        }
+        let foreign = try await within(20, "absolute-form target") { try statusLine("http://attacker.example/metrics") }
+        #expect(foreign.hasPrefix("HTTP/1.1 403"), "\(foreign)")
+        let own = try await within(20, "absolute-form loopback target") { try statusLine("http://127.0.0.1:\(port)/metrics") }
+        #expect(own.hasPrefix("HTTP/1.1 200"), "\(own)")
         await run.stop()
     }
 

@@ -6,6 +6,19 @@ import CTurboJPEG
 
 /// Helpers: open a sim camera, pull frames synchronously (as the capture thread would).
 enum SimTest {
+    /// A small grey JPEG (TurboJPEG).
+    static func grayJPEG(width: Int, height: Int) -> [UInt8] {
+        let h = tjInitCompress()!
+        defer { tjDestroy(h) }
+        let rgb = [UInt8](repeating: 128, count: width * height * 3)
+        var out: UnsafeMutablePointer<UInt8>? = nil
+        var size: UInt = 0
+        let r = tjCompress2(h, rgb, Int32(width), 0, Int32(height), Int32(TJPF_RGB.rawValue), &out, &size, Int32(TJSAMP_420.rawValue), 90, 0)
+        precondition(r == 0, String(cString: tjGetErrorStr2(h)))
+        defer { tjFree(out) }
+        return Array(UnsafeBufferPointer(start: out, count: Int(size)))
+    }
+
     static func open(_ s: String) throws -> SimCamera {
         let cam = try SimCamera(deviceString: s)
         try cam.start()
@@ -526,6 +539,16 @@ enum SimTest {
         // Not an image:
         try "hello".data(using: .ascii)!.write(to: URL(fileURLWithPath: path))
         #expect(throws: DeviceError.self) { _ = try SimCamera(deviceString: "sim:scene=\(path)") }
+        // Headers that read but cannot be used say why (3 Dec: a 20-digit width was read as
+        // "999999999x999999999, maxval 99"; an oversized JPEG said "No error").
+        try "P5\n99999999999999999999 4\n255\n".data(using: .ascii)!.write(to: URL(fileURLWithPath: path))
+        #expect { try SimImage.load(path: path) } throws: { "\($0)".contains("more than 9 digits") }
+        var jpeg = SimTest.grayJPEG(width: 16, height: 16)
+        // The SOF0's height and width (after FF C0, length, precision): 65500 x 65500.
+        let sof = try #require((0..<(jpeg.count - 1)).first { jpeg[$0] == 0xFF && jpeg[$0 + 1] == 0xC0 })
+        jpeg[sof + 5] = 0xFF; jpeg[sof + 6] = 0xDC; jpeg[sof + 7] = 0xFF; jpeg[sof + 8] = 0xDC
+        try Data(jpeg).write(to: URL(fileURLWithPath: path))
+        #expect { try SimImage.load(path: path) } throws: { "\($0)".contains("65500x65500 is larger than a scene may be") && !"\($0)".contains("No error") }
     }
 
     @Test func builtInAutoExposureConverges() throws {

@@ -63,6 +63,11 @@ struct Y4MTests {
             try Y4MHeader.parse(Array("YUV4MPEG2 W64 H48 C444".utf8))
         }
         #expect(throws: Y4MError.malformedHeader(offset: 0, reason: "no height (H) tag")) { try Y4MHeader.parse(Array("YUV4MPEG2 W64".utf8)) }
+        // A tag given twice: which one the writer meant is unknown (3 Dec: the last won).
+        #expect(throws: Y4MError.malformedHeader(offset: 23, reason: "tag 'C' is given twice")) { try Y4MHeader.parse(Array("YUV4MPEG2 W64 H48 C420 C422".utf8)) }
+        #expect(throws: Y4MError.malformedHeader(offset: 14, reason: "tag 'W' is given twice")) { try Y4MHeader.parse(Array("YUV4MPEG2 W64 W32 H48".utf8)) }
+        // X tags are the writer's own and may repeat.
+        #expect((try? Y4MHeader.parse(Array("YUV4MPEG2 W64 H48 XA=1 XB=2".utf8)))?.extras.count == 2)
         #expect(throws: Y4MError.unsupported(offset: 0, reason: "65536x65536 is larger than 8192x8192 pixels")) { try Y4MHeader.parse(Array("YUV4MPEG2 W65536 H65536".utf8)) }
     }
 
