@@ -9,6 +9,9 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
     /// A stage cannot run on the stream it was given (too small a picture, pixels that cannot be
     /// had): not an option of the stage's.
     case unsupportedStream(stage: String, reason: String)
+    /// A stage that closes a loop over the camera's controls (``Stage/onePerPipeline``) is in the
+    /// pipeline twice: the two would fight over the same controls.
+    case repeatedStage(String)
 
     public var description: String {
         switch self {
@@ -26,6 +29,8 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
             return "two stage types register the name '\(n)': \(types.joined(separator: " and "))"
         case .unsupportedStream(let s, let r):
             return "stage '\(s)' cannot run on this stream: \(r)"
+        case .repeatedStage(let s):
+            return "stage '\(s)' is in the pipeline twice: it steers the camera's controls, and two of it would fight over them"
         }
     }
 }

@@ -79,6 +79,9 @@ public protocol Stage: AnyObject, SendableMetatype {
     static var name: String { get }
     /// One line on what the stage does.
     static var summary: String { get }
+    /// True for a stage that closes a loop over the camera's controls (exposure, focus, white
+    /// balance): a pipeline holds at most one (enabled) of it, since two would fight. Default false.
+    static var onePerPipeline: Bool { get }
 
     init(options: Options) throws
 
@@ -102,6 +105,7 @@ public protocol Stage: AnyObject, SendableMetatype {
 }
 
 extension Stage {
+    public static var onePerPipeline: Bool { false }
     public func prepare(format: FrameFormat, context: StageContext) throws {}
     public var delayFrames: Int { 0 }
     public func nextReady() -> Frame? { nil }

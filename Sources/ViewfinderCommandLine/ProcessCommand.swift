@@ -30,6 +30,7 @@ struct ProcessCommand: ParsableCommand {
         try refuseExistingRegularFile(metadata, force: force)
         let specs = stages.isEmpty ? [] : try StageSpec.parseList(stages).filter(\.enabled)
         let built = try specs.map { try registry.makeStage($0) }
+        try registry.checkRepeats(specs)
         let reader = try Y4MReader(path: input)
         let format = reader.format
         let drops = DropCounters()

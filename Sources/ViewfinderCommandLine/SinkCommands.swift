@@ -12,6 +12,8 @@ func parseByteSize(_ s: String) throws -> UInt64 {
     let units: [(String, UInt64)] = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("B", 1)]
     for (u, m) in units where t.hasSuffix(u) {
         guard let v = Double(t.dropLast()), v > 0 else { break }
+        // `1e400G` (infinite) and `1e30G` trapped converting to UInt64.
+        guard v * Double(m) < 9.2e18 else { throw ValidationError("'\(s)' is larger than any size this takes (8 EiB)") }
         return UInt64(v * Double(m))
     }
     guard let v = UInt64(t), v > 0 else { throw ValidationError("'\(s)' is not a size (examples: 500000, 200K, 50M, 2G)") }
@@ -42,6 +44,10 @@ func checkStreamRequest(width: Int?, height: Int?, fps: Double?) throws {
 
 func refuseExisting(_ path: String, force: Bool) throws {
     try refuseEmptyPath(path)
+    // A device or a fifo (`/dev/null`, a pipe to another program) is written into, not replaced:
+    // nothing in it is lost, and --force is not asked for (as `run` and `process` do).
+    var st = stat()
+    if stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFCHR || (st.st_mode & S_IFMT) == S_IFIFO { return }
     if !force && FileManager.default.fileExists(atPath: path) {
         throw ValidationError("'\(path)' exists; add --force to overwrite it")
     }
@@ -218,7 +224,7 @@ func dropSummary(_ stats: EngineStatistics?) -> String {
 struct BufferBudgetOptions: ParsableArguments {
     @Option(parsing: .unconditional, help: "Seconds of the stream the file may fall behind a live camera (a stalling disk) before frames are dropped (counted as storage_backlog); the frames waiting are copies in the output's own memory, not the camera's buffers. 0: no further than its 16-frame ring.")
     var bufferBudget = 2.0
-    @Option(help: "At most this much memory for --buffer-budget (e.g. 256M; default 512M or an eighth of the machine's memory).")
+    @Option(parsing: .unconditional, help: "At most this much memory for --buffer-budget (e.g. 256M; default 512M or an eighth of the machine's memory).")
     var bufferMemory: String?
 
     func validate() throws {
@@ -399,6 +405,10 @@ struct RecordCommand: ParsableCommand {
         guard fragment > 0 && fragment <= 10 else { throw ValidationError("--fragment must be in (0, 10] seconds") }
         guard [0, 90, 180, 270].contains(rotation) else { throw ValidationError("--rotation must be 0, 90, 180 or 270") }
         if duration == nil && maxSize == nil { /* until Ctrl-C or the end of the source */ }
+        // A limit smaller than a movie's header and first frame ends every recording before it
+        // holds a picture (`--max-size 1` wrote 675 B, "file complete: no").
+        if let m = maxSize, try parseByteSize(m) < 64 << 10 { throw ValidationError("--max-size must be at least 64K (a movie's header and its first frames), got '\(m)'") }
+        if let m = minFree { _ = try parseByteSize(m) }
     }
 
     func run() throws {

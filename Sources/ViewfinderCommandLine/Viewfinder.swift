@@ -80,6 +80,15 @@ enum CLIExit {
 
     static func run(_ arguments: [String]) -> Int32 {
         do {
+            // A first word that names no command is that error, whatever follows: the parser
+            // answered `viewfinder info --help` with the top-level help and exit 0, while
+            // `viewfinder info` was a usage error.
+            if let first = arguments.first, !first.hasPrefix("-"), first != "help" {
+                let names = CLISubcommands.all.map { $0.configuration.commandName ?? "" }
+                if !names.contains(first) {
+                    throw ValidationError("unknown command '\(first)' (commands: \(names.joined(separator: ", ")); see viewfinder --help)")
+                }
+            }
             var command = try ViewfinderCommand.parseAsRoot(arguments)
             try command.run()
             HeldErrorLines.shared.release(before: nil)

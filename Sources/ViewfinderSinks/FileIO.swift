@@ -201,12 +201,15 @@ public enum AtomicFile {
     ///
     /// A symbolic link is kept: its target is written (atomically). A path that is not a regular
     /// file — a device such as `/dev/stdout`'s terminal, a fifo — is written into, not replaced by
-    /// a file.
+    /// a file, with or without `overwrite` (nothing in it is replaced).
     public static func write(_ bytes: UnsafeRawBufferPointer, to path: String, overwrite: Bool = false) throws {
-        if !overwrite && access(path, F_OK) == 0 { throw SinkError.fileExists(path: path) }
+        let named = path
         let path = resolvingLink(path)
         var st = stat()
-        if stat(path, &st) == 0, case let kind = st.st_mode & S_IFMT, kind != S_IFREG, kind != S_IFDIR {
+        let exists = stat(path, &st) == 0
+        let kind = st.st_mode & S_IFMT
+        if !overwrite && access(named, F_OK) == 0 && (!exists || kind == S_IFREG || kind == S_IFDIR) { throw SinkError.fileExists(path: named) }
+        if exists, kind != S_IFREG, kind != S_IFDIR {
             guard kind != S_IFBLK else { throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is a block device") }
             let f = try OutputFile(path: path, exclusive: false, truncate: false)
             try f.write(bytes)

@@ -113,6 +113,7 @@ public struct ExposureMeasurement: Sendable, Equatable {
 /// sensor point, `ae.spot_x` and `ae.spot_y`, normalised).
 public final class ExposureStage: Stage {
     public static let name = "exposure"
+    public static let onePerPipeline = true
     public static let summary = "Auto-exposure: histogram metering (matrix, centre, spot) driving exposure time then gain, anti-flicker, no hunting."
 
     public let options: ExposureOptions

@@ -124,6 +124,7 @@ public struct FocusOptions: StageOptions {
 /// slipped) costs nothing, its neighbours' frames stand in for it.
 public final class FocusStage: Stage {
     public static let name = "focus"
+    public static let onePerPipeline = true
     public static let summary = "Focus measures (Laplacian variance, Tenengrad) and contrast-detect autofocus: locked, auto (coarse-to-fine scan), continuous (re-scan on scene change)."
 
     public let options: FocusOptions

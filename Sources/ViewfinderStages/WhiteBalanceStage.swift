@@ -217,6 +217,7 @@ public final class WhiteBalanceEstimator {
 /// once the device's control latency passed, else `camera_balance_k`.
 public final class WhiteBalanceStage: Stage {
     public static let name = "white_balance"
+    public static let onePerPipeline = true
     public static let summary = "Auto white balance: estimates the light's colour temperature (near-neutral, edge-weighted, robust) and drives the device's white_balance_temperature or applies chroma gains."
 
     public let options: WhiteBalanceOptions

@@ -168,6 +168,29 @@ import ViewfinderBench
 
     /// Empty items in a list and an empty output path are usage errors before the camera opens
     /// (they were taken as "no stage there", "no bracket", or failed after capturing).
+    /// From the sweeps (3 Dec): values the parser or a later step misread are usage errors that
+    /// say what is wrong, before the camera opens.
+    @Test func misreadValuesAreUsageErrors() {
+        let s = Scratch()
+        let device = "pattern:width=64,height=32,frames=3"
+        // A stage that steers the camera's controls, twice: two loops fought over the lens.
+        for stages in ["focus,focus", "exposure,null,exposure", "white_balance,white_balance:mode=continuous"] {
+            #expect(CLIExit.run(["run", "--device", device, "--stages", stages]) == 64, "--stages '\(stages)'")
+        }
+        #expect(CLIExit.run(["run", "--device", device, "--stages", "null,null,exposure,focus"]) == 0)
+        #expect(throws: ConfigurationError.repeatedStage("focus")) { try StageRegistry.builtIn.checkRepeats(try StageSpec.parseList("focus,focus")) }
+        // A negative size was "Missing value" (taken for an option); sizes past UInt64 trapped.
+        #expect(CLIExit.run(["dump", "--device", device, "--buffer-memory", "-1", "--output", s.path("a.vfdump")]) == 64)
+        #expect(CLIExit.run(["dump", "--device", device, "--buffer-memory", "1e400G", "--output", s.path("a.vfdump")]) == 64)
+        #expect(CLIExit.run(["record", "--device", device, "--max-size", "1e30G", "--output", s.path("a.mov")]) == 64)
+        // A movie limit smaller than a movie's header ended every recording before a picture.
+        #expect(CLIExit.run(["record", "--device", device, "--max-size", "1", "--output", s.path("a.mov")]) == 64)
+        #expect(!FileManager.default.fileExists(atPath: s.path("a.mov")))
+        // An unknown command with --help is the unknown command, not the top-level help and 0.
+        #expect(CLIExit.run(["info", "--help"]) == 64)
+        #expect(CLIExit.run(["info"]) == 64)
+    }
+
     @Test func emptyListItemsAndPathsAreUsageErrors() {
         let s = Scratch()
         let device = "pattern:width=64,height=32,frames=3"
@@ -444,6 +467,10 @@ extension UserInputTests {
         #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", stillLink]) == 0)
         #expect(lstat(stillLink, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK)
         #expect(try Data(contentsOf: URL(fileURLWithPath: still)).prefix(2) == Data([0xFF, 0xD8]))
+        // A still into a device is written into it without --force, as run and process do (3 Dec:
+        // "'/dev/null' exists; add --force"); the device stays a device.
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", "/dev/null"]) == 0)
+        #expect(stat("/dev/null", &st) == 0 && st.st_mode & S_IFMT == S_IFCHR)
         // A fifo with a reader: the lines go to the reader and the fifo stays a fifo. (The reader
         // holds it open read-write, so it never waits for the writer nor sees an end.)
         let fifo = s.path("meta.fifo")

@@ -207,6 +207,7 @@ public final class CaptureSession: @unchecked Sendable {
         // Every stage must exist and its options must be valid now, not at start (typed stages
         // are built too: their options get the same cross-field validation).
         for s in c.stages where s.enabled { _ = try registry.makeStage(s) }
+        try registry.checkRepeats(c.stages)
     }
 
     static func sizes(_ formats: [FormatDescription]) -> [String] {
