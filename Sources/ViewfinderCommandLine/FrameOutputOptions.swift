@@ -111,7 +111,7 @@ struct FrameOutputs {
     /// ring that could not be created): it fails the run, as `dump`'s and `record`'s outputs do.
     /// A reader that closed the pipe is no failure (the run ends, as it asked).
     func checkFailures() throws {
-        if let p = pipe, let e = p.error { throw RuntimeFailure(message: "writing '\(p.path)' failed: \(e)") }
+        if let p = pipe, let e = p.error { throw RuntimeFailure(message: FramePipeOutput.failureText(path: p.path, error: e)) }
         if let r = shm, let e = r.error { throw RuntimeFailure(message: "shared-memory ring '\(r.ringName)': \(e)") }
     }
 

@@ -71,8 +71,13 @@ struct ProcessCommand: ParsableCommand {
         // Enough frames for every stage's look-ahead plus the one being read.
         let pool = FramePool(format: format, count: chain.delayFrames + 4)
         var inputError: (any Error)?
+        // Ctrl-C (or SIGTERM) ends the run at the next frame as `run` ends: the frames the stages
+        // hold come out, the file is whole, the summary says how far it got (it died by the
+        // signal, without a summary).
+        let sig = onInterrupt {}
+        defer { sig.cancel() }
         let start = monotonicNanoseconds()
-        while writeError == nil {
+        while writeError == nil && !sig.requested {
             guard let frame = pool.acquire() else {
                 throw RuntimeFailure(message: "the stages hold more frames than they declare (\(chain.delayFrames)); cannot continue")
             }
@@ -92,7 +97,7 @@ struct ProcessCommand: ParsableCommand {
         if let writeError { throw writeError }
         if !quiet {
             let secs = Double(monotonicNanoseconds() - start) / 1e9
-            var line = "process: \(reader.framesRead) frames read, \(written) written"
+            var line = "process: \(reader.framesRead) frames read, \(written) written" + (sig.requested ? " (interrupted)" : "")
             let d = drops.byName
             if !d.isEmpty { line += ", dropped " + d.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
             line += String(format: ", %.2f s (%.1f fps)", secs, Double(reader.framesRead) / max(secs, 1e-9))

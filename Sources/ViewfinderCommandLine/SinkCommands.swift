@@ -598,7 +598,11 @@ struct ExportCommand: ParsableCommand {
         } else {
             let r = try DumpConversion.exportY4M(dump: input, to: output, overwrite: force, stop: stop)
             var err = StandardError()
-            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + Self.damageText(r), to: &err)
+            // A .y4m holds pictures only: the dump's sound is said to stay behind, not dropped
+            // without a word.
+            let periods = (try? RawDumpReader(path: input))?.audioEntries.count ?? 0
+            let sound = periods > 0 ? "; the dump's sound (\(periods) periods) is not in a .y4m: export to .mov to keep it" : ""
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + Self.damageText(r) + sound, to: &err)
         }
     }
 

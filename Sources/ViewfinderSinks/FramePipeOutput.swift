@@ -14,6 +14,14 @@ import Viewfinder
 /// ``onClosed`` runs once (the CLI stops the run there), and the frames still arriving are
 /// counted in ``framesAfterClose``: every delivered frame is written, late, or after the close.
 public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
+    /// The one line a failed write is said in, by the log and by the command that ends with it
+    /// (the command's error then hides the log's same line): the path once — the error usually
+    /// names it already ("'a.y4m': no space left on the device").
+    public static func failureText(path: String, error: any Error) -> String {
+        let e = "\(error)"
+        return e.contains(path) ? "frame output: \(e)" : "frame output '\(path)': \(e)"
+    }
+
     // @unchecked Sendable: the writers are confined to the consumer thread; counters are in `state`.
     public enum Format: String, Sendable, CaseIterable {
         /// YUV4MPEG2: 4:2:0, 4:2:2 planar or mono (NV12 is written as I420, YUYV/UYVY as 4:2:2 planar).
@@ -269,7 +277,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
             if first { onClosed?() }
             return
         }
-        logger.error("frame output '\(path)': \(error)")
+        logger.error("\(Self.failureText(path: path, error: error))")
         state.withLock { $0.error = $0.error ?? error }
         onClosed?()
         throw error
