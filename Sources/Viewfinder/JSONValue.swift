@@ -188,7 +188,10 @@ private struct JSONKeyScanner {
             while i < bytes.count, ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x0A, 0x0D, 0x09].contains(bytes[i]) { i += 1 }
             guard i > start else { return false }
             let token = String(decoding: bytes[start..<i], as: UTF8.self)
-            if token != "true" && token != "false" && token != "null", let d = Double(token) {
+            // JSON's number grammar only (Double(_:) also takes NaN, inf and hex, which are no JSON).
+            let numeric = token.first.map { $0 == "-" || $0.isASCII && $0.isNumber } ?? false
+                && token.allSatisfy({ $0.isASCII && ($0.isNumber || "+-.eE".contains($0)) })
+            if numeric, let d = Double(token) {
                 // Past Double's range (inf), or under it (a non-zero mantissa read as 0).
                 let mantissa = token.prefix { $0 != "e" && $0 != "E" }
                 if !d.isFinite || (d == 0 && mantissa.contains(where: { $0 >= "1" && $0 <= "9" })) {

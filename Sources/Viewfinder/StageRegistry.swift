@@ -66,18 +66,19 @@ public struct StageRegistry: Sendable {
         return t
     }
 
-    /// Builds a stage: a typed spec builds its own type (registered or not); a spec by name is
-    /// looked up here and built from its untyped options.
     /// Refuses a pipeline with two enabled stages of one ``Stage/onePerPipeline`` type
     /// (`--stages focus,focus`: two focus loops moved the lens against each other).
     public func checkRepeats(_ specs: [StageSpec]) throws(ConfigurationError) {
         var seen = Set<String>()
         for s in specs where s.enabled {
-            guard let t = try? type(named: s.name), t.onePerPipeline else { continue }
+            // A typed spec knows its type (registered here or not); a spec by name is looked up.
+            guard let t = s.stageType ?? (try? type(named: s.name)), t.onePerPipeline else { continue }
             if !seen.insert(t.name).inserted { throw .repeatedStage(t.name) }
         }
     }
 
+    /// Builds a stage: a typed spec builds its own type (registered or not); a spec by name is
+    /// looked up here and built from its untyped options.
     public func makeStage(_ spec: StageSpec) throws -> any Stage {
         if let typed = spec.typed { return try typed.make() }
         return try type(named: spec.name).make(options: spec.options)

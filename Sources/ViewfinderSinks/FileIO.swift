@@ -78,6 +78,28 @@ final class OutputFile {
         self.fd = fd
     }
 
+    /// Opens the device or fifo at `path` to write into it (never creating or replacing a file):
+    /// non-blocking, so a fifo with no reader is an error at once rather than a wait for ever
+    /// (as `run --output` opens one), then blocking for the writes. What is there when it opens
+    /// must be a device or a fifo — a regular file put there since the caller looked is refused
+    /// as existing, not written over in place.
+    init(intoDeviceAt path: String) throws {
+        self.path = path
+        let fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        if fd < 0 {
+            let e = errno
+            if e == ENXIO { throw SinkError.io(path: path, operation: "open", errno: e, message: "a fifo with no reader (start the reader first)") }
+            throw SinkError.fromErrno(path: path, operation: "open", errno: e)
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFCHR || st.st_mode & S_IFMT == S_IFIFO else {
+            close(fd)
+            throw SinkError.fileExists(path: path)
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        self.fd = fd
+    }
+
     deinit { close(fd) }
 
     /// Removes the file this writer made when it fails before anything worth keeping is in it —
@@ -211,7 +233,7 @@ public enum AtomicFile {
         if !overwrite && access(named, F_OK) == 0 && (!exists || kind == S_IFREG || kind == S_IFDIR) { throw SinkError.fileExists(path: named) }
         if exists, kind != S_IFREG, kind != S_IFDIR {
             guard kind != S_IFBLK else { throw SinkError.invalidArgument(name: "path", reason: "'\(path)' is a block device") }
-            let f = try OutputFile(path: path, exclusive: false, truncate: false)
+            let f = try OutputFile(intoDeviceAt: path)
             try f.write(bytes)
             return
         }

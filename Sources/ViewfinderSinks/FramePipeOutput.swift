@@ -19,7 +19,7 @@ public final class FramePipeOutput: FrameConsumer, @unchecked Sendable {
     /// names it already ("'a.y4m': no space left on the device").
     public static func failureText(path: String, error: any Error) -> String {
         let e = "\(error)"
-        return e.contains(path) ? "frame output: \(e)" : "frame output '\(path)': \(e)"
+        return e.contains("'\(path)'") ? "frame output: \(e)" : "frame output '\(path)': \(e)"
     }
 
     // @unchecked Sendable: the writers are confined to the consumer thread; counters are in `state`.

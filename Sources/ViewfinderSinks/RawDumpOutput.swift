@@ -298,7 +298,10 @@ public enum DumpConversion {
     /// and the result ``Result/interrupted``.
     public static func exportY4M(dump: String, to output: String, overwrite: Bool = false, stop: () -> Bool = { false }) throws -> Result {
         let reader = try RawDumpReader(path: dump)
-        if output != "-" && !overwrite && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
+        // A fifo or a device there is written into, not replaced: no --force is asked for.
+        var st = stat()
+        let intoDevice = stat(output, &st) == 0 && (st.st_mode & S_IFMT == S_IFIFO || st.st_mode & S_IFMT == S_IFCHR)
+        if output != "-" && !overwrite && !intoDevice && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval : FrameInterval(fps: 30)
         let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
         if reader.format.pixelFormat == .mjpeg {

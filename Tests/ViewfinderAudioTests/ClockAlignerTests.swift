@@ -59,7 +59,7 @@ struct SimulatedCard {
 @Suite struct TimelineAlignerTests {
     /// Runs 60 s of a simulated card through the aligner with video-like emit calls every 33 ms;
     /// returns the aligner and the track.
-    func align(_ card: inout SimulatedCard, seconds: Double = 60, gapAt: UInt64? = nil) -> (AudioTimelineAligner, [Int16]) {
+    func align(_ card: inout SimulatedCard, seconds: Double = 60, gapAt: UInt64? = nil, gapFrames: UInt64 = 9600) -> (AudioTimelineAligner, [Int16]) {
         let origin = card.start + 20_000_000   // the first video frame, 20 ms after the audio starts
         var a = AudioTimelineAligner(sampleRate: card.rate, channels: 1, origin: origin)
         var out: [Int16] = []
@@ -68,7 +68,7 @@ struct SimulatedCard {
         var nextVideo = origin
         while Double(card.time(n) - card.start) / 1e9 < seconds {
             var lost = false
-            if let g = gapAt, n == g { n += 9600; lost = true }   // a 200 ms overrun
+            if let g = gapAt, n == g { n += gapFrames; lost = true }   // an overrun (200 ms by default)
             for i in 0..<480 { block[i] = card.sample(n + UInt64(i)) }
             let stamp = card.stamp(n)
             block.withUnsafeBytes { a.add($0, format: .s16, position: reported, timestampNanoseconds: stamp, discontinuity: lost) }
@@ -143,6 +143,19 @@ struct SimulatedCard {
         #expect(errors.count >= 8)
         #expect(errors.allSatisfy { abs($0) < 1 }, "\(errors)")
         #expect(a.silenceInserted >= 9600)
+    }
+
+    /// A long overrun (3 s: held as a run of silence, not zeros) on a card 0.5 % fast with jittery
+    /// stamps: the drops that keep the sound in sync go on through the silence and after it, and
+    /// every click after the hole is where it belongs.
+    @Test func aLongOverrunOnADriftingCardKeepsTheClicksInPlace() {
+        var card = SimulatedCard(ppm: 5000)
+        let (a, out) = align(&card, seconds: 20, gapAt: 48000 * 8 + 480 * 20, gapFrames: 3 * 48000)
+        let errors = clickErrors(out, card: card, origin: card.start + 20_000_000)
+        #expect(errors.count >= 15, "\(errors.count) clicks")
+        #expect(errors.allSatisfy { abs($0) < 2 }, "click errors (ms): \(errors.map { Int($0 * 10) })")
+        #expect(a.silenceInserted >= 3 * 48000 - 480 && a.silenceInserted <= 3 * 48000 + 480, "\(a.silenceInserted)")
+        #expect(a.dropped > 0)
     }
 
     /// Sound that starts after the movie's time zero but is already held while the video is still

@@ -166,8 +166,6 @@ import ViewfinderBench
         #expect(try RawDumpReader(path: dump).frameCount == 4)
     }
 
-    /// Empty items in a list and an empty output path are usage errors before the camera opens
-    /// (they were taken as "no stage there", "no bracket", or failed after capturing).
     /// From the sweeps (3 Dec): values the parser or a later step misread are usage errors that
     /// say what is wrong, before the camera opens.
     @Test func misreadValuesAreUsageErrors() {
@@ -191,6 +189,8 @@ import ViewfinderBench
         #expect(CLIExit.run(["info"]) == 64)
     }
 
+    /// Empty items in a list and an empty output path are usage errors before the camera opens
+    /// (they were taken as "no stage there", "no bracket", or failed after capturing).
     @Test func emptyListItemsAndPathsAreUsageErrors() {
         let s = Scratch()
         let device = "pattern:width=64,height=32,frames=3"
@@ -471,6 +471,24 @@ extension UserInputTests {
         // "'/dev/null' exists; add --force"); the device stays a device.
         #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", "/dev/null"]) == 0)
         #expect(stat("/dev/null", &st) == 0 && st.st_mode & S_IFMT == S_IFCHR)
+        // A still into a fifo nobody reads: an error at once, not a wait for a reader for ever.
+        let noReader = s.path("still.fifo")
+        #expect(mkfifo(noReader, 0o644) == 0)
+        let t0 = Date()
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--output", noReader]) == 1)
+        #expect(Date().timeIntervalSince(t0) < 20)
+        // A dump exported into a device: written into without --force, as a still is.
+        let dump = s.path("d.vfdump")
+        #expect(CLIExit.run(["dump", "--device", "pattern:width=64,height=32,frames=3", "--output", dump]) == 0)
+        let y4mFifo = s.path("export-fifo.y4m")
+        #expect(mkfifo(y4mFifo, 0o644) == 0)
+        let y4mReader = open(y4mFifo, O_RDWR | O_NONBLOCK)
+        #expect(y4mReader >= 0)
+        defer { close(y4mReader) }
+        #expect(CLIExit.run(["export", dump, y4mFifo]) == 0)
+        var head = [UInt8](repeating: 0, count: 9)
+        #expect(read(y4mReader, &head, 9) == 9 && String(decoding: head, as: UTF8.self) == "YUV4MPEG2")
+        #expect(lstat(y4mFifo, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
         // A fifo with a reader: the lines go to the reader and the fifo stays a fifo. (The reader
         // holds it open read-write, so it never waits for the writer nor sees an end.)
         let fifo = s.path("meta.fifo")

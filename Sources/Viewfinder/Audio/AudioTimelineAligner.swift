@@ -115,8 +115,9 @@ public struct AudioTimelineAligner {
             if correcting == 0 && abs(e) <= tol / 2 {
                 var n = min(64, want - emitted, inputEnd - next)
                 if let h = hole(containing: next) {
-                    // Silence for lost input: a whole run of it at once (up to the end of the hole).
-                    n = min(want - emitted, h.start + h.count - next)
+                    // Silence for lost input, in runs of up to 10 ms (the error is checked again
+                    // after each: a drift's corrections fall in the silence, not after it).
+                    n = min(want - emitted, h.start + h.count - next, UInt64(max(64, sampleRate / 100)))
                     out.append(contentsOf: repeatElement(0, count: Int(n) * channels))
                 } else {
                     if let h = holes.first(where: { $0.start > next }) { n = min(n, h.start - next) }
