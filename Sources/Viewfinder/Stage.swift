@@ -41,6 +41,10 @@ public struct StageContext: Sendable {
     /// streams the engine then gives each frame one decoded view (``Frame/pixels``), shared by
     /// every stage, at the smallest size that serves them all. On YUV formats it costs nothing.
     public var pixels: PixelRequests
+    /// Frames of look-ahead the stages before this one hold (the sum of their
+    /// ``Stage/delayFrames``): a frame reaches this stage at least that many frame intervals after
+    /// its capture. Set by the chain as it prepares each stage.
+    public var upstreamDelayFrames: Int = 0
 
     /// With `controls` and no `controlRequests`, a queue is made; whoever drives the stages applies it
     /// between frames (``ControlRequestQueue/apply(to:afterFrame:delayed:)``), as the engine does.

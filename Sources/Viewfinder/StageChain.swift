@@ -53,9 +53,12 @@ public final class StageChain {
     /// the call (keep it with ``SampleBuffer/init(retaining:)``).
     public func prepare(format: FrameFormat, context: StageContext, deliver: @escaping (Frame) -> Void) throws {
         self.deliver = deliver
+        var context = context
+        context.upstreamDelayFrames = 0
         for (i, s) in stages.enumerated() {
             try s.prepare(format: format, context: context)
             ledgers[i].reserve(max(0, s.delayFrames) + StageChain.holdSlack)
+            context.upstreamDelayFrames += max(0, s.delayFrames)
         }
     }
 

@@ -309,16 +309,29 @@ struct SnapCommand: ParsableCommand {
         let runtimeErrors = LockedBox<[any Error]>([])
         session.onEvent { e in if let error = e.error { runtimeErrors.withLock { $0.append(error) } } }
         let photo = PhotoOutput()
+        // A replay (a dump, an unpaced pattern) runs at full speed: the output holds it at the
+        // warm-up's frame until the capture below is asked for, so the still is that frame (it
+        // was whichever frame the replay had reached; a short one had ended, and a burst lost
+        // frames).
+        let live = dev.source.isLive
+        if !live { photo.replayHoldFrame = warmup }
         session.beginConfiguration()
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         try session.addOutput(photo)
         try session.commitConfiguration()
         try session.startRunning()
+        // A camera whose frames are JPEGs gives its own JPEG untouched (no stage changes its
+        // pixels): --quality and --subsampling would be ignored, and are refused as the README says
+        // of options another makes meaningless (they were ignored without a word).
+        if session.streamConfiguration?.format.pixelFormat == .mjpeg, stages == nil, !raw, quality != nil || subsampling != nil {
+            session.stopRunning()
+            throw ValidationError("\(quality != nil ? "--quality" : "--subsampling") does not apply: \(dev.uniqueID) streams JPEGs, and a still passes the camera's JPEG through untouched (choose another format with --format, or a stage that changes the pixels)")
+        }
         // Let exposure and focus settle.
         // (Ten seconds, and a tenth of a second more per frame asked for: a long warm-up on a slow
         // camera is waited for, not cut at ten seconds without a word.)
         let deadline = monotonicNanoseconds() + 10_000_000_000 + UInt64(warmup) * 100_000_000
-        while (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
+        while live && (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
         let photos: [CapturePhoto]
         do { photos = try photo.capturePhotos(settings: settings, timeoutSeconds: 20) } catch {
             let seen = session.statistics?.delivered ?? 0

@@ -28,8 +28,12 @@ extension PhotoCaptureDelegate {
 /// The still-photo output, modelled on AVCapturePhotoOutput: JPEG (TurboJPEG, or MJPEG passed
 /// through), raw stills, raw companions, exposure brackets and bursts.
 ///
-/// A `FrameConsumer` on its own thread that keeps only the newest frame (`discardsLateFrames`);
-/// it does nothing per frame while no capture is pending.
+/// A `FrameConsumer` on its own thread that keeps only the newest frame of a live camera
+/// (`discardsLateFrames`); it does nothing per frame while no capture is pending. A non-live source
+/// (a replay, an unpaced pattern) waits for its outputs, so nothing is late there: every frame
+/// reaches the output in turn, and a burst takes consecutive frames (it lost frames to "late"
+/// while it encoded). ``replayHoldFrame`` lets a capture asked for after `startRunning()` take a
+/// chosen frame of such a source instead of whichever the replay had reached.
 public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     // @unchecked Sendable: the request queue, the used ids, the configuration and the running flag
     // are guarded by `lock`; jobs in progress and the encoder are confined to the consumer thread.
@@ -38,7 +42,24 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     /// A Bayer mosaic is encoded from the engine's full-size decoded view (the encoder takes YUV
     /// and packed RGB as they are, and a camera's JPEGs pass through).
     public func needsPixels(for format: PixelFormat) -> Bool { format.isBayer }
-    public var discardsLateFrames: Bool { true }
+    /// On a live camera only (the engine tells a live source's consumers through `willConsume`
+    /// before each frame): a replay waits for this output instead. Read on the consumer thread.
+    public var discardsLateFrames: Bool { sawLiveSource }
+    public func willConsume(framesWaiting: Int) { sawLiveSource = true }
+
+    /// On a non-live source (a replay, an unpaced pattern): the output's frame count (from 0 at
+    /// each start) at which, with no capture queued, it waits — at most ``replayHoldSeconds`` —
+    /// for one to be asked for, and before which a queued capture waits for that frame. A command
+    /// that lets `n` frames pass and then takes a still (`viewfinder snap --warmup n` on a replay)
+    /// gets frame `n`, not whichever frame the replay, running ahead at full speed, had reached —
+    /// or none when a short replay ended first. Nil (the default): captures take the next frame,
+    /// and nothing waits. A live camera never waits. Set it before the session starts.
+    public var replayHoldFrame: Int? {
+        get { lock.withLock { replayHoldValue } }
+        set { lock.withLock { replayHoldValue = newValue } }
+    }
+    /// The longest the output holds a replay at ``replayHoldFrame`` for a capture to be asked for.
+    public var replayHoldSeconds: Double = 10
     /// What drives exposure for brackets (``DeviceExposureBracketer`` over the device's controls,
     /// or a hook served by the exposure stage). Set before capturing a bracket.
     public var bracketer: (any ExposureBracketing)? {
@@ -74,9 +95,13 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     private var configuration: StreamConfiguration?
     private var running = false
     private var ended = false
+    private var replayHoldValue: Int?
 
     // Consumer thread only.
     private var current: Job?
+    private var sawLiveSource = false
+    /// Frames handed to this output since it started.
+    private var framesSeen = 0
     private var encoder: JPEGEncoder?
     /// Checks camera JPEGs before they are passed through (consumer thread; made in `start`).
     private var checker: JPEGDecoder?
@@ -133,6 +158,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         else if !isRunning { refusal = .notRunning }
         if refusal == nil {
             queue.append(Job(settings: settings, delegate: delegate, resolved: resolved, final: cfg != nil))
+            lock.broadcast()   // a replay held at `replayHoldFrame` goes on
             lock.unlock()
             return
         }
@@ -208,11 +234,26 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         encoder = try JPEGEncoder()
         checker = try JPEGDecoder()
         lock.withLock { configuration = cfg; running = true; ended = false }
+        sawLiveSource = false
+        framesSeen = 0
     }
 
     public func consume(_ frame: Frame) {
+        defer { framesSeen += 1 }
         if current == nil {
-            current = lock.withLock { queue.isEmpty ? nil : queue.removeFirst() }
+            let hold = sawLiveSource ? nil : lock.withLock { replayHoldValue }
+            // A replay before its hold frame: the frames pass, a queued capture waits for it.
+            if let hold, framesSeen < hold { return }
+            current = lock.withLock { () -> Job? in
+                if let hold, framesSeen == hold, queue.isEmpty {
+                    // Held: the replay waits here for the capture its command is about to ask for.
+                    let deadline = monotonicNanoseconds() + UInt64(max(0, replayHoldSeconds) * 1e9)
+                    while queue.isEmpty && monotonicNanoseconds() < deadline {
+                        _ = lock.wait(untilMonotonicNanoseconds: deadline)
+                    }
+                }
+                return queue.isEmpty ? nil : queue.removeFirst()
+            }
         }
         guard let job = current else { return }
         if lock.withLock({ cancelled.remove(job.settings.uniqueID) != nil }) {

@@ -75,6 +75,15 @@ public final class DeadlineStage: Stage {
                 filter = DeadlineFilter(budgetNanoseconds: UInt64(options.maxAgeMs * 1e6))
             }
         }
+        // The stages before this one hold every frame for their look-ahead: a budget shorter than
+        // that drops every frame (`stabilise,deadline` — 15 frames, 500 ms at 30 fps, against
+        // 100 ms — delivered nothing, and said nothing).
+        let held = UInt64(context.upstreamDelayFrames) * context.frameIntervalNanoseconds
+        if held > 0 && held >= filter.budgetNanoseconds {
+            throw ConfigurationError.unsupportedStream(stage: Self.name, reason: String(
+                format: "the stages before it hold each frame %d frames (%.0f ms) for their look-ahead, longer than its budget of %.0f ms: every frame would be late (put deadline before them, or raise max_age_ms above %.0f)",
+                context.upstreamDelayFrames, Double(held) / 1e6, Double(filter.budgetNanoseconds) / 1e6, Double(held) / 1e6))
+        }
     }
 
     public func process(_ frame: Frame) -> StageVerdict {

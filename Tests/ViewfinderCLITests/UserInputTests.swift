@@ -184,6 +184,14 @@ import ViewfinderBench
         // A movie limit smaller than a movie's header ended every recording before a picture.
         #expect(CLIExit.run(["record", "--device", device, "--max-size", "1", "--output", s.path("a.mov")]) == 64)
         #expect(!FileManager.default.fileExists(atPath: s.path("a.mov")))
+        // A still from a camera that streams JPEGs passes its JPEG through: --quality and
+        // --subsampling would be ignored (they were, without a word); with a stage, or --raw, not.
+        let mjpeg = "sim:width=160,height=120,format=mjpeg"
+        #expect(CLIExit.run(["snap", "--device", mjpeg, "--quality", "10", "--output", s.path("q.jpg")]) == 64)
+        #expect(CLIExit.run(["snap", "--device", mjpeg, "--subsampling", "grey", "--output", s.path("q.jpg")]) == 64)
+        #expect(!FileManager.default.fileExists(atPath: s.path("q.jpg")))
+        #expect(CLIExit.run(["snap", "--device", mjpeg, "--warmup", "1", "--output", s.path("q.jpg")]) == 0)
+        #expect(CLIExit.run(["snap", "--device", "sim:width=160,height=120", "--quality", "10", "--warmup", "1", "--output", s.path("q2.jpg")]) == 0)
         // An unknown command with --help is the unknown command, not the top-level help and 0.
         #expect(CLIExit.run(["info", "--help"]) == 64)
         #expect(CLIExit.run(["info"]) == 64)

@@ -141,6 +141,25 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
         #expect(settings.copyWithNewID().uniqueID != settings.uniqueID)
     }
 
+    /// A replay (a non-live source, as fast as its outputs take it) held at the chosen frame: a
+    /// capture asked for after `startRunning()` gets that frame, and a burst consecutive frames
+    /// with none lost as late (3 Dec sweep: `snap --warmup 2` on a 6-frame dump failed 7 of 7
+    /// times — the replay had ended — and a burst of 5 lost 9 frames).
+    @Test func aReplayIsHeldAtTheChosenFrameForACapture() throws {
+        for (frames, hold, burst) in [(6, 2, 1), (40, 10, 5), (20, 0, 3)] {
+            let photo = PhotoOutput()
+            photo.replayHoldFrame = hold
+            let (session, _) = try simSession("sim:width=64,height=64,paced=false,frames=\(frames)", outputs: [photo], lockLoops: true)
+            try session.startRunning()
+            let photos = try photo.capturePhotos(settings: PhotoSettings(burstCount: burst), timeoutSeconds: 20)
+            session.waitUntilFinished()
+            session.stopRunning()
+            #expect(photos.map(\.sequence) == (hold..<(hold + burst)).map(UInt64.init), "\(frames) frames, hold \(hold), burst \(burst)")
+            #expect(photo.droppedFrames.total == 0)
+            #expect(session.statistics?.delivered == UInt64(frames), "the replay went on to its end")
+        }
+    }
+
     @Test func burstWithRawCompanions() throws {
         let output = PhotoOutput()
         try output.start(configuration: config(format))

@@ -588,6 +588,23 @@ struct DeadlineTests {
         fr.timestamp = Timestamp(nanoseconds: monotonicNanoseconds() - 5_000_000)
         #expect(s.process(fr) == .forward)
     }
+
+    @Test("after stages whose look-ahead outlasts its budget: refused when the chain is prepared (it dropped every frame)")
+    func behindALookAhead() throws {
+        let f = FrameFormat(.grey, width: 64, height: 64)
+        let context = StageContext(format: f, frameIntervalNanoseconds: 33_333_333)
+        func chain(_ stages: [any Stage]) throws {
+            try StageChain(stages: stages, drops: DropCounters()).prepare(format: f, context: context) { _ in }
+        }
+        // stabilise's 15 frames are 500 ms at 30 fps: past the default 100 ms.
+        #expect(throws: ConfigurationError.self) { try chain([StabiliseStage(options: StabiliseOptions()), DeadlineStage(options: DeadlineOptions())]) }
+        var keep = DeadlineOptions(); keep.policy = .keepLatest
+        #expect(throws: ConfigurationError.self) { try chain([StabiliseStage(options: StabiliseOptions()), DeadlineStage(options: keep)]) }
+        // Before the look-ahead, or with a budget longer than it: as before.
+        try chain([DeadlineStage(options: DeadlineOptions()), StabiliseStage(options: StabiliseOptions())])
+        var long = DeadlineOptions(); long.maxAgeMs = 800
+        try chain([StabiliseStage(options: StabiliseOptions()), DeadlineStage(options: long)])
+    }
 }
 
 /// A frame of `scene` (grey levels at picture coordinates) moved by (dx, dy) and turned by
