@@ -37,6 +37,11 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     private var passOffset: UInt64 = 0
     private var sequenceOffset: UInt64 = 0
     private var pending: Frame?
+    /// The file as it was when the replay started (a change under it ends the replay).
+    private var startState: (size: UInt64, modified: timespec)?
+    /// Frames read whole in the current pass, and corrupt frames met (for the warnings' rate).
+    private var goodInPass = 0
+    private var corruptSeen = 0
     /// Shared with the sound of the replay (``makeAudioSource()``).
     private let timeline = DumpReplayTimeline()
 
@@ -146,6 +151,8 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         let capacity = max(reader.maxRawLength, cfg.format.maxByteCount)
         pool = FramePool(format: cfg.format, count: max(4, cfg.bufferCount), frameCapacity: capacity)
         position = 0; pass = 0; passOffset = 0; sequenceOffset = 0
+        goodInPass = 0; corruptSeen = 0
+        startState = reader.currentFileState
         firstTimestamp = reader.entries[0].timestampNanoseconds
         startTime = timeline.videoStarted()
     }
@@ -169,6 +176,12 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
             pending = nil
         } else {
             if position >= reader.frameCount {
+                // A whole pass with no frame read: looping on would spin for ever on nothing (a
+                // loop=0 replay of a damaged file wrote 70 000 warnings a second and never ended).
+                if goodInPass == 0 {
+                    throw DeviceError.corruptInput(device: info.id, reason: "no frame of the dump could be read in a whole pass (\(reader.frameCount) corrupt)")
+                }
+                goodInPass = 0
                 pass += 1
                 if loops != 0 && pass >= loops { return .endOfStream }
                 // The next pass continues the time line one interval after the last frame.
@@ -187,13 +200,28 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
             } catch {
                 f.release()
                 position += 1
-                // These two name the file and the frame already.
-                switch error {
-                case DumpError.checksumMismatch, DumpError.frameOutOfRange: logger.warning("dump: \(error)")
-                default: logger.warning("dump '\(path)': frame \(position - 1): \(error)")
+                // The file cut or rewritten under the replay (another program, a `dump --force`
+                // to the same name): the frames from here on are not the dump's — an error that
+                // ends the run, not every later frame counted corrupt at full speed and exit 0.
+                if let was = startState, let now = reader.currentFileState,
+                   now.size != was.size || now.modified.tv_sec != was.modified.tv_sec || now.modified.tv_nsec != was.modified.tv_nsec {
+                    let how = now.size < was.size ? "cut from \(was.size) to \(now.size) bytes" : now.size == was.size ? "rewritten" : "rewritten (\(now.size) bytes, was \(was.size))"
+                    throw DeviceError.corruptInput(device: info.id, reason: "the dump file was \(how) while it was replayed: frame \(position - 1) and those after it cannot be read")
+                }
+                corruptSeen += 1
+                // The first twenty, then one in a thousand: a damaged stretch is said, not
+                // repeated line by line.
+                if corruptSeen <= 20 || corruptSeen % 1000 == 0 {
+                    let more = corruptSeen == 20 ? " (further corrupt frames: one line in a thousand)" : corruptSeen > 20 ? " (\(corruptSeen) corrupt frames so far)" : ""
+                    // These two name the file and the frame already.
+                    switch error {
+                    case DumpError.checksumMismatch, DumpError.frameOutOfRange: logger.warning("dump: \(error)\(more)")
+                    default: logger.warning("dump '\(path)': frame \(position - 1): \(error)\(more)")
+                    }
                 }
                 return .lost(.corrupt, count: 1)
             }
+            goodInPass += 1
             position += 1
             let recorded = f.timestamp.nanoseconds
             let offset = (recorded &- firstTimestamp) &+ passOffset

@@ -479,6 +479,13 @@ public final class RawDumpReader {
     public private(set) var usedFooterIndex = false
     public let fileSize: UInt64
     private let fd: Int32
+    /// The open file's size and modification time now (`fstat`): a replay tells by them that the
+    /// file was cut or rewritten under it. Nil when `fstat` fails.
+    public var currentFileState: (size: UInt64, modified: timespec)? {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        return (UInt64(max(0, st.st_size)), st.st_mtim)
+    }
     private var scratch: UnsafeMutableRawPointer
     private var scratchCapacity: Int
     /// The planes of a planar record before they are interleaved.

@@ -453,6 +453,45 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// A looping replay of a dump none of whose frames reads ends with an error after one pass (it
+    /// spun for ever at full speed, 70 000 warnings a second); a dump cut under a running replay
+    /// is an error that says so (it was every later frame counted corrupt, and exit 0).
+    @Test func aReplayOfNothingReadableOrOfAFileCutUnderItEnds() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/all.vfdump"
+        _ = try writeDump(path, count: 6, noise: 255)
+        var data = try Data(contentsOf: URL(fileURLWithPath: path))
+        for e in try RawDumpReader(path: path).entries { data[Int(e.offset) + RawDumpFormat.recordHeaderSize + 100] ^= 0x40 }
+        let damaged = dir + "/damaged.vfdump"
+        try data.write(to: URL(fileURLWithPath: damaged))
+        let source = try DumpSource(device: "dump:\(damaged),paced=false,loop=0")
+        _ = try source.configure(StreamRequest(pixelFormat: format.pixelFormat, width: format.width, height: format.height, fps: 30, bufferCount: 4))
+        try source.start()
+        var corrupt = 0, thrown: (any Error)?
+        for _ in 0..<100 {
+            do {
+                if case .lost(.corrupt, _) = try source.next(timeoutNanoseconds: 100_000_000) { corrupt += 1 }
+            } catch { thrown = error; break }
+        }
+        #expect(corrupt == 6)
+        #expect("\(thrown.map { "\($0)" } ?? "none")".contains("no frame of the dump could be read in a whole pass"))
+        source.stop()
+
+        let cut = dir + "/cut.vfdump"
+        try Data(contentsOf: URL(fileURLWithPath: path)).write(to: URL(fileURLWithPath: cut))
+        let replay = try DumpSource(device: "dump:\(cut),paced=false")
+        _ = try replay.configure(StreamRequest(pixelFormat: format.pixelFormat, width: format.width, height: format.height, fps: 30, bufferCount: 4))
+        try replay.start()
+        for _ in 0..<2 {
+            guard case .frame(let f) = try replay.next(timeoutNanoseconds: 100_000_000) else { Issue.record("no frame"); return }
+            f.release()
+        }
+        #expect(truncate(cut, 200) == 0)
+        #expect { _ = try replay.next(timeoutNanoseconds: 100_000_000) } throws: { "\($0)".contains("was cut from") }
+        replay.stop()
+    }
+
     /// A damaged header and a damaged first frame, with frames larger than 64 KiB: the frames after
     /// it are recovered (the walk skips the damaged record by its stated length; with the header's
     /// length field damaged too, the search goes past the first 64 KiB). Both lost every frame.
