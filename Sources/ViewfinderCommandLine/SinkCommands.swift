@@ -319,6 +319,10 @@ struct SnapCommand: ParsableCommand {
         if let stages { try session.setStages(try StageSpec.parseList(stages)) }
         try session.addOutput(photo)
         try session.commitConfiguration()
+        // Ctrl-C (SIGTERM, SIGHUP) withdraws the capture: a burst or bracket under way writes the
+        // shots it took and says so (they were all lost with the process, exit 130).
+        let interrupt = onInterrupt { [photo, id = settings.uniqueID] in photo.cancel(uniqueID: id) }
+        defer { interrupt.cancel() }
         try session.startRunning()
         // A camera whose frames are JPEGs gives its own JPEG untouched (no stage changes its
         // pixels): --quality and --subsampling would be ignored, and are refused as the README says
@@ -331,9 +335,14 @@ struct SnapCommand: ParsableCommand {
         // (Ten seconds, and a tenth of a second more per frame asked for: a long warm-up on a slow
         // camera is waited for, not cut at ten seconds without a word.)
         let deadline = monotonicNanoseconds() + 10_000_000_000 + UInt64(warmup) * 100_000_000
-        while live && (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
+        while live && !interrupt.requested && (session.statistics?.delivered ?? 0) < UInt64(warmup) && monotonicNanoseconds() < deadline && session.isRunning { usleep(5000) }
         let photos: [CapturePhoto]
         do { photos = try photo.capturePhotos(settings: settings, timeoutSeconds: 20) } catch {
+            if interrupt.requested {
+                session.stopRunning()
+                print("no image taken: interrupted (Ctrl-C) before the first shot; \(dropSummary(session.statistics))")
+                return
+            }
             let seen = session.statistics?.delivered ?? 0
             session.stopRunning()
             // The camera's own error (unplugged, an I/O error) when there was one; a finite
@@ -364,8 +373,8 @@ struct SnapCommand: ParsableCommand {
             }
             print("wrote \(file): \(what), \(formatBytes(UInt64(p.fileDataRepresentation().count))), frame \(p.sequence)\(exposure)\(bias)")
         }
-        print("\(photos.count) of \(count) images from \(dev.uniqueID); \(dropSummary(session.statistics))")
-        if photos.count < count {
+        print("\(photos.count) of \(count) images from \(dev.uniqueID); \(dropSummary(session.statistics))" + (interrupt.requested ? "; interrupted (Ctrl-C): the images taken before it" : ""))
+        if photos.count < count && !interrupt.requested {
             throw RuntimeFailure(message: "\(count - photos.count) of \(count) images failed" + (photos.isEmpty ? "" : " (the ones taken were written)"))
         }
     }
@@ -474,7 +483,8 @@ struct RecordCommand: ParsableCommand {
         // Frames the camera made that are neither in the movie nor dropped on the way: before
         // the recording began or after it ended (a stop, a limit) — said, so the books balance.
         let stats = session.statistics
-        let outside = Int(stats?.captured ?? 0) - summary.frames - summary.droppedFrames
+        // (Frames the engine dropped before the outputs — corrupt, late — are in the drops, not here.)
+        let outside = Int(stats?.captured ?? 0) - Int(stats?.drops.total ?? 0) - summary.frames - summary.droppedFrames
         let outsideText = outside > 0 ? " (\(outside) captured before the recording began or after it ended)" : ""
         // Stopped before the first frame (Ctrl-C at once): no movie was made, and the summary says
         // so instead of "wrote" a file that does not exist.

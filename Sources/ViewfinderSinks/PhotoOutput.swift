@@ -183,7 +183,8 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
     }
 
     /// Withdraws a capture that has not completed: it ends with ``PhotoCaptureError/cancelled``
-    /// (at once if it is still queued, at the next frame if it is in progress).
+    /// (at once if it is still queued, at the next frame if it is in progress). The shots a burst
+    /// or bracket in progress has taken are delivered; the rest end with the error.
     public func cancel(uniqueID: Int64) {
         let queued = lock.withLock { () -> Job? in
             if let i = queue.firstIndex(where: { $0.settings.uniqueID == uniqueID }) { return queue.remove(at: i) }
@@ -457,9 +458,9 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
         if !job.willCaptureSent { job.willCaptureSent = true; d.photoOutput(self, willCapturePhotoFor: job.resolved) }
         if !job.didCaptureSent { job.didCaptureSent = true; d.photoOutput(self, didCapturePhotoFor: job.resolved) }
         // A stream that ended in the middle of a burst or a bracket (a camera unplugged, a finite
-        // source's last frame) keeps the shots already taken: they are delivered, only the rest
-        // fail.
-        if case .sessionEnded = error, !job.shots.isEmpty { _ = deliverShots(job) }
+        // source's last frame), or a capture withdrawn in the middle of one (Ctrl-C), keeps the
+        // shots already taken: they are delivered, only the rest fail.
+        if error == .sessionEnded || error == .cancelled, !job.shots.isEmpty { _ = deliverShots(job) }
         while job.delivered < job.resolved.expectedPhotoCount {
             job.delivered += 1
             d.photoOutput(self, didFinishProcessingPhoto: nil, resolved: job.resolved, error: error)

@@ -160,6 +160,28 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
         }
     }
 
+    /// A burst withdrawn in the middle (`snap --burst` and Ctrl-C) delivers the shots it took; the
+    /// rest end with `cancelled` (every shot was lost with the process).
+    @Test func aBurstCancelledInTheMiddleKeepsItsShots() throws {
+        let output = PhotoOutput()
+        try output.start(configuration: config(format))
+        let events = PhotoEvents()
+        let settings = PhotoSettings(burstCount: 5)
+        output.capture(settings: settings, delegate: events)
+        let pool = FramePool(format: format, count: 2)
+        for i in 0..<4 {
+            if i == 2 { output.cancel(uniqueID: settings.uniqueID) }
+            let f = pool.acquire()!
+            fillFrame(f, index: i)
+            output.consume(f)
+            f.release()
+        }
+        #expect(events.photos.map(\.sequence).count == 2)
+        #expect(events.errors.filter { $0 == .cancelled }.count == 3)
+        #expect(events.finalError == .cancelled)
+        #expect(events.calls.last == "didFinishCapture")
+    }
+
     @Test func burstWithRawCompanions() throws {
         let output = PhotoOutput()
         try output.start(configuration: config(format))
