@@ -140,6 +140,16 @@ private struct JSONKeyScanner {
         while i < bytes.count, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 }
     }
 
+    /// After a member of an object or a list: true at a ',' (another follows), false at `close`
+    /// (the end), both consumed; nil at anything else (not JSON).
+    mutating func separator(closing close: UInt8) -> Bool? {
+        skipSpace()
+        guard i < bytes.count else { return nil }
+        if bytes[i] == UInt8(ascii: ",") { i += 1; return true }
+        if bytes[i] == close { i += 1; return false }
+        return nil
+    }
+
     /// Skips one value; false when the text is not JSON, too deep, or a duplicate was found.
     mutating func value(path: String, depth: Int) -> Bool {
         guard depth < 512, found == nil else { return false }
@@ -159,12 +169,8 @@ private struct JSONKeyScanner {
                 skipSpace()
                 guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { return false }
                 i += 1
-                guard value(path: p, depth: depth + 1) else { return false }
-                skipSpace()
-                guard i < bytes.count else { return false }
-                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "}") { i += 1; return true }
-                return false
+                guard value(path: p, depth: depth + 1), let more = separator(closing: UInt8(ascii: "}")) else { return false }
+                if !more { return true }
             }
         case UInt8(ascii: "["):
             i += 1
@@ -172,13 +178,9 @@ private struct JSONKeyScanner {
             if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return true }
             var n = 0
             while true {
-                guard value(path: path + "[\(n)]", depth: depth + 1) else { return false }
+                guard value(path: path + "[\(n)]", depth: depth + 1), let more = separator(closing: UInt8(ascii: "]")) else { return false }
+                if !more { return true }
                 n += 1
-                skipSpace()
-                guard i < bytes.count else { return false }
-                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "]") { i += 1; return true }
-                return false
             }
         case UInt8(ascii: "\""):
             return string() != nil
