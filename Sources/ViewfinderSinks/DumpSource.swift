@@ -39,8 +39,8 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
     private var pending: Frame?
     /// The file as it was when the replay started (a change under it ends the replay).
     private var startState: (size: UInt64, modified: timespec)?
-    /// Frames read whole in the current pass, and corrupt frames met (for the warnings' rate).
-    private var goodInPass = 0
+    /// Corrupt frames in the current pass, and in the whole replay (for the warnings' rate).
+    private var corruptInPass = 0
     private var corruptSeen = 0
     /// Shared with the sound of the replay (``makeAudioSource()``).
     private let timeline = DumpReplayTimeline()
@@ -151,7 +151,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
         let capacity = max(reader.maxRawLength, cfg.format.maxByteCount)
         pool = FramePool(format: cfg.format, count: max(4, cfg.bufferCount), frameCapacity: capacity)
         position = 0; pass = 0; passOffset = 0; sequenceOffset = 0
-        goodInPass = 0; corruptSeen = 0
+        corruptInPass = 0; corruptSeen = 0
         startState = reader.currentFileState
         firstTimestamp = reader.entries[0].timestampNanoseconds
         startTime = timeline.videoStarted()
@@ -176,12 +176,13 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
             pending = nil
         } else {
             if position >= reader.frameCount {
-                // A whole pass with no frame read: looping on would spin for ever on nothing (a
-                // loop=0 replay of a damaged file wrote 70 000 warnings a second and never ended).
-                if goodInPass == 0 {
+                // A whole pass in which every frame was corrupt: looping on would spin for ever on
+                // nothing (a loop=0 replay of a damaged file wrote 70 000 warnings a second and
+                // never ended). (Frames a paced replay skipped for want of a buffer are no sign.)
+                if corruptInPass >= reader.frameCount {
                     throw DeviceError.corruptInput(device: info.id, reason: "no frame of the dump could be read in a whole pass (\(reader.frameCount) corrupt)")
                 }
-                goodInPass = 0
+                corruptInPass = 0
                 pass += 1
                 if loops != 0 && pass >= loops { return .endOfStream }
                 // The next pass continues the time line one interval after the last frame.
@@ -209,6 +210,7 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
                     throw DeviceError.corruptInput(device: info.id, reason: "the dump file was \(how) while it was replayed: frame \(position - 1) and those after it cannot be read")
                 }
                 corruptSeen += 1
+                corruptInPass += 1
                 // The first twenty, then one in a thousand: a damaged stretch is said, not
                 // repeated line by line.
                 if corruptSeen <= 20 || corruptSeen % 1000 == 0 {
@@ -221,7 +223,6 @@ public final class DumpSource: CaptureSource, @unchecked Sendable {
                 }
                 return .lost(.corrupt, count: 1)
             }
-            goodInPass += 1
             position += 1
             let recorded = f.timestamp.nanoseconds
             let offset = (recorded &- firstTimestamp) &+ passOffset
