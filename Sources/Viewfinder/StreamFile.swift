@@ -150,8 +150,7 @@ public enum StreamFile {
             var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
             let n = readlink(current, &buf, buf.count - 1)
             guard n > 0 else { return path }
-            buf[n] = 0
-            let target = String(cString: buf)
+            let target = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
             current = target.hasPrefix("/") ? target : dir + "/" + target
         }
         return path
