@@ -12,6 +12,14 @@ import Glibc
 /// (Whole files written at once — stills, reports — go through `AtomicFile` in ViewfinderSinks,
 /// which replaces a regular file atomically and writes into a fifo or a device by the same rule.)
 public enum StreamFile {
+    /// Whether `path` (through its links) is a character device or a fifo: what an output writes
+    /// into rather than replaces, so no `--force` is asked for it.
+    public static func isWrittenInto(_ path: String) -> Bool {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return false }
+        return st.st_mode & S_IFMT == S_IFCHR || st.st_mode & S_IFMT == S_IFIFO
+    }
+
     /// Opens `path` for writing by the rule above. Returns a blocking, close-on-exec descriptor
     /// the caller closes.
     /// - Throws: ``StreamFileError/cannotOpen(path:errno:message:)``; a fifo with no reader

@@ -46,8 +46,7 @@ func refuseExisting(_ path: String, force: Bool) throws {
     try refuseEmptyPath(path)
     // A device or a fifo (`/dev/null`, a pipe to another program) is written into, not replaced:
     // nothing in it is lost, and --force is not asked for (as `run` and `process` do).
-    var st = stat()
-    if stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFCHR || (st.st_mode & S_IFMT) == S_IFIFO { return }
+    if StreamFile.isWrittenInto(path) { return }
     if !force && FileManager.default.fileExists(atPath: path) {
         throw ValidationError("'\(path)' exists; add --force to overwrite it")
     }
@@ -623,7 +622,7 @@ struct ExportCommand: ParsableCommand {
             var err = StandardError()
             // A .y4m holds pictures only: the dump's sound is said to stay behind, not dropped
             // without a word.
-            let periods = (try? RawDumpReader(path: input))?.audioEntries.count ?? 0
+            let periods = r.soundLeftBehind
             let sound = periods > 0 ? "; the dump's sound (\(periods) periods) is not in a .y4m: export to .mov to keep it" : ""
             print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s" + Self.damageText(r) + sound, to: &err)
         }

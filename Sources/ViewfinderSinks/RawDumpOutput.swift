@@ -270,6 +270,9 @@ public enum DumpConversion {
         /// The conversion was asked to stop (its `stop` said so): the file holds the frames
         /// before that point, whole.
         public var interrupted = false
+        /// Periods of sound the dump holds that the output has no place for (a `.y4m`); 0 when
+        /// none were left behind.
+        public var soundLeftBehind = 0
 
         init(frames: Int, duration: Double, damage: DumpDamage?, headerDamage: String? = nil, skippedFrames: Int = 0, firstSkipReason: String? = nil) {
             self.frames = frames; self.duration = duration; self.damage = damage; self.headerDamage = headerDamage
@@ -299,9 +302,7 @@ public enum DumpConversion {
     public static func exportY4M(dump: String, to output: String, overwrite: Bool = false, stop: () -> Bool = { false }) throws -> Result {
         let reader = try RawDumpReader(path: dump)
         // A fifo or a device there is written into, not replaced: no --force is asked for.
-        var st = stat()
-        let intoDevice = stat(output, &st) == 0 && (st.st_mode & S_IFMT == S_IFIFO || st.st_mode & S_IFMT == S_IFCHR)
-        if output != "-" && !overwrite && !intoDevice && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
+        if output != "-" && !overwrite && !StreamFile.isWrittenInto(output) && FileManager.default.fileExists(atPath: output) { throw SinkError.fileExists(path: output) }
         let interval = reader.info.interval.denominator > 0 ? reader.info.interval : FrameInterval(fps: 30)
         let frame = Frame(capacity: max(reader.maxRawLength, reader.format.maxByteCount), format: reader.format)
         if reader.format.pixelFormat == .mjpeg {
@@ -342,6 +343,7 @@ public enum DumpConversion {
             if !interrupted { try skips.checkSomethingConverted(written, dump: dump) }
             var r = Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
             r.interrupted = interrupted
+            r.soundLeftBehind = reader.audioEntries.count
             if interrupted { r.duration = Double(written) * interval.seconds }
             return r
         }
@@ -364,6 +366,7 @@ public enum DumpConversion {
         if !interrupted { try skips.checkSomethingConverted(written, dump: dump) }
         var r = Result(frames: written, duration: Self.duration(reader, interval), damage: reader.damage, headerDamage: reader.headerDamage, skippedFrames: skips.count, firstSkipReason: skips.first)
         r.interrupted = interrupted
+        r.soundLeftBehind = reader.audioEntries.count
         if interrupted { r.duration = Double(written) * interval.seconds }
         return r
     }

@@ -169,6 +169,9 @@ import ViewfinderKit
             #expect(abs(d.audio - d.video) < 1.0 / 30, "audio \(d.audio) s, video \(d.video) s")
         }
         try Self.expectTheRecordedSamples(try movieAudioSamples(movie), startingAt: expectedFirst)
+        // A .y4m has no place for the sound: the result says how much stayed behind.
+        let y = try DumpConversion.exportY4M(dump: dump, to: dir + "/export.y4m")
+        #expect(y.frames == reader.frameCount && y.soundLeftBehind == reader.audioEntries.count && y.soundLeftBehind > 0)
     }
 
     @Test func loopsRepeatTheSoundAndADumpWithoutSoundHasNone() throws {
