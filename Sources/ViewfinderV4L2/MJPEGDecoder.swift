@@ -47,10 +47,13 @@ public final class MJPEGDecoder {
         }
     }
 
-    /// Any warning (a truncated or damaged stream) is an error; the fast integer IDCT (as
-    /// GStreamer's jpegdec and FFmpeg's mjpeg decoder use by default) is within a grey level of the
-    /// accurate one on camera JPEGs and ~15 % cheaper.
-    static let flags = TJFLAG_STOPONWARNING | TJFLAG_FASTDCT
+    /// Any warning (a truncated or damaged stream) is an error. The accurate integer IDCT, as
+    /// `export`, stills' thumbnails, OpenCV's `imdecode` and FFmpeg's mjpeg decoder use: one
+    /// camera JPEG decodes to the same planes whichever path reads it. The fast IDCT (GStreamer
+    /// jpegdec's default) moved 40–48 % of the luma samples of a 1080p photograph by up to 4
+    /// levels to save 4–11 % of the decode (0.3–0.5 ms a frame; `Benchmarks/cpp/tj_idct.c`,
+    /// `Benchmarks/results/mjpeg-accurate-idct-2026-12-03.txt`).
+    static let flags = TJFLAG_STOPONWARNING
 
     /// The scale denominators TurboJPEG decodes to directly.
     public static let scaleDenominators = [1, 2, 4, 8]

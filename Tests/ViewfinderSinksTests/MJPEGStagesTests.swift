@@ -183,6 +183,31 @@ struct MJPEGStagesTests {
         }
     }
 
+    @Test("one camera JPEG, one picture: the engine's decode and export's give the same planes, sample for sample")
+    func engineAndExportDecodeAlike() throws {
+        // The sim's noisy, detailed frames: the fast IDCT moved up to 4 levels of 11–30 % of their
+        // luma samples away from export's (accurate) decode.
+        let cam = try SimCamera(deviceString: "sim:paced=false,seed=9,noise=2,format=mjpeg,width=640,height=480,frames=4")
+        _ = try cam.configure(StreamRequest(pixelFormat: .mjpeg, width: 640, height: 480, fps: 30, bufferCount: 4))
+        try cam.start()
+        defer { cam.stop() }
+        let engine = try MJPEGDecoder(), export = try JPEGDecoder()
+        let planes = Frame(capacity: FrameFormat(.yuv422p, width: 640, height: 480).maxByteCount, format: FrameFormat(.grey, width: 1, height: 1))
+        for i in 0..<4 {
+            guard case .sample(let jpeg) = try cam.nextSample(timeoutNanoseconds: 5_000_000_000) else { Issue.record("no frame \(i)"); return }
+            try engine.decode(jpeg.frame, into: planes)
+            let d = try jpeg.withUnsafeBytes { try export.decodePlanes($0) }
+            #expect(planes.format.pixelFormat == .yuv422p && d.subsampling == .s422)
+            let bytes = Array(planes.bytes), y = 640 * 480, c = 320 * 480
+            #expect(bytes.count == y + 2 * c)
+            guard bytes.count == y + 2 * c else { return }
+            // Counted, not compared as arrays: a failure says how many samples, not 600 000 values.
+            let lumaDiffer = (0..<y).count { bytes[$0] != d.y[$0] }
+            let chromaDiffer = (0..<c).count { bytes[y + $0] != d.u[$0] || bytes[y + c + $0] != d.v[$0] }
+            #expect(lumaDiffer == 0 && chromaDiffer == 0, "frame \(i): \(lumaDiffer) luma and \(chromaDiffer) chroma samples differ")
+        }
+    }
+
     @Test("the TurboJPEG view decoder refuses a damaged JPEG (the engine counts it as corrupt)")
     func corruptFrame() throws {
         let views = MJPEGPixelDecoder.Factory().makeDecoder(for: FrameFormat(.mjpeg, width: 64, height: 48))!
