@@ -12,8 +12,9 @@ The photographs are the two sets of `Tests/ViewfinderStagesTests/WhiteBalanceTes
             scikit-image's (the PyPI wheel: astronaut, cat, coffee, rocket, motorcycle).
 
 The sim camera is reproduced as `SimScene.fromImage` and `SimRenderer` do it (no sensor noise):
-a photograph's chroma per luma in its own sRGB encoding (cu = 0.564 (B - Y) 255 / max(Y, 8),
-clipped to +-127, at half resolution), luma through the sRGB decode and the 1/2.2 tone curve,
+a photograph's chroma per luma in its own sRGB encoding (cu = 0.564 (B - Y) 255 / max(Y, 8)
+over each 2x2 block, clipped to +-2047; before 3 Dec +-127 at one pixel of the block, which
+halved strong colours), luma through the sRGB decode and the 1/2.2 tone curve,
 and a light of T K under a balance of B K moving each pixel's chroma by
 kappa * (1e6/B - 1e6/T) * Y (`WhiteBalanceModel`, kappa = 0.0006) in the kernel's integer
 arithmetic. The loop is the stage's: the estimate is smoothed (speed 0.35) and the sim's
@@ -115,9 +116,13 @@ def load(path, w=320, h=180, crop=None, flip=False):
     fr = yy - i0
     lin = LIN[i0] * (1 - fr) + LIN[i0 + 1] * fr
     yout = np.clip(np.rint(255 * lin ** (1 / 2.2)), 0, 255).astype(np.int64)
-    d = np.maximum(yy, 8)
-    cu = np.clip(np.rint(0.564 * (b - yy) * 255 / d), -127, 127).astype(np.int64)[::2, ::2]
-    cv = np.clip(np.rint(0.713 * (r - yy) * 255 / d), -127, 127).astype(np.int64)[::2, ::2]
+    # Each 2x2 block's mean chroma over its mean luma (the scene's Int16 store, +-2047).
+    def blocks(a):
+        a = np.pad(a, ((0, a.shape[0] % 2), (0, a.shape[1] % 2)), mode="edge")
+        return (a[0::2, 0::2] + a[0::2, 1::2] + a[1::2, 0::2] + a[1::2, 1::2]) / 4
+    d = np.maximum(blocks(yy), 8)
+    cu = np.clip(np.rint(blocks(0.564 * (b - yy)) * 255 / d), -2047, 2047).astype(np.int64)
+    cv = np.clip(np.rint(blocks(0.713 * (r - yy)) * 255 / d), -2047, 2047).astype(np.int64)
     return yout, cu, cv
 
 

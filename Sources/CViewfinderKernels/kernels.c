@@ -548,7 +548,7 @@ VF_INLINE uint8_t chroma(int32_t c, int32_t sat, int32_t cast, int32_t ys) {
     return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-VF_INLINE void chroma_rows(const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+VF_INLINE void chroma_rows(const uint8_t *luma, const int16_t *cu, const int16_t *cv, int32_t sat, int32_t castU, int32_t castV,
                            int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs) {
     for (ptrdiff_t x = 0; x < pairs; x++) {
         uint8_t y0 = luma[2 * x], y1 = luma[2 * x + 1];
@@ -563,7 +563,7 @@ VF_INLINE void chroma_rows(const uint8_t *luma, const int8_t *cu, const int8_t *
     }
 }
 
-VF_INLINE void vf_sim_chroma_row_body(const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+VF_INLINE void vf_sim_chroma_row_body(const uint8_t *luma, const int16_t *cu, const int16_t *cv, int32_t sat, int32_t castU, int32_t castV,
                                       int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs) {
     // A constant layout per loop, so each one vectorises.
     switch (layout) {
@@ -575,7 +575,7 @@ VF_INLINE void vf_sim_chroma_row_body(const uint8_t *luma, const int8_t *cu, con
 }
 
 VF_DISPATCH(vf_sim_chroma_row,
-            (const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+            (const uint8_t *luma, const int16_t *cu, const int16_t *cv, int32_t sat, int32_t castU, int32_t castV,
              int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs),
             (luma, cu, cv, sat, castU, castV, layout, out, outV, pairs))
 

@@ -124,8 +124,13 @@ final class SimScene: @unchecked Sendable {
     let luma: UnsafeMutablePointer<UInt16>
     let chromaWidth: Int
     let chromaHeight: Int
-    let cu: UnsafeMutablePointer<Int8>
-    let cv: UnsafeMutablePointer<Int8>
+    /// Chroma relative to luma at half resolution each way, in 1/255 of the luma (Cb·255/Y): the
+    /// renderer scales it by the luma it renders. ±2047 holds every sRGB colour (pure blue's Cb is
+    /// 4.4 times its luma; an 8-bit store at ±127 halved strong colours: pure red rendered
+    /// (130, 63, 7)).
+    let cu: UnsafeMutablePointer<Int16>
+    let cv: UnsafeMutablePointer<Int16>
+    static let chromaLimit: Double = 2047
     /// Mean radiance of the whole scene relative to mid grey.
     private(set) var meanLuminance: Double = 1
 
@@ -200,8 +205,17 @@ final class SimScene: @unchecked Sendable {
                     func p(_ xx: Int, _ yy: Int) -> Double { Double(rgb[(yy * img.width + xx) * 3 + c]) }
                     return (p(x0, y0) * (1 - ax) + p(x1, y0) * ax) * (1 - ay) + (p(x0, y1) * (1 - ax) + p(x1, y1) * ax) * ay
                 }
+                // Each 2x2 block's chroma from its four pixels (centred, as 4:2:0 sites are),
+                // relative to their mean luma.
+                var sumU = [Double](repeating: 0, count: s.chromaWidth)
+                var sumV = [Double](repeating: 0, count: s.chromaWidth)
+                var sumY = [Double](repeating: 0, count: s.chromaWidth)
+                var count = [Int](repeating: 0, count: s.chromaWidth)
                 for y in 0..<height {
                     let fy = oy + (Double(y) + 0.5) / scale - 0.5
+                    if y % 2 == 0 {
+                        for i in 0..<s.chromaWidth { sumU[i] = 0; sumV[i] = 0; sumY[i] = 0; count[i] = 0 }
+                    }
                     for x in 0..<width {
                         let fx = ox + (Double(x) + 0.5) / scale - 0.5
                         let r = sample(fx, fy, 0), g = sample(fx, fy, 1), b = sample(fx, fy, 2)
@@ -209,17 +223,25 @@ final class SimScene: @unchecked Sendable {
                         let i0 = min(254, Int(yy)), fr = yy - Double(i0)
                         let l = lin[i0] * (1 - fr) + lin[i0 + 1] * fr
                         s.luma[y * width + x] = UInt16(min(65535, (l / 0.18 * SimScene.midGrey).rounded()))
-                        if y % 2 == 0 && x % 2 == 0 {
-                            let c = (y / 2) * s.chromaWidth + x / 2
-                            let u = 0.564 * (b - yy), v = 0.713 * (r - yy)
-                            let d = max(yy, 8)
-                            s.cu[c] = Int8(max(-127, min(127, (u * 255 / d).rounded())))
-                            s.cv[c] = Int8(max(-127, min(127, (v * 255 / d).rounded())))
+                        let cx = x / 2
+                        sumU[cx] += 0.564 * (b - yy); sumV[cx] += 0.713 * (r - yy); sumY[cx] += yy; count[cx] += 1
+                    }
+                    if y % 2 == 1 || y == height - 1 {
+                        let row = (y / 2) * s.chromaWidth
+                        for cx in 0..<s.chromaWidth where count[cx] > 0 {
+                            let n = Double(count[cx]), d = max(sumY[cx] / n, 8)
+                            s.cu[row + cx] = SimScene.relativeChroma(sumU[cx] / n, luma: d)
+                            s.cv[row + cx] = SimScene.relativeChroma(sumV[cx] / n, luma: d)
                         }
                     }
                 }
             }
         }
+    }
+
+    /// A chroma difference (Cb or Cr, 8-bit scale) relative to a luma, as the scene stores it.
+    static func relativeChroma(_ c: Double, luma: Double) -> Int16 {
+        Int16(max(-chromaLimit, min(chromaLimit, (c * 255 / luma).rounded())))
     }
 
     // MARK: The procedural scene
@@ -259,8 +281,8 @@ final class SimScene: @unchecked Sendable {
                     s.luma[py * width + px] = UInt16(min(65535, max(0, p.level * SimScene.midGrey).rounded()))
                     if py % 2 == 0 && px % 2 == 0 {
                         let c = (py / 2) * s.chromaWidth + px / 2
-                        s.cu[c] = Int8(max(-127, min(127, p.cu.rounded())))
-                        s.cv[c] = Int8(max(-127, min(127, p.cv.rounded())))
+                        s.cu[c] = Int16(max(-127, min(127, p.cu.rounded())))
+                        s.cv[c] = Int16(max(-127, min(127, p.cv.rounded())))
                     }
                 }
             }

@@ -551,6 +551,48 @@ enum SimTest {
         #expect { try SimImage.load(path: path) } throws: { "\($0)".contains("65500x65500 is larger than a scene may be") && !"\($0)".contains("No error") }
     }
 
+    @Test("a photograph's strong colours are filmed at their own chroma, not halved")
+    func strongColoursKeepTheirChroma() throws {
+        // A PPM of four bands: pure red, green, blue and mid grey. The scene kept chroma relative
+        // to luma in 8 bits (±127/255 of it), so red came out (130, 63, 7) and blue greyish.
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sim-colours-\(getpid()).ppm").path
+        let bands: [(r: UInt8, g: UInt8, b: UInt8)] = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (128, 128, 128)]
+        var data = "P6\n128 64\n255\n".data(using: .ascii)!
+        for _ in 0..<64 { for x in 0..<128 { let c = bands[x / 32]; data.append(contentsOf: [c.r, c.g, c.b]) } }
+        try data.write(to: URL(fileURLWithPath: path))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let cam = try SimTest.open("sim:width=128,height=64,paced=false,noise=0,scene=\(path)")
+        // The camera's own white balance held at the light's 5200 K (its auto mode would take the
+        // bands' mean for grey).
+        try cam.simControls.set("white_balance_automatic", to: 0)
+        for _ in 0..<3 { try SimTest.frame(cam).release() }
+        let f = try SimTest.frame(cam)
+        defer { f.release() }
+        #expect(f.format.pixelFormat == .yuyv)
+        // Each pixel pair's colour (rows 16..<48 averaged) to RGB, full-range BT.601. The sim
+        // frames a crop of the picture (its margin for shake), so the bands are found, not assumed:
+        // each colour's purest pair, and grey at the right edge.
+        let pairs: [(r: Double, g: Double, b: Double)] = (0..<64).map { pair in
+            var y = 0.0, u = 0.0, v = 0.0
+            for row in 16..<48 {
+                let o = row * f.format.bytesPerRow + pair * 4
+                func at(_ i: Int) -> Double { Double(f.data.load(fromByteOffset: o + i, as: UInt8.self)) }
+                y += (at(0) + at(2)) / 2; u += at(1); v += at(3)
+            }
+            y /= 32; u = u / 32 - 128; v = v / 32 - 128
+            func c(_ x: Double) -> Double { min(255, max(0, x)) }
+            return (c(y + 1.402 * v), c(y - 0.344136 * u - 0.714136 * v), c(y + 1.772 * u))
+        }
+        let red = pairs.max { $0.r - $0.g - $0.b < $1.r - $1.g - $1.b }!
+        let green = pairs.max { $0.g - $0.r - $0.b < $1.g - $1.r - $1.b }!
+        let blue = pairs.max { $0.b - $0.r - $0.g < $1.b - $1.r - $1.g }!
+        let grey = pairs[63]
+        #expect(red.g < 0.15 * red.r && red.b < 0.15 * red.r, "red \(red)")
+        #expect(green.r < 0.15 * green.g && green.b < 0.15 * green.g, "green \(green)")
+        #expect(blue.r < 0.15 * blue.b && blue.g < 0.15 * blue.b, "blue \(blue)")
+        #expect(abs(grey.r - grey.g) < 3 && abs(grey.b - grey.g) < 3, "grey \(grey)")
+    }
+
     @Test func builtInAutoExposureConverges() throws {
         let cam = try SimTest.open("sim:width=96,height=64,paced=false,light=0.1")
         try cam.simControls.set("auto_exposure", to: 3)

@@ -210,7 +210,8 @@ struct WhiteBalanceTests {
 
     /// The issue asks for every photograph within 10 %; that is not met. Measured (2026-11-23): the
     /// training set 31 % of the pairs within 10 %, median error 20.0 %; the held-out set 36 %,
-    /// median 15.5 %. The bounds below guard that level (README, "White balance") against
+    /// median 15.5 %; since the sim films strong colours at full chroma (3 Dec) 28 % (21.5 %) and
+    /// 36 % (18.2 %). The bounds below guard that level (README, "White balance") against
     /// regressions; they are not the goal.
     @Test("real photographs as sim scenes: the training set", .enabled(if: !WhiteBalancePhotos.training.isEmpty, "photographs could not be fetched (apt-get download)"))
     func photographsTraining() throws {

@@ -75,8 +75,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < W; i++) codes[i] = (int32_t)(next() % 4096);
     uint32_t tsum = vf_sim_tone_row(codes, tone, out8, W);
     printf("sim_tone_row %u %016llx\n", tsum, (unsigned long long)fnv(out8, W));
-    static int8_t cu[W], cv[W];
-    for (int i = 0; i < W; i++) { cu[i] = (int8_t)(next() & 0xFF); cv[i] = (int8_t)(next() & 0xFF); }
+    static int16_t cu[W], cv[W];
+    for (int i = 0; i < W; i++) { cu[i] = (int16_t)(next() % 4095) - 2047; cv[i] = (int16_t)(next() % 4095) - 2047; }
     for (int layout = 0; layout < 4; layout++) {
         memset(out8, 0, sizeof out8); memset(outV, 0, sizeof outV);
         vf_sim_chroma_row(y, cu, cv, 300, -2000, 1500, layout, out8, outV, W / 2);

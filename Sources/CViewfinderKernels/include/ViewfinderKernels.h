@@ -145,7 +145,7 @@ uint32_t vf_sim_tone_row(const int32_t *codes, const uint8_t *tone, uint8_t *dst
 /// Chroma for one row of luma pairs and the packing of the output, by `layout`: 0 YUYV and 1 UYVY
 /// (4 bytes per pair into `out`), 2 NV12 (UV pairs into `out`), 3 planar (U into `out`, V into `outV`).
 /// u = clamp(128 + ((cu·sat + castU)·(y0 + y1)) >> 16), v likewise.
-void vf_sim_chroma_row(const uint8_t *luma, const int8_t *cu, const int8_t *cv, int32_t sat, int32_t castU, int32_t castV,
+void vf_sim_chroma_row(const uint8_t *luma, const int16_t *cu, const int16_t *cv, int32_t sat, int32_t castU, int32_t castV,
                        int layout, uint8_t *out, uint8_t *outV, ptrdiff_t pairs);
 
 // MARK: Warp (see Warp.swift)
