@@ -208,6 +208,27 @@ struct WhiteBalanceTests {
         return (within, median)
     }
 
+    @Test("one picture, one estimate: 4:2:0 and 4:2:2 frames of a photograph give the same light", .enabled(if: !WhiteBalancePhotos.training.isEmpty, "photographs could not be fetched (apt-get download)"))
+    func chromaSubsamplingDoesNotMoveTheEstimate() throws {
+        // 3 Dec (an outside sweep): stepping over chroma rows sampled 4:2:0 at half 4:2:2's
+        // vertical density; on Kleiber at 3500 K NV12 settled at 3721 K against YUYV's 3506 K.
+        for photo in WhiteBalancePhotos.training.filter({ $0.contains("Kleiber") || $0.contains("Bridge") || $0.contains("Wine") }) {
+            var estimates: [PixelFormat: Double] = [:]
+            for format in [PixelFormat.yuyv, .nv12, .i420] {
+                let spec = try #require(try StageSpec.parseList("white_balance:mode=continuous:correction=software").first)
+                let stage = try #require(try WhiteBalanceStage.make(options: spec.options) as? WhiteBalanceStage)
+                try runSim("sim:colortemp=3500,paced=false,noise=0,seed=7,scene=\(photo)", format: format, width: 640, height: 480, frames: 30, stages: [stage]) { _, f in
+                    estimates[format] = f.metadata.whiteBalance
+                }
+            }
+            let y = try #require(estimates[.yuyv])
+            for format in [PixelFormat.nv12, .i420] {
+                let e = try #require(estimates[format])
+                #expect(abs(e - y) / y < 0.005, "\(WhiteBalancePhotos.name(photo)): \(format) \(Int(e)) K, yuyv \(Int(y)) K")
+            }
+        }
+    }
+
     /// The issue asks for every photograph within 10 %; that is not met. Measured (2026-11-23): the
     /// training set 31 % of the pairs within 10 %, median error 20.0 %; the held-out set 36 %,
     /// median 15.5 %; since the sim films strong colours at full chroma (3 Dec) 28 % (21.5 %) and
