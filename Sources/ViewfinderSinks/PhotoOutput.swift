@@ -398,7 +398,7 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             let pixels = shot.decoded ?? (shot.bytes, shot.format)
             if job.settings.embedsExif, let box = job.settings.embeddedThumbnailSize {
                 guard let encoder else { throw PhotoCaptureError.notRunning }
-                do { thumbnail = try downscaler.thumbnail(bytes: pixels.bytes, format: pixels.format, box: box, encoder: encoder) } catch {
+                do { thumbnail = try downscaler.thumbnail(bytes: pixels.bytes, format: pixels.format, box: box, monochrome: sub == .grey, encoder: encoder) } catch {
                     throw PhotoCaptureError.encodingFailed("thumbnail: \(error)")
                 }
             }

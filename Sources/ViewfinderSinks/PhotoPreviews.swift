@@ -99,10 +99,13 @@ final class PhotoDownscaler {
     }
 
     /// A JPEG thumbnail that fits `box` and the EXIF segment's room (quality lowered until it does).
-    func thumbnail(bytes: [UInt8], format: FrameFormat, box: PhotoImageSize, encoder: JPEGEncoder) throws -> [UInt8] {
+    /// `monochrome`: the photo is greyscale (a grey camera, or `subsampling: .grey` asked for), and
+    /// so is its thumbnail (3 Dec: a grey still carried a colour thumbnail).
+    func thumbnail(bytes: [UInt8], format: FrameFormat, box: PhotoImageSize, monochrome: Bool = false, encoder: JPEGEncoder) throws -> [UInt8] {
         let small = try reduced(bytes: bytes, format: format, box: box)
+        let sub: ChromaSubsampling = monochrome || format.pixelFormat == .grey ? .grey : .s420
         for quality in [85, 70, 50, 30] {
-            let jpeg = try small.pixels.withUnsafeBytes { try Array(encoder.encode($0.baseAddress!, byteCount: $0.count, format: small.format, quality: quality, subsampling: .s420)) }
+            let jpeg = try small.pixels.withUnsafeBytes { try Array(encoder.encode($0.baseAddress!, byteCount: $0.count, format: small.format, quality: quality, subsampling: sub)) }
             if jpeg.count <= ExifInfo.maximumThumbnailBytes { return jpeg }
         }
         throw SinkError.invalidArgument(name: "embeddedThumbnailSize", reason: "\(box.width)x\(box.height) does not fit the EXIF segment's 64 KB")

@@ -72,6 +72,23 @@ import Viewfinder
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    @Test("a greyscale still gets a greyscale thumbnail (it carried the colour picture's)")
+    func aGreyStillHasAGreyThumbnail() throws {
+        let f = Frame(capacity: format.maxByteCount, format: format)
+        fillFrame(f, index: 3, noise: 4)
+        let photo = try capture(f, settings: PhotoSettings(codec: .jpeg(quality: 90, subsampling: .grey), embeddedThumbnailSize: .exifThumbnail))
+        let dec = try JPEGDecoder()
+        let main = try photo.fileDataRepresentation().withUnsafeBytes { try dec.header($0) }
+        #expect(main.subsampling == .grey)
+        let thumb = try #require(photo.embeddedThumbnail)
+        let t = try thumb.withUnsafeBytes { try dec.decodePlanes($0) }
+        #expect(t.subsampling == .grey && t.width == 160 && t.height == 120)
+        // A colour still keeps a colour thumbnail.
+        let colour = try capture(f, settings: PhotoSettings(embeddedThumbnailSize: .exifThumbnail))
+        let c = try #require(colour.embeddedThumbnail).withUnsafeBytes { try dec.decodePlanes($0) }
+        #expect(c.subsampling == .s420)
+    }
+
     @Test func aCameraJPEGGetsAThumbnailAndKeepsItsOwnData() throws {
         let yuyv = Frame(capacity: format.maxByteCount, format: format)
         fillFrame(yuyv, index: 1, noise: 4)
