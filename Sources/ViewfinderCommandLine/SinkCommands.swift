@@ -611,7 +611,8 @@ struct ExportCommand: ParsableCommand {
         if input.hasSuffix(".y4m") {
             let r = try DumpConversion.importY4M(input, to: output, overwrite: force, stop: stop)
             let tail = r.damage.map { "; the .y4m's tail was damaged (\($0.reason); \($0.ignoredBytes) bytes ignored)" } ?? ""
-            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)" + (r.interrupted ? Self.interruptedText : "") + tail)
+            let range = r.stretchedLimitedRange ? "; its limited-range YUV stretched to the full range a dump holds" : ""
+            print("wrote \(output): \(r.frames) frames, \(String(format: "%.2f", r.duration)) s from \(input)" + range + (r.interrupted ? Self.interruptedText : "") + tail)
         } else if output.hasSuffix(".mov") {
             let r = try DumpConversion.exportMovie(dump: input, to: output, quality: quality, overwrite: force, stop: stop)
             var sound = r.audioDuration > 0 ? String(format: ", with %.2f s of sound", r.audioDuration) : ""

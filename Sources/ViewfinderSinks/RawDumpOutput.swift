@@ -273,6 +273,9 @@ public enum DumpConversion {
         /// Periods of sound the dump holds that the output has no place for (a `.y4m`); 0 when
         /// none were left behind.
         public var soundLeftBehind = 0
+        /// The imported `.y4m` said its YUV is limited range (`XCOLORRANGE=LIMITED`): each frame
+        /// was stretched to the full range a dump holds.
+        public var stretchedLimitedRange = false
 
         init(frames: Int, duration: Double, damage: DumpDamage?, headerDamage: String? = nil, skippedFrames: Int = 0, firstSkipReason: String? = nil) {
             self.frames = frames; self.duration = duration; self.damage = damage; self.headerDamage = headerDamage
@@ -424,6 +427,11 @@ public enum DumpConversion {
         let reader = try named { try Y4MReader(path: input) }
         let interval = reader.header.interval ?? FrameInterval(fps: 30)
         let frame = Frame(capacity: reader.format.maxByteCount, format: reader.format)
+        // A dump's YUV is full range, as everything the engine makes: a stream that says it is
+        // limited (`XCOLORRANGE=LIMITED`, ffmpeg's `-color_range tv`) is stretched as a limited-range
+        // camera's frames are (3 Dec: its bytes were kept and then read as full range — blacks
+        // lifted, blue 7 levels high in every export). Without the tag it is taken as full.
+        let stretch = reader.header.colorRange?.uppercased() == "LIMITED"
         // The first frame before the dump is opened: a y4m without one (a header alone) is an
         // error, and an existing dump is not replaced by an empty one.
         guard try named({ try reader.read(into: frame) }) else { throw DumpError.unsupported("'\(input)' holds no frame (a y4m header alone)") }
@@ -436,6 +444,7 @@ public enum DumpConversion {
             frame.timestamp = Timestamp(nanoseconds: startNanoseconds &+ UInt64(n) &* interval.nanoseconds)
             frame.receiveTime = 0
             frame.metadata = FrameMetadata()
+            if stretch { YUVRange.expandToFull(frame) }
             try writer.append(frame)
             n += 1
             // A y4m whose writer was stopped mid-frame, or whose tail is damaged: the whole frames
@@ -456,6 +465,7 @@ public enum DumpConversion {
         try writer.close()
         var r = Result(frames: n, duration: Double(n) * interval.seconds, damage: damage)
         r.interrupted = interrupted
+        r.stretchedLimitedRange = stretch
         return r
     }
 }

@@ -714,6 +714,38 @@ final class CollectingConsumer: FrameConsumer, @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// A `.y4m` that says its YUV is limited range is stretched to the full range a dump holds
+    /// (its bytes were kept and then read as full range: blacks lifted, colours off by up to 7
+    /// levels in every export); one that says FULL, or nothing, is kept byte for byte.
+    @Test func aLimitedRangeY4MIsStretchedOnImport() throws {
+        let dir = makeTempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // 64x48 I420: luma in three bands 16 / 126 / 235, chroma 16 / 128 / 240 (the stretch keeps
+        // neutral chroma at 128, so 16 lands at 0.5, rounded to 1).
+        var planes = [UInt8]()
+        for _ in 0..<48 { for x in 0..<64 { planes.append(x < 21 ? 16 : x < 42 ? 126 : 235) } }
+        for _ in 0..<2 { for _ in 0..<24 { for x in 0..<32 { planes.append(x < 10 ? 16 : x < 21 ? 128 : 240) } } }
+        for tag in ["XCOLORRANGE=LIMITED", "XCOLORRANGE=FULL", ""] {
+            let y4m = dir + "/l\(tag.count).y4m", back = dir + "/l\(tag.count).vfdump"
+            var data = Data("YUV4MPEG2 W64 H48 F30:1 Ip A1:1 C420jpeg\(tag.isEmpty ? "" : " " + tag)\n".utf8)
+            for _ in 0..<2 { data.append(Data("FRAME\n".utf8)); data.append(contentsOf: planes) }
+            try data.write(to: URL(fileURLWithPath: y4m))
+            let r = try DumpConversion.importY4M(y4m, to: back)
+            #expect(r.frames == 2 && r.stretchedLimitedRange == (tag == "XCOLORRANGE=LIMITED"), "\(tag)")
+            let reader = try RawDumpReader(path: back)
+            let f = Frame(capacity: reader.format.maxByteCount, format: reader.format)
+            try reader.read(1, into: f)
+            let b = Array(f.bytes)
+            if tag == "XCOLORRANGE=LIMITED" {
+                #expect(b[0] == 0 && b[30] == 128 && b[60] == 255, "luma \(b[0]) \(b[30]) \(b[60])")
+                let u = 64 * 48
+                #expect(b[u] <= 1 && b[u + 15] == 128 && b[u + 30] == 255, "chroma \(b[u]) \(b[u + 15]) \(b[u + 30])")
+            } else {
+                #expect(b == planes, "\(tag): bytes kept")
+            }
+        }
+    }
+
     /// A y4m cut inside a frame (its writer stopped) imports its whole frames and says what was
     /// left; an error in its header names the file.
     @Test func aTruncatedY4MImportsItsWholeFrames() throws {
