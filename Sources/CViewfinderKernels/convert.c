@@ -18,7 +18,10 @@ void vf_yuv_to_rgb_row(const uint8_t *y, ptrdiff_t yStep, const uint8_t *u, cons
         if (u && v) {
             int32_t cb = (int32_t)u[(x >> 1) * cStep] - 128, cr = (int32_t)v[(x >> 1) * cStep] - 128;
             r = yy + ((91881 * cr + 32768) >> 16);
-            g = yy - ((22554 * cb + 46802 * cr - 32768) >> 16);
+            // Rounded as libjpeg rounds it (+ half, then floor). It was `yy - ((… - half) >> 16)`,
+            // which rounds the subtracted term down a half too far: green one level high on
+            // almost every coloured pixel (3 Dec; an EXIF thumbnail's green was +1 on its photo).
+            g = yy + ((32768 - 22554 * cb - 46802 * cr) >> 16);
             b = yy + ((116130 * cb + 32768) >> 16);
         }
         uint8_t *p = dst + x * channels;
