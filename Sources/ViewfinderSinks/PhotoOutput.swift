@@ -428,7 +428,15 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
                 }
             }
         }
-        return CapturePhoto(resolvedSettings: job.resolved, photoCount: index + 1, exposureBias: shot.bias, isRawPhoto: raw, format: shot.format,
+        // A camera's JPEG that a stage changed was encoded afresh: the photo says so (it said
+        // "mjpeg-passthrough", decided before the shot, for a re-encoded picture).
+        var resolved = job.resolved
+        if !raw, let d = shot.decoded, resolved.codec == "mjpeg-passthrough", case .jpeg(let q, let requested) = job.settings.codec {
+            resolved.codec = "jpeg"
+            resolved.quality = q
+            resolved.subsampling = JPEGEncoder.resolvedSubsampling(for: d.format.pixelFormat, requested: requested)
+        }
+        return CapturePhoto(resolvedSettings: resolved, photoCount: index + 1, exposureBias: shot.bias, isRawPhoto: raw, format: shot.format,
                             sequence: shot.sequence, timestamp: shot.timestamp, metadata: shot.metadata, captureDate: shot.date, data: data,
                             previewImage: preview, embeddedThumbnail: thumbnail)
     }

@@ -237,6 +237,34 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
         #expect(controls.values["auto_exposure"] == 0)
     }
 
+    @Test("a camera JPEG a stage changed is encoded afresh, and the photo says so (not mjpeg-passthrough)")
+    func aChangedMJPEGStillSaysItWasEncoded() throws {
+        let yuyv = Frame(capacity: format.maxByteCount, format: format)
+        fillFrame(yuyv, index: 1)
+        let enc = try JPEGEncoder()
+        let camera = try withExtendedLifetime(enc) { Array(try enc.encode(yuyv, quality: 70)) }
+        let mjpeg = FrameFormat(.mjpeg, width: 320, height: 240)
+        let output = PhotoOutput()
+        try output.start(configuration: config(mjpeg))
+        let events = PhotoEvents()
+        output.capture(settings: PhotoSettings(codec: .jpeg(quality: 60, subsampling: nil)), delegate: events)
+        let f = Frame(capacity: mjpeg.maxByteCount, format: mjpeg)
+        camera.withUnsafeBytes { f.data.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        f.bytesUsed = camera.count
+        // The engine's full-size decoded view, changed by a stage.
+        let planar = FrameFormat(.yuv422p, width: 320, height: 240)
+        let view = Frame(capacity: planar.maxByteCount, format: planar)
+        fillFrame(view, index: 2)
+        view.retain()
+        f.setDecoded(view)
+        f.pixelsModified = true
+        output.consume(f)
+        let photo = try #require(events.photos.first)
+        #expect(photo.resolvedSettings.codec == "jpeg" && photo.resolvedSettings.quality == 60 && photo.resolvedSettings.subsampling == .s422)
+        let d = try photo.fileDataRepresentation().withUnsafeBytes { try JPEGDecoder().decodePlanes($0) }
+        #expect(d.width == 320 && d.subsampling == .s422)
+    }
+
     @Test func mjpegStillIsPassedThroughWithExif() throws {
         let yuyv = Frame(capacity: format.maxByteCount, format: format)
         fillFrame(yuyv, index: 1)
