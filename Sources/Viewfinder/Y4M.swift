@@ -401,10 +401,11 @@ public final class Y4MWriter {
     /// Creates `path` (`-` for stdout) and writes the stream header for frames of `format`. A
     /// regular file another program is writing is refused (`EBUSY`), untouched.
     /// `colorRange`: the `XCOLORRANGE` tag's value (`FULL`, the engine's own YUV, by default;
-    /// nil: no tag, a range not known — as an input y4m without one).
-    public convenience init(path: String, format: FrameFormat, interval: FrameInterval? = nil, colorRange: String? = "FULL") throws {
+    /// nil: no tag, a range not known — as an input y4m without one). `pixelAspect`: the `A` tag
+    /// (square pixels by default; `process` passes its input's on).
+    public convenience init(path: String, format: FrameFormat, interval: FrameInterval? = nil, colorRange: String? = "FULL", pixelAspect: (Int, Int) = (1, 1)) throws {
         if path == "-" {
-            try self.init(fileDescriptor: 1, path: "-", ownsDescriptor: false, format: format, interval: interval, colorRange: colorRange)
+            try self.init(fileDescriptor: 1, path: "-", ownsDescriptor: false, format: format, interval: interval, colorRange: colorRange, pixelAspect: pixelAspect)
         } else {
             let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard fd >= 0 else {
@@ -421,7 +422,7 @@ public final class Y4MWriter {
                 Glibc.close(fd)
                 throw Y4MError.io(path: path, operation: "create", errno: e, message: String(cString: strerror(e)))
             }
-            try self.init(fileDescriptor: fd, path: path, ownsDescriptor: true, format: format, interval: interval, colorRange: colorRange)
+            try self.init(fileDescriptor: fd, path: path, ownsDescriptor: true, format: format, interval: interval, colorRange: colorRange, pixelAspect: pixelAspect)
         }
     }
 
@@ -430,7 +431,7 @@ public final class Y4MWriter {
     /// `cutsTornFrames`: whether a failed frame is cut off the file (a regular file whose bytes are
     /// all this writer's, from offset 0; default: when the writer owns the descriptor).
     public init(fileDescriptor: Int32, path: String, ownsDescriptor: Bool, format: FrameFormat, interval: FrameInterval? = nil,
-                colorRange: String? = "FULL", cutsTornFrames: Bool? = nil, whenBlocked: (() throws -> Void)? = nil) throws {
+                colorRange: String? = "FULL", pixelAspect: (Int, Int) = (1, 1), cutsTornFrames: Bool? = nil, whenBlocked: (() throws -> Void)? = nil) throws {
         switch format.pixelFormat {
         case .i420, .nv12, .yuv422p, .yuyv, .uyvy, .grey: break
         default:
@@ -443,6 +444,7 @@ public final class Y4MWriter {
         self.path = path
         var h = Y4MHeader(width: format.width, height: format.height, pixelFormat: format.pixelFormat, fps: interval)
         h.extras = colorRange.map { ["XCOLORRANGE=\($0)"] } ?? []
+        h.aspect = pixelAspect
         header = h
         self.whenBlocked = whenBlocked
         rowCapacity = max(format.width, 16) * 2

@@ -49,8 +49,10 @@ struct ProcessCommand: ParsableCommand {
             }
         }
         defer { meta?.close() }
-        // The input's range goes through as it was said (or not said): the stages do not change it.
-        let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval, colorRange: reader.header.colorRange)
+        // The input's range and pixel aspect go through as they were said (or not said): the
+        // stages change neither (the aspect was written 1:1 whatever the input's).
+        let writer = try Y4MWriter(path: output, format: format, interval: reader.header.interval, colorRange: reader.header.colorRange,
+                                   pixelAspect: reader.header.aspect)
 
         var written = 0
         var writeError: (any Error)?

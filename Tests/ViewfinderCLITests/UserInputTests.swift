@@ -60,6 +60,12 @@ import ViewfinderBench
             #expect(CLIExit.run(["process", "--input", input, "--output", output, "--quiet"]) == 0)
             #expect(try Y4MReader(path: output).header.colorRange == tag)
         }
+        // The pixel aspect too (it was written 1:1 whatever the input said).
+        let input = s.path("in-aspect.y4m"), output = s.path("out-aspect.y4m")
+        try Data(Array("YUV4MPEG2 W16 H16 F30:1 A640:1279 C420jpeg\n".utf8) + Array("FRAME\n".utf8) + frame).write(to: URL(fileURLWithPath: input))
+        #expect(CLIExit.run(["process", "--input", input, "--output", output, "--quiet"]) == 0)
+        let aspect = try Y4MReader(path: output).header.aspect
+        #expect(aspect.0 == 640 && aspect.1 == 1279, "A\(aspect.0):\(aspect.1)")
     }
 
     /// Options of a part that does not run, or that another option overrides, are refused, not
