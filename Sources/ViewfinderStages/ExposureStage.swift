@@ -156,11 +156,22 @@ public final class ExposureStage: Stage {
 
     /// Narrowest picture metering works on (a reduced MJPEG decode at least this wide).
     public static let meteringWidth = 160
+    /// Samples across a spot, at least, whatever the view's reduction.
+    static let spotSamples = 16.0
+
+    /// The narrowest view `options` meter correctly on: ``meteringWidth``, or wider for a small spot.
+    static func meteringWidth(for options: ExposureOptions) -> Int {
+        guard options.metering == .spot else { return meteringWidth }
+        return max(meteringWidth, Int((spotSamples / options.spotSize).rounded(.up)))
+    }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
         // Metering needs a histogram, not every pixel: on MJPEG a 1/4–1/8 decode serves (measured:
         // `SimClosedLoopTests` converge as on YUYV).
-        try context.needStatistics(Self.name, minimumWidth: Self.meteringWidth)
+        // A spot keeps at least `spotSamples` samples across: a 0.02 spot on a 160-wide view was
+        // 3 samples, widened to the meter's smallest window, and metered 2.5 times the area (an
+        // MJPEG camera exposed 1.7 EV away from a YUYV one; 3 Dec sweep).
+        try context.needStatistics(Self.name, minimumWidth: Self.meteringWidth(for: options))
         controls = context.controls
         requests = context.controlRequests
         hasExposureControl = context.controls?.supports(.exposureTime) ?? false

@@ -201,7 +201,10 @@ public final class FocusStage: Stage {
     public func prepare(format: FrameFormat, context: StageContext) throws {
         // A focus score compares frames with each other: a reduced MJPEG decode serves as long as
         // it keeps the detail the lens brings in and out (measured: `SimClosedLoopTests`).
-        try context.needStatistics(Self.name, minimumWidth: Self.measuringWidth)
+        // A small window keeps the default window's samples (160 across): `size=0.1` on a
+        // 320-wide view was 32, halved again for the score, and autofocus on an MJPEG camera
+        // ended 25 % of the range off where YUYV locked (3 Dec sweep).
+        try context.needStatistics(Self.name, minimumWidth: max(Self.measuringWidth, Int((Double(Self.measuringWidth) * 0.5 / options.size).rounded(.up))))
         region = focusRegion(width: format.width, height: format.height)
         regionWidth = format.width; regionHeight = format.height
         let need = (format.width / 2 + 1) * (format.height / 2 + 1)

@@ -1,4 +1,5 @@
 import Viewfinder
+import CViewfinderKernels
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -329,7 +330,7 @@ public final class WhiteBalanceStage: Stage {
         let settling = sourceK == nil && framesUntilLanded > 0
 
         if options.mode != .locked && state != .locked && !settling, let px = frame.pixels {
-            if let m = estimator.measure(px, balance: balance, options: options), m.support > 0.002 {
+            if let m = estimator.measure(measuredPixels(px, of: frame), balance: balance, options: options), m.support > 0.002 {
                 measured += 1
                 let lightMired = 1e6 / balance - m.castMired
                 let lo = 1e6 / options.maximumK, hi = 1e6 / options.minimumK
@@ -409,4 +410,37 @@ public final class WhiteBalanceStage: Stage {
         }
     }
     private var tintLut = [Int16](repeating: 0, count: 256)
+
+    // MARK: A camera JPEG's full-size picture, measured reduced
+
+    /// What the estimator measures: the frame's pixels, or — for a camera JPEG decoded at (or near)
+    /// full size, because a sink or this stage's own correction wants every pixel — the same
+    /// picture area-averaged to the size the engine's reduced decode would have had (at least 160
+    /// wide, as `prepare` asks). JPEG's quantised chroma rings at edges, where the grey-edge
+    /// estimate looks: at full size an MJPEG sim under 3000 K read 5090 K and said converged, on
+    /// its reduced decode 2982 K (3 Dec sweep: `run --output` changed the camera's balance).
+    func measuredPixels(_ px: FramePixels, of frame: Frame) -> FramePixels {
+        guard frame.format.pixelFormat == .mjpeg, let cb = px.cb, let cr = px.cr,
+              px.luma.sampleStride == 1, cb.sampleStride == 1, cr.sampleStride == 1 else { return px }
+        let frameWidth = px.luma.width * px.scale
+        guard let target = [8, 4, 2].first(where: { frameWidth / $0 >= 160 }), target > px.scale else { return px }
+        let f = target / px.scale
+        let pf: PixelFormat = px.chromaStepY == 2 ? .i420 : .yuv422p
+        let reduced = FrameFormat(pf, width: max(2, px.luma.width / f) & ~1, height: max(2, px.luma.height / f) & ~1)
+        if reducedStore.count < reduced.maxByteCount { reducedStore = [UInt8](repeating: 0, count: reduced.maxByteCount) }
+        return reducedStore.withUnsafeMutableBytes { buf -> FramePixels in
+            let base = buf.baseAddress!
+            for (i, src) in [px.luma, cb, cr].enumerated() {
+                let p = reduced.plane(i)
+                // The source area this plane covers: its reduced size times the factor (a ragged
+                // right or bottom edge left out).
+                let w = min(src.width, p.width * f), h = min(src.height, p.height * f)
+                vf_downscale_packed(src.unsafeBaseAddress, src.bytesPerRow, w, h, 1,
+                                    (base + p.offset).assumingMemoryBound(to: UInt8.self), p.bytesPerRow, p.width, p.height)
+            }
+            return FramePixels(format: reduced, data: UnsafeRawPointer(base), capacity: reduced.maxByteCount, scale: target) ?? px
+        }
+    }
+    /// The reduced copy's memory, kept from frame to frame (allocated again only when it grows).
+    private var reducedStore: [UInt8] = []
 }

@@ -72,10 +72,10 @@ struct MJPEGStagesTests {
 
     /// A camera without a balance control (software correction): the gains go on the decoded
     /// pixels and the movie carries them (the stage used to measure MJPEG frames only, leaving
-    /// the picture as warm as the camera sent it). On the camera's JPEGs the estimate is noisier
-    /// than on YUYV — 3200–4700 K here under a 3000 K light whether it corrects or only measures,
-    /// against 3000–3130 K on YUYV (29 Nov): JPEG smears chroma at the edges the estimator weighs
-    /// most — so this asserts that the movie carries a correction (10.5 levels of cast, 7.1 left).
+    /// the picture as warm as the camera sent it). On the camera's full-size JPEG pictures the
+    /// estimate was 3200–4700 K here under a 3000 K light (29 Nov; JPEG smears chroma at the edges
+    /// the estimator weighs most): since 3 Dec it measures them area-averaged to the reduced
+    /// decode's size, and 10.5 levels of cast leave 4.5 in the movie (7.1 before).
     @Test("white balance in software on an MJPEG camera: the movie is corrected")
     func whiteBalanceCorrectsMJPEG() throws {
         func meanChroma(_ jpeg: [UInt8]) throws -> (cb: Double, cr: Double) {
@@ -98,8 +98,9 @@ struct MJPEGStagesTests {
             left += neutral.cb - (try meanChroma(s[k])).cb
         }
         cast /= 40; left /= 40
+        print("MJPEG white balance in software: cast \(cast) levels of Cb, left in the movie \(left)")
         #expect(cast > 8, "the light's cast: \(cast) levels of Cb")
-        #expect(left < cast * 0.85, "left in the movie: \(left) of \(cast) levels of Cb")
+        #expect(left < cast * 0.6, "left in the movie: \(left) of \(cast) levels of Cb")
     }
 
     @Test("with stabilise: the movie is re-encoded from the warped pixels; the raw dump keeps the camera's bytes")

@@ -121,6 +121,47 @@ struct SimClosedLoopTests {
         #expect(abs(log2(lumas.last! / 110) * 2.2) <= 1.0 / 6)
     }
 
+    /// A small spot or focus window keeps its samples on a reduced MJPEG decode: the view is no
+    /// smaller than the window needs (3 Dec sweep: a 0.02 spot metered 2.5 times its area on the
+    /// 1/8 view, 1.7 EV from YUYV's exposure; a 0.1 focus window on the 1/4 view ended 25 % of the
+    /// range off).
+    @Test("a small spot or focus window on MJPEG: a decode wide enough for it, and the exposure YUYV gets")
+    func smallWindowsOnMJPEG() throws {
+        func scale(_ stage: any Stage) throws -> Int? {
+            let f = FrameFormat(.mjpeg, width: 1280, height: 720)
+            let ctx = StageContext(format: f, frameIntervalNanoseconds: 33_333_333, controls: nil, isLive: false, pixels: PixelRequests(format: f, available: true))
+            try stage.prepare(format: f, context: ctx)
+            return ctx.pixels.scale(width: 1280, available: [1, 2, 4, 8])
+        }
+        var spot = ExposureOptions()
+        spot.metering = .spot; spot.spotSize = 0.02; spot.point = NormalizedPoint(x: 0.7, y: 0.5)
+        #expect(try scale(ExposureStage(options: spot)) == 1)
+        spot.spotSize = 0.1
+        #expect(try scale(ExposureStage(options: spot)) == 8)
+        #expect(try scale(ExposureStage(options: ExposureOptions())) == 8)
+        var window = FocusOptions()
+        window.size = 0.1
+        #expect(try scale(FocusStage(options: window)) == 1)
+        window.size = 0.25
+        #expect(try scale(FocusStage(options: window)) == 2)
+        #expect(try scale(FocusStage(options: FocusOptions())) == 4)
+        // The small spot meters on MJPEG what it meters on YUYV (on the sweep's photograph when
+        // it could be fetched: a dragonfly whose spot at 0.7/0.5 is small against its
+        // surroundings).
+        spot.spotSize = 0.02
+        let scene = WhiteBalancePhotos.training.first { $0.contains("Dragonfly") }.map { ",scene=\($0)" } ?? ""
+        var finals: [PixelFormat: Double] = [:]
+        for format in [PixelFormat.yuyv, .mjpeg] {
+            try runSim("sim:paced=false,latency=2,seed=5\(scene)", format: format, width: 1280, height: 720, frames: 30, stages: [ExposureStage(options: spot)],
+                       decoder: format == .mjpeg ? try MJPEGPixelDecoder() : nil) { _, f in
+                let t = f.metadata.truth!
+                finals[format] = t.appliedExposure * t.appliedGain
+            }
+        }
+        let y = try #require(finals[.yuyv]), m = try #require(finals[.mjpeg])
+        #expect(abs(log2(m / y)) <= 1.0 / 6, "MJPEG \(m), YUYV \(y): \(log2(m / y)) EV apart")
+    }
+
     @Test("autofocus on MJPEG 1280x720 (measured on the 1/4 decode): lens within 2 % of the range as on YUYV", arguments: [(0, 0.5), (1000, 0.25), (500, 1.6)])
     func focusMJPEG(start: Int, subject: Double) throws {
         var o = FocusOptions()
