@@ -99,6 +99,29 @@ void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width
     }
 }
 
+void vf_box_reduce(const uint8_t *src, ptrdiff_t srcPitch, int factor, uint8_t *dst, ptrdiff_t dstPitch,
+                   ptrdiff_t dw, ptrdiff_t dh, uint16_t *acc) {
+    // Columns summed over the block's rows first (a straight loop the compiler vectorises), then
+    // each block's columns; factor 2, 4 or 8, so the mean is a rounded shift.
+    const int shift = factor == 2 ? 2 : factor == 4 ? 4 : 6;
+    const uint32_t half = 1u << (shift - 1);
+    const ptrdiff_t w = dw * factor;
+    for (ptrdiff_t y = 0; y < dh; y++) {
+        const uint8_t *row = src + y * factor * srcPitch;
+        for (ptrdiff_t x = 0; x < w; x++) acc[x] = row[x];
+        for (int r = 1; r < factor; r++) {
+            row += srcPitch;
+            for (ptrdiff_t x = 0; x < w; x++) acc[x] = (uint16_t)(acc[x] + row[x]);
+        }
+        uint8_t *out = dst + y * dstPitch;
+        for (ptrdiff_t x = 0; x < dw; x++) {
+            uint32_t sum = 0;
+            for (int k = 0; k < factor; k++) sum += acc[x * factor + k];
+            out[x] = (uint8_t)((sum + half) >> shift);
+        }
+    }
+}
+
 // MARK: Streaming copy
 
 #if defined(__x86_64__)

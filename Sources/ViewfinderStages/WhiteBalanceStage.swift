@@ -428,19 +428,22 @@ public final class WhiteBalanceStage: Stage {
         let pf: PixelFormat = px.chromaStepY == 2 ? .i420 : .yuv422p
         let reduced = FrameFormat(pf, width: max(2, px.luma.width / f) & ~1, height: max(2, px.luma.height / f) & ~1)
         if reducedStore.count < reduced.maxByteCount { reducedStore = [UInt8](repeating: 0, count: reduced.maxByteCount) }
+        if reduceRow.count < reduced.width * f { reduceRow = [UInt16](repeating: 0, count: reduced.width * f) }
         return reducedStore.withUnsafeMutableBytes { buf -> FramePixels in
-            let base = buf.baseAddress!
-            for (i, src) in [px.luma, cb, cr].enumerated() {
-                let p = reduced.plane(i)
-                // The source area this plane covers: its reduced size times the factor (a ragged
-                // right or bottom edge left out).
-                let w = min(src.width, p.width * f), h = min(src.height, p.height * f)
-                vf_downscale_packed(src.unsafeBaseAddress, src.bytesPerRow, w, h, 1,
-                                    (base + p.offset).assumingMemoryBound(to: UInt8.self), p.bytesPerRow, p.width, p.height)
+            reduceRow.withUnsafeMutableBufferPointer { acc -> FramePixels in
+                let base = buf.baseAddress!
+                for (i, src) in [px.luma, cb, cr].enumerated() {
+                    let p = reduced.plane(i)
+                    // The blocks that fit whole (a ragged right or bottom edge left out).
+                    let w = min(p.width, src.width / f), h = min(p.height, src.height / f)
+                    vf_box_reduce(src.unsafeBaseAddress, src.bytesPerRow, Int32(f), (base + p.offset).assumingMemoryBound(to: UInt8.self),
+                                  p.bytesPerRow, w, h, acc.baseAddress)
+                }
+                return FramePixels(format: reduced, data: UnsafeRawPointer(base), capacity: reduced.maxByteCount, scale: target) ?? px
             }
-            return FramePixels(format: reduced, data: UnsafeRawPointer(base), capacity: reduced.maxByteCount, scale: target) ?? px
         }
     }
     /// The reduced copy's memory, kept from frame to frame (allocated again only when it grows).
     private var reducedStore: [UInt8] = []
+    private var reduceRow: [UInt16] = []
 }

@@ -83,6 +83,14 @@ int main(int argc, char **argv) {
         printf("sim_chroma_row/%d %016llx %016llx\n", layout, (unsigned long long)fnv(out8, sizeof out8), (unsigned long long)fnv(outV, sizeof outV));
     }
 
+    for (int factor = 2; factor <= 8; factor *= 2) {
+        static uint8_t reduced[(W / 2) * (H / 2)];
+        static uint16_t acc[W];
+        memset(reduced, 0, sizeof reduced);
+        vf_box_reduce(y, W, factor, reduced, W / 2, W / factor, H / factor, acc);
+        printf("box_reduce/%d %016llx\n", factor, (unsigned long long)fnv(reduced, sizeof reduced));
+    }
+
     vf_sim_sensor sc = { .k = 37.5f, .fullWell = 20000, .readNoise2 = 9, .noiseScale = 1, .gain = 0.2f, .adcMax = 4095,
                          .blurFraction = 0.25f, .blurInvNorm = 1.0f / 7.5f };
     static uint16_t rowA[W], lo[W], hi[W], nx[W];

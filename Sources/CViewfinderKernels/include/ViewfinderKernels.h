@@ -238,6 +238,10 @@ void vf_gather_row(const uint8_t *a, const uint8_t *b, ptrdiff_t step, ptrdiff_t
 /// mirrored left-right when `mirrored` is non-zero.
 void vf_rotate_plane(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, ptrdiff_t bpp,
                      uint8_t *dst, ptrdiff_t dstPitch, int rotation, int mirrored);
+/// One plane (a byte per sample) reduced by `factor` (2, 4 or 8) each way to `dw` x `dh`: each
+/// output sample the rounded mean of its factor x factor block. `acc` holds `dw * factor` values.
+void vf_box_reduce(const uint8_t *src, ptrdiff_t srcPitch, int factor, uint8_t *dst, ptrdiff_t dstPitch,
+                   ptrdiff_t dw, ptrdiff_t dh, uint16_t *acc);
 /// A packed picture (`channels` bytes per pixel) reduced to `dw` x `dh` by area averaging.
 void vf_downscale_packed(const uint8_t *src, ptrdiff_t srcPitch, ptrdiff_t width, ptrdiff_t height, int channels,
                          uint8_t *dst, ptrdiff_t dstPitch, ptrdiff_t dw, ptrdiff_t dh);
