@@ -237,20 +237,26 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
         #expect(controls.values["auto_exposure"] == 0)
     }
 
-    @Test("a camera JPEG a stage changed is encoded afresh, and the photo says so (not mjpeg-passthrough)")
-    func aChangedMJPEGStillSaysItWasEncoded() throws {
+    /// A test picture, the camera's JPEG of it (320x240, quality 70) and an MJPEG frame carrying it.
+    func cameraJPEGFrame() throws -> (camera: [UInt8], frame: Frame, source: Frame) {
         let yuyv = Frame(capacity: format.maxByteCount, format: format)
         fillFrame(yuyv, index: 1)
         let enc = try JPEGEncoder()
         let camera = try withExtendedLifetime(enc) { Array(try enc.encode(yuyv, quality: 70)) }
         let mjpeg = FrameFormat(.mjpeg, width: 320, height: 240)
-        let output = PhotoOutput()
-        try output.start(configuration: config(mjpeg))
-        let events = PhotoEvents()
-        output.capture(settings: PhotoSettings(codec: .jpeg(quality: 60, subsampling: nil)), delegate: events)
         let f = Frame(capacity: mjpeg.maxByteCount, format: mjpeg)
         camera.withUnsafeBytes { f.data.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
         f.bytesUsed = camera.count
+        return (camera, f, yuyv)
+    }
+
+    @Test("a camera JPEG a stage changed is encoded afresh, and the photo says so (not mjpeg-passthrough)")
+    func aChangedMJPEGStillSaysItWasEncoded() throws {
+        let (_, f, _) = try cameraJPEGFrame()
+        let output = PhotoOutput()
+        try output.start(configuration: config(f.format))
+        let events = PhotoEvents()
+        output.capture(settings: PhotoSettings(codec: .jpeg(quality: 60, subsampling: nil)), delegate: events)
         // The engine's full-size decoded view, changed by a stage.
         let planar = FrameFormat(.yuv422p, width: 320, height: 240)
         let view = Frame(capacity: planar.maxByteCount, format: planar)
@@ -266,18 +272,11 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
     }
 
     @Test func mjpegStillIsPassedThroughWithExif() throws {
-        let yuyv = Frame(capacity: format.maxByteCount, format: format)
-        fillFrame(yuyv, index: 1)
-        let enc = try JPEGEncoder()
-        let camera = try withExtendedLifetime(enc) { Array(try enc.encode(yuyv, quality: 70)) }
-        let mjpeg = FrameFormat(.mjpeg, width: 320, height: 240)
+        let (camera, f, yuyv) = try cameraJPEGFrame()
         let output = PhotoOutput()
-        try output.start(configuration: config(mjpeg))
+        try output.start(configuration: config(f.format))
         let events = PhotoEvents()
         output.capture(settings: PhotoSettings(), delegate: events)
-        let f = Frame(capacity: mjpeg.maxByteCount, format: mjpeg)
-        camera.withUnsafeBytes { f.data.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-        f.bytesUsed = camera.count
         output.consume(f)
         let photo = try #require(events.photos.first)
         #expect(photo.resolvedSettings.codec == "mjpeg-passthrough")
