@@ -336,7 +336,11 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             job.willCaptureSent = true
             job.delegate.photoOutput(self, willCapturePhotoFor: job.resolved)
         }
-        let source = JPEGEncoder.pixelSource(frame)
+        // A camera JPEG no stage changed is stored as it came, as the movie stores it, even when
+        // a full-size decoded view rides along (`--output`, a stage that reads every pixel): it
+        // was encoded again from that view, so a still and a movie of one frame differed.
+        let unchangedJPEG = frame.format.pixelFormat == .mjpeg && !frame.pixelsModified
+        let source = unchangedJPEG ? frame : JPEGEncoder.pixelSource(frame)
         if source === frame, frame.format.pixelFormat == .mjpeg, job.settings.codec != .raw,
            let checker, !checker.decodesCompletely(UnsafeRawBufferPointer(frame.bytes)) {
             // A damaged camera JPEG would be stored as a broken still: count it, take the next frame.
@@ -366,7 +370,8 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             do {
                 let photo = try process(shot, job: job, index: i, raw: job.settings.codec == .raw)
                 job.delivered += 1
-                job.delegate.photoOutput(self, didFinishProcessingPhoto: photo, resolved: job.resolved, error: nil)
+                // The photo's own settings: a camera JPEG a stage changed says it was encoded.
+                job.delegate.photoOutput(self, didFinishProcessingPhoto: photo, resolved: photo.resolvedSettings, error: nil)
             } catch {
                 let e = (error as? PhotoCaptureError) ?? .encodingFailed("\(error)")
                 firstError = firstError ?? e
@@ -398,7 +403,13 @@ public final class PhotoOutput: FrameConsumer, @unchecked Sendable {
             let pixels = shot.decoded ?? (shot.bytes, shot.format)
             if job.settings.embedsExif, let box = job.settings.embeddedThumbnailSize {
                 guard let encoder else { throw PhotoCaptureError.notRunning }
-                do { thumbnail = try downscaler.thumbnail(bytes: pixels.bytes, format: pixels.format, box: box, monochrome: sub == .grey, encoder: encoder) } catch {
+                // Grey when the photo is: encoded here as grey, or a camera's grey JPEG passed through.
+                var monochrome = sub == .grey
+                if shot.decoded == nil && shot.format.pixelFormat == .mjpeg, let checker {
+                    let header = try? shot.bytes.withUnsafeBytes { try checker.header($0) }
+                    monochrome = header?.subsampling == .grey
+                }
+                do { thumbnail = try downscaler.thumbnail(bytes: pixels.bytes, format: pixels.format, box: box, monochrome: monochrome, encoder: encoder) } catch {
                     throw PhotoCaptureError.encodingFailed("thumbnail: \(error)")
                 }
             }

@@ -159,10 +159,15 @@ public final class ExposureStage: Stage {
     /// Samples across a spot, at least, whatever the view's reduction.
     static let spotSamples = 16.0
 
-    /// The narrowest view `options` meter correctly on: ``meteringWidth``, or wider for a small spot.
-    static func meteringWidth(for options: ExposureOptions) -> Int {
+    /// The narrowest view `options` meter correctly on: ``meteringWidth``, or wider for a small
+    /// spot — at least ``spotSamples`` across and, on a picture `width` x `height`, 8 rows down
+    /// (the meter's smallest window: with fewer the spot grows, as it did on pictures wider than
+    /// about 3:1 when only the width was asked for).
+    static func meteringWidth(for options: ExposureOptions, width: Int, height: Int) -> Int {
         guard options.metering == .spot else { return meteringWidth }
-        return max(meteringWidth, Int((spotSamples / options.spotSize).rounded(.up)))
+        let aspect = width > 0 && height > 0 ? Double(width) / Double(height) : 1
+        let across = spotSamples / options.spotSize, down = 8 / options.spotSize * aspect
+        return max(meteringWidth, Int(max(across, down).rounded(.up)))
     }
 
     public func prepare(format: FrameFormat, context: StageContext) throws {
@@ -171,7 +176,7 @@ public final class ExposureStage: Stage {
         // A spot keeps at least `spotSamples` samples across: a 0.02 spot on a 160-wide view was
         // 3 samples, widened to the meter's smallest window, and metered 2.5 times the area (an
         // MJPEG camera exposed 1.7 EV away from a YUYV one; 3 Dec sweep).
-        try context.needStatistics(Self.name, minimumWidth: Self.meteringWidth(for: options))
+        try context.needStatistics(Self.name, minimumWidth: Self.meteringWidth(for: options, width: format.width, height: format.height))
         controls = context.controls
         requests = context.controlRequests
         hasExposureControl = context.controls?.supports(.exposureTime) ?? false

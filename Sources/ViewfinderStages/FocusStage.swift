@@ -204,7 +204,7 @@ public final class FocusStage: Stage {
         // A small window keeps the default window's samples (160 across): `size=0.1` on a
         // 320-wide view was 32, halved again for the score, and autofocus on an MJPEG camera
         // ended 25 % of the range off where YUYV locked (3 Dec sweep).
-        try context.needStatistics(Self.name, minimumWidth: max(Self.measuringWidth, Int((Double(Self.measuringWidth) * 0.5 / options.size).rounded(.up))))
+        try context.needStatistics(Self.name, minimumWidth: Self.measuringWidth(for: options, width: format.width, height: format.height))
         region = focusRegion(width: format.width, height: format.height)
         regionWidth = format.width; regionHeight = format.height
         let need = (format.width / 2 + 1) * (format.height / 2 + 1)
@@ -243,6 +243,14 @@ public final class FocusStage: Stage {
 
     /// Narrowest picture the focus measure works on (a reduced MJPEG decode at least this wide).
     public static let measuringWidth = 320
+
+    /// The narrowest view on which `options`' window keeps the default window's 160 samples
+    /// across: the window is `size` of the picture's width for `region=point`, the rectangle's
+    /// own width for `rect` (a small rectangle was measured on the 1/4 view too).
+    static func measuringWidth(for options: FocusOptions, width: Int, height: Int) -> Int {
+        let fraction = options.region == .rect ? options.rect[2] : options.size
+        return max(measuringWidth, Int((Double(measuringWidth) * 0.5 / max(fraction, 1e-3)).rounded(.up)))
+    }
 
     private func focusRegion(width: Int, height: Int) -> PixelRect {
         switch options.region {

@@ -427,23 +427,36 @@ public final class WhiteBalanceStage: Stage {
         let f = target / px.scale
         let pf: PixelFormat = px.chromaStepY == 2 ? .i420 : .yuv422p
         let reduced = FrameFormat(pf, width: max(2, px.luma.width / f) & ~1, height: max(2, px.luma.height / f) & ~1)
-        if reducedStore.count < reduced.maxByteCount { reducedStore = [UInt8](repeating: 0, count: reduced.maxByteCount) }
-        if reduceRow.count < reduced.width * f { reduceRow = [UInt16](repeating: 0, count: reduced.width * f) }
-        return reducedStore.withUnsafeMutableBytes { buf -> FramePixels in
-            reduceRow.withUnsafeMutableBufferPointer { acc -> FramePixels in
-                let base = buf.baseAddress!
-                for (i, src) in [px.luma, cb, cr].enumerated() {
-                    let p = reduced.plane(i)
-                    // The blocks that fit whole (a ragged right or bottom edge left out).
-                    let w = min(p.width, src.width / f), h = min(p.height, src.height / f)
-                    vf_box_reduce(src.unsafeBaseAddress, src.bytesPerRow, Int32(f), (base + p.offset).assumingMemoryBound(to: UInt8.self),
-                                  p.bytesPerRow, w, h, acc.baseAddress)
-                }
-                return FramePixels(format: reduced, data: UnsafeRawPointer(base), capacity: reduced.maxByteCount, scale: target) ?? px
-            }
+        if reducedCapacity < reduced.maxByteCount {
+            reducedBuffer?.deallocate()
+            reducedBuffer = .allocate(byteCount: reduced.maxByteCount, alignment: 64)
+            reducedBuffer!.initializeMemory(as: UInt8.self, repeating: 0, count: reduced.maxByteCount)
+            reducedCapacity = reduced.maxByteCount
         }
+        if reduceRowCapacity < reduced.width * f {
+            reduceRow?.deallocate()
+            reduceRow = .allocate(capacity: reduced.width * f)
+            reduceRowCapacity = reduced.width * f
+        }
+        guard let base = reducedBuffer, let acc = reduceRow else { return px }
+        for (i, src) in [px.luma, cb, cr].enumerated() {
+            let p = reduced.plane(i)
+            // The blocks that fit whole (a ragged right or bottom edge left out).
+            let w = min(p.width, src.width / f), h = min(p.height, src.height / f)
+            vf_box_reduce(src.unsafeBaseAddress, src.bytesPerRow, Int32(f), (base + p.offset).assumingMemoryBound(to: UInt8.self),
+                          p.bytesPerRow, w, h, acc)
+        }
+        return FramePixels(format: reduced, data: UnsafeRawPointer(base), capacity: reduced.maxByteCount, scale: target) ?? px
     }
-    /// The reduced copy's memory, kept from frame to frame (allocated again only when it grows).
-    private var reducedStore: [UInt8] = []
-    private var reduceRow: [UInt16] = []
+    /// The reduced copy's memory (and the box filter's row of column sums), kept from frame to
+    /// frame and allocated again only when it must grow; the stage's own, freed with it.
+    private var reducedBuffer: UnsafeMutableRawPointer?
+    private var reducedCapacity = 0
+    private var reduceRow: UnsafeMutablePointer<UInt16>?
+    private var reduceRowCapacity = 0
+
+    deinit {
+        reducedBuffer?.deallocate()
+        reduceRow?.deallocate()
+    }
 }

@@ -271,6 +271,33 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
         #expect(d.width == 320 && d.subsampling == .s422)
     }
 
+    /// A camera JPEG no stage changed is stored as it came even when a full-size decoded view
+    /// rides along (it was encoded again from the view, unlike the movie); a grey thumbnail asked
+    /// for does not go into a colour JPEG passed through.
+    @Test("an unchanged camera JPEG with a decoded view is passed through, its thumbnail in its own colours")
+    func anUnchangedMJPEGWithAViewIsPassedThrough() throws {
+        let (camera, f, _) = try cameraJPEGFrame()
+        let output = PhotoOutput()
+        try output.start(configuration: config(f.format))
+        let events = PhotoEvents()
+        output.capture(settings: PhotoSettings(codec: .jpeg(quality: 60, subsampling: .grey), embeddedThumbnailSize: .exifThumbnail), delegate: events)
+        let planar = FrameFormat(.yuv422p, width: 320, height: 240)
+        let view = Frame(capacity: planar.maxByteCount, format: planar)
+        fillFrame(view, index: 2)
+        view.retain()
+        f.setDecoded(view)
+        output.consume(f)
+        let photo = try #require(events.photos.first)
+        #expect(photo.resolvedSettings.codec == "mjpeg-passthrough")
+        func scan(_ b: [UInt8]) throws -> ArraySlice<UInt8> {
+            let sos = try b.withUnsafeBytes { try JPEGMarkers.segments($0) }.last!
+            return b[sos.offset...]
+        }
+        #expect(try scan(photo.fileDataRepresentation()) == scan(camera))
+        let thumb = try #require(photo.embeddedThumbnail)
+        #expect(try thumb.withUnsafeBytes { try JPEGDecoder().header($0) }.subsampling == .s420)
+    }
+
     @Test func mjpegStillIsPassedThroughWithExif() throws {
         let (camera, f, yuyv) = try cameraJPEGFrame()
         let output = PhotoOutput()

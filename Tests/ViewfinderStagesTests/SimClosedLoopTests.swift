@@ -144,6 +144,12 @@ struct SimClosedLoopTests {
         #expect(try scale(FocusStage(options: window)) == 1)
         window.size = 0.25
         #expect(try scale(FocusStage(options: window)) == 2)
+        // A rectangle by its own width (it went by `size`, the point window's).
+        var rect = FocusOptions()
+        rect.region = .rect; rect.rect = [0.45, 0.45, 0.1, 0.1]
+        #expect(try scale(FocusStage(options: rect)) == 1)
+        rect.size = 0.05; rect.rect = [0.25, 0.25, 0.5, 0.5]
+        #expect(try scale(FocusStage(options: rect)) == 4)
         #expect(try scale(FocusStage(options: FocusOptions())) == 4)
         // The small spot meters on MJPEG what it meters on YUYV (on the sweep's photograph when
         // it could be fetched: a dragonfly whose spot at 0.7/0.5 is small against its
