@@ -250,22 +250,27 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
         return (camera, f, yuyv)
     }
 
-    @Test("a camera JPEG a stage changed is encoded afresh, and the photo says so (not mjpeg-passthrough)")
-    func aChangedMJPEGStillSaysItWasEncoded() throws {
-        let (_, f, _) = try cameraJPEGFrame()
+    /// A photo taken of the camera-JPEG frame carrying the engine's full-size decoded view (a
+    /// test picture), which a stage changed or not.
+    func photoOfMJPEGWithAView(_ settings: PhotoSettings, changed: Bool) throws -> (camera: [UInt8], photo: CapturePhoto) {
+        let (camera, f, _) = try cameraJPEGFrame()
         let output = PhotoOutput()
         try output.start(configuration: config(f.format))
         let events = PhotoEvents()
-        output.capture(settings: PhotoSettings(codec: .jpeg(quality: 60, subsampling: nil)), delegate: events)
-        // The engine's full-size decoded view, changed by a stage.
+        output.capture(settings: settings, delegate: events)
         let planar = FrameFormat(.yuv422p, width: 320, height: 240)
         let view = Frame(capacity: planar.maxByteCount, format: planar)
         fillFrame(view, index: 2)
         view.retain()
         f.setDecoded(view)
-        f.pixelsModified = true
+        f.pixelsModified = changed
         output.consume(f)
-        let photo = try #require(events.photos.first)
+        return (camera, try #require(events.photos.first))
+    }
+
+    @Test("a camera JPEG a stage changed is encoded afresh, and the photo says so (not mjpeg-passthrough)")
+    func aChangedMJPEGStillSaysItWasEncoded() throws {
+        let photo = try photoOfMJPEGWithAView(PhotoSettings(codec: .jpeg(quality: 60, subsampling: nil)), changed: true).photo
         #expect(photo.resolvedSettings.codec == "jpeg" && photo.resolvedSettings.quality == 60 && photo.resolvedSettings.subsampling == .s422)
         let d = try photo.fileDataRepresentation().withUnsafeBytes { try JPEGDecoder().decodePlanes($0) }
         #expect(d.width == 320 && d.subsampling == .s422)
@@ -276,18 +281,7 @@ final class FakeExposureControls: DeviceControlling, @unchecked Sendable {
     /// for does not go into a colour JPEG passed through.
     @Test("an unchanged camera JPEG with a decoded view is passed through, its thumbnail in its own colours")
     func anUnchangedMJPEGWithAViewIsPassedThrough() throws {
-        let (camera, f, _) = try cameraJPEGFrame()
-        let output = PhotoOutput()
-        try output.start(configuration: config(f.format))
-        let events = PhotoEvents()
-        output.capture(settings: PhotoSettings(codec: .jpeg(quality: 60, subsampling: .grey), embeddedThumbnailSize: .exifThumbnail), delegate: events)
-        let planar = FrameFormat(.yuv422p, width: 320, height: 240)
-        let view = Frame(capacity: planar.maxByteCount, format: planar)
-        fillFrame(view, index: 2)
-        view.retain()
-        f.setDecoded(view)
-        output.consume(f)
-        let photo = try #require(events.photos.first)
+        let (camera, photo) = try photoOfMJPEGWithAView(PhotoSettings(codec: .jpeg(quality: 60, subsampling: .grey), embeddedThumbnailSize: .exifThumbnail), changed: false)
         #expect(photo.resolvedSettings.codec == "mjpeg-passthrough")
         func scan(_ b: [UInt8]) throws -> ArraySlice<UInt8> {
             let sos = try b.withUnsafeBytes { try JPEGMarkers.segments($0) }.last!
