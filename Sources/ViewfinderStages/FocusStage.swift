@@ -204,7 +204,7 @@ public final class FocusStage: Stage {
         // A small window keeps the default window's samples (160 across): `size=0.1` on a
         // 320-wide view was 32, halved again for the score, and autofocus on an MJPEG camera
         // ended 25 % of the range off where YUYV locked (3 Dec sweep).
-        try context.needStatistics(Self.name, minimumWidth: Self.measuringWidth(for: options, width: format.width, height: format.height))
+        try context.needStatistics(Self.name, minimumWidth: Self.measuringWidth(for: options))
         region = focusRegion(width: format.width, height: format.height)
         regionWidth = format.width; regionHeight = format.height
         let need = (format.width / 2 + 1) * (format.height / 2 + 1)
@@ -247,7 +247,7 @@ public final class FocusStage: Stage {
     /// The narrowest view on which `options`' window keeps the default window's 160 samples
     /// across: the window is `size` of the picture's width for `region=point`, the rectangle's
     /// own width for `rect` (a small rectangle was measured on the 1/4 view too).
-    static func measuringWidth(for options: FocusOptions, width: Int, height: Int) -> Int {
+    static func measuringWidth(for options: FocusOptions) -> Int {
         let fraction = options.region == .rect ? options.rect[2] : options.size
         return max(measuringWidth, Int((Double(measuringWidth) * 0.5 / max(fraction, 1e-3)).rounded(.up)))
     }
